@@ -1,0 +1,746 @@
+"""The one place Hilo talks to a model server.
+
+`ModelClient` speaks Ollama's native API (provider "ollama") or the OpenAI-compatible
+API that llama.cpp, vLLM, LM Studio and Ollama's own /v1 serve (provider "openai").
+Every failure surfaces as a `ModelError` subclass: its message says what failed,
+where, and what to do; its `retryable` tells workers whether trying again can help.
+Retrying itself is the caller's policy, not this module's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
+
+import httpx
+
+if TYPE_CHECKING:
+    from app.config import Config
+
+Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
+JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON value
+
+PROVIDERS = ("ollama", "openai")
+# Longest slice of a server's error body worth putting in a message.
+_EXCERPT_CHARS = 300
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class ModelError(Exception):
+    """A model call failed; str() says what failed, where, and what to do next."""
+
+    # Whether the same call may succeed later: workers retry these, give up on the rest.
+    retryable: bool = False
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ModelUnreachable(ModelError):
+    retryable = True
+
+    def __init__(self, url: str, provider: str, detail: str = "") -> None:
+        if provider == "ollama":
+            message = f"Ollama is not reachable at {url} — start it with `ollama serve`"
+        else:
+            message = f"the model server is not reachable at {url} — start the server"
+        message += ", or point [llm] url (HILO_LLM_URL) at where it runs"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message, url=url)
+        self.provider = provider
+
+
+class ModelNotFound(ModelError):
+    retryable = False
+
+    def __init__(self, model: str, url: str, provider: str, setting: str = "[llm] chat_model") -> None:
+        if provider == "ollama":
+            message = f"model {model} is not pulled — run `ollama pull {model}`"
+        else:
+            message = f"model {model} is not available at {url} — load it in the server, or change {setting}"
+        super().__init__(message, url=url)
+        self.model = model
+
+
+class ModelTimeout(ModelError):
+    retryable = True
+
+    def __init__(self, url: str, seconds: float, phase: str = "read") -> None:
+        if phase == "connect":
+            message = (
+                f"could not connect to {url} within {seconds:g} s — check the address, or raise "
+                "[llm] connect_timeout_seconds (HILO_LLM_CONNECT_TIMEOUT_SECONDS) if the server is just slow"
+            )
+        else:
+            message = (
+                f"{url} did not answer within {seconds:g} s — the model may still be loading or be too slow "
+                "for this machine; raise [llm] timeout_seconds (HILO_LLM_TIMEOUT_SECONDS) or use a smaller model"
+            )
+        super().__init__(message, url=url)
+        self.seconds = seconds
+        self.phase = phase
+
+
+class ModelHTTPError(ModelError):
+    def __init__(self, status: int, server_message: str, url: str, endpoint: str) -> None:
+        message = f"{endpoint} at {url} failed with HTTP {status}: {server_message}"
+        hint = _status_hint(status)
+        if hint:
+            message += f" — {hint}"
+        super().__init__(message, url=url)
+        self.status = status
+        self.server_message = server_message
+        # Server-side trouble and throttling pass; a bad request stays bad.
+        self.retryable = status >= 500 or status in (408, 429)
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403):
+        return "check [llm] api_key (HILO_LLM_API_KEY)"
+    if status == 404:
+        return "the server has no such endpoint; check [llm] provider and [llm] url"
+    if status >= 500:
+        return "the model server failed; check its log, then retry"
+    return ""
+
+
+class StreamInterrupted(ModelError):
+    retryable = True
+
+    def __init__(self, url: str, partial_text: str, reason: str) -> None:
+        super().__init__(
+            f"the reply from {url} stopped after {len(partial_text)} characters, before the model finished "
+            f"({reason}) — the server may have crashed or restarted; try again",
+            url=url,
+        )
+        self.partial_text = partial_text
+        self.reason = reason
+
+
+class MalformedResponse(ModelError):
+    retryable = True
+
+    def __init__(self, url: str, endpoint: str, detail: str, provider: str) -> None:
+        api = "Ollama API" if provider == "ollama" else "OpenAI-compatible API"
+        super().__init__(
+            f"{endpoint} at {url} answered with something that is not the {api}'s JSON ({detail}) — "
+            "check that [llm] url and [llm] provider name the right kind of server",
+            url=url,
+        )
+        self.detail = detail
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    text: str
+    model: str
+    prompt_eval_count: int | None  # tokens the server counted in the prompt (None if unreported)
+    eval_count: int | None  # tokens generated
+    done_reason: str | None = None
+
+
+# Yielded first by the stream generators once the server has accepted the request, so
+# ChatStream raises refusals (model not pulled, server down) at creation. Real pieces
+# are never empty.
+_ACCEPTED = ""
+
+
+class ChatStream:
+    """A streaming reply: iterate for text pieces as they arrive.
+
+    Refusals (unreachable, model not pulled, HTTP errors) raise when the stream is
+    created; StreamInterrupted raises mid-iteration, with the text so far in
+    `partial_text`. After the last piece, `reply`, `text`, `prompt_eval_count` and
+    `eval_count` hold the totals. Close it (or use `with`) when leaving early.
+    """
+
+    def __init__(self, events: Generator[str, None, ChatReply], model: str) -> None:
+        self._events = events
+        self._pieces: list[str] = []
+        self.model = model
+        self.reply: ChatReply | None = None
+        accepted = next(events)
+        assert accepted == _ACCEPTED
+
+    def __iter__(self) -> ChatStream:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            piece = next(self._events)
+        except StopIteration as end:
+            if self.reply is None:
+                self.reply = end.value
+            raise
+        self._pieces.append(piece)
+        return piece
+
+    @property
+    def text(self) -> str:
+        return "".join(self._pieces)
+
+    @property
+    def done(self) -> bool:
+        return self.reply is not None
+
+    @property
+    def prompt_eval_count(self) -> int | None:
+        return self.reply.prompt_eval_count if self.reply else None
+
+    @property
+    def eval_count(self) -> int | None:
+        return self.reply.eval_count if self.reply else None
+
+    def close(self) -> None:
+        """Stop reading and free the connection."""
+        self._events.close()
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+class _Transport:
+    """HTTP to one server, turning every failure into the ModelError a user can act on."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        provider: str,
+        timeout_seconds: float,
+        connect_timeout_seconds: float,
+        api_key: str | None,
+        model_settings: Mapping[str, str],
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            base_url=url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+        )
+        self.url = url
+        self.provider = provider
+        self._timeout_seconds = timeout_seconds
+        self._connect_timeout_seconds = connect_timeout_seconds
+        self._model_settings = model_settings
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get_json(self, path: str) -> Any:
+        try:
+            response = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        self._raise_for_status(response, f"GET {path}", model="")
+        return self._decode(response, f"GET {path}")
+
+    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+        return self._decode(response, f"POST {path}")
+
+    @contextmanager
+    def open_stream(self, path: str, body: Mapping[str, Any], received: list[str]) -> Iterator[Iterator[str]]:
+        """Send the request, check the status, and give the response's lines.
+
+        `received` is the caller's list of text pieces so far, reported if the
+        connection breaks mid-stream.
+        """
+        try:
+            with self._http.stream("POST", path, json=body) as response:
+                self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+                yield response.iter_lines()
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "".join(received)) from exc
+
+    def decode_line(self, line: str, endpoint: str) -> dict[str, Any]:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise self.malformed(endpoint, f"a stream line is not JSON: {line[:_EXCERPT_CHARS]!r}") from None
+        if not isinstance(frame, dict):
+            raise self.malformed(endpoint, f"a stream line is not a JSON object: {line[:_EXCERPT_CHARS]!r}")
+        return frame
+
+    def malformed(self, endpoint: str, detail: str) -> MalformedResponse:
+        return MalformedResponse(self.url, endpoint, detail, self.provider)
+
+    def interrupted(self, received: list[str], reason: str) -> StreamInterrupted:
+        return StreamInterrupted(self.url, "".join(received), reason)
+
+    def _translate(self, exc: httpx.HTTPError, partial_text: str) -> ModelError:
+        if isinstance(exc, httpx.ConnectTimeout):
+            return ModelTimeout(self.url, self._connect_timeout_seconds, "connect")
+        if isinstance(exc, httpx.TimeoutException):
+            return ModelTimeout(self.url, self._timeout_seconds, "read")
+        if isinstance(exc, httpx.ConnectError):
+            return ModelUnreachable(self.url, self.provider, str(exc))
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return StreamInterrupted(self.url, partial_text, f"connection broken: {exc}")
+        if isinstance(exc, httpx.DecodingError):
+            return MalformedResponse(self.url, "response", str(exc), self.provider)
+        return ModelUnreachable(self.url, self.provider, str(exc))
+
+    def _raise_for_status(self, response: httpx.Response, endpoint: str, model: str) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            response.read()
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        server_message = _server_error_text(response)
+        if response.status_code == 404 and model and _names_missing_model(server_message):
+            setting = self._model_settings.get(model, "[llm] chat_model")
+            raise ModelNotFound(model, self.url, self.provider, setting)
+        raise ModelHTTPError(response.status_code, server_message, self.url, endpoint)
+
+    def _decode(self, response: httpx.Response, endpoint: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise self.malformed(endpoint, f"body {response.text[:_EXCERPT_CHARS]!r}") from None
+
+
+def _server_error_text(response: httpx.Response) -> str:
+    """The server's own explanation: Ollama's {"error": str}, OpenAI's {"error": {"message"}}, or text."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, Mapping):
+        error = error.get("message")
+    text = error if isinstance(error, str) and error else response.text
+    return text.strip()[:_EXCERPT_CHARS] or response.reason_phrase
+
+
+def _names_missing_model(server_message: str) -> bool:
+    # A 404 also means "no such route" ("404 page not found"); only a model 404 is ModelNotFound.
+    lowered = server_message.lower()
+    return "model" in lowered and ("not found" in lowered or "does not exist" in lowered)
+
+
+def _field(frame: Any, *keys: str | int) -> Any:
+    """frame[k1][k2]..., or None when any step is missing."""
+    for key in keys:
+        try:
+            frame = frame[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return frame
+
+
+# ----------------------------------------------------------------------------- wire formats
+
+
+class _OllamaAPI:
+    """Ollama's native API: /api/chat, /api/generate, /api/embed, /api/tags."""
+
+    def __init__(self, transport: _Transport, num_ctx: int, keep_alive: str) -> None:
+        self._transport = transport
+        self._num_ctx = num_ctx
+        self._keep_alive = _keep_alive_value(keep_alive)
+
+    def _body(self, model: str, options: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+        # num_ctx on every call: Ollama otherwise silently truncates to its 2048/4096 default.
+        return {
+            "model": model,
+            **fields,
+            "options": {"num_ctx": self._num_ctx, **(options or {})},
+            "keep_alive": self._keep_alive,
+        }
+
+    def chat_events(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None
+    ) -> Generator[str, None, ChatReply]:
+        body = self._body(model, options, messages=[dict(m) for m in messages], stream=True)
+        received: list[str] = []
+        with self._transport.open_stream("/api/chat", body, received) as lines:
+            yield _ACCEPTED
+            for line in lines:
+                if not line.strip():
+                    continue
+                frame = self._transport.decode_line(line, "POST /api/chat")
+                if "error" in frame:
+                    raise self._transport.interrupted(received, f"server error: {frame['error']}")
+                piece = _field(frame, "message", "content") or ""
+                if piece:
+                    received.append(piece)
+                    yield piece
+                if frame.get("done"):
+                    return _ollama_reply(frame, "".join(received), model)
+        raise self._transport.interrupted(received, "the stream ended without its final done message")
+
+    def chat(self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None) -> ChatReply:
+        body = self._body(model, options, messages=[dict(m) for m in messages], stream=False)
+        data = self._transport.post_json("/api/chat", body)
+        text = _field(data, "message", "content")
+        if not isinstance(text, str):
+            raise self._transport.malformed("POST /api/chat", "no message.content in the reply")
+        return _ollama_reply(data, text, model)
+
+    def generate_json(
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+    ) -> str:
+        fields: dict[str, Any] = {"prompt": prompt, "format": schema, "stream": False}
+        if system is not None:
+            fields["system"] = system
+        data = self._transport.post_json("/api/generate", self._body(model, {"temperature": temperature}, **fields))
+        text = _field(data, "response")
+        if not isinstance(text, str):
+            raise self._transport.malformed("POST /api/generate", "no response text in the reply")
+        return text
+
+    embed_endpoint = "POST /api/embed"
+
+    def embed(self, model: str, texts: list[str]) -> Any:
+        data = self._transport.post_json("/api/embed", self._body(model, input=texts))
+        return _field(data, "embeddings")
+
+    def list_models(self) -> list[str]:
+        data = self._transport.get_json("/api/tags")
+        models = _field(data, "models")
+        if not isinstance(models, list):
+            raise self._transport.malformed("GET /api/tags", "no models list in the reply")
+        return [str(m.get("name") or m.get("model")) for m in models if isinstance(m, Mapping)]
+
+
+def _ollama_reply(frame: Mapping[str, Any], text: str, model: str) -> ChatReply:
+    return ChatReply(
+        text=text,
+        model=str(frame.get("model") or model),
+        prompt_eval_count=frame.get("prompt_eval_count"),
+        eval_count=frame.get("eval_count"),
+        done_reason=frame.get("done_reason"),
+    )
+
+
+def _keep_alive_value(keep_alive: str) -> str | int:
+    # Ollama parses strings as Go durations ("5m"); a bare number must go as a number.
+    return int(keep_alive) if re.fullmatch(r"\s*-?\d+\s*", keep_alive) else keep_alive
+
+
+# Ollama option names → their OpenAI request fields. Others (num_ctx, …) have no
+# OpenAI equivalent: those servers fix them when the model is loaded.
+_OPENAI_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+    "stop": "stop",
+    "num_predict": "max_tokens",
+    "max_tokens": "max_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+
+
+class _OpenAIAPI:
+    """The OpenAI-compatible API: /v1/chat/completions, /v1/embeddings, /v1/models."""
+
+    def __init__(self, transport: _Transport, prefix: str) -> None:
+        self._transport = transport
+        self._chat_path = f"{prefix}/chat/completions"
+        self._embeddings_path = f"{prefix}/embeddings"
+        self._models_path = f"{prefix}/models"
+
+    def _body(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None, **fields: Any
+    ) -> dict[str, Any]:
+        mapped = {_OPENAI_FIELDS[k]: v for k, v in (options or {}).items() if k in _OPENAI_FIELDS}
+        return {"model": model, "messages": [dict(m) for m in messages], **mapped, **fields}
+
+    def chat_events(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None
+    ) -> Generator[str, None, ChatReply]:
+        body = self._body(model, messages, options, stream=True, stream_options={"include_usage": True})
+        received: list[str] = []
+        usage: Mapping[str, Any] = {}
+        finish_reason = None
+        with self._transport.open_stream(self._chat_path, body, received) as lines:
+            yield _ACCEPTED
+            for line in lines:
+                if not line.startswith("data:"):
+                    continue  # blank separators, SSE comments and event names
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    return _openai_reply(usage, "".join(received), model, finish_reason)
+                frame = self._transport.decode_line(data, f"POST {self._chat_path}")
+                if "error" in frame:
+                    reason = _field(frame, "error", "message") or frame["error"]
+                    raise self._transport.interrupted(received, f"server error: {reason}")
+                usage = frame.get("usage") or usage
+                for choice in frame.get("choices") or []:
+                    piece = _field(choice, "delta", "content") or ""
+                    finish_reason = _field(choice, "finish_reason") or finish_reason
+                    if piece:
+                        received.append(piece)
+                        yield piece
+        if finish_reason is not None:
+            # Some servers close without [DONE]; a finish_reason already says the reply is whole.
+            return _openai_reply(usage, "".join(received), model, finish_reason)
+        raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
+
+    def chat(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None, **fields: Any
+    ) -> ChatReply:
+        body = self._body(model, messages, options, stream=False, **fields)
+        data = self._transport.post_json(self._chat_path, body)
+        text = _field(data, "choices", 0, "message", "content")
+        if not isinstance(text, str):
+            raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
+        return _openai_reply(data.get("usage") or {}, text, model, _field(data, "choices", 0, "finish_reason"))
+
+    def generate_json(
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+    ) -> str:
+        messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+            {"role": "user", "content": prompt}
+        ]
+        if isinstance(schema, str):
+            response_format: dict[str, Any] = {"type": "json_object"}
+        else:
+            response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
+        reply = self.chat(model, messages, {"temperature": temperature}, response_format=response_format)
+        return reply.text
+
+    @property
+    def embed_endpoint(self) -> str:
+        return f"POST {self._embeddings_path}"
+
+    def embed(self, model: str, texts: list[str]) -> Any:
+        body = {"model": model, "input": texts, "encoding_format": "float"}
+        data = self._transport.post_json(self._embeddings_path, body)
+        items = _field(data, "data")
+        if not isinstance(items, list):
+            return None
+        return [_field(item, "embedding") for item in sorted(items, key=lambda item: _field(item, "index") or 0)]
+
+    def list_models(self) -> list[str]:
+        items = _field(self._transport.get_json(self._models_path), "data")
+        if not isinstance(items, list):
+            raise self._transport.malformed(f"GET {self._models_path}", "no data list in the reply")
+        return [str(item.get("id")) for item in items if isinstance(item, Mapping)]
+
+
+def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None) -> ChatReply:
+    return ChatReply(
+        text=text,
+        model=model,
+        prompt_eval_count=usage.get("prompt_tokens"),
+        eval_count=usage.get("completion_tokens"),
+        done_reason=finish_reason,
+    )
+
+
+# ----------------------------------------------------------------------------- the client
+
+
+class ModelClient:
+    """Chat, JSON extraction and embeddings against one model server.
+
+    Safe to share between threads: one pooled httpx.Client underneath.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        url: str,
+        chat_model: str,
+        distill_model: str,
+        embed_model: str,
+        num_ctx: int,
+        keep_alive: str,
+        timeout_seconds: float,
+        connect_timeout_seconds: float,
+        api_key: str | None = None,
+    ) -> None:
+        if provider not in PROVIDERS:
+            raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"[llm] url is {url!r}; it must start with http:// or https://")
+        self.provider = provider
+        self.url = url.rstrip("/")
+        self.chat_model = chat_model
+        self.distill_model = distill_model
+        self.embed_model = embed_model
+        self.num_ctx = num_ctx
+        self.keep_alive = keep_alive
+        self.timeout_seconds = timeout_seconds
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self._transport = _Transport(
+            url=self.url,
+            provider=provider,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            api_key=api_key or None,
+            # Later entries win: a model used for chat is named by its chat setting.
+            model_settings={
+                embed_model: "[embedder] model",
+                distill_model: "[llm] distill_model",
+                chat_model: "[llm] chat_model",
+            },
+        )
+        self._api: _OllamaAPI | _OpenAIAPI = (
+            _OllamaAPI(self._transport, num_ctx, keep_alive)
+            if provider == "ollama"
+            else _OpenAIAPI(self._transport, _openai_prefix(self.url))
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> ModelClient:
+        """Build from the program's Config (its `llm` and `embedder` sections)."""
+        llm = cfg.llm
+        return cls(
+            provider=llm.provider,
+            url=llm.url,
+            chat_model=llm.chat_model,
+            distill_model=llm.distill_model,
+            embed_model=cfg.embedder.model,
+            num_ctx=llm.num_ctx,
+            keep_alive=llm.keep_alive,
+            timeout_seconds=llm.timeout_seconds,
+            connect_timeout_seconds=llm.connect_timeout_seconds,
+            api_key=llm.api_key or None,
+        )
+
+    def chat_stream(
+        self, messages: Sequence[Message], *, model: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> ChatStream:
+        """Start a streamed reply; see ChatStream for when errors surface."""
+        model = model or self.chat_model
+        return ChatStream(self._api.chat_events(model, messages, options), model)
+
+    def chat(
+        self, messages: Sequence[Message], *, model: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> ChatReply:
+        return self._api.chat(model or self.chat_model, messages, options)
+
+    def generate_json(
+        self,
+        prompt: str,
+        schema: JsonSchema,
+        *,
+        system: str | None = None,
+        temperature: float = 0.1,
+        model: str | None = None,
+    ) -> str:
+        """The model's raw text, constrained to `schema`; parse it with parse_json_leniently.
+
+        The text is returned unparsed because local models still break JSON now and
+        then, and the caller decides whether to retry or fall back.
+        """
+        return self._api.generate_json(model or self.distill_model, prompt, schema, system, temperature)
+
+    def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
+        """One vector per text, in order, from a single batched request."""
+        if not texts:
+            return []
+        vectors = self._api.embed(model or self.embed_model, list(texts))
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            count = len(vectors) if isinstance(vectors, list) else "no"
+            raise self._transport.malformed(self._api.embed_endpoint, f"{count} embeddings for {len(texts)} texts")
+        if not all(isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in vectors):
+            raise self._transport.malformed(self._api.embed_endpoint, "an embedding is not a list of numbers")
+        return [[float(x) for x in v] for v in vectors]
+
+    def list_models(self) -> list[str]:
+        """Names of the models the server offers (for Ollama: the pulled ones)."""
+        return self._api.list_models()
+
+    def check(self) -> None:
+        """Raise the ModelError a user must fix before chatting: server down, model not pulled.
+
+        Only Ollama lists what can be loaded; other servers name models freely, so for
+        them reaching the server is the whole check.
+        """
+        available = self.list_models()
+        if self.provider != "ollama":
+            return
+        pulled = {_full_model_name(name) for name in available}
+        for model, setting in ((self.chat_model, "[llm] chat_model"), (self.distill_model, "[llm] distill_model")):
+            if _full_model_name(model) not in pulled:
+                raise ModelNotFound(model, self.url, self.provider, setting)
+
+    def ping(self) -> bool:
+        """Whether the server answers at all."""
+        try:
+            self.list_models()
+        except ModelError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> ModelClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _openai_prefix(url: str) -> str:
+    # Accept both "http://host:8080" and "http://host:8080/v1" in [llm] url.
+    return "" if url.endswith("/v1") else "/v1"
+
+
+def _full_model_name(model: str) -> str:
+    # Ollama's naming: "nomic-embed-text" is "nomic-embed-text:latest".
+    return model if ":" in model else f"{model}:latest"
+
+
+# ----------------------------------------------------------------------------- lenient JSON
+
+
+def parse_json_leniently(text: str) -> dict | list | None:
+    """The outermost JSON object or array in model output, or None if none parses.
+
+    Models wrap JSON in prose or ``` fences and sometimes leave trailing commas;
+    both are tolerated. Of several JSON values in the text, the longest wins.
+    """
+    found = _longest_json_value(text)
+    if found is None and "," in text:
+        found = _longest_json_value(re.sub(r",(\s*[}\]])", r"\1", text))
+    return found
+
+
+_JSON_START = re.compile(r"[{\[]")
+
+
+def _longest_json_value(text: str) -> dict | list | None:
+    decoder = json.JSONDecoder()
+    best: dict | list | None = None
+    best_length = 0
+    position = 0
+    while True:
+        match = _JSON_START.search(text, position)
+        if match is None:
+            return best
+        start = match.start()
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            position = start + 1
+            continue
+        if end - start > best_length:
+            best, best_length = value, end - start
+        position = end  # anything inside this value is nested in it, not outermost

@@ -1,0 +1,232 @@
+"""The single writer: one APSW connection, one thread, group commit.
+
+Producers submit a write — a function of the connection — and wait for its result.
+The thread drains whatever is queued into one transaction, each write inside its own
+SAVEPOINT, so a write that raises is rolled back alone and its exception reaches its
+own caller only. A full queue blocks producers (back-pressure); nothing is dropped.
+A submitted write is either committed before its caller sees the result, or the
+caller gets an exception.
+
+Both processes use it: the front-end with Durability.FULL for events, the worker with
+NORMAL for derived data.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import apsw
+import structlog
+
+from app.db import Durability, connect, migrate
+
+T = TypeVar("T")
+Write = Callable[[apsw.Connection], T]
+
+log = structlog.get_logger(__name__)
+
+_STOP = object()
+# How long a busy writer waits for more writes before committing; far below an fsync.
+LINGER_SECONDS = 0.0002
+
+
+class WriterClosed(RuntimeError):
+    """The writer has shut down; the write was not queued."""
+
+
+class CommitFailed(RuntimeError):
+    """The transaction holding this write could not commit; the write is not stored."""
+
+
+@dataclass
+class WriterStats:
+    writes: int = 0
+    failed_writes: int = 0
+    commits: int = 0
+    last_batch_size: int = 0
+    largest_batch_size: int = 0
+
+
+class _Job:
+    """One queued write and its outcome.
+
+    Completion is signalled with a bare lock (acquired now, released when done): far
+    cheaper than a Future's Condition when dozens of producers hand over thousands of
+    writes a second.
+    """
+
+    __slots__ = ("write", "ok", "value", "_done")
+
+    def __init__(self, write: Write) -> None:
+        self.write = write
+        self.ok = False
+        self.value: Any = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def finish(self, ok: bool, value: Any) -> None:
+        self.ok, self.value = ok, value
+        self._done.release()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self._done.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError("the write was not committed in time")
+        self._done.release()  # let result() be asked again
+        if self.ok:
+            return self.value
+        raise self.value
+
+    def done(self) -> bool:
+        return not self._done.locked()
+
+
+class Writer:
+    def __init__(
+        self,
+        path: Path,
+        durability: Durability = Durability.NORMAL,
+        queue_size: int = 1024,
+        max_batch: int = 512,
+        name: str = "hilo-writer",
+    ) -> None:
+        self.path = Path(path)
+        self.durability = durability
+        self.max_batch = max_batch
+        self.stats = WriterStats()
+        self._con = connect(self.path, durability)
+        migrate(self._con)
+        self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._slots = threading.BoundedSemaphore(queue_size)
+        # Held while checking `_closed` and queueing, so nothing slips in behind _STOP.
+        self._admit = threading.Lock()
+        self._closed = False
+        self._last_batch = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: Any, durability: Durability) -> Writer:
+        from app.db import memory_db_path
+
+        return cls(
+            memory_db_path(config.data_dir),
+            durability,
+            queue_size=config.writer.queue_size,
+            max_batch=config.writer.max_batch,
+        )
+
+    # -- producers ---------------------------------------------------------------------
+
+    def submit(self, write: Write[T], timeout: float | None = None) -> T:
+        """Queue a write, wait until it is committed, return its result (or raise)."""
+        return self.submit_nowait(write).result(timeout)
+
+    def submit_nowait(self, write: Write[T]) -> _Job:
+        """Queue a write and return at once with its future. Blocks while the queue is full."""
+        job = _Job(write)
+        self._slots.acquire()  # back-pressure: blocks while queue_size writes are waiting
+        with self._admit:
+            if self._closed:
+                self._slots.release()
+                raise WriterClosed(f"the writer for {self.path} is closed")
+            self._queue.put(job)
+        return job
+
+    @property
+    def depth(self) -> int:
+        """Writes queued and not yet taken by the writer thread."""
+        return self._queue.qsize()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting writes, commit everything already queued, close the connection."""
+        with self._admit:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)  # takes no slot: close never waits on a full queue
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch, stop = self._take_batch()
+                if batch:
+                    self._commit(batch)
+                if stop:
+                    return
+        finally:
+            self._con.close()
+
+    def _take_batch(self) -> tuple[list[_Job], bool]:
+        batch: list[_Job] = []
+        stop = False
+        lingered = False
+        job = self._queue.get()
+        while True:
+            if job is _STOP:
+                stop = True
+                break
+            batch.append(job)
+            self._slots.release()
+            if len(batch) >= self.max_batch:
+                break
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                if lingered or self._last_batch < 2:
+                    break
+                # Producers are busy: give the ones just released a moment to queue
+                # their next write, so it shares this commit's fsync (commit_delay).
+                lingered = True
+                time.sleep(LINGER_SECONDS)
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+        self._last_batch = len(batch)
+        return batch, stop
+
+    def _commit(self, batch: list[_Job]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            self._con.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                outcomes.append(self._run_one(job))
+            self._con.execute("COMMIT")
+        except Exception as exc:
+            # BEGIN or COMMIT failed (disk full, I/O error): nothing in the batch is stored.
+            if not self._con.getautocommit():
+                self._con.execute("ROLLBACK")
+            log.error("writer.commit_failed", batch=len(batch), error=str(exc))
+            for job in batch:
+                job.finish(False, CommitFailed(f"could not commit to {self.path}: {exc}"))
+            return
+        self.stats.commits += 1
+        self.stats.last_batch_size = len(batch)
+        self.stats.largest_batch_size = max(self.stats.largest_batch_size, len(batch))
+        for job, (ok, value) in zip(batch, outcomes):
+            if ok:
+                self.stats.writes += 1
+            else:
+                self.stats.failed_writes += 1
+            job.finish(ok, value)
+
+    def _run_one(self, job: _Job) -> tuple[bool, Any]:
+        try:
+            with self._con:  # a SAVEPOINT inside the batch's transaction
+                return True, job.write(self._con)
+        except Exception as exc:
+            return False, exc

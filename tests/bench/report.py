@@ -1,0 +1,94 @@
+"""Shared plumbing for benchmarks: the machine, peak RSS, and BENCHMARKS.md sections.
+
+Each benchmark owns one section of BENCHMARKS.md (between its markers) and rewrites it
+on every full run, with the command and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import apsw
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    return p
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, SQLite {apsw.sqlite_lib_version()}, "
+            f"APSW {apsw.apsw_version()}")
+
+
+def command_line() -> str:
+    module = Path(sys.argv[0]).with_suffix("").relative_to(REPO_ROOT).as_posix().replace("/", ".")
+    return " ".join(["python -m", module, *sys.argv[1:]])
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace this benchmark's section of BENCHMARKS.md (or append it)."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = (f"{start}\n## {name}\n\nCommand: `{command_line()}`  \n"
+               f"Machine: {machine()}  \nRun: {stamp}\n\n{body.strip()}\n{end}")
+    text = BENCHMARKS_MD.read_text(encoding="utf-8") if BENCHMARKS_MD.exists() else (
+        "# Benchmarks\n\nEach section is rewritten by the benchmark named in it "
+        "(`python -m tests.bench.<name>`); see the README.\n")
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1]
+        text = before + section + after
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    BENCHMARKS_MD.write_text(text, encoding="utf-8")
+
+
+def emit(args: argparse.Namespace, name: str, results: dict, markdown: str) -> None:
+    """Print results (JSON or markdown) and, unless told not to, record them."""
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        print(markdown)
+    if not args.no_write and not args.quick:
+        write_section(name, markdown)

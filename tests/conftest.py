@@ -1,0 +1,45 @@
+"""Fixtures shared by the whole suite: a configured data directory, a writer, and the
+fake Ollama server (tests/fake_ollama.py) speaking the real HTTP API on loopback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.config import Config, load_config
+from app.datadir import init_data_dir
+from app.db import Durability, memory_db_path
+from app.writer import Writer
+
+pytest_plugins = ["tests.fake_ollama"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reads the developer's HILO_* variables, config or home directory."""
+    for var in list(os.environ):
+        if var.startswith("HILO_"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    """The repository's defaults with a fresh data directory."""
+    return load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def data_dir(config: Config) -> Path:
+    init_data_dir(config)
+    return config.data_dir
+
+
+@pytest.fixture
+def writer(config: Config, data_dir: Path):
+    with Writer(memory_db_path(data_dir), Durability.FULL) as w:
+        yield w

@@ -1,0 +1,886 @@
+"""A fake Ollama server for the test suite and the benchmarks.
+
+Real HTTP on a loopback port, speaking the wire formats of Ollama's native API
+(/api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, /api/show,
+/api/version) and of its OpenAI-compatible API (/v1/chat/completions, /v1/models,
+/v1/embeddings), so the official `ollama` and `openai` packages work against it.
+
+Replies are scripted per test and consumed in order, one per call:
+
+    fake_ollama.script_chat("Hello there", Fault.http_500("boom"), {"name": "Ana"})
+
+A str is the reply text; a dict or list is sent as its JSON text; a `Fault` changes
+how that call fails. Chat scripts serve /api/chat and /v1/chat/completions; generate
+scripts serve /api/generate. When a script is empty, `fake.responder(body)` is asked
+(if set; returning None means "no opinion"), then a deterministic default: "ok: <last
+user text>" (first 60 characters), or "{}" when the request asks for JSON (`format`,
+or `response_format` on /v1).
+
+Token counts are deterministic so tests can calibrate estimates:
+`count_tokens(text)` is ceil(len(text) / 4); `prompt_eval_count` is the sum of
+`count_tokens` over every message's content (chat) or over system + prompt
+(generate); `eval_count` is `count_tokens(reply)`.
+
+Embeddings default to a hashed bag of words, L2-normalised (`embedding_dim`, 16 by
+default), so texts sharing words have a high cosine similarity; set
+`fake.embed_fn = lambda text: [...]` to override.
+
+Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
+Every request is recorded in `fake.requests` (method, path, parsed JSON body).
+
+Run it standalone (end-to-end tests, benchmarks); it prints its URL on one line:
+
+    python -m tests.fake_ollama --port 11500 [--latency-ms 5] [--script-file F]
+
+The script file is JSON: {"chat": [...], "generate": [...], "embed": [...],
+"models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>}
+or a fault spec such as {"fault": "delay", "seconds": 0.5}, {"fault": "http_500"},
+{"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import collections
+import hashlib
+import json
+import math
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import urlsplit
+
+import pytest
+
+DEFAULT_MODELS = ("gemma3:4b", "nomic-embed-text:latest", "qwen2.5:3b")
+DEFAULT_EMBEDDING_DIM = 16
+# What a model with a half-written JSON object looks like (Fault.malformed_json on a
+# request that asked for JSON).
+MALFORMED_JSON_CONTENT = '{"profile": ['
+# A body no JSON parser accepts (Fault.malformed_json on an ordinary request).
+MALFORMED_BODY = b'{"model": "broken", "message": {"role": "assistant", "content": '
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+@dataclass(frozen=True)
+class Fault:
+    """How one scripted call misbehaves. Build with the class methods."""
+
+    kind: str
+    seconds: float = 0.0
+    status: int = 500
+    message: str = ""
+    after_chunks: int = 0
+    then: Any = None
+
+    @classmethod
+    def delay(cls, seconds: float, then: Any = None) -> Fault:
+        """Wait, then answer with `then` (a reply or another Fault), else the default."""
+        return cls("delay", seconds=seconds, then=then)
+
+    @classmethod
+    def http_500(cls, message: str = "an internal error occurred") -> Fault:
+        return cls.http_error(500, message)
+
+    @classmethod
+    def http_error(cls, status: int, message: str) -> Fault:
+        return cls("http_error", status=status, message=message)
+
+    @classmethod
+    def malformed_json(cls) -> Fault:
+        """Non-JSON body; or, when the request asked for JSON, a broken JSON reply."""
+        return cls("malformed_json")
+
+    @classmethod
+    def cut_stream(cls, after_chunks: int = 1) -> Fault:
+        """Stream N chunks, then drop the connection with no done line.
+
+        On a non-streaming request the connection drops before any response.
+        """
+        return cls("cut_stream", after_chunks=after_chunks)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Fault:
+        """A fault from a script file entry, e.g. {"fault": "delay", "seconds": 1}."""
+        kind = spec["fault"]
+        if kind == "delay":
+            return cls.delay(spec.get("seconds", 0.0), then=_script_item(spec["then"]) if "then" in spec else None)
+        if kind == "http_500":
+            return cls.http_500(spec.get("message", "an internal error occurred"))
+        if kind == "http_error":
+            return cls.http_error(spec["status"], spec.get("message", "error"))
+        if kind == "malformed_json":
+            return cls.malformed_json()
+        if kind == "cut_stream":
+            return cls.cut_stream(spec.get("after_chunks", 1))
+        raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, malformed_json or cut_stream")
+
+
+def _script_item(item: Any) -> Any:
+    """A script file entry → a reply or a Fault."""
+    if isinstance(item, dict) and "fault" in item:
+        return Fault.from_spec(item)
+    if isinstance(item, dict) and "reply" in item:
+        return item["reply"]
+    return item
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    body: Any  # parsed JSON, the raw text if it was not JSON, or None
+    headers: dict[str, str]
+
+
+def count_tokens(text: str) -> int:
+    """The fake's tokenizer: one token per 4 characters, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Text of a chat message; OpenAI-style content may be a list of parts."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
+    return sum(count_tokens(message_text(m)) for m in messages)
+
+
+def hashed_bag_of_words(text: str, dim: int = DEFAULT_EMBEDDING_DIM) -> list[float]:
+    """Deterministic embedding: each word adds ±1 to a hashed slot; L2-normalised."""
+    vector = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        slot = int.from_bytes(digest[:4], "little") % dim
+        vector[slot] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0:
+        # Real models never return a zero vector; cosine code may divide by the norm.
+        return [1.0] + [0.0] * (dim - 1)
+    return [v / norm for v in vector]
+
+
+def unused_loopback_url() -> str:
+    """A URL on a loopback port nothing listens on: connecting is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _full_name(model: str) -> str:
+    """Ollama's naming: a model without a tag means its :latest tag."""
+    return model if ":" in model else f"{model}:latest"
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _split_into_pieces(text: str) -> list[str]:
+    """Stream chunks, one per word with its trailing space, so a cut lands mid-reply."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def _reply_text(reply: Any) -> str:
+    return reply if isinstance(reply, str) else json.dumps(reply)
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+class FakeOllama:
+    """A scripted Ollama server on 127.0.0.1; `start()` it, point clients at `url`."""
+
+    def __init__(
+        self,
+        *,
+        models: Sequence[str] = DEFAULT_MODELS,
+        embedding_dim: int = DEFAULT_EMBEDDING_DIM,
+        latency: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._initial_models = list(models)
+        self.models: list[str] = list(models)
+        self.embedding_dim = embedding_dim
+        self._initial_latency = latency
+        self.latency = latency  # seconds added to every call, for benchmarks
+        self.responder: Callable[[dict[str, Any]], Any] | None = None
+        self.embed_fn: Callable[[str], list[float]] = self.default_embedding
+        self.requests: list[RecordedRequest] = []
+        self._scripts: dict[str, collections.deque[Any]] = {
+            kind: collections.deque() for kind in ("chat", "generate", "embed")
+        }
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._server = _Server((host, port), _Handler, self)
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeOllama:
+        # The socket is already bound and listening, so clients can connect right away.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True, name="fake-ollama"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes delayed replies
+        if self._thread is not None:
+            self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            open_connections = list(self._connections)
+        for connection in open_connections:
+            # Keep-alive connections would otherwise outlive the server.
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> FakeOllama:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- scripting
+
+    def script_chat(self, *replies: Any) -> None:
+        """Queue replies for /api/chat and /v1/chat/completions, one per call."""
+        self._queue("chat", replies)
+
+    def script_generate(self, *replies: Any) -> None:
+        """Queue replies for /api/generate, one per call."""
+        self._queue("generate", replies)
+
+    def script_embed(self, *items: Any) -> None:
+        """Queue Faults, or explicit embeddings (a list of vectors), for embed calls."""
+        self._queue("embed", items)
+
+    def load_script(self, path: str) -> None:
+        with open(path, encoding="utf-8") as file:
+            script = json.load(file)
+        if "models" in script:
+            self.models = list(script["models"])
+        for kind in ("chat", "generate", "embed"):
+            self._queue(kind, [_script_item(item) for item in script.get(kind, [])])
+
+    def reset(self) -> None:
+        """Back to as constructed: no scripts, requests, responder or changed settings."""
+        with self._lock:
+            for script in self._scripts.values():
+                script.clear()
+            self.requests.clear()
+        self.responder = None
+        self.latency = self._initial_latency
+        self.models = list(self._initial_models)
+        self.embed_fn = self.default_embedding
+
+    def default_embedding(self, text: str) -> list[float]:
+        return hashed_bag_of_words(text, self.embedding_dim)
+
+    def bodies(self, path: str) -> list[Any]:
+        """JSON bodies of the recorded requests to `path`, oldest first."""
+        with self._lock:
+            return [r.body for r in self.requests if r.path == path]
+
+    # -- used by the endpoint functions
+
+    def knows(self, model: str) -> bool:
+        return _full_name(model) in {_full_name(m) for m in self.models}
+
+    def next_reply(self, kind: str, body: dict[str, Any]) -> Any:
+        with self._lock:
+            script = self._scripts[kind]
+            if script:
+                return script.popleft()
+        return self.unscripted_reply(kind, body)
+
+    def unscripted_reply(self, kind: str, body: dict[str, Any]) -> Any:
+        if kind == "embed":
+            return None  # computed with embed_fn
+        if self.responder is not None:
+            reply = self.responder(body)
+            if reply is not None:
+                return reply
+        return _default_reply(kind, body)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep that ends early when the server stops, so teardown never waits."""
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+    def record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def track(self, connection: socket.socket, is_open: bool) -> None:
+        with self._lock:
+            if is_open:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def _queue(self, kind: str, items: Sequence[Any]) -> None:
+        with self._lock:
+            self._scripts[kind].extend(items)
+
+
+def _wants_json(body: dict[str, Any]) -> bool:
+    if body.get("format") not in (None, ""):
+        return True
+    response_format = body.get("response_format") or {}
+    return response_format.get("type") in ("json_object", "json_schema")
+
+
+def _default_reply(kind: str, body: dict[str, Any]) -> str:
+    if _wants_json(body):
+        return "{}"
+    if kind == "generate":
+        said = str(body.get("prompt", ""))
+    else:
+        user_turns = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        said = message_text(user_turns[-1]) if user_turns else ""
+    return f"ok: {said[:60]}"
+
+
+# ----------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a stuck handler must never keep the test process alive
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type, fake: FakeOllama) -> None:
+        self.fake = fake
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that time out or hang up leave broken pipes behind: expected here.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: benchmarks measure the server, not TCP setup
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Small writes (stream chunks) must leave at once, not wait for Nagle.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.fake.track(self.connection, is_open=True)
+
+    def finish(self) -> None:
+        self.server.fake.track(self.connection, is_open=False)
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test and benchmark output clean
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_HEAD(self) -> None:
+        self.send_bytes(200, b"", "text/plain; charset=utf-8")
+
+    def _dispatch(self, method: str) -> None:
+        fake = self.server.fake
+        path = urlsplit(self.path).path.rstrip("/") or "/"
+        body = self._read_body()
+        fake.record(RecordedRequest(method, path, body, {k.lower(): v for k, v in self.headers.items()}))
+        fake.pause(fake.latency)
+        route = ROUTES.get(path)
+        if route is None:
+            self.send_bytes(404, b"404 page not found", "text/plain")
+        elif route[0] != method:
+            self.send_bytes(405, b"405 method not allowed", "text/plain")
+        elif method == "POST" and not isinstance(body, dict):
+            self.send_json(400, {"error": "invalid JSON in request body"})
+        else:
+            route[1](fake, self, body)
+
+    def _read_body(self) -> Any:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raw = self._read_chunked()
+        else:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def _read_chunked(self) -> bytes:
+        parts = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
+    # -- responses
+
+    def send_bytes(self, status: int, data: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_json(self, status: int, obj: Any) -> None:
+        self.send_bytes(status, json.dumps(obj).encode(), "application/json; charset=utf-8")
+
+    def start_stream(self, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def hang_up(self) -> None:
+        """Drop the connection abruptly, as a crashed server would."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------- endpoints
+
+
+def _ollama_error(message: str) -> dict[str, Any]:
+    return {"error": message}
+
+
+def _openai_error(status: int, message: str) -> dict[str, Any]:
+    kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _not_found_message(model: str) -> str:
+    return f'model "{model}" not found, try pulling it first'
+
+
+@dataclass
+class _Answer:
+    """The reply text to send, and a fault still to apply while sending it."""
+
+    text: str
+    fault: Fault | None = None
+
+
+def _answer(
+    fake: FakeOllama, kind: str, body: dict[str, Any], http: _Handler, error_body: Callable[[int, str], Any]
+) -> _Answer | None:
+    """Resolve the next scripted item; None when a fault has already answered."""
+    item = fake.next_reply(kind, body)
+    while isinstance(item, Fault) and item.kind == "delay":
+        fake.pause(item.seconds)
+        item = item.then if item.then is not None else fake.unscripted_reply(kind, body)
+    if isinstance(item, Fault) and item.kind == "http_error":
+        http.send_json(item.status, error_body(item.status, item.message))
+        return None
+    if isinstance(item, Fault):
+        text = _reply_text(fake.unscripted_reply(kind, body))
+        if item.kind == "malformed_json" and _wants_json(body):
+            return _Answer(MALFORMED_JSON_CONTENT)  # a well-formed response carrying broken JSON
+        return _Answer(text, item)
+    return _Answer(_reply_text(item))
+
+
+def _send_stream(
+    http: _Handler, content_type: str, frames: list[bytes], ending: list[bytes], fault: Fault | None
+) -> None:
+    """Send content frames then the ending; a fault cuts or garbles the stream."""
+    http.start_stream(content_type)
+    if fault is not None and fault.kind == "malformed_json":
+        garbage = b"<html>this is not json</html>"
+        http.write_chunk(b"data: " + garbage + b"\n\n" if content_type == "text/event-stream" else garbage + b"\n")
+        http.end_stream()
+        return
+    if fault is not None and fault.kind == "cut_stream":
+        for frame in frames[: fault.after_chunks]:
+            http.write_chunk(frame)
+        http.hang_up()
+        return
+    for frame in frames + ending:
+        http.write_chunk(frame)
+    http.end_stream()
+
+
+def _send_whole(http: _Handler, obj: Any, fault: Fault | None) -> None:
+    if fault is not None and fault.kind == "cut_stream":
+        http.hang_up()
+    elif fault is not None and fault.kind == "malformed_json":
+        http.send_bytes(200, MALFORMED_BODY, "application/json; charset=utf-8")
+    else:
+        http.send_json(200, obj)
+
+
+def _ndjson(obj: Any) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _done_stats(started: float, prompt_count: int, reply: str) -> dict[str, Any]:
+    total = int((time.perf_counter() - started) * 1e9)
+    return {
+        "done_reason": "stop",
+        "total_duration": total,
+        "load_duration": 0,
+        "prompt_eval_count": prompt_count,
+        "prompt_eval_duration": total // 2,
+        "eval_count": count_tokens(reply),
+        "eval_duration": total // 2,
+    }
+
+
+def _model_or_404(fake: FakeOllama, http: _Handler, body: dict[str, Any], openai: bool = False) -> str | None:
+    model = str(body.get("model") or "")
+    if fake.knows(model):
+        return model
+    message = _not_found_message(model)
+    http.send_json(404, _openai_error(404, message) if openai else _ollama_error(message))
+    return None
+
+
+def api_chat(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    model = _model_or_404(fake, http, body)
+    if model is None:
+        return
+    answer = _answer(fake, "chat", body, http, lambda status, message: _ollama_error(message))
+    if answer is None:
+        return
+    head = {"model": model, "created_at": _now_iso()}
+    stats = _done_stats(started, prompt_tokens(body.get("messages") or []), answer.text)
+    if body.get("stream", True):
+        frames = [
+            _ndjson({**head, "message": {"role": "assistant", "content": piece}, "done": False})
+            for piece in _split_into_pieces(answer.text)
+        ]
+        done = {**head, "message": {"role": "assistant", "content": ""}, "done": True, **stats}
+        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault)
+    else:
+        whole = {**head, "message": {"role": "assistant", "content": answer.text}, "done": True, **stats}
+        _send_whole(http, whole, answer.fault)
+
+
+def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    model = _model_or_404(fake, http, body)
+    if model is None:
+        return
+    answer = _answer(fake, "generate", body, http, lambda status, message: _ollama_error(message))
+    if answer is None:
+        return
+    head = {"model": model, "created_at": _now_iso()}
+    prompt_count = count_tokens(str(body.get("system") or "")) + count_tokens(str(body.get("prompt") or ""))
+    stats = _done_stats(started, prompt_count, answer.text)
+    if body.get("stream", True):
+        frames = [_ndjson({**head, "response": piece, "done": False}) for piece in _split_into_pieces(answer.text)]
+        done = {**head, "response": "", "done": True, **stats}
+        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault)
+    else:
+        _send_whole(http, {**head, "response": answer.text, "done": True, **stats}, answer.fault)
+
+
+def _embeddings(
+    fake: FakeOllama, http: _Handler, body: dict[str, Any], texts: list[str], openai: bool
+) -> list[list[float]] | None:
+    """Vectors for `texts`, or None when a scripted fault has already answered."""
+    item = fake.next_reply("embed", body)
+    while isinstance(item, Fault) and item.kind == "delay":
+        fake.pause(item.seconds)
+        item = item.then
+    if isinstance(item, Fault):
+        if item.kind == "http_error":
+            error = _openai_error(item.status, item.message) if openai else _ollama_error(item.message)
+            http.send_json(item.status, error)
+        else:
+            _send_whole(http, None, item)
+        return None
+    if item is not None:
+        return item
+    return [fake.embed_fn(text) for text in texts]
+
+
+def _as_text_list(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [str(v) for v in value or []]
+
+
+def api_embed(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    model = _model_or_404(fake, http, body)
+    if model is None:
+        return
+    texts = _as_text_list(body.get("input"))
+    vectors = _embeddings(fake, http, body, texts, openai=False)
+    if vectors is None:
+        return
+    http.send_json(
+        200,
+        {
+            "model": model,
+            "embeddings": vectors,
+            "total_duration": 0,
+            "load_duration": 0,
+            "prompt_eval_count": sum(count_tokens(t) for t in texts),
+        },
+    )
+
+
+def api_embeddings_legacy(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    """The older one-text endpoint, still used by some clients."""
+    if _model_or_404(fake, http, body) is None:
+        return
+    vectors = _embeddings(fake, http, body, [str(body.get("prompt") or "")], openai=False)
+    if vectors is not None:
+        http.send_json(200, {"embedding": vectors[0]})
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    full = _full_name(name)
+    family = re.split(r"[:\-.]", full)[0]
+    return {
+        "name": full,
+        "model": full,
+        "modified_at": "2025-01-01T00:00:00Z",
+        "size": 1_000_000 * (len(full) + 100),
+        "digest": hashlib.sha256(full.encode()).hexdigest(),
+        "details": {
+            "parent_model": "",
+            "format": "gguf",
+            "family": family,
+            "families": [family],
+            "parameter_size": full.split(":")[1].upper() if full.split(":")[1][:1].isdigit() else "137M",
+            "quantization_level": "Q4_K_M",
+        },
+    }
+
+
+def api_tags(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    http.send_json(200, {"models": [_model_entry(name) for name in fake.models]})
+
+
+def api_show(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    name = str(body.get("model") or body.get("name") or "")
+    if not fake.knows(name):
+        http.send_json(404, _ollama_error(f"model '{name}' not found"))
+        return
+    entry = _model_entry(name)
+    family = entry["details"]["family"]
+    embeds = "embed" in name
+    http.send_json(
+        200,
+        {
+            "modelfile": f"FROM {entry['name']}\n",
+            "parameters": "stop \"<end_of_turn>\"",
+            "template": "{{ .Prompt }}",
+            "details": entry["details"],
+            "model_info": {
+                "general.architecture": family,
+                f"{family}.context_length": 8192,
+                f"{family}.embedding_length": fake.embedding_dim,
+            },
+            "capabilities": ["embedding"] if embeds else ["completion"],
+            "modified_at": entry["modified_at"],
+        },
+    )
+
+
+def api_version(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    http.send_json(200, {"version": "0.0.0-fake"})
+
+
+def root(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    http.send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
+
+
+def _delta(piece: str, finish_reason: str | None) -> dict[str, Any]:
+    return {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": finish_reason}
+
+
+def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    model = _model_or_404(fake, http, body, openai=True)
+    if model is None:
+        return
+    answer = _answer(fake, "chat", body, http, _openai_error)
+    if answer is None:
+        return
+    head = {
+        "id": f"chatcmpl-{len(fake.requests)}",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_ollama",
+    }
+    prompt_count = prompt_tokens(body.get("messages") or [])
+    usage = {
+        "prompt_tokens": prompt_count,
+        "completion_tokens": count_tokens(answer.text),
+        "total_tokens": prompt_count + count_tokens(answer.text),
+    }
+    if body.get("stream"):
+        chunk = {**head, "object": "chat.completion.chunk"}
+        frames = [
+            _sse({**chunk, "choices": [_delta(piece, finish_reason=None)]})
+            for piece in _split_into_pieces(answer.text)
+        ]
+        ending = [_sse({**chunk, "choices": [_delta("", finish_reason="stop")]})]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            ending.append(_sse({**chunk, "choices": [], "usage": usage}))
+        ending.append(b"data: [DONE]\n\n")
+        _send_stream(http, "text/event-stream", frames, ending, answer.fault)
+    else:
+        whole = {
+            **head,
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": answer.text}, "finish_reason": "stop"}
+            ],
+            "usage": usage,
+        }
+        _send_whole(http, whole, answer.fault)
+
+
+def v1_models(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    data = [
+        {"id": _full_name(name), "object": "model", "created": 1735689600, "owned_by": "library"}
+        for name in fake.models
+    ]
+    http.send_json(200, {"object": "list", "data": data})
+
+
+def _float32_base64(vector: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def v1_embeddings(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    model = _model_or_404(fake, http, body, openai=True)
+    if model is None:
+        return
+    texts = _as_text_list(body.get("input"))
+    vectors = _embeddings(fake, http, body, texts, openai=True)
+    if vectors is None:
+        return
+    encode = _float32_base64 if body.get("encoding_format") == "base64" else (lambda v: v)
+    count = sum(count_tokens(t) for t in texts)
+    http.send_json(
+        200,
+        {
+            "object": "list",
+            "data": [{"object": "embedding", "embedding": encode(v), "index": i} for i, v in enumerate(vectors)],
+            "model": model,
+            "usage": {"prompt_tokens": count, "total_tokens": count},
+        },
+    )
+
+
+Endpoint = Callable[[FakeOllama, _Handler, Any], None]
+ROUTES: dict[str, tuple[str, Endpoint]] = {
+    "/": ("GET", root),
+    "/api/version": ("GET", api_version),
+    "/api/tags": ("GET", api_tags),
+    "/api/show": ("POST", api_show),
+    "/api/chat": ("POST", api_chat),
+    "/api/generate": ("POST", api_generate),
+    "/api/embed": ("POST", api_embed),
+    "/api/embeddings": ("POST", api_embeddings_legacy),
+    "/v1/chat/completions": ("POST", v1_chat_completions),
+    "/v1/models": ("GET", v1_models),
+    "/v1/embeddings": ("POST", v1_embeddings),
+}
+
+
+# ----------------------------------------------------------------------------- pytest and CLI
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    """A started FakeOllama for one test; load with pytest_plugins = ["tests.fake_ollama"]."""
+    fake = FakeOllama().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fake_ollama", description="Run the fake Ollama server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="added to every call")
+    parser.add_argument("--script-file", help="JSON script of replies and faults (see module docstring)")
+    parser.add_argument(
+        "--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names (default: %(default)s)"
+    )
+    parser.add_argument("--embedding-dim", type=int, default=DEFAULT_EMBEDDING_DIM)
+    args = parser.parse_args(argv)
+
+    fake = FakeOllama(
+        models=[m.strip() for m in args.models.split(",") if m.strip()],
+        embedding_dim=args.embedding_dim,
+        latency=args.latency_ms / 1000,
+        host=args.host,
+        port=args.port,
+    )
+    if args.script_file:
+        fake.load_script(args.script_file)
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+    signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+    fake.start()
+    print(fake.url, flush=True)
+    stop_requested.wait()
+    fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

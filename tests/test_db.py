@@ -1,0 +1,110 @@
+"""The memory database: migrations, schema, FTS sync, connection modes."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+
+from app import db
+from app.db import Durability, SchemaTooNew, connect, connect_readonly, migrate
+
+LAYER_TABLES = ["sessions", "events", "context_cards", "profile", "facts", "diary",
+                "embeddings", "scheduled_tasks", "memory_log"]
+
+
+def schema(con: apsw.Connection) -> list[tuple]:
+    return list(con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name"))
+
+
+def test_migrations_apply_once_and_are_recorded(tmp_path):
+    con = connect(tmp_path / "m.sqlite3")
+    first = migrate(con)
+    before = schema(con)
+    assert first == [m.name for m in db.available_migrations()]
+    assert migrate(con) == []
+    assert schema(con) == before
+    recorded = list(con.execute("SELECT name, applied_at FROM _hilo_migrations"))
+    assert [r[0] for r in recorded] == first and all(r[1].endswith("Z") for r in recorded)
+
+
+def test_database_from_a_newer_hilo_is_refused(tmp_path):
+    con = connect(tmp_path / "m.sqlite3")
+    migrate(con)
+    con.execute("INSERT INTO _hilo_migrations VALUES ('9999_from_the_future.sql', 'now')")
+    with pytest.raises(SchemaTooNew, match="newer Hilo.*9999_from_the_future.sql.*upgrade Hilo"):
+        migrate(con)
+
+
+def test_every_layer_table_exists_and_carries_user_id(tmp_path):
+    con = connect(tmp_path / "m.sqlite3")
+    migrate(con)
+    for table in LAYER_TABLES:
+        columns = [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
+        assert "user_id" in columns, table
+
+
+def test_scheduled_tasks_columns(tmp_path):
+    con = connect(tmp_path / "m.sqlite3")
+    migrate(con)
+    columns = [row[1] for row in con.execute("PRAGMA table_info(scheduled_tasks)")]
+    assert columns == ["id", "user_id", "name", "cron_expr", "original_schedule", "prompt",
+                       "source", "is_oneshot", "is_paused", "is_trusted", "next_run_at",
+                       "last_run_at", "created_at", "updated_at"]
+
+
+def test_connections_use_wal_and_the_asked_durability(tmp_path):
+    full = connect(tmp_path / "m.sqlite3", Durability.FULL)
+    normal = connect(tmp_path / "m.sqlite3", Durability.NORMAL)
+    assert full.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert full.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert normal.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert full.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_readonly_connection_cannot_write_and_refuses_missing_file(tmp_path):
+    con = connect(tmp_path / "m.sqlite3")
+    migrate(con)
+    ro = connect_readonly(tmp_path / "m.sqlite3")
+    with pytest.raises(apsw.ReadOnlyError):
+        ro.execute("INSERT INTO sessions VALUES ('u', 's', NULL, 'a', 'b', NULL)")
+    with pytest.raises(db.DatabaseError, match="hilo init"):
+        connect_readonly(tmp_path / "missing.sqlite3")
+
+
+def test_fts_follows_inserts_updates_and_deletes(writer, config):
+    from app.events import append_event
+
+    event = append_event(writer, config, "ana", "s1", "user", "I adopted a dog named Pixel")
+    path = writer.path
+    ro = connect_readonly(path)
+
+    def hits(word: str) -> list[int]:
+        return [r[0] for r in ro.execute(
+            "SELECT rowid FROM events_fts WHERE events_fts MATCH ?", (f'"{word}"',))]
+
+    assert hits("pixel") == [event.id]
+    writer.submit(lambda con: con.execute(
+        "UPDATE events SET content = 'a cat named Mochi' WHERE id = ?", (event.id,)))
+    assert hits("pixel") == [] and hits("mochi") == [event.id]
+    writer.submit(lambda con: con.execute("DELETE FROM events WHERE id = ?", (event.id,)))
+    assert hits("mochi") == []
+    writer.submit(lambda con: con.execute(
+        "INSERT INTO events_fts (events_fts, rank) VALUES ('integrity-check', 1)"))
+
+
+def test_accents_do_not_matter_to_search(writer, config):
+    from app.events import append_event
+
+    event = append_event(writer, config, "ana", "s1", "user", "Tomé un café en Cádiz")
+    ro = connect_readonly(writer.path)
+    rows = list(ro.execute("SELECT rowid FROM events_fts WHERE events_fts MATCH ?", ('"cadiz"',)))
+    assert rows == [(event.id,)]
+
+
+def test_current_fact_key_is_unique_per_user_and_category(writer):
+    insert = ("INSERT INTO facts (user_id, category, key, value, source, created_at, updated_at) "
+              "VALUES (?, 'preference', 'editor', ?, 'agent', 't', 't')")
+    writer.submit(lambda con: con.execute(insert, ("ana", "vim")))
+    writer.submit(lambda con: con.execute(insert, ("bob", "emacs")))
+    with pytest.raises(apsw.ConstraintError):
+        writer.submit(lambda con: con.execute(insert, ("ana", "helix")))

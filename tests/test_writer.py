@@ -1,0 +1,129 @@
+"""The single writer: group commit, isolation of a failing write, back-pressure, drain."""
+
+from __future__ import annotations
+
+import threading
+
+import apsw
+import pytest
+
+from app.db import Durability, connect_readonly, memory_db_path
+from app.writer import Writer, WriterClosed
+
+INSERT = "INSERT INTO writes (producer, seq) VALUES (?, ?)"
+
+
+def make_row(user: str, seq: int):
+    def write(con: apsw.Connection) -> int:
+        con.execute(INSERT, (user, f"{seq:06d}"))
+        return con.last_insert_rowid()
+
+    return write
+
+
+def rows(path) -> list[tuple[str, str]]:
+    con = connect_readonly(path)
+    return list(con.execute("SELECT producer, seq FROM writes ORDER BY id"))
+
+
+@pytest.fixture
+def path(data_dir):
+    path = memory_db_path(data_dir)
+    with Writer(path) as writer:
+        writer.submit(lambda con: con.execute(
+            "CREATE TABLE writes (id INTEGER PRIMARY KEY, producer TEXT, seq TEXT)"))
+    return path
+
+
+def test_eight_producers_all_writes_present_in_order(path):
+    producers, per_producer = 8, 2000
+    with Writer(path, Durability.FULL, queue_size=64) as writer:
+        def produce(n: int) -> None:
+            for seq in range(per_producer):
+                writer.submit(make_row(f"p{n}", seq))
+
+        threads = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        batches = writer.stats.commits
+    stored = rows(path)
+    assert len(stored) == producers * per_producer
+    for n in range(producers):
+        mine = [seq for user, seq in stored if user == f"p{n}"]
+        assert mine == [f"{s:06d}" for s in range(per_producer)]
+    assert batches < producers * per_producer  # writes really were grouped
+
+
+def test_a_raising_write_is_rolled_back_alone(path):
+    gate = threading.Event()
+    with Writer(path) as writer:
+        # Hold the writer thread so the next three writes land in one batch.
+        blocker = writer.submit_nowait(lambda con: gate.wait(10))
+        before = writer.submit_nowait(make_row("a", 1))
+
+        def half_then_fail(con: apsw.Connection):
+            con.execute(INSERT, ("bad", "1"))
+            raise ValueError("this write is wrong")
+
+        bad = writer.submit_nowait(half_then_fail)
+        after = writer.submit_nowait(make_row("a", 2))
+        gate.set()
+        blocker.result(10)
+        assert before.result(10) and after.result(10)
+        with pytest.raises(ValueError, match="this write is wrong"):
+            bad.result(10)
+        assert writer.stats.largest_batch_size >= 3
+    assert rows(path) == [("a", "000001"), ("a", "000002")]
+
+
+def test_full_queue_blocks_producers_instead_of_dropping(path):
+    gate = threading.Event()
+    with Writer(path, queue_size=2) as writer:
+        held = writer.submit_nowait(lambda con: gate.wait(10))
+        # Wait until the writer thread has taken the blocking write off the queue.
+        for _ in range(1000):
+            if writer.depth == 0:
+                break
+            threading.Event().wait(0.01)
+        writer.submit_nowait(make_row("q", 1))
+        writer.submit_nowait(make_row("q", 2))
+        third_queued = threading.Event()
+
+        def third() -> None:
+            writer.submit_nowait(make_row("q", 3))
+            third_queued.set()
+
+        producer = threading.Thread(target=third)
+        producer.start()
+        # The queue is full: the third producer must still be waiting, not dropped.
+        assert not third_queued.wait(0.3)
+        gate.set()
+        assert third_queued.wait(10)
+        producer.join()
+        held.result(10)
+    assert rows(path) == [("q", "000001"), ("q", "000002"), ("q", "000003")]
+
+
+def test_close_drains_everything_queued(path):
+    writer = Writer(path, queue_size=5000)
+    futures = [writer.submit_nowait(make_row("d", i)) for i in range(3000)]
+    writer.close()
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == list(range(1, 3001))
+    assert len(rows(path)) == 3000
+
+
+def test_closed_writer_refuses_new_writes(path):
+    writer = Writer(path)
+    writer.close()
+    with pytest.raises(WriterClosed):
+        writer.submit(make_row("late", 1))
+
+
+def test_result_is_returned_only_after_commit(path):
+    with Writer(path) as writer:
+        writer.submit(make_row("c", 1))
+        # Another connection sees it as soon as submit returns.
+        assert rows(path) == [("c", "000001")]
