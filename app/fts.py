@@ -2,8 +2,8 @@
 
 User text never reaches MATCH as syntax: it is split into words (Unicode-aware, so
 accents and non-Latin scripts survive), English and Spanish stop-words are dropped,
-and every remaining word becomes a double-quoted phrase joined with OR. Quoted,
-`AND`, `NEAR`, `content:`, `*` and `^` are plain text to FTS5, never operators.
+and every remaining word becomes a double-quoted phrase joined with OR. Inside
+quotes, `AND`, `NEAR`, `content:`, `*` and `^` are plain text, never operators.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import unicodedata
 # More terms make bm25 slower without finding better rows.
 MAX_TERMS = 64
 
+# Splits where unicode61 does (punctuation, emoji, combining marks), except at "_".
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -83,7 +84,8 @@ STOP_WORDS: frozenset[str] = ENGLISH_STOP_WORDS | SPANISH_STOP_WORDS
 def terms(text: str, *, min_length: int = 1) -> list[str]:
     """The words of text worth searching for: lower-cased, no stop-words, each once."""
     found: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
+    # NFC: a decomposed "corazo\u0301n" would otherwise split at its accent.
+    for word in _WORD.findall(unicodedata.normalize("NFC", text.lower())):
         if _is_search_term(word, min_length) and word not in found:
             found[word] = None
             if len(found) == MAX_TERMS:

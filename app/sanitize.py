@@ -27,18 +27,18 @@ class Redacted:
     kinds: tuple[str, ...]
 
 
-_MARKER_PREFIX = "[REDACTED:"
-
-
 def marker(kind: str) -> str:
     """What replaces a secret of this kind."""
-    return f"{_MARKER_PREFIX}{kind}]"
+    return f"[REDACTED:{kind}]"
+
+
+_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
 
 
 class _Finding(NamedTuple):  # a tuple: megabyte logs can hold 100k of them
     start: int
     end: int
-    kind: str
+    kind: str | None  # None: a marker already in the text, kept as it is
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,7 @@ class _Rule:
         secret_groups = [name for name in self.pattern.groupindex if name.startswith("secret")]
         for match in self.pattern.finditer(text):
             start, end = _secret_span(match, secret_groups)
-            secret = text[start:end]
-            # Already-redacted text stays as it is, so redacting twice changes nothing.
-            if _MARKER_PREFIX in secret:
-                continue
-            kind = self.classify(match, secret)
+            kind = self.classify(match, text[start:end])
             if kind is not None:
                 yield _Finding(start, end, kind)
 
@@ -81,8 +77,9 @@ _PRIVATE_KEY = re.compile(
         # Stops at the next BEGIN/END line, so a stray header never scans to the end.
         (?P<body>(?:[^-]++|-(?!----(?:BEGIN|END)[ ]))*+)
         -----END[ ](?P=label)PRIVATE[ ]KEY(?P=block)-----
-      | # Pasted without its END line: take the base64 that follows.
-        (?P<truncated>(?:\s[A-Za-z0-9+/=]++)*+)
+      | # Cut before its END line: take the base64 lines that follow (newlines may be
+        # JSON-escaped, as in tool-call arguments).
+        (?P<truncated>(?:(?:\r?\n|\\r\\n|\\n|\s)[A-Za-z0-9+/=]++)*+)
     )
     """,
     re.VERBOSE,
@@ -211,10 +208,12 @@ _RULES: tuple[_Rule, ...] = (
 
 def redact_secrets(text: str) -> Redacted:
     """Replace every secret in text with [REDACTED:kind]; ordinary text is unchanged."""
-    claimed: list[_Finding] = []
+    # Markers already in the text are claimed first, so redacting twice changes nothing.
+    claimed = [_Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
     for rule in _RULES:
         claimed = _claim(claimed, rule.find(text))
-    return Redacted(text=_replace(text, claimed), kinds=tuple(f.kind for f in claimed))
+    kinds = tuple(f.kind for f in claimed if f.kind is not None)
+    return Redacted(text=_replace(text, claimed), kinds=kinds)
 
 
 def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Finding]:
@@ -240,7 +239,10 @@ def _replace(text: str, findings: list[_Finding]) -> str:
     position = 0
     for finding in findings:
         parts.append(text[position:finding.start])
-        parts.append(marker(finding.kind))
+        if finding.kind is not None:
+            parts.append(marker(finding.kind))
+        else:
+            parts.append(text[finding.start:finding.end])
         position = finding.end
     parts.append(text[position:])
     return "".join(parts)

@@ -380,6 +380,9 @@ def _default_reply(kind: str, body: dict[str, Any]) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck handler must never keep the test process alive
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops simultaneous connects from concurrent
+    # clients, which then stall a full second on SYN retransmission.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type, fake: FakeOllama) -> None:
         self.fake = fake

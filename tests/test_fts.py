@@ -68,6 +68,10 @@ def test_accented_query_finds_the_same_rows(db: apsw.Connection) -> None:
     assert search(db, "corazón música") == [6]
 
 
+def test_decomposed_accents_find_the_same_rows(db: apsw.Connection) -> None:
+    assert search(db, "corazo\u0301n") == [6]
+
+
 def test_accents_and_non_latin_scripts_survive_tokenisation() -> None:
     assert terms("Café Ñandú Москва 東京") == ["café", "ñandú", "москва", "東京"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import string
 from dataclasses import dataclass
@@ -80,6 +81,19 @@ SECRET_CASES = [
         "private_key_pasted_without_end_line",
         _RSA.split("-----END")[0],
         _RSA_LINE,
+        ("private_key",),
+    ),
+    SecretCase("private_key_in_json", json.dumps({"key": _EC}), _EC_LINE, ("private_key",), '{"key": "'),
+    SecretCase(
+        "private_key_cut_short_in_json",
+        json.dumps({"key": _OPENSSH[:200]}),
+        _OPENSSH_LINE[:40],
+        ("private_key",),
+    ),
+    SecretCase(
+        "private_key_cut_short_with_crlf",
+        _PKCS8.replace("\n", "\r\n")[:180],
+        _PKCS8_LINE[:40],
         ("private_key",),
     ),
     # aws_access_key

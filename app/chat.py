@@ -1,0 +1,266 @@
+"""The chat turn, shared by the REPL and the HTTP front-end.
+
+A turn: sanitise and append the user's event (stored even if the model is down),
+build the context, stream the reply from the model, append the reply, and hand the
+turn's events to the workers. The front-end writes only what the user authored —
+events and explicit memory edits — through its own writer with synchronous=FULL;
+everything derived is the workers' job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import apsw
+import structlog
+
+from app.config import Config
+from app.context import BuiltContext, build_context, read_bootstrap
+from app.datadir import bootstrap_path
+from app.db import Durability, connect_readonly, memory_db_path
+from app.events import Event, append_event, session_events
+from app.llm import ChatStream, ModelClient, ModelError
+from app.memory import end_session
+from app.tokens import TokenCounter
+from app.writer import Writer
+
+log = structlog.get_logger(__name__)
+
+INTERRUPTED_MARKER = " [interrupted]"
+# Sessions whose working set is kept in RAM at once; the least recently used go first.
+MAX_CACHED_SESSIONS = 256
+
+
+class WorkingMemory:
+    """Per-session recent events in RAM (≤ cap each), consistent with the database.
+
+    Loaded from the database on first use, appended to on every write, and trimmed of
+    events the workers have compacted since (one indexed query per read).
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._sessions: OrderedDict[tuple[str, str], deque[Event]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _get(self, con: apsw.Connection, user_id: str, session_id: str) -> deque[Event]:
+        key = (user_id, session_id)
+        events = self._sessions.get(key)
+        if events is None:
+            loaded = session_events(con, user_id, session_id, limit=self.cap,
+                                    include_compacted=False)
+            events = deque(loaded, maxlen=self.cap)
+            self._sessions[key] = events
+            while len(self._sessions) > MAX_CACHED_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(key)
+        return events
+
+    def add(self, con: apsw.Connection, event: Event) -> None:
+        with self._lock:
+            events = self._get(con, event.user_id, event.session_id)
+            if not events or events[-1].id < event.id:
+                events.append(event)
+
+    def window(self, con: apsw.Connection, user_id: str, session_id: str) -> list[Event]:
+        """The session's un-compacted recent events, oldest first."""
+        row = con.execute(
+            "SELECT max(id) FROM events WHERE user_id = ? AND session_id = ? AND compacted = 1",
+            (user_id, session_id),
+        ).fetchone()
+        compacted_upto = row[0] or 0
+        with self._lock:
+            events = self._get(con, user_id, session_id)
+            while events and events[0].id <= compacted_upto:
+                events.popleft()
+            return list(events)
+
+
+@dataclass
+class TurnOutcome:
+    user_event: Event
+    context: BuiltContext
+    reply_event: Event | None = None
+    error: ModelError | None = None
+    interrupted: bool = False
+
+
+class Turn:
+    """One turn in flight: iterate it for the reply's pieces as they arrive.
+
+    When iteration ends — completed, interrupted by `interrupt()` or Ctrl-C, or failed
+    with a ModelError (re-raised) — the reply received so far is stored and handed off.
+    """
+
+    def __init__(self, service: ChatService, outcome: TurnOutcome, stream: ChatStream) -> None:
+        self.service = service
+        self.outcome = outcome
+        self._stream = stream
+        self._interrupt = threading.Event()
+
+    @property
+    def context(self) -> BuiltContext:
+        return self.outcome.context
+
+    def interrupt(self) -> None:
+        self._interrupt.set()
+
+    def __iter__(self) -> Iterator[str]:
+        pieces: list[str] = []
+        try:
+            for piece in self._stream:
+                pieces.append(piece)
+                yield piece
+                if self._interrupt.is_set():
+                    self.outcome.interrupted = True
+                    break
+        except ModelError as exc:
+            self.outcome.error = exc
+            self._finish("".join(pieces), interrupted=True)
+            raise
+        except (KeyboardInterrupt, GeneratorExit):
+            self.outcome.interrupted = True
+            self._finish("".join(pieces), interrupted=True)
+            raise
+        finally:
+            self._stream.close()
+        self._finish("".join(pieces), interrupted=self.outcome.interrupted)
+
+    def run(self) -> TurnOutcome:
+        """Consume the whole reply; ModelError propagates after the user event is stored."""
+        for _ in self:
+            pass
+        return self.outcome
+
+    def _finish(self, text: str, *, interrupted: bool) -> None:
+        if self.outcome.reply_event is not None:
+            return
+        if interrupted and text:
+            text += INTERRUPTED_MARKER
+        if text:
+            self.outcome.reply_event = self.service.append(
+                self.outcome.user_event.user_id, self.outcome.user_event.session_id,
+                "assistant", text)
+        if self._stream.done:
+            self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
+        ids = [self.outcome.user_event.id]
+        if self.outcome.reply_event is not None:
+            ids.append(self.outcome.reply_event.id)
+        hand_off_turn(self.service.config, self.outcome.user_event.user_id,
+                      self.outcome.user_event.session_id, ids)
+
+
+class ChatService:
+    """What a front-end process holds: the event writer, the model client, the token
+    counter and the working memory. Thread-safe; one per process."""
+
+    def __init__(self, config: Config, *, model: ModelClient | None = None) -> None:
+        self.config = config
+        self.writer = Writer.from_config(config, Durability.FULL)
+        self.model = model or ModelClient.from_config(config)
+        self.tokens = TokenCounter()
+        self.working = WorkingMemory(config.memory.working_memory_cap)
+        self._local = threading.local()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.model.close()
+
+    def __enter__(self) -> ChatService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reader(self) -> apsw.Connection:
+        """This thread's read-only connection (a cursor must not cross threads)."""
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = connect_readonly(memory_db_path(self.config.data_dir))
+            self._local.con = con
+        return con
+
+    # -- writes the user authored ------------------------------------------------------------
+
+    def append(self, user_id: str, session_id: str, role: str, content: str | bytes,
+               **fields: Any) -> Event:
+        event = append_event(self.writer, self.config, user_id, session_id, role, content,
+                             **fields)
+        self.working.add(self.reader(), event)
+        return event
+
+    def edit(self, write) -> Any:
+        """An explicit memory edit by the user (a function of the write connection)."""
+        return self.writer.submit(write)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def build_context(self, user_id: str, session_id: str, text: str, *,
+                      client_system: str | None = None, model: str | None = None,
+                      exclude_event_id: int | None = None) -> BuiltContext:
+        con = self.reader()
+        window = [e for e in self.working.window(con, user_id, session_id)
+                  if e.id != exclude_event_id]
+        return build_context(
+            con, self.config, self.tokens, user_id, text, session_id=session_id,
+            window=window, bootstrap=read_bootstrap(bootstrap_path(self.config)),
+            client_system=client_system, model=model)
+
+    # -- the turn ----------------------------------------------------------------------------
+
+    def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
+                   client_system: str | None = None, model: str | None = None,
+                   options: dict | None = None) -> Turn:
+        """Store the user's message, build the context and open the model's stream.
+
+        Raises ModelError (after the message is stored) when the model cannot start.
+        """
+        user_event = self.append(user_id, session_id, "user", text)
+        context = self.build_context(user_id, session_id, user_event.content,
+                                     client_system=client_system, model=model,
+                                     exclude_event_id=user_event.id)
+        outcome = TurnOutcome(user_event, context)
+        opts = {"temperature": self.config.llm.temperature, **(options or {})}
+        try:
+            stream = self.model.chat_stream(context.messages, model=model, options=opts)
+        except ModelError as exc:
+            outcome.error = exc
+            hand_off_turn(self.config, user_id, session_id, [user_event.id])
+            raise
+        return Turn(self, outcome, stream)
+
+    def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
+        chars = sum(len(m["content"]) for m in context.messages)
+        self.tokens.observe(context.explain["model"], chars, prompt_eval_count)
+
+    def end_session(self, user_id: str, session_id: str) -> bool:
+        """Close the session and ask the workers for its diary entry."""
+        ended = self.writer.submit(lambda con: end_session(con, user_id, session_id))
+        hand_off_session_end(self.config, user_id, session_id)
+        return ended
+
+
+# -- hand-off to the workers ---------------------------------------------------------------
+# Never blocks or fails the chat: if the queue cannot take the job, the workers'
+# reconcile sweep finds the undone work in the database and enqueues it later.
+
+
+def hand_off_turn(config: Config, user_id: str, session_id: str, event_ids: list[int]) -> None:
+    try:
+        from workers.handoff import after_reply
+
+        after_reply(config, user_id, session_id, event_ids)
+    except Exception as exc:  # noqa: BLE001 — the database is the truth; reconcile redoes it
+        log.warning("handoff.failed", job="distill", session=session_id, error=str(exc))
+
+
+def hand_off_session_end(config: Config, user_id: str, session_id: str) -> None:
+    try:
+        from workers.handoff import session_ended
+
+        session_ended(config, user_id, session_id)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("handoff.failed", job="diary", session=session_id, error=str(exc))
