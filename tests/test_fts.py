@@ -24,7 +24,8 @@ ROWS = {
 def db() -> apsw.Connection:
     con = apsw.Connection(":memory:")
     con.execute(
-        'CREATE VIRTUAL TABLE t USING fts5(content, tokenize="porter unicode61 remove_diacritics 2")'
+        "CREATE VIRTUAL TABLE t USING fts5("
+        'content, tokenize="porter unicode61 remove_diacritics 2")'
     )
     con.executemany("INSERT INTO t (rowid, content) VALUES (?, ?)", ROWS.items())
     return con

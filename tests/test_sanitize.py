@@ -58,7 +58,7 @@ _GLPAT_2 = fake("glpat-", 26, _URLSAFE, seed=1)
 _SK = fake("sk-", 48)
 _SK_PROJ = fake("sk-proj-", 120, _URLSAFE)
 _SK_ANT = fake("sk-ant-api03-", 93, _URLSAFE)
-_SLACK = "xoxb-" + fake("", 12, string.digits) + "-" + fake("", 13, string.digits) + "-" + fake("", 24)
+_SLACK = "-".join(["xoxb", fake("", 12, string.digits), fake("", 13, string.digits), fake("", 24)])
 _GOOGLE = fake("AIza", 35, _URLSAFE)
 _OPAQUE = fake("", 40, _URLSAFE)
 _JWT = (
@@ -67,14 +67,27 @@ _JWT = (
     + "."
     + fake("", 43, _URLSAFE)
 )
-_JWT_2 = "eyJhbGciOiJSUzI1NiJ9." + fake("eyJpc3MiOi", 60, _URLSAFE, seed=1) + "." + fake("", 86, _URLSAFE)
+_JWT_2 = ".".join(
+    ["eyJhbGciOiJSUzI1NiJ9", fake("eyJpc3MiOi", 60, _URLSAFE, seed=1), fake("", 86, _URLSAFE)]
+)
 _JWT_UNSIGNED = "eyJhbGciOiJub25lIn0." + fake("eyJ1c2VyIjoi", 30, _URLSAFE) + "."
 
 SECRET_CASES = [
     # private_key
-    SecretCase("rsa_private_key", f"here is my key:\n{_RSA}\nthanks", _RSA_LINE, ("private_key",), "thanks"),
+    SecretCase(
+        "rsa_private_key",
+        f"here is my key:\n{_RSA}\nthanks",
+        _RSA_LINE,
+        ("private_key",),
+        "thanks",
+    ),
     SecretCase("ec_private_key", _EC, _EC_LINE, ("private_key",)),
-    SecretCase("openssh_private_key", f"cat ~/.ssh/id_ed25519\n{_OPENSSH}", _OPENSSH_LINE, ("private_key",)),
+    SecretCase(
+        "openssh_private_key",
+        f"cat ~/.ssh/id_ed25519\n{_OPENSSH}",
+        _OPENSSH_LINE,
+        ("private_key",),
+    ),
     SecretCase("pkcs8_private_key", f"key = '''{_PKCS8}'''", _PKCS8_LINE, ("private_key",)),
     SecretCase("pgp_private_key_block", _PGP, _PGP_LINE, ("private_key",)),
     SecretCase(
@@ -83,7 +96,13 @@ SECRET_CASES = [
         _RSA_LINE,
         ("private_key",),
     ),
-    SecretCase("private_key_in_json", json.dumps({"key": _EC}), _EC_LINE, ("private_key",), '{"key": "'),
+    SecretCase(
+        "private_key_in_json",
+        json.dumps({"key": _EC}),
+        _EC_LINE,
+        ("private_key",),
+        '{"key": "',
+    ),
     SecretCase(
         "private_key_cut_short_in_json",
         json.dumps({"key": _OPENSSH[:200]}),
@@ -97,7 +116,13 @@ SECRET_CASES = [
         ("private_key",),
     ),
     # aws_access_key
-    SecretCase("aws_access_key_id", f"my key id is {_AKIA}", _AKIA, ("aws_access_key",), "my key id is"),
+    SecretCase(
+        "aws_access_key_id",
+        f"my key id is {_AKIA}",
+        _AKIA,
+        ("aws_access_key",),
+        "my key id is",
+    ),
     SecretCase("aws_session_key_id", f"AWS_ACCESS_KEY_ID={_ASIA}", _ASIA, ("aws_access_key",)),
     SecretCase(
         "aws_secret_in_credentials_file",
@@ -115,20 +140,47 @@ SECRET_CASES = [
     ),
     # github_token
     SecretCase("github_classic_pat", f"use {_GHP} for the API", _GHP, ("github_token",)),
-    SecretCase("github_oauth_token", f"GITHUB_TOKEN={_GHO}", _GHO, ("github_token",), "GITHUB_TOKEN="),
+    SecretCase(
+        "github_oauth_token",
+        f"GITHUB_TOKEN={_GHO}",
+        _GHO,
+        ("github_token",),
+        "GITHUB_TOKEN=",
+    ),
     SecretCase("github_app_token", f"token: {_GHS}", _GHS, ("github_token",), "token: "),
-    SecretCase("github_fine_grained_pat", f"pat {_GITHUB_PAT} expires soon", _GITHUB_PAT, ("github_token",)),
+    SecretCase(
+        "github_fine_grained_pat",
+        f"pat {_GITHUB_PAT} expires soon",
+        _GITHUB_PAT,
+        ("github_token",),
+    ),
     # gitlab_token
     SecretCase("gitlab_pat", f"my gitlab token is {_GLPAT}", _GLPAT, ("gitlab_token",)),
     SecretCase("gitlab_pat_in_header", f"PRIVATE-TOKEN: {_GLPAT_2}", _GLPAT_2, ("gitlab_token",)),
-    SecretCase("gitlab_pat_in_url", f"git clone https://oauth2:{_GLPAT}@gitlab.com/me/repo.git", _GLPAT, ("gitlab_token",)),
+    SecretCase(
+        "gitlab_pat_in_url",
+        f"git clone https://oauth2:{_GLPAT}@gitlab.com/me/repo.git",
+        _GLPAT,
+        ("gitlab_token",),
+    ),
     # api_key
     SecretCase("openai_legacy_key", f"OPENAI_API_KEY={_SK}", _SK, ("api_key",), "OPENAI_API_KEY="),
     SecretCase("openai_project_key", f"my key is {_SK_PROJ}.", _SK_PROJ, ("api_key",)),
     SecretCase("anthropic_key", f'client = Anthropic(api_key="{_SK_ANT}")', _SK_ANT, ("api_key",)),
     SecretCase("slack_bot_token", f"slack: {_SLACK}", _SLACK, ("api_key",)),
-    SecretCase("google_api_key", f"https://maps.googleapis.com/maps/api/js?key={_GOOGLE}", _GOOGLE, ("api_key",)),
-    SecretCase("api_key_assignment", "api_key=abc123def456", "abc123def456", ("api_key",), "api_key="),
+    SecretCase(
+        "google_api_key",
+        f"https://maps.googleapis.com/maps/api/js?key={_GOOGLE}",
+        _GOOGLE,
+        ("api_key",),
+    ),
+    SecretCase(
+        "api_key_assignment",
+        "api_key=abc123def456",
+        "abc123def456",
+        ("api_key",),
+        "api_key=",
+    ),
     # bearer_token
     SecretCase(
         "authorization_header",
@@ -144,28 +196,103 @@ SECRET_CASES = [
         ("bearer_token",),
         "Bearer",
     ),
-    SecretCase("bearer_in_prose", f"send it with Bearer {_OPAQUE} please", _OPAQUE, ("bearer_token",), "Bearer "),
-    SecretCase("basic_auth_header", "Authorization: Basic dXNlcjpodW50ZXIy", "dXNlcjpodW50ZXIy", ("bearer_token",)),
+    SecretCase(
+        "bearer_in_prose",
+        f"send it with Bearer {_OPAQUE} please",
+        _OPAQUE,
+        ("bearer_token",),
+        "Bearer ",
+    ),
+    SecretCase(
+        "basic_auth_header",
+        "Authorization: Basic dXNlcjpodW50ZXIy",
+        "dXNlcjpodW50ZXIy",
+        ("bearer_token",),
+    ),
     # jwt
     SecretCase("jwt_alone", f"my session is {_JWT}", _JWT, ("jwt",)),
-    SecretCase("jwt_as_bearer", f"Authorization: Bearer {_JWT_2}", _JWT_2, ("jwt",), "Authorization: Bearer "),
+    SecretCase(
+        "jwt_as_bearer",
+        f"Authorization: Bearer {_JWT_2}",
+        _JWT_2,
+        ("jwt",),
+        "Authorization: Bearer ",
+    ),
     SecretCase("jwt_unsigned", f"id_token {_JWT_UNSIGNED}", _JWT_UNSIGNED, ("jwt",)),
     # password
     SecretCase("password_equals", "password=hunter2", "hunter2", ("password",), "password="),
-    SecretCase("password_colon", "Password: Tr0ub4dor&3", "Tr0ub4dor&3", ("password",), "Password: "),
-    SecretCase("password_json", '{"user": "ana", "password": "c0rrect horse"}', "c0rrect horse", ("password",), '"password": "'),
-    SecretCase("db_password_env", "DB_PASSWORD='s3cr3t!'", "s3cr3t!", ("password",), "DB_PASSWORD="),
+    SecretCase(
+        "password_colon",
+        "Password: Tr0ub4dor&3",
+        "Tr0ub4dor&3",
+        ("password",),
+        "Password: ",
+    ),
+    SecretCase(
+        "password_json",
+        '{"user": "ana", "password": "c0rrect horse"}',
+        "c0rrect horse",
+        ("password",),
+        '"password": "',
+    ),
+    SecretCase(
+        "db_password_env",
+        "DB_PASSWORD='s3cr3t!'",
+        "s3cr3t!",
+        ("password",),
+        "DB_PASSWORD=",
+    ),
     SecretCase("passwd_flag", "mysql --passwd=qwerty123 -u root", "qwerty123", ("password",)),
     SecretCase("pwd_yaml", "pwd: 'p4ss w0rd'", "p4ss w0rd", ("password",)),
-    SecretCase("spanish_password_colon", "mi contraseña: hunter2", "hunter2", ("password",), "contraseña: "),
-    SecretCase("spanish_password_equals", "contraseña=hunter2", "hunter2", ("password",), "contraseña="),
+    SecretCase(
+        "spanish_password_colon",
+        "mi contraseña: hunter2",
+        "hunter2",
+        ("password",),
+        "contraseña: ",
+    ),
+    SecretCase(
+        "spanish_password_equals",
+        "contraseña=hunter2",
+        "hunter2",
+        ("password",),
+        "contraseña=",
+    ),
     # token
-    SecretCase("access_token", "access_token=ya29.a0AfH6SMBx3k", "ya29.a0AfH6SMBx3k", ("token",), "access_token="),
-    SecretCase("refresh_token_json", '{"refresh_token": "1//0gRt-x9YzQ"}', "1//0gRt-x9YzQ", ("token",)),
-    SecretCase("auth_token_camel_case", "authToken: a8f3kd92lx", "a8f3kd92lx", ("token",), "authToken: "),
+    SecretCase(
+        "access_token",
+        "access_token=ya29.a0AfH6SMBx3k",
+        "ya29.a0AfH6SMBx3k",
+        ("token",),
+        "access_token=",
+    ),
+    SecretCase(
+        "refresh_token_json",
+        '{"refresh_token": "1//0gRt-x9YzQ"}',
+        "1//0gRt-x9YzQ",
+        ("token",),
+    ),
+    SecretCase(
+        "auth_token_camel_case",
+        "authToken: a8f3kd92lx",
+        "a8f3kd92lx",
+        ("token",),
+        "authToken: ",
+    ),
     # secret
-    SecretCase("client_secret", "client_secret=GOCSPX-4fK2pQ", "GOCSPX-4fK2pQ", ("secret",), "client_secret="),
-    SecretCase("django_secret_key", "SECRET_KEY = 'django-insecure-9x@k'", "django-insecure-9x@k", ("secret",)),
+    SecretCase(
+        "client_secret",
+        "client_secret=GOCSPX-4fK2pQ",
+        "GOCSPX-4fK2pQ",
+        ("secret",),
+        "client_secret=",
+    ),
+    SecretCase(
+        "django_secret_key",
+        "SECRET_KEY = 'django-insecure-9x@k'",
+        "django-insecure-9x@k",
+        ("secret",),
+    ),
     SecretCase("secret_php_array", "'secret' => 'shh-42'", "shh-42", ("secret",)),
     # connection_string
     SecretCase(
@@ -175,7 +302,13 @@ SECRET_CASES = [
         ("connection_string",),
         "postgres://app:",
     ),
-    SecretCase("mysql_url", "mysql://root:toor@localhost/app", "toor", ("connection_string",), "@localhost/app"),
+    SecretCase(
+        "mysql_url",
+        "mysql://root:toor@localhost/app",
+        "toor",
+        ("connection_string",),
+        "@localhost/app",
+    ),
     SecretCase(
         "mongodb_srv_url",
         "mongodb+srv://admin:Mng0Pa55@cluster0.ab1cd.mongodb.net/test",
@@ -183,9 +316,20 @@ SECRET_CASES = [
         ("connection_string",),
         "mongodb+srv://admin:",
     ),
-    SecretCase("redis_url_without_user", "REDIS_URL=redis://:r3d1s@cache:6379/0", "r3d1s", ("connection_string",)),
+    SecretCase(
+        "redis_url_without_user",
+        "REDIS_URL=redis://:r3d1s@cache:6379/0",
+        "r3d1s",
+        ("connection_string",),
+    ),
     SecretCase("amqp_url", "amqp://guest:rabbit99@mq:5672/", "rabbit99", ("connection_string",)),
-    SecretCase("password_with_at_sign", "postgres://u:p@ss@host/db", "p@ss", ("connection_string",), "@host/db"),
+    SecretCase(
+        "password_with_at_sign",
+        "postgres://u:p@ss@host/db",
+        "p@ss",
+        ("connection_string",),
+        "@host/db",
+    ),
 ]
 
 
@@ -252,7 +396,9 @@ BENIGN = {
     "env_reference": "password=$DB_PASSWORD",
     "passwordless_flag": "passwordless: true",
     "etc_passwd_error": "cat: /etc/passwd: Permission denied",
-    "pem_format_explained": "Keys start with -----BEGIN RSA PRIVATE KEY----- and end with -----END RSA PRIVATE KEY-----",
+    "pem_format_explained": (
+        "Keys start with -----BEGIN RSA PRIVATE KEY----- and end with -----END RSA PRIVATE KEY-----"
+    ),
     "time_of_day": "meet at 10:30, room 4",
     "skiing": "ask-me-anything about sk-i trips",
     "python_comparison": "if password == confirm:",
@@ -270,7 +416,9 @@ def test_ordinary_text_is_unchanged(text: str) -> None:
 def test_kinds_are_listed_in_text_order() -> None:
     text = f"password=hunter2 then {_GHP} then postgres://u:pw1@h/db then password=again"
 
-    assert redact_secrets(text).kinds == ("password", "github_token", "connection_string", "password")
+    kinds = redact_secrets(text).kinds
+
+    assert kinds == ("password", "github_token", "connection_string", "password")
 
 
 def test_value_claimed_by_a_specific_rule_is_not_redacted_again() -> None:

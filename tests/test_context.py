@@ -1,0 +1,192 @@
+"""Context assembly: the layers, their priority, and a budget that is never exceeded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.config import Config
+from app.context import build_context
+from app.db import connect_readonly
+from app.events import Event, append_event
+from app.memory import set_profile, upsert_fact
+from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+
+
+def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
+    return config.replace(llm={"num_ctx": num_ctx, "reply_reserve": reply_reserve},
+                          memory=memory)
+
+
+def fake_event(i: int, content: str, role: str = "user") -> Event:
+    return Event(id=i, uuid=f"u{i}", user_id="ana", session_id="s", role=role,
+                 content=content, created_at="2026-11-30T10:00:00Z", importance=0.5)
+
+
+@pytest.fixture
+def rich_memory(writer, config):
+    """A user with a long profile, many facts, cards and a diary entry."""
+    def seed(con):
+        for i in range(60):
+            set_profile(con, "ana", f"attribute {i}", f"value {i} " * (i % 7 + 1),
+                        source="agent", worker="test")
+        for i in range(80):
+            upsert_fact(con, "ana", "fact", f"topic {i}", f"ana said thing {i} about rust " * 3,
+                        source="agent", worker="test")
+        upsert_fact(con, "ana", "preference", "editor", "uses helix, not vim",
+                    source="user", worker="test")
+        for i in range(20):
+            con.execute(
+                "INSERT INTO context_cards (user_id, session_id, summary, keywords, first_event_id,"
+                " created_at, updated_at) VALUES ('ana', 'old', ?, 'deploy, docker', ?, ?, ?)",
+                (f"Discussed deploying service {i} with docker compose. " * 4, i,
+                 f"2026-10-{i + 1:02d}T00:00:00Z", f"2026-10-{i + 1:02d}T00:00:00Z"))
+        con.execute("INSERT INTO sessions VALUES ('ana', 'old', NULL, 't', 't', 't')")
+        con.execute("INSERT INTO diary (user_id, session_id, entry, created_at) VALUES "
+                    "('ana', 'old', 'Ana set up the staging server and chose Postgres.', "
+                    "'2026-10-20T00:00:00Z')")
+    writer.submit(seed)
+    return connect_readonly(writer.path)
+
+
+def test_layers_appear_in_the_system_prompt(rich_memory, config):
+    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "which editor do I use?",
+                        session_id="s", window=[fake_event(1, "hello")], bootstrap="I am Ana.")
+    system = ctx.system_prompt
+    assert "I am Ana." in system
+    assert "attribute 0: value 0" in system
+    assert "editor: uses helix, not vim" in system
+    assert "Ana set up the staging server" in system
+    assert ctx.messages[1] == {"role": "user", "content": "hello"}
+    assert ctx.messages[-1] == {"role": "user", "content": "which editor do I use?"}
+    facts = ctx.explain["facts"]
+    assert facts[0]["why"] == "relevant" and facts[0]["ranks"]["bm25"] == 1
+
+
+def test_facts_fall_back_to_most_recent_when_nothing_matches(rich_memory, config):
+    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "zzzz qqqq",
+                        session_id="s", window=[])
+    assert len(ctx.explain["facts"]) == config.memory.facts_k
+    assert all(f["why"] == "most recent (nothing matched)" for f in ctx.explain["facts"])
+
+
+def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config):
+    tight = with_ctx(config, 600, 200)
+    ctx = build_context(rich_memory, tight, TokenCounter(), "ana", "editor?", session_id="s",
+                        window=[fake_event(i, f"message {i}") for i in range(6)],
+                        bootstrap="I am Ana. " * 10)
+    layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
+    assert layers["bootstrap"] == "included"
+    assert layers["profile"] == "truncated"
+    assert layers["diary"] == "dropped"
+    assert ctx.tokens <= 400
+
+
+def test_same_inputs_same_context(rich_memory, config):
+    args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
+    a = build_context(rich_memory, config, TokenCounter(), "ana", "rust things", **args)
+    b = build_context(rich_memory, config, TokenCounter(), "ana", "rust things", **args)
+    assert a.messages == b.messages and a.explain == b.explain
+
+
+def test_another_users_memory_never_appears(rich_memory, config):
+    ctx = build_context(rich_memory, config, TokenCounter(), "bob", "which editor do I use?",
+                        session_id="s", window=[])
+    assert "helix" not in ctx.system_prompt and "attribute" not in ctx.system_prompt
+
+
+@pytest.mark.parametrize("text", ['"unbalanced', "NEAR(a b)", "a AND OR NOT b", "col:val*",
+                                  "^start (x", "🙂🙂", "", "x" * 10_000])
+def test_fts_syntax_in_user_text_is_harmless(rich_memory, config, text):
+    ctx = build_context(rich_memory, config, TokenCounter(), "ana", text, session_id="s",
+                        window=[])
+    assert ctx.tokens <= ctx.budget
+
+
+def count_independently(messages: list[dict], ratio: float) -> int:
+    return sum(estimate_tokens(m["content"], ratio) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    num_ctx=st.integers(512, 8192),
+    reserve_share=st.floats(0.05, 0.9),
+    bootstrap_len=st.integers(0, 20_000),
+    window=st.lists(st.integers(0, 6_000), max_size=12),
+    text_len=st.integers(0, 40_000),
+    system_len=st.integers(0, 10_000),
+    ratio=st.sampled_from([None, 1.0, 2.7, 6.0]),
+    facts_k=st.integers(0, 12),
+    cards_k=st.integers(0, 6),
+)
+def test_budget_is_never_exceeded(rich_memory, config, num_ctx, reserve_share, bootstrap_len,
+                                  window, text_len, system_len, ratio, facts_k, cards_k):
+    reserve = max(64, min(num_ctx - 1, int(num_ctx * reserve_share)))
+    cfg = with_ctx(config, num_ctx, reserve, facts_k=facts_k, cards_k=cards_k,
+                   bootstrap_max_tokens=100_000)
+    counter = TokenCounter()
+    if ratio is not None:
+        counter.observe(cfg.llm.chat_model, int(1000 * ratio), 1000)
+    events = [fake_event(i, "word " * (n // 5)) for i, n in enumerate(window)]
+    ctx = build_context(
+        rich_memory, cfg, counter, "ana", "rust deploy editor " * (text_len // 19),
+        session_id="s", window=events, bootstrap="line of memory\n" * (bootstrap_len // 15),
+        client_system="be brief. " * (system_len // 10) or None)
+    budget = num_ctx - reserve
+    assert ctx.budget == budget
+    assert ctx.tokens <= budget
+    assert count_independently(ctx.messages, counter.chars_per_token(cfg.llm.chat_model)) <= budget
+    assert ctx.messages[0]["role"] == "system" and ctx.messages[-1]["role"] == "user"
+
+
+def test_token_estimate_converges_on_the_servers_count():
+    counter = TokenCounter()
+    # The model's tokenizer gives 5 characters per token; our default guesses 3.5.
+    for _ in range(15):
+        counter.observe("m", 5000, 1000)
+    assert counter.chars_per_token("m") == pytest.approx(5.0, rel=0.02)
+    assert counter.chars_per_token("other") == pytest.approx(3.5)
+
+
+def test_turn_calibrates_from_prompt_eval_count(fake_ollama, config, data_dir):
+    from app.chat import ChatService
+
+    cfg = config.replace(llm={"url": fake_ollama.url})
+    with ChatService(cfg) as service:
+        for i in range(8):
+            service.start_turn("ana", "s", f"tell me about topic number {i} " * 20).run()
+        # The fake counts ceil(len / 4) tokens per message.
+        assert service.tokens.chars_per_token(cfg.llm.chat_model) == pytest.approx(4.0, rel=0.1)
+
+
+def test_window_drops_events_the_workers_compacted(fake_ollama, config, data_dir):
+    from app.chat import ChatService
+
+    cfg = config.replace(llm={"url": fake_ollama.url})
+    with ChatService(cfg) as service:
+        for i in range(4):
+            service.append("ana", "s", "user", f"message {i}")
+        before = service.working.window(service.reader(), "ana", "s")
+        assert [e.content for e in before] == [f"message {i}" for i in range(4)]
+        # The worker compacts the oldest two (another connection, as in production).
+        service.writer.submit(lambda con: con.execute(
+            "UPDATE events SET compacted = 1 WHERE id IN (?, ?)", (before[0].id, before[1].id)))
+        after = service.working.window(service.reader(), "ana", "s")
+        assert [e.content for e in after] == ["message 2", "message 3"]
+
+
+def test_model_down_keeps_the_users_message(config, data_dir):
+    from app.chat import ChatService
+    from app.llm import ModelUnreachable
+    from tests.fake_ollama import unused_loopback_url
+
+    cfg = config.replace(llm={"url": unused_loopback_url()})
+    with ChatService(cfg) as service:
+        with pytest.raises(ModelUnreachable, match="ollama serve"):
+            service.start_turn("ana", "s", "remember that I use helix")
+        rows = service.reader().execute("SELECT role, content FROM events").fetchall()
+    assert rows == [("user", "remember that I use helix")]
