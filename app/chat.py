@@ -21,9 +21,11 @@ from app.config import Config
 from app.context import BuiltContext, build_context, read_bootstrap
 from app.datadir import bootstrap_path
 from app.db import Durability, connect_readonly, memory_db_path
+from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
-from app.llm import ChatStream, ModelClient, ModelError
+from app.llm import ChatReply, ChatStream, ModelClient, ModelError
 from app.memory import end_session
+from app.retrieval import make_query
 from app.tokens import TokenCounter
 from app.writer import Writer
 
@@ -105,6 +107,11 @@ class Turn:
     def context(self) -> BuiltContext:
         return self.outcome.context
 
+    @property
+    def reply(self) -> ChatReply | None:
+        """The model's totals (token counts, done reason) once the reply is complete."""
+        return self._stream.reply
+
     def interrupt(self) -> None:
         self._interrupt.set()
 
@@ -161,6 +168,7 @@ class ChatService:
         self.config = config
         self.writer = Writer.from_config(config, Durability.FULL)
         self.model = model or ModelClient.from_config(config)
+        self.embedder = make_embedder(config, client=self.model)
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self._local = threading.local()
@@ -207,7 +215,8 @@ class ChatService:
         return build_context(
             con, self.config, self.tokens, user_id, text, session_id=session_id,
             window=window, bootstrap=read_bootstrap(bootstrap_path(self.config)),
-            client_system=client_system, model=model)
+            client_system=client_system, model=model,
+            query=make_query(user_id, text, self.embedder))
 
     # -- the turn ----------------------------------------------------------------------------
 

@@ -28,19 +28,20 @@ from app.memory import (
     list_facts,
     list_profile,
 )
-from app.retrieval import Candidate, search
+from app.retrieval import Candidate, Query, make_query, search
 from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
     "remember when it helps; do not recite it unprompted."
 )
-PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "diary")
+PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "events", "diary")
 HEADERS = {
     "bootstrap": "## What the user wants you to always know",
     "profile": "## About the user",
     "facts": "## Relevant facts (with the date they were last stated)",
     "cards": "## Summaries of earlier conversation",
+    "events": "## Earlier messages that may be related",
     "diary": "## The previous session",
 }
 TRUNCATION_MARKER = " […]"
@@ -97,11 +98,28 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-def _relevant(con: apsw.Connection, user_id: str, text: str, kind: str, k: int):
+# Raw messages quoted from the past are cut to this many characters each.
+EVENT_LINE_CHARS = 300
+
+
+def _event_line(con: apsw.Connection, user_id: str, event_id: int) -> str | None:
+    row = con.execute("SELECT created_at, role, content FROM events WHERE id = ? AND user_id = ?",
+                      (event_id, user_id)).fetchone()
+    if row is None:
+        return None
+    created_at, role, content = row
+    content = " ".join(content.split())
+    if len(content) > EVENT_LINE_CHARS:
+        content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
+    return f"- [{created_at[:10]}] {role}: {content}"
+
+
+def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
     """Top-k relevant items, or the k most recent when nothing matches."""
+    user_id = query.user_id
     if k <= 0:
         return [], [], False
-    candidates: list[Candidate] = search(con, user_id, text, kind, k)
+    candidates: list[Candidate] = search(con, user_id, query.text, kind, k, query=query)
     ids = [c.id for c in candidates]
     if kind == "fact":
         items = facts_by_ids(con, user_id, ids) or list_facts(con, user_id, limit=k)
@@ -169,12 +187,15 @@ def build_context(
     bootstrap: str = "",
     client_system: str | None = None,
     model: str | None = None,
+    query: Query | None = None,
 ) -> BuiltContext:
     """The messages for one turn: system prompt with layers, the window, the user message.
 
     `window` is the session's recent un-compacted events (oldest first), without the
-    new user message.
+    new user message. `query` carries the text's embedding when an embedder is
+    configured (make_query); without it retrieval uses keywords, importance and recency.
     """
+    query = query or make_query(user_id, text)
     model = model or config.llm.chat_model
     mem = config.memory
     total = config.llm.num_ctx - config.llm.reply_reserve
@@ -215,13 +236,27 @@ def build_context(
     budget.left -= spent
     reports["window"] = LayerReport("window", len(recent), len(kept_window), spent)
 
-    facts, fact_candidates, facts_fallback = _relevant(con, user_id, text, "fact", mem.facts_k)
+    facts, fact_candidates, facts_fallback = _relevant(con, query, "fact", mem.facts_k)
     sections["facts"], reports["facts"] = budget.take_section(
         "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
 
-    cards, card_candidates, cards_fallback = _relevant(con, user_id, text, "card", mem.cards_k)
+    cards, card_candidates, cards_fallback = _relevant(con, query, "card", mem.cards_k)
     sections["cards"], reports["cards"] = budget.take_section(
         "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+
+    # When the compiled layers know nothing relevant, quote the raw past (compacted
+    # events included), leaving out what the window already shows.
+    event_candidates: list[Candidate] = []
+    if facts_fallback and cards_fallback and mem.cards_k:
+        in_window = {e.id for e in window}
+        event_candidates = [
+            c for c in search(con, user_id, text, "event", mem.cards_k + len(in_window) + 1,
+                              query=query)
+            if c.id not in in_window][: mem.cards_k]
+    event_lines = [line for c in event_candidates
+                   if (line := _event_line(con, user_id, c.id)) is not None]
+    sections["events"], reports["events"] = budget.take_section(
+        "events", HEADERS["events"], event_lines)
 
     diary = last_diary(con, user_id, exclude_session=session_id, limit=mem.diary_k)
     sections["diary"], reports["diary"] = budget.take_section(
@@ -241,6 +276,7 @@ def build_context(
         "layers": [reports[name].to_dict() for name in PRIORITY],
         "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
         "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
+        "events": [c.explain() for c in event_candidates[: reports["events"].included]],
         "window": [e.id for e in recent[len(recent) - len(kept_window):]],
         "diary": [d.session_id for d in diary[: reports["diary"].included]],
     }

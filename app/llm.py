@@ -251,6 +251,13 @@ class _Transport:
         self._raise_for_status(response, f"GET {path}", model="")
         return self._decode(response, f"GET {path}")
 
+    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
+        """One request as is, whatever its status; only failing to get an answer raises."""
+        try:
+            return self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+
     def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
         try:
             response = self._http.post(path, json=body)
@@ -665,6 +672,13 @@ class ModelClient:
     def list_models(self) -> list[str]:
         """Names of the models the server offers (for Ollama: the pulled ones)."""
         return self._api.list_models()
+
+    def forward(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
+        """Pass one request to the server unchanged (the HTTP front-end's /api/tags, /api/show).
+
+        The server's answer comes back whatever its status; ModelError only when there is none.
+        """
+        return self._transport.request(method, path, body)
 
     def check(self) -> None:
         """Raise the ModelError a user must fix before chatting: server down, model not pulled.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -17,25 +18,27 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "error": logging.ERROR}
 
 
-def _renderer(fmt: str) -> structlog.typing.Processor:
+def _renderer(fmt: str, stream: TextIO) -> structlog.typing.Processor:
     if fmt == "auto":
-        fmt = "console" if sys.stderr.isatty() else "json"
+        fmt = "console" if stream.isatty() else "json"
     if fmt == "console":
         return structlog.dev.ConsoleRenderer(
-            exception_formatter=structlog.dev.plain_traceback, colors=sys.stderr.isatty()
+            exception_formatter=structlog.dev.plain_traceback, colors=stream.isatty()
         )
     return structlog.processors.JSONRenderer()
 
 
-def configure_logging(level: str = "info", fmt: str = "auto") -> None:
-    """Route structlog and stdlib logging to stderr through one set of processors."""
+def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Route structlog and stdlib logging to one stream (stderr by default) through one
+    set of processors. "auto" renders for a person on a terminal, JSON lines elsewhere."""
+    stream = stream or sys.stderr
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer = _renderer(fmt)
+    renderer = _renderer(fmt, stream)
     exceptions: list[structlog.typing.Processor] = []
     if isinstance(renderer, structlog.processors.JSONRenderer):
         exceptions = [structlog.processors.ExceptionRenderer(
@@ -52,7 +55,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     *exceptions, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -1,23 +1,36 @@
 """Retrieval: which facts, cards and events are relevant to what the user just said.
 
 Each stream returns ranked owner ids for one user; the streams are fused by
-Reciprocal Rank Fusion (k = 60), so no stream needs calibrated scores. Today's stream
-is full text (FTS5 BM25); vectors, importance and recency plug in as further streams
-in `STREAMS`. When nothing matches, the caller falls back to the most recent items.
+Reciprocal Rank Fusion (k = 60), so no stream needs calibrated scores. The streams in
+`STREAMS`: full text (FTS5 BM25), vectors (cosine against the query's embedding, same
+model only), importance (>= 0.8) and recency. Each stream has a weight in the fusion
+(`WEIGHTS`): importance and recency are weak priors that break ties between what the
+text streams found, not evidence of relevance in themselves. When nothing matches,
+the caller falls back to the most recent items.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import apsw
+import numpy as np
+import structlog
 
 from app.fts import build_match_query
+from app.vectors import VECTOR_INDEX
+
+if TYPE_CHECKING:
+    from app.embedders import Embedder
+
+log = structlog.get_logger(__name__)
 
 RRF_K = 60
 # How many candidates each stream contributes before fusion.
 STREAM_DEPTH = 50
+# Owners at or above this importance form the importance stream.
+IMPORTANT = 0.8
 
 OwnerKind = Literal["fact", "card", "event"]
 
@@ -36,14 +49,33 @@ class Candidate:
 
 @dataclass
 class Query:
-    """What a stream needs: the user, the text and its FTS5 form (None if no terms)."""
+    """What a stream needs: the user, the text, its FTS5 form (None if no terms) and,
+    when an embedder is configured, the text's vector and the model that made it."""
 
     user_id: str
     text: str
     match: str | None = field(init=False)
+    vector: np.ndarray | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.match = build_match_query(self.text)
+
+
+def make_query(user_id: str, text: str, embedder: Embedder | None = None) -> Query:
+    """The query for one turn, embedded once and shared by every kind searched.
+
+    If the embedder fails (model server down), the query goes on without a vector:
+    keyword, importance and recency streams still answer.
+    """
+    query = Query(user_id, text)
+    if embedder is not None and text.strip():
+        try:
+            query.vector = embedder.embed([text])[0]
+            query.model = embedder.model
+        except Exception as exc:  # noqa: BLE001 - any embedder failure degrades to keywords
+            log.warning("query_embedding_failed", model=embedder.model, error=str(exc))
+    return query
 
 
 Stream = Callable[[apsw.Connection, Query, OwnerKind, int], list[int]]
@@ -67,17 +99,90 @@ def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int)
     return [row[0] for row in con.execute(_FTS_SQL[kind], (query.match, query.user_id, depth))]
 
 
-STREAMS: dict[str, Stream] = {"bm25": bm25_stream}
+# Only current facts and live cards are retrievable; every event is (compacted too).
+_CURRENT_SQL = {
+    "fact": "SELECT id FROM facts WHERE user_id = ? AND superseded_at IS NULL "
+            "AND deleted_at IS NULL AND id IN ({marks})",
+    "card": "SELECT id FROM context_cards WHERE user_id = ? AND folded_into IS NULL "
+            "AND id IN ({marks})",
+}
 
 
-def fuse(ranked: dict[str, list[int]], kind: OwnerKind) -> list[Candidate]:
-    """Reciprocal Rank Fusion: score = Σ 1 / (k + rank); ties broken by id, newest first."""
+def _current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -> list[int]:
+    if kind not in _CURRENT_SQL or not ids:
+        return ids
+    sql = _CURRENT_SQL[kind].format(marks=",".join("?" * len(ids)))
+    keep = {row[0] for row in con.execute(sql, (user_id, *ids))}
+    return [i for i in ids if i in keep]
+
+
+def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners whose stored vector (same model as the query's) is closest by cosine."""
+    if query.vector is None or query.model is None:
+        return []
+    # Superseded facts and folded cards keep their vectors: look deeper, then filter.
+    extra = depth if kind in _CURRENT_SQL else 0
+    nearest = VECTOR_INDEX.nearest(con, query.user_id, query.model, kind, query.vector,
+                                   depth + extra)
+    return _current(con, query.user_id, kind, [owner_id for owner_id, _ in nearest])[:depth]
+
+
+_IMPORTANCE_SQL = {
+    "fact": "SELECT id FROM facts WHERE user_id = ? AND importance >= ? AND superseded_at IS NULL "
+            "AND deleted_at IS NULL ORDER BY importance DESC, updated_at DESC, id DESC LIMIT ?",
+    "card": "SELECT id FROM context_cards WHERE user_id = ? AND importance >= ? "
+            "AND folded_into IS NULL ORDER BY importance DESC, created_at DESC, id DESC LIMIT ?",
+    "event": "SELECT id FROM events WHERE user_id = ? AND importance >= ? "
+             "ORDER BY importance DESC, created_at DESC, id DESC LIMIT ?",
+}
+
+
+def importance_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners marked important (>= 0.8), most important and then newest first."""
+    return [row[0] for row in con.execute(_IMPORTANCE_SQL[kind], (query.user_id, IMPORTANT, depth))]
+
+
+_RECENCY_SQL = {
+    "fact": "SELECT id FROM facts WHERE user_id = ? AND superseded_at IS NULL "
+            "AND deleted_at IS NULL ORDER BY updated_at DESC, id DESC LIMIT ?",
+    "card": "SELECT id FROM context_cards WHERE user_id = ? AND folded_into IS NULL "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+    "event": "SELECT id FROM events WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+}
+
+
+def recency_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """The newest owners."""
+    return [row[0] for row in con.execute(_RECENCY_SQL[kind], (query.user_id, depth))]
+
+
+STREAMS: dict[str, Stream] = {
+    "bm25": bm25_stream,
+    "vector": vector_stream,
+    "importance": importance_stream,
+    "recency": recency_stream,
+}
+# A stream's weight multiplies its RRF term; streams not listed weigh 1. The priors'
+# and the vector stream's weights were chosen on LoCoMo's development conversations
+# (tests/bench/locomo.py --tune, all-MiniLM-L6-v2): the priors at 1 push the newest
+# turns into every answer, and MiniLM's vectors at full weight dilute BM25's good ranks.
+WEIGHTS: dict[str, float] = {"bm25": 1.0, "vector": 0.25, "importance": 0.1, "recency": 0.1}
+# Streams that judge the text itself; the others are priors over every owner.
+MATCH_STREAMS = frozenset({"bm25", "vector"})
+
+
+def fuse(ranked: dict[str, list[int]], kind: OwnerKind,
+         weights: dict[str, float] | None = None) -> list[Candidate]:
+    """Reciprocal Rank Fusion: score = Σ w_stream / (k + rank), deduplicated by owner id;
+    ties broken by id, newest first. Without weights every stream weighs 1."""
+    weights = weights or {}
     ranks: dict[int, dict[str, int]] = {}
     for stream, ids in ranked.items():
         for position, owner_id in enumerate(ids, start=1):
             ranks.setdefault(owner_id, {}).setdefault(stream, position)
     candidates = [
-        Candidate(kind, owner_id, r, sum(1.0 / (RRF_K + p) for p in r.values()))
+        Candidate(kind, owner_id, r,
+                  sum(weights.get(s, 1.0) / (RRF_K + p) for s, p in r.items()))
         for owner_id, r in ranks.items()
     ]
     candidates.sort(key=lambda c: (-c.score, -c.id))
@@ -85,13 +190,26 @@ def fuse(ranked: dict[str, list[int]], kind: OwnerKind) -> list[Candidate]:
 
 
 def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
-           limit: int, streams: dict[str, Stream] | None = None) -> list[Candidate]:
-    """The top `limit` owners of one kind for this text, fused across streams."""
-    query = Query(user_id, text)
+           limit: int, streams: dict[str, Stream] | None = None, *,
+           query: Query | None = None, embedder: Embedder | None = None,
+           weights: dict[str, float] | None = None,
+           require_match: bool = True) -> list[Candidate]:
+    """The top `limit` owners of one kind for this text, fused across streams.
+
+    Pass `query` (from make_query) to embed the text once for several kinds, or
+    `embedder` to embed it here; with neither, the vector stream is silent. With
+    `require_match`, the priors (importance, recency) re-rank what the text streams
+    found but add nothing of their own, so "nothing matched" stays visible to callers.
+    """
+    if query is None:
+        query = make_query(user_id, text, embedder)
     streams = STREAMS if streams is None else streams
     ranked = {name: stream(con, query, kind, max(limit, STREAM_DEPTH))
               for name, stream in streams.items()}
-    return fuse(ranked, kind)[:limit]
+    candidates = fuse(ranked, kind, WEIGHTS if weights is None else weights)
+    if require_match and MATCH_STREAMS & streams.keys():
+        candidates = [c for c in candidates if MATCH_STREAMS & c.ranks.keys()]
+    return candidates[:limit]
 
 
 @dataclass(frozen=True)
@@ -120,11 +238,12 @@ _TEXT_SQL = {
 
 
 def search_memory(con: apsw.Connection, user_id: str, text: str,
-                  limit: int = 10) -> list[SearchHit]:
+                  limit: int = 10, *, embedder: Embedder | None = None) -> list[SearchHit]:
     """Facts, then cards, then raw events (compacted ones included) matching the text."""
     hits: list[SearchHit] = []
+    query = make_query(user_id, text, embedder)
     for kind in ("fact", "card", "event"):
-        for candidate in search(con, user_id, text, kind, limit - len(hits)):
+        for candidate in search(con, user_id, text, kind, limit - len(hits), query=query):
             row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
             if row:
                 hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate))

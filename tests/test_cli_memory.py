@@ -42,7 +42,7 @@ def test_search_with_explain_shows_stream_ranks(writer, data_dir, capsys):
               "--json", "--data-dir", str(data_dir))
     hits = json.loads(out)
     assert hits[0]["text"] == "preference · editor: uses helix"
-    assert hits[0]["explain"]["ranks"] == {"bm25": 1}
+    assert hits[0]["explain"]["ranks"]["bm25"] == 1
 
 
 def test_one_user_never_sees_another_users_memory(writer, data_dir, capsys):

@@ -190,3 +190,16 @@ def test_model_down_keeps_the_users_message(config, data_dir):
             service.start_turn("ana", "s", "remember that I use helix")
         rows = service.reader().execute("SELECT role, content FROM events").fetchall()
     assert rows == [("user", "remember that I use helix")]
+
+
+def test_raw_past_events_fill_in_when_compiled_layers_know_nothing(writer, config):
+    old = append_event(writer, config, "ana", "old", "user", "My dog is called Pixel")
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1 WHERE id = ?",
+                                          (old.id,)))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), "ana", "what is my dog called?",
+                        session_id="new", window=[])
+    assert "user: My dog is called Pixel" in ctx.system_prompt
+    assert ctx.explain["events"][0]["id"] == old.id
+    layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
+    assert layers["events"] == "included"

@@ -1,0 +1,359 @@
+"""`hilo chat`: the interactive REPL on top of ChatService.
+
+A loop: read a line, run a slash command from `COMMANDS` or send the line as a turn and
+stream the reply. Ctrl-C stops a reply (the partial reply is kept, marked interrupted),
+not the session; leaving closes the session so the workers write its diary entry.
+Input history persists in `<data_dir>/repl_history`; with stdin not a terminal the
+REPL reads plain lines, and with stdout not a terminal it prints plain text.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.text import Text
+
+from app.chat import ChatService, Turn
+from app.config import Config
+from app.context import BuiltContext
+from app.db import DatabaseError, memory_db_path
+from app.events import InvalidEvent
+from app.llm import ModelError
+from app.memory import delete_fact, get_fact, last_diary, list_cards, list_facts, list_profile
+from app.retrieval import search_memory
+
+HISTORY_FILE = "repl_history"
+PROMPT = "you> "
+DIARY_SHOWN = 5
+SEARCH_LIMIT = 10
+
+
+# -- input -----------------------------------------------------------------------------------
+
+
+class LineInput:
+    """Lines from the user: prompt_toolkit with persistent history on a terminal, plain
+    lines otherwise. `read()` raises EOFError when the user leaves (Ctrl-D, end of input,
+    or Ctrl-C twice at an empty prompt)."""
+
+    def __init__(self, history_path: Path, out: Console) -> None:
+        self.out = out
+        self._session = None
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            from prompt_toolkit import PromptSession
+            from prompt_toolkit.history import FileHistory
+
+            self._session = PromptSession(history=FileHistory(str(history_path)))
+
+    def read(self) -> str:
+        armed = False  # a first Ctrl-C at an empty prompt arms the second one to leave
+        while True:
+            try:
+                return self._read_once()
+            except KeyboardInterrupt:
+                if self._session is None:
+                    raise EOFError from None
+                if self._session.default_buffer.text:
+                    armed = False  # Ctrl-C on a typed line just discards it
+                    continue
+                if armed:
+                    raise EOFError from None
+                armed = True
+                self.out.print("(Ctrl-C again or Ctrl-D to leave)", style="dim")
+
+    def _read_once(self) -> str:
+        if self._session is not None:
+            return self._session.prompt(PROMPT)
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\r\n")
+
+
+# -- the REPL's state and its commands ----------------------------------------------------------
+
+
+@dataclass
+class Repl:
+    service: ChatService
+    out: Console
+    user_id: str
+    session_id: str
+    last_context: BuiltContext | None = None  # None after a message that never reached the model
+    messages_sent: int = 0
+
+    def say(self, text: str, style: str | None = None) -> None:
+        """One line of output; never parsed as rich markup (memory text may hold brackets)."""
+        self.out.print(Text(text, style=style or ""))
+
+    def events_in_session(self) -> int:
+        row = self.service.reader().execute(
+            "SELECT count(*) FROM events WHERE user_id = ? AND session_id = ?",
+            (self.user_id, self.session_id)).fetchone()
+        return row[0]
+
+
+# A command takes the REPL and the text after its name; it returns True to leave.
+Command = Callable[[Repl, str], bool | None]
+COMMANDS: dict[str, Command] = {}
+HELP: dict[str, str] = {}
+
+
+def command(name: str, usage: str) -> Callable[[Command], Command]:
+    def register(fn: Command) -> Command:
+        COMMANDS[name] = fn
+        HELP[name] = usage
+        return fn
+
+    return register
+
+
+@command("/profile", "/profile            what Hilo knows about you (key: value)")
+def show_profile(repl: Repl, arg: str) -> None:
+    entries = list_profile(repl.service.reader(), repl.user_id)
+    if not entries:
+        repl.say("No profile yet: it fills in as you chat.", "dim")
+    for entry in entries:
+        repl.say(f"{entry.key}: {entry.value}")
+
+
+@command("/facts", "/facts              dated facts, with the ids /forget takes")
+def show_facts(repl: Repl, arg: str) -> None:
+    facts = list_facts(repl.service.reader(), repl.user_id)
+    if not facts:
+        repl.say("No facts yet: they are distilled from your messages after each reply.", "dim")
+    for fact in facts:
+        repl.say(f"#{fact.id}  [{fact.date}] {fact.category} · {fact.key}: {fact.value}")
+
+
+@command("/cards", "/cards              summaries of earlier conversation")
+def show_cards(repl: Repl, arg: str) -> None:
+    cards = list_cards(repl.service.reader(), repl.user_id)
+    if not cards:
+        repl.say("No context cards yet: long sessions are summarised into cards.", "dim")
+    for card in cards:
+        keywords = f"  (keywords: {card.keywords})" if card.keywords else ""
+        repl.say(f"#{card.id}  [{card.created_at[:10]}] {card.summary}{keywords}")
+
+
+@command("/diary", "/diary              the last session summaries")
+def show_diary(repl: Repl, arg: str) -> None:
+    entries = last_diary(repl.service.reader(), repl.user_id, limit=DIARY_SHOWN)
+    if not entries:
+        repl.say("No diary entries yet: one is written when a session ends.", "dim")
+    for entry in entries:
+        repl.say(f"[{entry.created_at[:10]}] {entry.session_id}: {entry.entry}")
+
+
+@command("/search", "/search <words>     search facts, cards and past messages")
+def search(repl: Repl, arg: str) -> None:
+    if not arg:
+        repl.say("Usage: /search <words>", "yellow")
+        return
+    hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT)
+    if not hits:
+        repl.say(f"Nothing in memory matches {arg!r}.", "dim")
+    for hit in hits:
+        repl.say(f"{hit.kind} #{hit.id}  [{hit.created_at[:10]}] {hit.text}")
+
+
+@command("/forget", "/forget <fact id>   delete a fact; workers will not re-learn it")
+def forget(repl: Repl, arg: str) -> None:
+    if not arg.lstrip("#").isdigit():
+        repl.say("Usage: /forget <fact id>  (the ids are in /facts)", "yellow")
+        return
+    fact_id = int(arg.lstrip("#"))
+    fact = get_fact(repl.service.reader(), repl.user_id, fact_id)
+    user_id = repl.user_id
+    if fact is None or not repl.service.edit(lambda con: delete_fact(con, user_id, fact_id)):
+        repl.say(f"No fact #{fact_id} to forget (see /facts for the current ones).", "yellow")
+        return
+    repl.say(f"Forgot fact #{fact_id}: {fact.category} · {fact.key}: {fact.value}")
+
+
+@command("/explain", "/explain            what the last context contained, and why")
+def explain(repl: Repl, arg: str) -> None:
+    if repl.last_context is None:
+        if repl.messages_sent:
+            repl.say("Nothing to explain: your last message did not reach the model.", "dim")
+        else:
+            repl.say("Nothing to explain yet: send a message first.", "dim")
+        return
+    info = repl.last_context.explain
+    repl.say(f"Context of the last turn: {info['tokens']} of {info['budget']} tokens "
+             f"(model {info['model']}, {info['chars_per_token']} chars/token)", "bold")
+    repl.say(f"  {'layer':<10} {'status':<10} {'items':>7} {'tokens':>7}", "dim")
+    for layer in info["layers"]:
+        items = f"{layer['items']}/{layer['of']}"
+        repl.say(f"  {layer['name']:<10} {layer['status']:<10} {items:>7} {layer['tokens']:>7}")
+    for kind in ("facts", "cards"):
+        for item in info[kind]:
+            ranks = ", ".join(f"{stream} rank {rank}" for stream, rank in
+                              item.get("ranks", {}).items())
+            score = f", score {item['score']}" if "score" in item else ""
+            detail = f" ({ranks}{score})" if ranks or score else ""
+            repl.say(f"  {kind[:-1]} #{item['id']}: {item['why']}{detail}")
+    if info["window"]:
+        repl.say(f"  window: events {', '.join(f'#{i}' for i in info['window'])}")
+    if info["diary"]:
+        repl.say(f"  diary: session {', '.join(info['diary'])}")
+    if info.get("user_text_truncated"):
+        repl.say("  your message was cut to fit the budget", "yellow")
+
+
+@command("/tasks", "/tasks              scheduled tasks")
+def show_tasks(repl: Repl, arg: str) -> None:
+    rows = list(repl.service.reader().execute(
+        "SELECT id, name, original_schedule, next_run_at, is_paused FROM scheduled_tasks "
+        "WHERE user_id = ? ORDER BY next_run_at IS NULL, next_run_at, id", (repl.user_id,)))
+    if not rows:
+        repl.say("No scheduled tasks.", "dim")
+    for task_id, name, schedule, next_run_at, paused in rows:
+        when = "paused" if paused else f"next {next_run_at or 'not scheduled'}"
+        repl.say(f"#{task_id}  {name}: {schedule} ({when})")
+
+
+@command("/help", "/help               this list")
+def show_help(repl: Repl, arg: str) -> None:
+    for usage in HELP.values():
+        repl.say(usage)
+    repl.say("Anything else is sent to the model. Ctrl-C stops a reply; Ctrl-D leaves.", "dim")
+
+
+@command("/exit", "/exit               close the session and leave (or Ctrl-D)")
+def leave(repl: Repl, arg: str) -> bool:
+    return True
+
+
+COMMANDS["/quit"] = leave
+
+
+def run_command(repl: Repl, line: str) -> bool:
+    name, _, arg = line.partition(" ")
+    fn = COMMANDS.get(name.lower())
+    if fn is None:
+        repl.say(f"Unknown command {name}: type /help for the commands.", "yellow")
+        return False
+    return bool(fn(repl, arg.strip()))
+
+
+# -- a turn ------------------------------------------------------------------------------------
+
+
+def chat_turn(repl: Repl, text: str) -> None:
+    """Send one message and stream the reply; Ctrl-C or a model error ends it early."""
+    out = repl.out.file
+    repl.messages_sent += 1
+    repl.last_context = None
+    try:
+        turn: Turn = repl.service.start_turn(repl.user_id, repl.session_id, text)
+    except ModelError as exc:
+        repl.say(f"✗ {exc}", "red")
+        repl.say("(your message is saved; send it again once the model is back)", "dim")
+        return
+    except KeyboardInterrupt:
+        repl.say("[interrupted before the reply began]", "dim")
+        return
+    except InvalidEvent as exc:  # e.g. a --session id that cannot be stored
+        repl.say(f"✗ {exc}", "red")
+        return
+    repl.last_context = turn.context
+    pieces = iter(turn)
+    try:
+        for piece in pieces:
+            out.write(piece)
+            out.flush()
+    except KeyboardInterrupt:
+        pieces.close()  # a Ctrl-C landing outside the generator: it stores the partial reply
+        out.write("\n")
+        repl.say("[interrupted]", "dim")
+        return
+    except ModelError as exc:
+        out.write("\n")
+        repl.say(f"✗ {exc}", "red")
+        repl.say("(what arrived is saved, marked interrupted)", "dim")
+        return
+    out.write("\n")
+    out.flush()
+
+
+# -- the loop ------------------------------------------------------------------------------------
+
+
+def new_session_id() -> str:
+    """Readable and sortable: the local start time, plus a short random tail."""
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def greet(repl: Repl, resuming: bool) -> None:
+    if resuming:
+        count = repl.events_in_session()
+        if count:
+            repl.say(f"Resuming session {repl.session_id} ({count} events)", "bold")
+        else:
+            repl.say(f"No session {repl.session_id} yet: starting it", "bold")
+    else:
+        repl.say(f"New session {repl.session_id}", "bold")
+    diary = last_diary(repl.service.reader(), repl.user_id, exclude_session=repl.session_id)
+    if diary:
+        repl.say(f"Last time: {diary[0].entry}", "dim")
+    repl.say("Type /help for commands; Ctrl-D or /exit to leave.", "dim")
+
+
+def run_repl(config: Config, session: str | None = None, user: str | None = None) -> int:
+    """Chat until the user leaves; returns the exit status."""
+    out = Console(highlight=False, soft_wrap=True)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not memory_db_path(config.data_dir).exists():
+        errors.print(Text(f"No memory database in {config.data_dir}: run `hilo init` first "
+                          "(or pass the right --data-dir).", style="red"))
+        return 1
+    if out.is_terminal:
+        _log_to_file(config, config.data_dir / "logs" / "chat.log")
+    try:
+        service = ChatService(config)
+    except (DatabaseError, ValueError) as exc:
+        errors.print(Text(str(exc), style="red"))
+        return 1
+    # Ctrl-C must stop a reply even when started with SIGINT ignored (a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with service:
+        repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
+        lines = LineInput(config.data_dir / HISTORY_FILE, out)
+        greet(repl, resuming=session is not None)
+        while True:
+            try:
+                line = lines.read().strip()
+            except EOFError:
+                break
+            if not line:
+                continue
+            try:
+                if line.startswith("/"):
+                    if run_command(repl, line):
+                        break
+                else:
+                    chat_turn(repl, line)
+            except KeyboardInterrupt:
+                repl.say("[interrupted]", "dim")
+        if repl.events_in_session():
+            service.end_session(repl.user_id, repl.session_id)
+            repl.say(f"Session {repl.session_id} closed; its diary entry will be written "
+                     "in the background.", "dim")
+    return 0
+
+
+def _log_to_file(config: Config, path: Path) -> None:
+    """Keep log lines out of the conversation on a terminal: they go to a file instead."""
+    from app.log import configure_logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 — lives as long as the process
+    configure_logging(config.logging.level, config.logging.format, stream=stream)

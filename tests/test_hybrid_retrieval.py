@@ -1,0 +1,105 @@
+"""Hybrid retrieval: keywords, vectors, importance and recency fused by weighted RRF.
+
+The three-way test uses the deterministic ConceptEmbedder (paraphrases share a
+dimension, names weigh little), so "vectors miss the name" holds by construction; the
+paraphrase test also runs with the real local model when the extra is installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.db import connect_readonly
+from app.events import append_event
+from app.retrieval import (RRF_K, STREAMS, WEIGHTS, bm25_stream, make_query, search,
+                           vector_stream)
+from app.vectors import VECTOR_INDEX
+from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
+from workers.embed import embed_pending
+
+PUPPY = "I adopted a golden retriever puppy last weekend"
+NAME = "Okonkwo fixed the flaky deploy pipeline before lunch"
+OTHERS = [
+    "My neighbour has two pets, a cat and a parrot",
+    "The animal shelter downtown is looking for volunteers",
+    "We cooked pasta for dinner on Friday",
+    "The flight to Lisbon was delayed by two hours",
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_index():
+    VECTOR_INDEX.clear()
+    yield
+    VECTOR_INDEX.clear()
+
+
+def seed(writer, config, embedder) -> dict[str, int]:
+    ids = {text: append_event(writer, config, "ana", "s1", "user", text).id
+           for text in [*OTHERS, NAME, PUPPY]}
+    embed_pending(writer, embedder)
+    return ids
+
+
+def test_a_paraphrase_is_found_by_vectors_and_missed_by_keywords(writer, config, text_embedder):
+    ids = seed(writer, config, text_embedder)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "my dog", text_embedder)
+    assert bm25_stream(con, query, "event", 10) == []
+    assert ids[PUPPY] in vector_stream(con, query, "event", 10)[:2]
+
+
+def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config):
+    embedder = ConceptEmbedder()
+    ids = seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    assert bm25_stream(con, query, "event", 10) == [ids[NAME]]
+    assert ids[NAME] not in vector_stream(con, query, "event", 10)[:3]
+
+
+def test_the_fusion_finds_both_the_paraphrase_and_the_name(writer, config):
+    embedder = ConceptEmbedder()
+    ids = seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    top = search(con, "ana", "Did my dog meet Okonkwo?", "event", 2, embedder=embedder)
+    assert {c.id for c in top} == {ids[PUPPY], ids[NAME]}
+
+
+def test_explain_gives_every_stream_rank_and_a_score_consistent_with_the_order(writer, config):
+    embedder = ConceptEmbedder()
+    seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    streams = {name: stream(con, query, "event", 50) for name, stream in STREAMS.items()}
+    candidates = search(con, "ana", query.text, "event", 10, query=query)
+    assert candidates
+    for c in candidates:
+        explained = c.explain()
+        expected_ranks = {name: ids.index(c.id) + 1 for name, ids in streams.items() if c.id in ids}
+        assert explained["ranks"] == expected_ranks
+        expected = sum(WEIGHTS[s] / (RRF_K + r) for s, r in expected_ranks.items())
+        assert explained["score"] == round(expected, 6)
+    scores = [c.score for c in candidates]
+    assert scores == sorted(scores, reverse=True)
+    assert len({c.id for c in candidates}) == len(candidates)  # deduplicated
+
+
+def test_priors_rerank_but_do_not_answer_a_query_nothing_matches(writer, config):
+    seed(writer, config, ConceptEmbedder())
+    con = connect_readonly(writer.path)
+    # No embedder, no keyword in common: nothing matched, so callers fall back to recent.
+    assert search(con, "ana", "xylophone", "event", 5) == []
+    everything = search(con, "ana", "xylophone", "event", 5, require_match=False)
+    assert [c.ranks.keys() for c in everything][0] == {"recency"}
+
+
+def test_important_events_rank_higher_among_equal_matches(writer, config):
+    low = append_event(writer, config, "ana", "s1", "user", "the server password rotates monthly")
+    high = append_event(writer, config, "ana", "s1", "user", "the server password rotates weekly",
+                        importance=0.9)
+    later = append_event(writer, config, "ana", "s1", "user", "the server password rotates daily")
+    con = connect_readonly(writer.path)
+    top = search(con, "ana", "server password", "event", 3)
+    assert top[0].id == high.id and "importance" in top[0].ranks
+    assert {c.id for c in top} == {low.id, high.id, later.id}

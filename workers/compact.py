@@ -1,0 +1,151 @@
+"""compact: a session's oldest events folded into context cards.
+
+While a session has at least `compaction_threshold` un-compacted events, its oldest
+`chunk_size` become one card — a one–two sentence technical summary plus keywords,
+from the model as JSON — indexed by FTS5 (triggers), and those events are marked
+compacted with the card's id, all in one transaction. That transaction re-checks the
+chunk is still un-compacted (and the unique index cards_one_per_chunk backs it), so
+two workers on one session never make two cards of one chunk. The task wrapper adds
+a per-session lock so they rarely even try.
+
+Degraded path (`extractive=True`): the card quotes the chunk instead (is_extractive=1),
+and consolidate re-summarises it when the model is back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from app.config import Config
+from app.llm import ModelClient
+from app.timeutil import utc_now
+from app.writer import Writer
+from workers import extractive
+from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.reading import reading
+
+WORKER = "compact"
+SUMMARY_CHARS = 1000
+KEYWORD_CHARS = 60
+MAX_KEYWORDS = 12
+MAX_EVENT_CHARS = 3000
+# A session cannot need more chunks than this in one run; a guard against a loop.
+MAX_CHUNKS_PER_RUN = 10_000
+
+CARD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        "keywords": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["summary", "keywords"],
+}
+
+SYSTEM = "You compress chat history into short technical notes. Answer with JSON only."
+INSTRUCTIONS = """\
+Summarise this part of a conversation in one or two sentences: technical and specific
+(names, versions, commands, decisions, outcomes). Add 3 to 8 keywords someone would
+search for to find it again.
+
+"""
+
+
+@dataclass(frozen=True)
+class ChunkEvent:
+    id: int
+    role: str
+    content: str
+    importance: float
+
+
+@dataclass(frozen=True)
+class CardText:
+    summary: str
+    keywords: str
+    is_extractive: bool = False
+
+
+def next_chunk(con: apsw.Connection, config: Config, user_id: str,
+               session_id: str) -> list[ChunkEvent] | None:
+    """The oldest chunk_size un-compacted events, when the session is over the threshold."""
+    threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
+    rows = [ChunkEvent(*row) for row in con.execute(
+        "SELECT id, role, content, importance FROM events WHERE user_id = ? AND session_id = ? "
+        "AND compacted = 0 ORDER BY id LIMIT ?", (user_id, session_id, threshold))]
+    return rows[:size] if len(rows) >= threshold else None
+
+
+def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
+    lines = "\n".join(f"{e.role.upper()}: {e.content[:MAX_EVENT_CHARS]}" for e in events)
+    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM)
+    return parse_card(raw, text)
+
+
+def parse_card(raw: dict | list, text: str = "") -> CardText:
+    if not isinstance(raw, dict):
+        raise InvalidOutput(WORKER, "expected a JSON object", text)
+    summary = clean_text(raw.get("summary"), SUMMARY_CHARS)
+    if not summary:
+        raise InvalidOutput(WORKER, "no summary", text)
+    words = raw.get("keywords") or []
+    if isinstance(words, str):
+        words = words.split(",")
+    keywords = [w for w in (clean_text(w, KEYWORD_CHARS) for w in words if isinstance(w, str)) if w]
+    return CardText(summary, ", ".join(keywords[:MAX_KEYWORDS]))
+
+
+def extractive_card(events: list[ChunkEvent]) -> CardText:
+    texts = [(e.role, e.content) for e in events]
+    return CardText(extractive.quote_lines(texts), ", ".join(extractive.keywords(t for _, t in texts)),
+                    is_extractive=True)
+
+
+def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list[ChunkEvent],
+               card: CardText) -> int | None:
+    """Store the card and mark its events, unless another run already compacted them."""
+    ids = [e.id for e in events]
+    marks = ",".join("?" * len(ids))
+    (still_open,) = con.execute(
+        f"SELECT count(*) FROM events WHERE user_id = ? AND session_id = ? AND compacted = 0 "
+        f"AND id IN ({marks})", (user_id, session_id, *ids)).fetchone()
+    if still_open != len(ids):
+        return None
+    now = utc_now()
+    try:
+        con.execute(
+            "INSERT INTO context_cards (user_id, session_id, summary, keywords, first_event_id, "
+            "last_event_id, event_count, level, is_extractive, importance, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+            (user_id, session_id, card.summary, card.keywords, ids[0], ids[-1], len(ids),
+             int(card.is_extractive), max(e.importance for e in events), now, now))
+    except apsw.ConstraintError:  # cards_one_per_chunk: this chunk already has its card
+        return None
+    card_id = con.last_insert_rowid()
+    con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE id IN ({marks})", (card_id, *ids))
+    con.execute(
+        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
+        "source_event_id, worker, created_at) VALUES (?, 'card', ?, 'insert', NULL, ?, ?, ?, ?)",
+        (user_id, str(card_id), card.summary, ids[-1], WORKER, now))
+    return card_id
+
+
+def compact_session(writer: Writer, model: ModelClient | None, config: Config, user_id: str,
+                    session_id: str, *, extractive: bool = False) -> list[int]:
+    """Cards until the session is below the threshold; returns the new cards' ids.
+
+    Raises ModelError / InvalidOutput (to be retried) unless `extractive`.
+    """
+    written: list[int] = []
+    for _ in range(MAX_CHUNKS_PER_RUN):
+        with reading(writer) as con:
+            events = next_chunk(con, config, user_id, session_id)
+        if events is None:
+            break
+        card = extractive_card(events) if extractive or model is None else summarise(model, events)
+        card_id = writer.submit(lambda con: write_card(con, user_id, session_id, events, card))
+        if card_id is not None:
+            written.append(card_id)
+    return written

@@ -1,0 +1,78 @@
+"""Dedupe on write: one current fact per (user, category, key) — or per similar text.
+
+A fact whose (category, key) is new, but whose text is close to a current fact of the
+same category, takes that fact's key, so upsert_fact supersedes it instead of adding a
+second row (the old value stays as a superseded row and in memory_log). A tombstoned
+fact blocks similar facts too: no worker re-creates what the user deleted.
+
+Similarity is BM25 over facts_fts, normalised by the candidate's score against its own
+words: 1.0 means the new text contains every (IDF-weighted) word of the existing fact.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+from app.fts import build_match_query
+from app.memory import Fact, WriteAction, current_fact, get_fact, upsert_fact
+
+# Share of an existing fact's BM25 weight the new text must cover to be "the same fact".
+# (Suggested config key: memory.dedupe_similarity.)
+SIMILAR_FACT_THRESHOLD = 0.75
+CANDIDATES = 5
+
+
+def normalise_key(key: str) -> str:
+    """The key as upsert_fact stores it."""
+    return " ".join(key.split()).casefold()
+
+
+def _self_score(con: apsw.Connection, fact: Fact) -> float | None:
+    query = build_match_query(f"{fact.key} {fact.value}")
+    if query is None:
+        return None
+    row = con.execute("SELECT bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH ? AND rowid = ?",
+                      (query, fact.id)).fetchone()
+    return row[0] if row else None
+
+
+def similar_facts(con: apsw.Connection, user_id: str, category: str, text: str,
+                  *, threshold: float = SIMILAR_FACT_THRESHOLD,
+                  exclude: int | None = None) -> list[tuple[Fact, float]]:
+    """Current facts (tombstoned included) of the category that `text` covers, best first."""
+    query = build_match_query(text)
+    if query is None:
+        return []
+    rows = list(con.execute(
+        "SELECT f.id, bm25(facts_fts) FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid "
+        "WHERE facts_fts MATCH ? AND f.user_id = ? AND f.category = ? "
+        "AND f.superseded_at IS NULL ORDER BY bm25(facts_fts) LIMIT ?",
+        (query, user_id, category, CANDIDATES + (exclude is not None)),
+    ))
+    found = []
+    for fact_id, score in rows:
+        if fact_id == exclude:
+            continue
+        fact = get_fact(con, user_id, fact_id)
+        own = _self_score(con, fact) if fact else None
+        if fact is None or not own:
+            continue
+        similarity = score / own  # both negative: more negative is a better match
+        if similarity >= threshold:
+            found.append((fact, similarity))
+    found.sort(key=lambda pair: -pair[1])
+    return found
+
+
+def store_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
+               worker: str, source_event_id: int | None, importance: float = 0.5) -> WriteAction:
+    """upsert_fact, after redirecting a similar fact onto the existing row's key."""
+    if current_fact(con, user_id, category, normalise_key(key)) is None:
+        similar = similar_facts(con, user_id, category, f"{key} {value}")
+        if similar:
+            fact = similar[0][0]
+            if fact.deleted_at is not None:
+                return "tombstoned"
+            key = fact.key
+    return upsert_fact(con, user_id, category, key, value, source="agent", worker=worker,
+                       source_event_id=source_event_id, importance=importance).action

@@ -1,0 +1,159 @@
+"""diary: a one–two sentence synthesis of a session, once it ends.
+
+One entry per session (UNIQUE(user_id, session_id)). A session that is reopened and
+ends again gets its entry rewritten; a run when the entry is newer than the session's
+last event does nothing. Writing the entry also marks the session ended.
+
+Degraded path (`extractive=True`): the entry quotes how the session began and ended
+(is_extractive=1), and consolidate rewrites it when the model is back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from app.config import Config
+from app.llm import ModelClient
+from app.timeutil import utc_now
+from app.writer import Writer
+from workers import extractive
+from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.reading import reading
+
+WORKER = "diary"
+ENTRY_CHARS = 1000
+MAX_EVENT_CHARS = 600
+MAX_PROMPT_CHARS = 8000
+
+DIARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"entry": {"type": "string"}},
+    "required": ["entry"],
+}
+SYSTEM = "You keep a diary of an assistant's sessions with its user. Answer with JSON only."
+INSTRUCTIONS = """\
+Write a diary entry for this session in one or two sentences: what the user worked on,
+what was decided or solved, and what was left open.
+
+"""
+
+
+@dataclass(frozen=True)
+class SessionText:
+    lines: list[tuple[str, str]]  # (label, text), oldest first; earlier parts as card summaries
+    first_at: str
+
+
+def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
+                         *, rewrite: bool = False) -> SessionText | None:
+    """What the entry is written from; None when there are no events, or when the entry
+    is newer than the last event (unless `rewrite`)."""
+    row = con.execute(
+        "SELECT s.started_at, s.last_event_at, d.created_at FROM sessions s LEFT JOIN diary d "
+        "ON d.user_id = s.user_id AND d.session_id = s.id WHERE s.user_id = ? AND s.id = ?",
+        (user_id, session_id)).fetchone()
+    if row is None or (not rewrite and row[2] is not None and row[2] >= row[1]):
+        return None
+    lines = [("EARLIER", summary) for (summary,) in con.execute(
+        "SELECT summary FROM context_cards WHERE user_id = ? AND session_id = ? AND level = 0 "
+        "ORDER BY first_event_id", (user_id, session_id))]
+    lines += [(role.upper(), content) for role, content in con.execute(
+        "SELECT role, content FROM events WHERE user_id = ? AND session_id = ? AND compacted = 0 "
+        "AND role IN ('user', 'assistant', 'tool') ORDER BY id", (user_id, session_id))]
+    if not lines:
+        return None
+    return SessionText(lines, row[0])
+
+
+def build_prompt(session: SessionText) -> str:
+    kept: list[str] = []
+    used = 0
+    for label, text in reversed(session.lines):  # the end of a session matters most
+        line = f"{label}: {text[:MAX_EVENT_CHARS]}"
+        if used + len(line) > MAX_PROMPT_CHARS and kept:
+            break
+        kept.append(line)
+        used += len(line)
+    return INSTRUCTIONS + "\n".join(reversed(kept))
+
+
+def parse_entry(raw: dict | list, text: str = "") -> str:
+    entry = clean_text(raw.get("entry"), ENTRY_CHARS) if isinstance(raw, dict) else None
+    if not entry:
+        raise InvalidOutput(WORKER, "no entry", text)
+    return entry
+
+
+def extractive_entry(session: SessionText) -> str:
+    said = [(label.lower(), text) for label, text in session.lines if label in ("USER", "EARLIER")]
+    said = said or [(label.lower(), text) for label, text in session.lines]
+    picks = said[:1] + said[-1:] if len(said) > 1 else said
+    return f"Session of {session.first_at[:10]}: " + extractive.quote_lines(picks)
+
+
+def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_extractive: bool) -> str:
+    row = con.execute(
+        "SELECT s.last_event_at, d.created_at, d.entry FROM sessions s LEFT JOIN diary d "
+        "ON d.user_id = s.user_id AND d.session_id = s.id WHERE s.user_id = ? AND s.id = ?",
+        (user_id, session_id)).fetchone()
+    if row is None or (row[1] is not None and row[1] >= row[0]):
+        return "up-to-date"
+    now = utc_now()
+    con.execute(
+        "INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (user_id, session_id) DO UPDATE SET entry = excluded.entry, "
+        "is_extractive = excluded.is_extractive, created_at = excluded.created_at",
+        (user_id, session_id, entry, int(is_extractive), now))
+    (diary_id,) = con.execute("SELECT id FROM diary WHERE user_id = ? AND session_id = ?",
+                              (user_id, session_id)).fetchone()
+    con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? AND ended_at IS NULL",
+                (now, user_id, session_id))
+    con.execute(
+        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
+        "worker, created_at) VALUES (?, 'diary', ?, ?, ?, ?, ?, ?)",
+        (user_id, str(diary_id), "update" if row[2] is not None else "insert", row[2], entry,
+         WORKER, now))
+    return "updated" if row[2] is not None else "written"
+
+
+def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_id: str,
+                session_id: str, *, extractive: bool = False) -> str:
+    """'written', 'updated', or 'up-to-date' (nothing to do). Raises model errors unless extractive."""
+    with reading(writer) as con:
+        session = session_to_summarise(con, user_id, session_id)
+    if session is None:
+        return "up-to-date"
+    if extractive or model is None:
+        entry, is_extractive = extractive_entry(session), True
+    else:
+        raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM)
+        entry, is_extractive = parse_entry(raw, text), False
+    return writer.submit(lambda con: _store(con, user_id, session_id, entry, is_extractive))
+
+
+def _replace_extractive(con: apsw.Connection, user_id: str, session_id: str, entry: str) -> bool:
+    row = con.execute("SELECT id, entry FROM diary WHERE user_id = ? AND session_id = ? "
+                      "AND is_extractive = 1", (user_id, session_id)).fetchone()
+    if row is None:
+        return False
+    now = utc_now()
+    con.execute("UPDATE diary SET entry = ?, is_extractive = 0 WHERE id = ?", (entry, row[0]))
+    con.execute(
+        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
+        "worker, created_at) VALUES (?, 'diary', ?, 'update', ?, ?, 'consolidate', ?)",
+        (user_id, str(row[0]), row[1], entry, now))
+    return True
+
+
+def rewrite_extractive_diary(writer: Writer, model: ModelClient, user_id: str, session_id: str) -> bool:
+    """Replace an extractive entry with the model's; False if there was none. Raises model errors."""
+    with reading(writer) as con:
+        session = session_to_summarise(con, user_id, session_id, rewrite=True)
+    if session is None:
+        return False
+    raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM)
+    entry = parse_entry(raw, text)
+    return writer.submit(lambda con: _replace_extractive(con, user_id, session_id, entry))

@@ -1,0 +1,274 @@
+"""distill: after each reply, the turn's permanent profile attributes and dated facts.
+
+The model gets the turn with a JSON schema in `format` at temperature 0.1. Facts about
+the user come from user turns and tool results only: the assistant's text is shown as
+context, and an extracted fact whose words come from the assistant's text and not
+from the user's is dropped (the hallucination feedback loop). Output is parsed
+leniently and validated item by item; nothing invalid is written.
+
+Writes and the events' distilled_at mark share one transaction, and the write first
+re-checks which events are still undistilled, so a second run does nothing.
+`capture_turn` is the degraded path: rule-based capture of explicit statements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from app.config import Config
+from app.fts import terms
+from app.llm import ModelClient
+from app.memory import CATEGORIES, InvalidMemory, set_profile
+from app.timeutil import utc_now
+from app.writer import Writer
+from workers.capture import capture_statements
+from workers.dedupe import store_fact
+from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.reading import reading
+
+WORKER = "distill"
+FALLBACK_WORKER = "distill-rules"
+SOURCE_ROLES = ("user", "tool")
+MAX_EVENT_CHARS = 4000
+MAX_PROMPT_CHARS = 12_000
+PROFILE_KEY_CHARS = 100
+FACT_KEY_CHARS = 200
+VALUE_CHARS = 2000
+
+DISTILL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "profile": {"type": "object", "additionalProperties": {"type": "string"}},
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "category": {"type": "string", "enum": list(CATEGORIES)},
+                    "key": {"type": "string"},
+                    "value": {"type": "string"},
+                },
+                "required": ["category", "key", "value"],
+            },
+        },
+    },
+    "required": ["profile", "facts"],
+}
+
+SYSTEM = (
+    "You keep the long-term memory of a chat assistant about its user. Answer with JSON "
+    "only, matching the schema. Use empty lists when there is nothing worth remembering."
+)
+
+INSTRUCTIONS = """\
+From the conversation below, extract what is worth remembering about the USER:
+- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
+  a short key naming what it is about (e.g. "editor", "staging database"), and the value.
+Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
+
+"""
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    id: int
+    role: str
+    content: str
+    tool_name: str | None = None
+
+
+@dataclass
+class Extraction:
+    profile: dict[str, str] = field(default_factory=dict)
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, value)
+
+    def __bool__(self) -> bool:
+        return bool(self.profile or self.facts)
+
+
+@dataclass
+class DistillResult:
+    events: int = 0  # events this run marked distilled; 0 when another run had done it
+    profile: dict[str, str] = field(default_factory=dict)  # key -> write action
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, action)
+    dropped: int = 0  # items refused by validation or grounding
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def undistilled_events(con: apsw.Connection, user_id: str, session_id: str,
+                       event_ids: list[int]) -> list[TurnEvent]:
+    if not event_ids:
+        return []
+    marks = ",".join("?" * len(event_ids))
+    return [TurnEvent(*row) for row in con.execute(
+        f"SELECT id, role, content, tool_name FROM events WHERE user_id = ? AND session_id = ? "
+        f"AND distilled_at IS NULL AND id IN ({marks}) ORDER BY id",
+        (user_id, session_id, *event_ids))]
+
+
+def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session_id: str) -> bool:
+    threshold = config.memory.compaction_threshold
+    (count,) = con.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM events WHERE user_id = ? AND session_id = ? "
+        "AND compacted = 0 LIMIT ?)", (user_id, session_id, threshold)).fetchone()
+    return count >= threshold
+
+
+# -- the model's part ----------------------------------------------------------------------
+
+
+def build_prompt(events: list[TurnEvent]) -> str:
+    lines = []
+    budget = MAX_PROMPT_CHARS
+    for event in events:
+        if event.role == "user":
+            label = "USER"
+        elif event.role == "tool":
+            label = f"TOOL ({event.tool_name})" if event.tool_name else "TOOL"
+        elif event.role == "assistant":
+            label = "ASSISTANT (context only)"
+        else:
+            continue
+        text = event.content[:MAX_EVENT_CHARS]
+        if len(text) > budget:
+            text = text[:budget]
+        lines.append(f"{label}: {text}")
+        budget -= len(text)
+        if budget <= 0:
+            break
+    return INSTRUCTIONS + "\n".join(lines)
+
+
+def _category(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    category = value.strip().casefold()
+    if category not in CATEGORIES and category.rstrip("s") in CATEGORIES:
+        category = category.rstrip("s")  # "preferences", "facts"
+    return category if category in CATEGORIES else None
+
+
+def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
+    """Validate the model's JSON; raise InvalidOutput when it is not an extraction at all."""
+    if isinstance(raw, list):
+        raw = {"facts": raw}
+    if not isinstance(raw, dict):
+        raise InvalidOutput(WORKER, "expected a JSON object", text)
+    if raw and "profile" not in raw and "facts" not in raw:
+        raise InvalidOutput(WORKER, "no profile or facts in the object", text)
+    extraction = Extraction()
+    profile = raw.get("profile") or {}
+    if isinstance(profile, list):  # [{"key": ..., "value": ...}]
+        profile = {p.get("key"): p.get("value") for p in profile if isinstance(p, dict)}
+    if isinstance(profile, dict):
+        for key, value in profile.items():
+            key, value = clean_text(key, PROFILE_KEY_CHARS), clean_text(value, VALUE_CHARS)
+            if key and value:
+                extraction.profile[key] = value
+    facts = raw.get("facts") or []
+    if isinstance(facts, dict):
+        facts = [facts]
+    if isinstance(facts, list):
+        for item in facts:
+            if not isinstance(item, dict):
+                continue
+            category = _category(item.get("category"))
+            value = clean_text(item.get("value"), VALUE_CHARS)
+            key = clean_text(item.get("key"), FACT_KEY_CHARS)
+            if value and not key:
+                key = " ".join(terms(value)[:4]) or None
+            if category and key and value:
+                extraction.facts.append((category, key, value))
+    return extraction
+
+
+def _grounded(text: str, source_words: set[str], assistant_words: set[str]) -> bool:
+    """False for text whose words come from the assistant and not from the user."""
+    words = set(terms(text, min_length=3))
+    return not words or bool(words & source_words) or not (words & assistant_words)
+
+
+def keep_grounded(extraction: Extraction, events: list[TurnEvent]) -> tuple[Extraction, int]:
+    source = set().union(*(terms(e.content, min_length=3) for e in events if e.role in SOURCE_ROLES))
+    assistant = set().union(*(terms(e.content, min_length=3) for e in events if e.role == "assistant"))
+    kept = Extraction(
+        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, assistant)},
+        facts=[f for f in extraction.facts if _grounded(f[2], source, assistant)],
+    )
+    dropped = len(extraction.profile) + len(extraction.facts) - len(kept.profile) - len(kept.facts)
+    return kept, dropped
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
+           extraction: Extraction, worker: str, source_event_id: int | None) -> DistillResult:
+    pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
+    if not pending:
+        return DistillResult()  # another run got here first
+    result = DistillResult(events=len(pending))
+    for key, value in extraction.profile.items():
+        try:
+            result.profile[key] = set_profile(con, user_id, key, value, source="agent",
+                                              worker=worker, source_event_id=source_event_id)
+        except InvalidMemory:
+            result.dropped += 1
+    for category, key, value in extraction.facts:
+        try:
+            action = store_fact(con, user_id, category, key, value, worker=worker,
+                                source_event_id=source_event_id)
+        except InvalidMemory:
+            result.dropped += 1
+            continue
+        result.facts.append((category, key, action))
+    marks = ",".join("?" * len(pending))
+    con.execute(f"UPDATE events SET distilled_at = ? WHERE id IN ({marks})", (utc_now(), *pending))
+    return result
+
+
+def _write(writer: Writer, user_id: str, session_id: str, events: list[TurnEvent],
+           extraction: Extraction, worker: str, dropped: int = 0) -> DistillResult:
+    sources = [e.id for e in events if e.role in SOURCE_ROLES]
+    source_event_id = sources[-1] if sources else None
+    ids = [e.id for e in events]
+    result = writer.submit(lambda con: _store(con, user_id, session_id, ids, extraction, worker,
+                                              source_event_id))
+    result.dropped += dropped
+    return result
+
+
+def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: str,
+                 session_id: str, event_ids: list[int]) -> DistillResult:
+    """Extract and store the turn's memory; raises ModelError / InvalidOutput to be retried."""
+    with reading(writer) as con:
+        events = undistilled_events(con, user_id, session_id, event_ids)
+    if not events:
+        return DistillResult()
+    extraction, dropped = Extraction(), 0
+    if any(e.role in SOURCE_ROLES for e in events):
+        raw, text = ask_json(model, WORKER, build_prompt(events), DISTILL_SCHEMA, SYSTEM)
+        extraction, dropped = keep_grounded(parse_extraction(raw, text), events)
+    return _write(writer, user_id, session_id, events, extraction, WORKER, dropped)
+
+
+def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
+                 event_ids: list[int]) -> DistillResult:
+    """The fallback: explicit statements in the user's messages, by rule, no model."""
+    with reading(writer) as con:
+        events = undistilled_events(con, user_id, session_id, event_ids)
+    if not events:
+        return DistillResult()
+    extraction = Extraction()
+    for event in events:
+        if event.role == "user":
+            captured = capture_statements(event.content)
+            extraction.profile.update(captured.profile)
+            extraction.facts.extend(captured.facts)
+    return _write(writer, user_id, session_id, events, extraction, FALLBACK_WORKER)

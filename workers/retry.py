@@ -1,0 +1,88 @@
+"""The jobs' retry policy: exponential backoff with jitter, counted per job, then degrade.
+
+Huey's own retries are a fixed delay and RetryTask does not consume them (DESIGN §5b),
+so a job that fails with a retryable model error — or with output it cannot use — is
+re-enqueued by its wrapper with `schedule(delay=…)` and `attempt + 1`. After
+`queue.max_attempts` attempts (or at once, for an error retrying cannot fix) the job
+writes its fallback, logs `job.degraded` and records the failure in Huey's result
+store under the task's id (`workers.queue.failed_jobs()`): visible, never silent, and
+without a traceback for what is an expected outcome. Other exceptions (bugs, a database
+that cannot be written) propagate untouched: Huey logs and records them, and the
+reconcile sweep redoes the work later.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import structlog
+
+from app.config import Config
+from app.llm import ModelError
+from workers.model_output import InvalidOutput
+
+log = structlog.get_logger(__name__)
+
+MAX_DELAY_SECONDS = 300.0
+
+
+class JobDegraded(RuntimeError):
+    """A job gave up on the model and wrote its fallback instead; str() says which and why."""
+
+
+def backoff_delay(base: float, attempt: int, rng: random.Random | None = None) -> float:
+    """Seconds before the attempt after `attempt`: base·2^(attempt−1), capped, equal jitter."""
+    delay = min(MAX_DELAY_SECONDS, base * 2 ** (attempt - 1))
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def total_backoff(config: Config) -> float:
+    """The longest a job can spend waiting between its attempts."""
+    base = config.queue.backoff_base_seconds
+    return sum(min(MAX_DELAY_SECONDS, base * 2 ** (a - 1)) for a in range(1, config.queue.max_attempts))
+
+
+def is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, (ModelError, InvalidOutput)) and bool(exc.retryable)
+
+
+@dataclass
+class Outcome:
+    status: Literal["done", "retrying", "degraded"]
+    value: Any = None  # what work() or fallback() returned
+    error: JobDegraded | None = None  # set when degraded
+
+
+def attempt_job(
+    config: Config,
+    job: str,
+    attempt: int,
+    ids: dict[str, Any],
+    work: Callable[[], Any],
+    fallback: Callable[[], Any],
+    retry: Callable[[float], None],
+    task_id: str | None = None,
+    record_failure: Callable[[JobDegraded], None] | None = None,
+) -> Outcome:
+    """Run `work`; on a model failure schedule `retry(delay)` or, out of attempts, run
+    `fallback` and `record_failure(error)`."""
+    bound = log.bind(job=job, task_id=task_id, attempt=attempt, **ids)
+    try:
+        return Outcome("done", work())
+    except (ModelError, InvalidOutput) as exc:
+        if is_retryable(exc) and attempt < config.queue.max_attempts:
+            delay = backoff_delay(config.queue.backoff_base_seconds, attempt)
+            bound.warning("job.retry", error=str(exc), retry_in_seconds=round(delay, 3))
+            retry(delay)
+            return Outcome("retrying")
+        bound.error("job.degraded", error=str(exc), attempts=attempt)
+        value = fallback()
+        described = ", ".join(f"{k}={v}" for k, v in ids.items())
+        error = JobDegraded(
+            f"{job} ({described}) gave up on the model after {attempt} attempt(s) and wrote "
+            f"its fallback instead: {exc}")
+        if record_failure is not None:
+            record_failure(error)
+        return Outcome("degraded", value, error)
