@@ -182,7 +182,7 @@ def _copy_database(source: apsw.Connection, target: Path, progress: Progress | N
 
 
 @contextmanager
-def _snapshot(path: Path) -> Iterator[apsw.Connection]:
+def snapshot(path: Path) -> Iterator[apsw.Connection]:
     """A read-only connection holding one read transaction: a fixed snapshot of `path`."""
     con = connect_readonly(path)
     try:
@@ -211,7 +211,7 @@ def backup(config: Config, dest: Path, progress: Progress | None = None, *,
     partial = target.with_name(f".{target.name}.partial")
     started = time.monotonic()
     try:
-        with _snapshot(source_path) as source:
+        with snapshot(source_path) as source:
             pages, steps = _copy_database(source, partial, progress, pages_per_step, "copy")
         if progress:
             progress("verify", 0, 1)
@@ -338,7 +338,7 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
     incoming = live.with_name(f".{live.name}.restoring")
     try:
         # Copy through SQLite, not the file system: a source with its own -wal is read whole.
-        with _snapshot(src) as source:
+        with snapshot(src) as source:
             _copy_database(source, incoming, None, PAGES_PER_STEP, "restore")
         kept_as = None
         if live.exists():

@@ -121,11 +121,13 @@ class Schedule:
 # ----------------------------------------------------------------------------- public API
 
 
-def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: bool = False) -> Schedule:
+def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: bool = False,
+                   allow_past: bool = False) -> Schedule:
     """Understand `text` (cron, plain English or Spanish, ISO date-time) in the user's zone.
 
     `oneshot=True` turns a repeating schedule into a single run at its next occurrence.
-    Raises ScheduleError, whose message shows examples.
+    A one-shot in the past is refused unless `allow_past` (config.toml's, which may have
+    run already). Raises ScheduleError, whose message shows examples.
     """
     _require_aware(now)
     zone = ZoneInfo(timezone_name)
@@ -136,7 +138,7 @@ def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: boo
 
     moment = _parse_iso(original, zone) or _parse_oneshot(_normalise(original), local_now)
     if moment is not None:
-        if moment <= now:
+        if moment <= now and not allow_past:
             raise ScheduleError(
                 f'"{original}" is in the past: {_local_text(moment, zone)}, {timezone_name}')
         return _oneshot(original, timezone_name, moment)

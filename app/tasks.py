@@ -497,16 +497,19 @@ def claim_task_now(writer: Writer, user_id: str, ref: int | str, now: datetime) 
 
 def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
     stamp = to_rfc3339(now)
+    stale = to_rfc3339(now - STALE_RUN_AFTER)
     max_attempts = config.queue.max_attempts
     while True:
+        # A retry, or a run cut off, gives way when a later occurrence is already due.
         row = con.execute(
             "SELECT r.id, r.status, r.attempts FROM task_runs r "
             "JOIN scheduled_tasks t ON t.id = r.task_id "
             "WHERE r.status = 'queued' "
-            "   OR (r.status = 'retrying' AND r.retry_at <= ? AND t.is_paused = 0) "
-            "   OR (r.status = 'running' AND r.started_at <= ?) "
+            "   OR (((r.status = 'retrying' AND r.retry_at <= ?) "
+            "        OR (r.status = 'running' AND r.started_at <= ?)) "
+            "       AND t.is_paused = 0 AND NOT coalesce(t.next_run_at <= ?, 0)) "
             "ORDER BY coalesce(r.retry_at, r.started_at, r.scheduled_for), r.id LIMIT 1",
-            (stamp, to_rfc3339(now - STALE_RUN_AFTER))).fetchone()
+            (stamp, stale, stamp)).fetchone()
         if row is None:
             break
         run_id, status, attempts = row
@@ -541,11 +544,14 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
                          "remove the task and add it again")
         con.execute("UPDATE scheduled_tasks SET next_run_at = ?, updated_at = ? WHERE id = ?",
                     (next_run, stamp, task.id))
-        # A retry of an earlier occurrence gives way to this one: one run, not a backlog.
+        # An earlier occurrence still retrying (or cut off) gives way to this one: one
+        # run, not a backlog.
         con.execute(
             "UPDATE task_runs SET status = 'failed', finished_at = ?, retry_at = NULL, "
-            "error = coalesce(error, 'failed') || ' (no more retries: a later occurrence is due)' "
-            "WHERE task_id = ? AND status = 'retrying'", (stamp, task.id))
+            "error = coalesce(error, 'cut off') || ' (no more retries: a later occurrence is due)' "
+            "WHERE task_id = ? AND kind = 'schedule' "
+            "AND (status = 'retrying' OR (status = 'running' AND started_at <= ?))",
+            (stamp, task.id, stale))
         con.execute(
             "INSERT OR IGNORE INTO task_runs (user_id, task_id, scheduled_for, kind, started_at, "
             "finished_at, status, error, attempts, session_id) "
@@ -650,13 +656,10 @@ def _config_task(entry: Mapping[str, Any], where: str, config: Config, now: date
     try:
         prompt = _clean_prompt(text("prompt"))
         name = _clean_name(name, prompt)
-        schedule = parse_schedule(schedule_text, config.schedule.timezone, now)
+        # A one-shot whose time passed has run (or was missed): reconcile does not re-add it.
+        schedule = parse_schedule(schedule_text, config.schedule.timezone, now, allow_past=True)
     except ScheduleError as exc:
-        if "is in the past" in exc.problem and is_fixed_moment(schedule_text):
-            # A one-shot whose time passed: already run, or missed; reconcile skips it.
-            schedule = _past_oneshot(schedule_text, config.schedule.timezone)
-        else:
-            raise ConfigError(f"{where}.schedule in config.toml: {exc}") from None
+        raise ConfigError(f"{where}.schedule in config.toml: {exc}") from None
     except TaskError as exc:
         raise ConfigError(f"{where} in config.toml: {exc}") from None
     if (oneshot or schedule.is_oneshot) and not is_fixed_moment(schedule_text):
@@ -665,11 +668,6 @@ def _config_task(entry: Mapping[str, Any], where: str, config: Config, now: date
             f'"2026-12-01 09:00", not "{schedule_text}": the worker reads the file at every start '
             "and would schedule it again")
     return ConfigTask(user_id, name, schedule, prompt, flag("trusted"), flag("paused"))
-
-
-def _past_oneshot(text: str, timezone_name: str) -> Schedule:
-    moment = datetime.fromisoformat(" ".join(text.split()).replace("Z", "+00:00"))
-    return parse_schedule(text, timezone_name, moment - timedelta(minutes=1))
 
 
 def reconcile_config_tasks(writer: Writer, config: Config,

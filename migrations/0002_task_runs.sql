@@ -1,9 +1,10 @@
 -- Runs of scheduled tasks (app/tasks.py). scheduled_tasks keeps the reference columns;
 -- what happens to each occurrence lives here: the claim, the attempts, the last error.
 --
--- UNIQUE (task_id, scheduled_for) is the claim: the worker inserts the row for an
--- occurrence in the same transaction that advances the task's next_run_at, so two
--- consumers can never run the same occurrence twice.
+-- The unique index on (task_id, scheduled_for) is the claim: the worker inserts the row
+-- for an occurrence in the same transaction that advances the task's next_run_at, so two
+-- consumers can never run the same occurrence twice. Runs asked for by hand (`hilo tasks
+-- run`) are not occurrences and stay out of it.
 --
 -- No foreign key to scheduled_tasks: the runs of a removed task or of a finished one-shot
 -- stay as its log, and new task ids are taken above every id seen here, so the session
@@ -22,9 +23,10 @@ CREATE TABLE task_runs (
     error         TEXT,                 -- the last failed attempt's error; NULL once an attempt succeeds
     attempts      INTEGER NOT NULL DEFAULT 0,
     retry_at      TEXT,                 -- when status = 'retrying': the next attempt's time
-    session_id    TEXT NOT NULL,        -- 'task:<task_id>', where the turns are stored
-    UNIQUE (task_id, scheduled_for)
+    session_id    TEXT NOT NULL         -- 'task:<task_id>', where the turns are stored
 );
+CREATE UNIQUE INDEX task_runs_one_per_occurrence ON task_runs (task_id, scheduled_for)
+    WHERE kind = 'schedule';
 CREATE INDEX task_runs_by_task ON task_runs (user_id, task_id, id);
 CREATE INDEX task_runs_open ON task_runs (status, retry_at)
     WHERE status IN ('queued', 'running', 'retrying');

@@ -28,7 +28,9 @@ class HiloServer:
         self.config = config
         self.fake = fake
         self.app = create_app(config)
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
+        # TCP, and without it every keep-alive request waits ~40 ms for a delayed ACK.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.bind(("127.0.0.1", 0))
         self._socket.listen(64)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"

@@ -31,7 +31,9 @@ def test_init_creates_a_usable_data_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (data / "memory.sqlite3").exists()
     assert "<!--" in (data / "MEMORY.md").read_text()
-    assert "schema 1" in result.stdout
+    from app.db import available_migrations
+
+    assert f"schema {available_migrations()[-1].number}" in result.stdout
 
 
 def test_init_twice_changes_nothing_and_keeps_memory_md(tmp_path):

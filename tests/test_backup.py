@@ -1,0 +1,259 @@
+"""Backup while the memory is being written, restore with its safety checks, rebuild."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import apsw
+import pytest
+
+from app.backup import (
+    AlreadyRunning,
+    BackupError,
+    hold_pid_file,
+    backup,
+    rebuild,
+    restore,
+    worker_is_running,
+)
+from app.db import Durability, connect, connect_readonly, memory_db_path
+from app.events import append_event
+from app.fts import build_match_query
+from app.memory import list_facts, list_profile, profile_as_of
+from app.timeutil import utc_now
+from app.writer import Writer
+from tests.fixtures.memory import populate_memory, table_counts
+
+LONG = "a line of conversation long enough to fill pages " * 8
+
+
+def uuids(path: Path) -> set[str]:
+    con = connect_readonly(path)
+    try:
+        return {row[0] for row in con.execute("SELECT uuid FROM events")}
+    finally:
+        con.close()
+
+
+def integrity(path: Path) -> list[str]:
+    con = connect_readonly(path)
+    try:
+        return [row[0] for row in con.execute("PRAGMA integrity_check")]
+    finally:
+        con.close()
+
+
+def search(path: Path, table: str, text: str) -> list[int]:
+    con = connect_readonly(path)
+    try:
+        return [row[0] for row in con.execute(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ?", (build_match_query(text),))]
+    finally:
+        con.close()
+
+
+# -- backup ---------------------------------------------------------------------------------
+
+
+def test_backup_under_concurrent_writes_is_intact_and_has_every_event_committed_before_it(
+        config, writer, tmp_path):
+    before = {append_event(writer, config, "ana", "s1", "user", f"{n} {LONG}").uuid
+              for n in range(300)}
+    stop, started = threading.Event(), threading.Event()
+    written_during: list[str] = []
+
+    def keep_writing() -> None:
+        n = 0
+        while not stop.is_set():
+            written_during.append(append_event(writer, config, "ana", "s2", "user", f"bg {n}").uuid)
+            started.set()
+            n += 1
+
+    background = threading.Thread(target=keep_writing)
+    background.start()
+    started.wait()
+    steps: list[tuple[int, int]] = []
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "copy":
+            steps.append((done, total))
+            # A commit between every two steps, for certain, besides the background thread's.
+            append_event(writer, config, "ana", "s3", "assistant", f"between steps {done}")
+
+    try:
+        report = backup(config, tmp_path / "memory-backup.sqlite3", progress, pages_per_step=2)
+    finally:
+        stop.set()
+        background.join()
+
+    assert report.integrity == "ok" and integrity(report.dest) == ["ok"]
+    copied = uuids(report.dest)
+    assert before <= copied
+    assert len(uuids(memory_db_path(config.data_dir))) > len(copied)  # writes went on meanwhile
+    # One snapshot, never restarted by those commits: progress only moves forward.
+    assert len(steps) == math.ceil(report.pages / 2) == report.steps
+    assert [d for d, _ in steps] == sorted(d for d, _ in steps)
+    assert steps[-1] == (report.pages, report.pages)
+    assert report.events == len(copied)
+
+
+def test_backup_into_a_directory_writes_a_dated_file_and_never_overwrites(config, data_dir, tmp_path):
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    report = backup(config, folder)
+    assert report.dest.parent == folder and report.dest.name.startswith("memory-")
+    assert report.schema_version >= 1
+    with pytest.raises(BackupError, match="already exists"):
+        backup(config, report.dest)
+    assert backup(config, report.dest, overwrite=True).integrity == "ok"
+    assert [p.name for p in folder.iterdir()] == [report.dest.name]  # no partial files left
+
+
+# -- restore --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def backed_up(config, data_dir, tmp_path):
+    """A populated memory, a backup of it, then one more event only the live file has."""
+    with Writer(memory_db_path(data_dir), Durability.FULL) as w:
+        populate_memory(w, config)
+        copy = backup(config, tmp_path / "good.sqlite3").dest
+        later = append_event(w, config, "ana", "s2", "user", "written after the backup").uuid
+    return copy, later
+
+
+def test_restore_refuses_while_a_worker_is_running(config, backed_up):
+    copy, later = backed_up
+    (config.data_dir / "worker.pid").write_text(f"{os.getpid()}\n")
+    assert worker_is_running(config.data_dir)
+    with pytest.raises(AlreadyRunning, match="worker"):
+        restore(config, copy)
+    assert later in uuids(memory_db_path(config.data_dir))  # untouched
+
+
+def test_restore_refuses_while_the_server_is_running(config, backed_up):
+    copy, later = backed_up
+    (config.data_dir / "serve.pid").write_text(f"{os.getpid()}\n")
+    with pytest.raises(AlreadyRunning, match="server"):
+        restore(config, copy)
+    assert later in uuids(memory_db_path(config.data_dir))
+
+
+def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
+    copy, later = backed_up
+    # A pid file left by a worker that is gone does not count.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (config.data_dir / "worker.pid").write_text(f"{dead.pid}\n")
+    live = memory_db_path(config.data_dir)
+
+    report = restore(config, copy)
+
+    assert uuids(live) == uuids(copy) and later not in uuids(live)
+    assert report.kept_as.name.startswith("memory.sqlite3.before-restore-")
+    assert later in uuids(report.kept_as)  # nothing the user had is lost
+    assert integrity(live) == ["ok"] and integrity(report.kept_as) == ["ok"]
+    assert not Path(f"{live}-wal").exists() or Path(f"{live}-wal").stat().st_size == 0
+    assert list_profile(connect_readonly(live), "ana")  # the restored memory is usable
+
+
+def test_restore_refuses_a_damaged_or_foreign_file_and_touches_nothing(config, backed_up, tmp_path):
+    _, later = backed_up
+    garbage = tmp_path / "garbage.sqlite3"
+    garbage.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(BackupError, match="not a SQLite database|cannot be opened"):
+        restore(config, garbage)
+    foreign = tmp_path / "foreign.sqlite3"
+    con = connect(foreign)
+    con.execute("CREATE TABLE notes (body TEXT)")
+    con.close()
+    with pytest.raises(BackupError, match="not a Hilo memory database"):
+        restore(config, foreign)
+    with pytest.raises(BackupError, match="does not exist"):
+        restore(config, tmp_path / "missing.sqlite3")
+    assert later in uuids(memory_db_path(config.data_dir))
+    assert not list(config.data_dir.glob("*before-restore*"))
+
+
+def test_restore_refuses_while_another_connection_has_the_database_open(config, backed_up):
+    copy, later = backed_up
+    holder = connect(memory_db_path(config.data_dir))  # a `hilo chat` without a pid file
+    try:
+        with pytest.raises(BackupError, match="another process has"):
+            restore(config, copy)
+    finally:
+        holder.close()
+    assert later in uuids(memory_db_path(config.data_dir))
+
+
+def test_pid_file_announces_the_process_and_is_removed_after(data_dir):
+    pid_file = data_dir / "worker.pid"
+    with hold_pid_file(pid_file):
+        assert worker_is_running(data_dir)
+        assert pid_file.read_text() == f"{os.getpid()}\n"
+    assert not pid_file.exists() and not worker_is_running(data_dir)
+
+
+def test_pid_file_held_by_another_live_process_is_refused(data_dir):
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        (data_dir / "worker.pid").write_text(f"{other.pid}\n")
+        with pytest.raises(AlreadyRunning, match=str(other.pid)):
+            with hold_pid_file(data_dir / "worker.pid"):
+                pass
+    finally:
+        other.communicate(b"")
+
+
+# -- rebuild --------------------------------------------------------------------------------
+
+
+def test_rebuild_restores_a_deleted_full_text_index(config, writer):
+    populate_memory(writer, config)
+    path = memory_db_path(config.data_dir)
+    assert search(path, "events_fts", "zebra") and search(path, "facts_fts", "Postgres")
+    for table in ("events_fts", "cards_fts", "facts_fts"):
+        writer.submit(lambda con, t=table: con.execute(f"INSERT INTO {t} ({t}) VALUES ('delete-all')"))
+    assert search(path, "events_fts", "zebra") == [] and search(path, "facts_fts", "Postgres") == []
+    seen: list[tuple[str, int, int]] = []
+
+    report = rebuild(config, progress=lambda *step: seen.append(step))
+
+    assert search(path, "events_fts", "zebra") and search(path, "facts_fts", "Postgres")
+    assert search(path, "cards_fts", "billing")
+    assert report.fts_tables == ["events_fts", "cards_fts", "facts_fts"] and not report.cleared
+    assert seen[-1][1:] == (3, 3)
+
+
+def test_rebuild_all_resets_derived_layers_but_keeps_user_facts(config, writer):
+    memory = populate_memory(writer, config)
+    path = memory_db_path(config.data_dir)
+    counted: list[tuple[str, int, int]] = []
+
+    report = rebuild(config, all_layers=True, progress=lambda *step: counted.append(step))
+
+    counts = table_counts(path)
+    assert counts["context_cards"] == counts["diary"] == counts["embeddings"] == 0
+    con = connect_readonly(path)
+    facts = {(f.category, f.key): (f.value, f.source) for f in list_facts(con, "ana")}
+    assert facts == {("preference", "editor"): ("neovim with a dark theme", "user"),
+                     # the user's own value is current again once the agent's is gone
+                     ("fact", "languages"): ("Go", "user")}
+    tombstone = con.execute("SELECT deleted_at FROM facts WHERE id = ?",
+                            (memory.tombstoned_fact_id,)).fetchone()
+    assert tombstone[0] is not None  # the user's deletion stays, so no worker re-creates it
+    assert {p.key for p in list_profile(con, "ana")} == {"name", "bio"}
+    assert con.execute("SELECT deleted_at IS NOT NULL FROM profile WHERE key = 'city'").fetchone() == (1,)
+    assert con.execute("SELECT count(*) FROM events WHERE distilled_at IS NOT NULL OR compacted = 1 "
+                       "OR card_id IS NOT NULL").fetchone() == (0,)
+    assert counts["events"] == len(memory.event_ids)  # the source of truth is untouched
+    assert "editor" not in profile_as_of(con, "ana", utc_now())  # the clearing is logged
+    assert report.cleared["cards"] == 1 and report.cleared["events_reset"] == 6
+    assert counted[-1][1:] == (9, 9) and [c[1] for c in counted] == list(range(1, 10))
+    assert search(path, "events_fts", "zebra")

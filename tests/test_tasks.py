@@ -1,0 +1,335 @@
+"""The scheduled-tasks store (app/tasks.py): add, list, pause, resume, remove, run now,
+log, claiming occurrences, and reconciling [[scheduled_tasks]] from config.toml."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from app.config import ConfigError
+from app.db import connect_readonly, memory_db_path
+from app.schedule import ScheduleError
+from app.tasks import (
+    TaskError,
+    TaskNotFound,
+    add_task,
+    claim_next_run,
+    config_tasks,
+    finish_run,
+    get_task,
+    list_tasks,
+    pause_task,
+    reconcile_config_tasks,
+    remove_task,
+    request_run,
+    resume_task,
+    task_log,
+)
+
+UTC = timezone.utc
+USER = "default"  # [memory] user_id in config.toml
+# Monday 30 November 2026, 07:00 in Madrid.
+NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def config(config):
+    return config.replace(schedule={"timezone": "Europe/Madrid"})
+
+
+@pytest.fixture
+def read(data_dir):
+    cons = []
+
+    def open_reader():
+        con = connect_readonly(memory_db_path(data_dir))
+        cons.append(con)
+        return con
+
+    yield open_reader
+    for con in cons:
+        con.close()
+
+
+def tasks_of(read, user=USER):
+    return list_tasks(read(), user)
+
+
+def with_entries(config, *entries: dict[str, Any]):
+    return config.replace(scheduled_tasks=tuple(entries))
+
+
+# -- add ----------------------------------------------------------------------------------
+
+
+def test_add_stores_cron_original_and_next_run_in_utc(writer, config, read):
+    added = add_task(writer, config, "every weekday at 9", "summarise my inbox", now=NOW)
+    task = added.task
+    assert (task.cron_expr, task.original_schedule, task.source) == ("0 9 * * 1-5", "every weekday at 9", "tool")
+    assert task.next_run_at == "2026-11-30T08:00:00.000000Z"  # 09:00 in Madrid
+    assert task.name == "summarise my inbox" and not task.is_paused and not task.is_oneshot
+    assert added.description == (
+        "Runs at 09:00, Monday through Friday, Europe/Madrid; next: 2026-11-30 09:00 (Monday)")
+    assert tasks_of(read) == [task]
+
+
+def test_add_a_oneshot_stores_the_exact_time(writer, config):
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW + timedelta(seconds=7)).task
+    assert task.is_oneshot
+    assert task.next_run_at == "2026-11-30T06:10:07.000000Z"
+    assert task.cron_expr == "10 7 30 11 *"
+
+
+def test_add_refuses_nonsense_and_stores_nothing(writer, config, read):
+    with pytest.raises(ScheduleError, match="every day at 9"):
+        add_task(writer, config, "whenever", "hi", now=NOW)
+    with pytest.raises(TaskError, match="prompt is empty"):
+        add_task(writer, config, "every day at 9", "   ", now=NOW)
+    assert tasks_of(read) == []
+
+
+def test_add_keeps_name_trust_and_redacts_secrets_in_the_prompt(writer, config):
+    task = add_task(writer, config, "every day at 9", "call the API with sk-abcdefghijklmnopqrstuvwxyz123456",
+                    name="api check", trusted=True, now=NOW).task
+    assert task.name == "api check" and task.is_trusted
+    assert "sk-abcdefghijklmnopqrstuvwxyz123456" not in task.prompt
+
+
+def test_tasks_of_one_user_are_invisible_to_another(writer, config, read):
+    add_task(writer, config, "every day at 9", "ana's task", user_id="ana", now=NOW)
+    assert [t.prompt for t in tasks_of(read, "ana")] == ["ana's task"]
+    assert tasks_of(read, "bob") == []
+    with pytest.raises(TaskNotFound):
+        pause_task(writer, "bob", 1, now=NOW)
+
+
+# -- list, pause, resume, remove, run now, log ---------------------------------------------------
+
+
+def test_list_shows_next_run_last_run_last_error_and_paused(writer, config, read):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    claim = claim_next_run(writer, config, NOW + timedelta(minutes=15))
+    finish_run(writer, config, claim, NOW + timedelta(minutes=15), error="model down", retryable=False)
+    pause_task(writer, USER, task.id, now=NOW)
+    [listed] = tasks_of(read)
+    assert listed.is_paused
+    assert listed.last_run_at == "2026-11-30T06:15:00.000000Z"
+    assert listed.next_run_at == "2026-11-30T06:30:00.000000Z"
+    assert (listed.last_status, listed.last_error) == ("failed", "model down")
+    assert listed.to_json()["session_id"] == f"task:{task.id}"
+
+
+def test_tasks_are_found_by_id_or_name(writer, config, read):
+    task = add_task(writer, config, "every day at 9", "x", name="morning", now=NOW).task
+    assert get_task(read(), USER, "morning") == get_task(read(), USER, f"#{task.id}") == get_task(read(), USER, task.id)
+    add_task(writer, config, "every day at 10", "y", name="morning", now=NOW)
+    with pytest.raises(TaskError, match="use the id"):
+        get_task(read(), USER, "morning")
+    with pytest.raises(TaskNotFound, match="hilo tasks list"):
+        get_task(read(), USER, 99)
+
+
+def test_paused_tasks_are_not_claimed(writer, config):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    pause_task(writer, USER, task.id, now=NOW)
+    assert claim_next_run(writer, config, NOW + timedelta(hours=2)) is None
+
+
+def test_resume_skips_what_was_missed_while_paused(writer, config):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    pause_task(writer, USER, task.id, now=NOW)
+    resumed = resume_task(writer, config, USER, task.id, now=NOW + timedelta(hours=2, minutes=1))
+    assert not resumed.is_paused
+    assert resumed.next_run_at == "2026-11-30T08:15:00.000000Z"
+
+
+def test_a_resumed_oneshot_whose_time_passed_runs_at_the_next_tick(writer, config):
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    pause_task(writer, USER, task.id, now=NOW)
+    later = NOW + timedelta(hours=1)
+    resume_task(writer, config, USER, task.id, now=later)
+    claim = claim_next_run(writer, config, later)
+    assert claim is not None and claim.task.id == task.id
+
+
+def test_remove_deletes_the_task_keeps_its_log_and_never_reuses_its_id(writer, config, read):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    claim = claim_next_run(writer, config, NOW + timedelta(minutes=15))
+    finish_run(writer, config, claim, NOW + timedelta(minutes=15))
+    removed = remove_task(writer, USER, task.id, now=NOW)
+    assert removed.id == task.id and tasks_of(read) == []
+    log = task_log(read(), USER, task.id)
+    assert log.task is None and [r.status for r in log.runs] == ["done"]
+    assert add_task(writer, config, "every day at 9", "new", now=NOW).task.id == task.id + 1
+
+
+def test_run_now_is_queued_for_the_worker_even_when_paused(writer, config):
+    task = add_task(writer, config, "every day at 9", "brief me", now=NOW).task
+    pause_task(writer, USER, task.id, now=NOW)
+    first = request_run(writer, USER, task.id, now=NOW)
+    again = request_run(writer, USER, task.id, now=NOW + timedelta(seconds=1))
+    assert again.id == first.id  # asked twice before the worker looked: runs once
+    claim = claim_next_run(writer, config, NOW + timedelta(seconds=30))
+    assert (claim.task.id, claim.run.kind, claim.run.attempts) == (task.id, "manual", 1)
+    assert claim_next_run(writer, config, NOW + timedelta(seconds=30)) is None
+    # The schedule itself is untouched.
+    assert get_task(connect_readonly(memory_db_path(config.data_dir)), USER, task.id).next_run_at == task.next_run_at
+
+
+def test_log_of_an_unknown_task_says_so(read, data_dir):
+    with pytest.raises(TaskNotFound):
+        task_log(read(), USER, 42)
+
+
+# -- claiming ----------------------------------------------------------------------------
+
+
+def test_a_due_task_is_claimed_once_and_next_run_moves_past_now(writer, config, read):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    at = NOW + timedelta(minutes=15, seconds=20)
+    claim = claim_next_run(writer, config, at)
+    assert claim.run.scheduled_for == task.next_run_at and claim.run.status == "running"
+    assert claim_next_run(writer, config, at) is None
+    assert get_task(read(), USER, task.id).next_run_at == "2026-11-30T06:30:00.000000Z"
+
+
+def test_downtime_coalesces_missed_occurrences_into_one_run(writer, config, read):
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    back = NOW + timedelta(hours=3, minutes=7)  # twelve occurrences missed
+    claims = []
+    while (claim := claim_next_run(writer, config, back)) is not None:
+        claims.append(claim)
+    assert len(claims) == 1 and claims[0].run.scheduled_for == task.next_run_at
+    assert get_task(read(), USER, task.id).next_run_at == "2026-11-30T09:15:00.000000Z"
+
+
+def test_a_failed_run_retries_with_backoff_then_gives_up(writer, config, read):
+    config = config.replace(queue={"max_attempts": 3})
+    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    at = NOW + timedelta(hours=2)
+    claim = claim_next_run(writer, config, at)
+    run = finish_run(writer, config, claim, at, error="model busy", retryable=True)
+    assert (run.status, run.retry_at) == ("retrying", "2026-11-30T08:01:00.000000Z")
+    assert claim_next_run(writer, config, at + timedelta(seconds=59)) is None
+    retry = claim_next_run(writer, config, at + timedelta(minutes=1))
+    assert (retry.run.id, retry.run.attempts) == (claim.run.id, 2)
+    run = finish_run(writer, config, retry, at + timedelta(minutes=1), error="model busy", retryable=True)
+    assert run.retry_at == "2026-11-30T08:03:00.000000Z"  # then two minutes
+    last = claim_next_run(writer, config, at + timedelta(minutes=3))
+    run = finish_run(writer, config, last, at + timedelta(minutes=3), error="model busy", retryable=True)
+    assert (run.status, run.attempts, run.error) == ("failed", 3, "model busy")
+    assert claim_next_run(writer, config, at + timedelta(hours=1)) is None
+
+
+def test_an_error_retrying_cannot_fix_fails_at_once(writer, config):
+    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    claim = claim_next_run(writer, config, NOW + timedelta(hours=2))
+    run = finish_run(writer, config, claim, NOW + timedelta(hours=2), error="model not pulled")
+    assert (run.status, run.retry_at) == ("failed", None)
+
+
+def test_a_pending_retry_gives_way_to_the_next_occurrence(writer, config):
+    add_task(writer, config, "every 15 minutes", "ping", now=NOW)
+    at = NOW + timedelta(minutes=15)
+    claim = claim_next_run(writer, config, at)
+    finish_run(writer, config, claim, at, error="busy", retryable=True)
+    much_later = at + timedelta(hours=1)
+    claims = []
+    while (c := claim_next_run(writer, config, much_later)) is not None:
+        claims.append(c)
+    assert [c.run.kind for c in claims] == ["schedule"]
+    log = task_log(connect_readonly(memory_db_path(config.data_dir)), USER, claim.task.id)
+    assert [r.status for r in log.runs] == ["running", "failed"]
+
+
+def test_a_run_cut_off_by_a_killed_worker_is_retried(writer, config):
+    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    at = NOW + timedelta(hours=2)
+    lost = claim_next_run(writer, config, at)  # never finished
+    assert claim_next_run(writer, config, at + timedelta(minutes=30)) is None
+    again = claim_next_run(writer, config, at + timedelta(hours=1, minutes=1))
+    assert (again.run.id, again.run.attempts) == (lost.run.id, 2)
+
+
+def test_a_oneshot_is_deleted_after_a_successful_run(writer, config, read):
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    at = NOW + timedelta(minutes=10)
+    claim = claim_next_run(writer, config, at)
+    assert get_task(read(), USER, task.id).next_run_at is None  # claimed: no further occurrence
+    finish_run(writer, config, claim, at)
+    assert tasks_of(read) == []
+    assert [r.status for r in task_log(read(), USER, task.id).runs] == ["done"]
+
+
+def test_a_oneshot_that_fails_for_good_stays_listed_with_its_error(writer, config, read):
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    at = NOW + timedelta(minutes=10)
+    finish_run(writer, config, claim_next_run(writer, config, at), at, error="model not pulled")
+    [listed] = tasks_of(read)
+    assert (listed.id, listed.last_error, listed.next_run_at) == (task.id, "model not pulled", None)
+
+
+# -- config.toml ------------------------------------------------------------------------------
+
+
+MORNING = {"name": "morning", "schedule": "every weekday at 9", "prompt": "brief me"}
+
+
+def test_config_tasks_are_added_updated_and_removed_to_match_the_file(writer, config, read):
+    add_task(writer, config, "every day at 20", "tool task", now=NOW)
+    evening = {"name": "evening", "schedule": "cada día a las 21", "prompt": "resume el día", "trusted": True}
+    counts = reconcile_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
+    assert counts.to_json() == {"added": 2, "updated": 0, "removed": 0, "unchanged": 0, "expired": 0}
+    by_name = {t.name: t for t in tasks_of(read)}
+    assert by_name["morning"].source == "config" and by_name["evening"].is_trusted
+    assert by_name["tool task"].source == "tool"
+    morning_id = by_name["morning"].id
+
+    again = reconcile_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
+    assert (again.unchanged, again.added) == (2, 0)
+
+    changed = {**MORNING, "schedule": "every weekday at 8", "paused": True}
+    counts = reconcile_config_tasks(writer, with_entries(config, changed), now=NOW)
+    assert (counts.updated, counts.removed) == (1, 1)
+    by_name = {t.name: t for t in tasks_of(read)}
+    assert set(by_name) == {"morning", "tool task"}
+    morning = by_name["morning"]
+    assert (morning.id, morning.cron_expr, morning.is_paused) == (morning_id, "0 8 * * 1-5", True)
+    assert morning.next_run_at == "2026-11-30T07:00:00.000000Z"
+
+
+def test_an_invalid_config_entry_stops_the_reconcile_and_changes_nothing(writer, config, read):
+    bad = {"name": "bad", "schedule": "whenever", "prompt": "x"}
+    with pytest.raises(ConfigError, match=r'scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
+        reconcile_config_tasks(writer, with_entries(config, MORNING, bad), now=NOW)
+    assert tasks_of(read) == []
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"name": "x", "schedule": "every day at 9"}, r"prompt.*non-empty string"),
+    ({"name": "x", "schedule": "every day at 9", "prompt": "p", "when": 1}, "unknown key when"),
+    ({"name": "x", "schedule": "every day at 9", "prompt": "p", "trusted": "yes"}, "true or false"),
+    ({"name": "x", "schedule": "tomorrow at 9", "prompt": "p"}, "ISO date-time"),
+    ({"name": "x", "schedule": "every day at 9", "prompt": "p", "oneshot": True}, "ISO date-time"),
+])
+def test_config_entries_are_validated(config, entry, problem):
+    with pytest.raises(ConfigError, match=problem):
+        config_tasks(with_entries(config, entry), NOW)
+
+
+def test_duplicate_config_names_are_refused(config):
+    with pytest.raises(ConfigError, match="same name"):
+        config_tasks(with_entries(config, MORNING, MORNING), NOW)
+
+
+def test_a_config_oneshot_is_added_once_and_not_again_after_it_ran(writer, config, read):
+    entry = {"name": "launch", "schedule": "2026-12-01 09:00", "prompt": "wish me luck"}
+    assert reconcile_config_tasks(writer, with_entries(config, entry), now=NOW).added == 1
+    at = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    finish_run(writer, config, claim_next_run(writer, config, at), at)
+    assert tasks_of(read) == []
+    counts = reconcile_config_tasks(writer, with_entries(config, entry), now=at + timedelta(days=1))
+    assert (counts.added, counts.expired) == (0, 1)
+    assert tasks_of(read) == []

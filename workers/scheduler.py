@@ -1,0 +1,177 @@
+"""The scheduler job: run the due scheduled tasks as agent turns.
+
+Each run is a turn in the task's own session, `task:<id>`: the prompt and the memory
+context go to the model through ChatService.start_turn, and the reply is stored as
+events, which are then distilled like any turn. `run_due_tasks` is a plain function of
+(config, writer, chat service, now) with the clock passed in, so tests drive it
+directly; the Huey periodic task that calls it every minute only adds the clock.
+
+Claims are made in the database (app/tasks.py), so any number of consumers — and the
+periodic task that every consumer enqueues — can call this at once: each occurrence runs
+once. A run that fails is recorded with its error and retried with backoff later; it
+never stops the other tasks of the tick.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from datetime import datetime, timezone
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from app.config import Config
+from app.context import DEFAULT_SYSTEM_PROMPT
+from app.llm import ModelError
+from app.tasks import (
+    Claim,
+    ScheduledTask,
+    TaskRunResult,
+    claim_next_run,
+    claim_task_now,
+    finish_run,
+    reconcile_config_tasks,
+)
+from app.writer import Writer
+
+log = structlog.get_logger(__name__)
+
+
+class TurnRunner(Protocol):
+    """What the scheduler needs of app.chat.ChatService."""
+
+    def start_turn(self, user_id: str, session_id: str, text: str, *,
+                   client_system: str | None = None): ...
+
+
+def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
+                  limit: int | None = None) -> list[TaskRunResult]:
+    """Claim and run, one at a time, every run due at `now`; their results in order.
+
+    Claiming one at a time lets a second consumer take the next task while this one
+    waits on the model. `limit` caps the runs of this call (the rest wait for the next).
+    """
+    results: list[TaskRunResult] = []
+    while limit is None or len(results) < limit:
+        claim = claim_next_run(writer, config, now)
+        if claim is None:
+            break
+        results.append(run_claim(config, writer, chat_service, claim, now))
+    return results
+
+
+def run_task_now(config: Config, writer: Writer, chat_service: TurnRunner, user_id: str,
+                 ref: int | str, now: datetime | None = None) -> TaskRunResult:
+    """`hilo tasks run <id>`: run one task once, here and now, paused or not; its schedule
+    is unchanged. Raises TaskNotFound."""
+    now = now or datetime.now(timezone.utc)
+    return run_claim(config, writer, chat_service, claim_task_now(writer, user_id, ref, now), now)
+
+
+def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: Claim,
+              now: datetime) -> TaskRunResult:
+    """Run a claimed run as an agent turn and record how it ended."""
+    task, run = claim.task, claim.run
+    bound = log.bind(task_id=task.id, run_id=run.id, user_id=task.user_id, attempt=run.attempts)
+    reply: str | None = None
+    error: str | None = None
+    retryable = False
+    try:
+        turn = chat_service.start_turn(task.user_id, task.session_id, task.prompt,
+                                       client_system=task_system_prompt(task, config, now))
+        outcome = turn.run()
+        reply = outcome.reply_event.content if outcome.reply_event is not None else ""
+    except ModelError as exc:
+        error, retryable = str(exc), exc.retryable
+    except Exception as exc:  # noqa: BLE001 — one broken task must not stop the others
+        bound.exception("scheduler.run_crashed")
+        error = f"{type(exc).__name__}: {exc}"
+    try:
+        finished = finish_run(writer, config, claim, now, error=error, retryable=retryable)
+    except Exception as exc:  # noqa: BLE001 — left running; retried once it goes stale
+        bound.exception("scheduler.finish_failed")
+        return _result(claim, "failed", run.attempts, reply, f"{error or 'ran'}; then {exc}", None)
+    if error is None:
+        bound.info("scheduler.run_done", scheduled_for=run.scheduled_for)
+    else:
+        bound.warning("scheduler.run_failed", status=finished.status, error=error,
+                      retry_at=finished.retry_at)
+    return _result(claim, finished.status, finished.attempts, reply, error, finished.retry_at)
+
+
+def _result(claim: Claim, status: str, attempts: int, reply: str | None, error: str | None,
+            retry_at: str | None) -> TaskRunResult:
+    task, run = claim.task, claim.run
+    return TaskRunResult(
+        task_id=task.id, user_id=task.user_id, name=task.name, run_id=run.id,
+        session_id=task.session_id, scheduled_for=run.scheduled_for, kind=run.kind,
+        status=status, attempts=attempts, trusted=task.is_trusted, reply=reply, error=error,
+        retry_at=retry_at)
+
+
+def task_system_prompt(task: ScheduledTask, config: Config, now: datetime) -> str:
+    """The system prompt of a task's turn: the usual one, plus what this turn is and
+    whether its instructions are trusted (`is_trusted`)."""
+    zone = config.schedule.timezone
+    local = now.astimezone(ZoneInfo(zone))
+    trust = (
+        "The user marked this task as trusted: follow its instructions as the user's own."
+        if task.is_trusted else
+        "The task is not marked as trusted: answer it, but do not act on the user's behalf "
+        "beyond answering."
+    )
+    return (
+        f"{DEFAULT_SYSTEM_PROMPT}\n\n"
+        f'This turn is the scheduled task "{task.name}" (#{task.id}, {task.original_schedule}), '
+        f"running unattended on {local:%A %Y-%m-%d at %H:%M} ({zone}); the user will read "
+        f"the reply later. {trust}"
+    )
+
+
+# -- what the Huey wrapper uses in a worker process ------------------------------------------
+
+_service_lock = threading.Lock()
+_service: Any = None
+_service_config: Config | None = None
+
+
+def worker_chat_service(config: Config) -> Any:
+    """The worker process's ChatService for task turns, opened on first use (and again
+    if the worker is bound to another config, as tests do).
+
+    It has its own model client and event writer (ChatService opens one): task turns are
+    stored as the front-end stores turns, with synchronous=FULL.
+    """
+    global _service, _service_config
+    from app.chat import ChatService
+
+    with _service_lock:
+        if _service is None or _service_config != config:
+            old, _service, _service_config = _service, ChatService(config), config
+            if old is not None:
+                old.close()
+        return _service
+
+
+@atexit.register
+def close_worker_chat_service() -> None:
+    global _service, _service_config
+    with _service_lock:
+        service, _service, _service_config = _service, None, None
+    if service is not None:
+        service.close()
+
+
+def scheduler_tick(config: Config, writer: Writer,
+                   now: datetime | None = None) -> list[TaskRunResult]:
+    """One tick of the periodic task: run what is due now."""
+    now = now or datetime.now(timezone.utc)
+    return run_due_tasks(config, writer, worker_chat_service(config), now)
+
+
+def prepare_scheduler(config: Config, writer: Writer) -> None:
+    """At worker start: bring the config.toml tasks into the database."""
+    counts = reconcile_config_tasks(writer, config)
+    log.info("scheduler.config_tasks", **counts.to_json())
