@@ -81,7 +81,7 @@ from app.memory import (
     set_profile,
     upsert_fact,
 )
-from app.retrieval import search_memory
+from app.retrieval import make_query, search_memory
 from app.timeutil import utc_now
 from app.tokens import estimate_tokens
 
@@ -411,7 +411,8 @@ def resume_turn(service: ChatService, event: Event, *, client_system: str | None
         con, service.config, service.tokens, event.user_id, event.content,
         session_id=event.session_id, window=window,
         bootstrap=read_bootstrap(bootstrap_path(service.config)),
-        client_system=client_system, model=model)
+        client_system=client_system, model=model,
+        query=make_query(event.user_id, event.content, service.embedder))
     opts = {"temperature": service.config.llm.temperature, **(options or {})}
     stream = service.model.chat_stream(context.messages, model=model, options=opts)
     return Turn(service, TurnOutcome(event, context), stream)
@@ -804,7 +805,7 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
            limit: Annotated[int, Query(ge=1, le=100)] = 10, explain: bool = False) -> dict:
     """Facts, then cards, then raw events matching `q`; with `explain`, each hit's rank
     in every retrieval stream and its fused score."""
-    hits = search_memory(service.reader(), who.user_id, q, limit)
+    hits = search_memory(service.reader(), who.user_id, q, limit, embedder=service.embedder)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
 
 

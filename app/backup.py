@@ -290,24 +290,29 @@ def verify_backup(path: Path) -> tuple[int, int]:
         con.close()
 
 
-def _close_live_database(path: Path) -> None:
+def _close_live_database(path: Path) -> bool:
     """Checkpoint the live file's WAL into it and make sure no connection remains open.
 
     The last connection to close deletes the -wal and -shm files; if they survive ours,
     another process still has the database open, and moving the file under it would
-    lose its writes (or pair the restored file with a foreign WAL).
+    lose its writes (or pair the restored file with a foreign WAL). Returns False for a
+    file too damaged to open: it is moved aside as it is, with its WAL.
     """
-    con = connect(path, Durability.FULL)
     try:
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    finally:
-        con.close()
+        con = connect(path, Durability.FULL)
+        try:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            con.close()
+    except (apsw.CorruptError, apsw.NotADBError):
+        return False
     if Path(f"{path}-wal").exists():
         raise BackupError(
             f"another process has {path} open (a `hilo chat`, a server or worker without a "
             "pid file, or a SQLite tool): close it, then restore again"
         )
     Path(f"{path}-shm").unlink(missing_ok=True)
+    return True
 
 
 def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
@@ -342,9 +347,13 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
             _copy_database(source, incoming, None, PAGES_PER_STEP, "restore")
         kept_as = None
         if live.exists():
-            _close_live_database(live)
+            intact = _close_live_database(live)
             kept_as = _unused(live.with_name(f"{live.name}.before-restore-{_stamp()}"))
             os.replace(live, kept_as)
+            if not intact and Path(f"{live}-wal").exists():
+                # Never pair the restored file with the old one's WAL: keep it with its file.
+                os.replace(f"{live}-wal", f"{kept_as}-wal")
+            Path(f"{live}-shm").unlink(missing_ok=True)
         os.replace(incoming, live)
     finally:
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):

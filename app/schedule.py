@@ -11,7 +11,8 @@ What is understood (accents and case do not matter):
     one-shots: in 10 minutes · tomorrow at 9 · today at 17:30 · en 10 minutos ·
     mañana a las 9 · pasado mañana a las 8 de la tarde · 2026-12-01 09:00 (ISO 8601)
 
-Anything else is refused with examples, never guessed. A cron expression must have
+Anything else is refused with examples, never guessed — "on monday at 9" too, which could
+mean once or every week. A cron expression must have
 exactly 5 fields (a sixth would mean seconds) and pass croniter's strict check; day of
 month and day of week combine as in cron (either matches), not as in huey's crontab.
 
@@ -206,7 +207,6 @@ def describe_schedule(cron_expr: str, timezone_name: str, next_run_at: datetime 
         words = words[0].lower() + words[1:]
     except Exception:  # noqa: BLE001 — the echo is a courtesy; the cron text still says it
         words = f'on the cron schedule "{cron_expr}"'
-
     text = f"Runs {words}, {timezone_name}"
     if next_run_at is not None:
         text += f"; next: {_local_text(next_run_at, zone)}"
@@ -350,7 +350,7 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
 
 
 _TIME = re.compile(
-    r"^(?P<h>\d{1,2})(?:[:.h](?P<m>\d{2}))?(?: ?(?P<ampm>am|pm))?"
+    r"^(?P<h>\d{1,2})(?:[:.h](?P<m>\d{2}))?h?(?: ?(?P<ampm>am|pm))?"
     r"(?: (?:de|en|por) la (?P<part>manana|tarde|noche|madrugada))?(?: (?:en punto|o'?clock))?$")
 
 
@@ -438,6 +438,10 @@ def _parse_recurring(text: str) -> str | None:
     for day_part, time_part in _split_at_time(text):
         days = _parse_days(day_part)
         if days is None:
+            if _parse_days(day_part, repeating=True) is not None:
+                errors.append(ScheduleError(
+                    f'"{text}" could mean that day once or every week: to repeat it say '
+                    '"every monday at 9" ("cada lunes a las 9"); for once, give the date-time'))
             continue
         try:
             hours, minute = _parse_times(time_part)
@@ -478,7 +482,8 @@ def _parse_interval(text: str) -> str | None:
         return None
     dom, month, dow = "*", "*", "*"
     if days_text:
-        days = _parse_days(re.sub(r"^(?:on|de|entre) ", "", days_text)) or _parse_days(days_text)
+        days = (_parse_days(re.sub(r"^(?:on|de|entre) ", "", days_text), repeating=True)
+                or _parse_days(days_text, repeating=True))
         if days is None:
             return None
         dom, month, dow = days
@@ -489,7 +494,8 @@ def _parse_interval(text: str) -> str | None:
         if 24 % hours:
             raise ScheduleError(
                 f'"{text}": cron repeats within a day, so the hours must divide 24 (1, 2, 3, 4, 6, 8, 12)')
-        return f"0 {'*' if hours == 1 else f'*/{hours}'} {dom} {month} {dow}"
+        hour_field = "*" if hours == 1 else "0" if hours == 24 else f"*/{hours}"
+        return f"0 {hour_field} {dom} {month} {dow}"
     if 60 % minutes:
         raise ScheduleError(
             f'"{text}": cron repeats within an hour, so the minutes must divide 60 '
@@ -497,7 +503,9 @@ def _parse_interval(text: str) -> str | None:
     return f"{'*' if minutes == 1 else f'*/{minutes}'} * {dom} {month} {dow}"
 
 
-_EVERY = r"(?:every|each|cada|todos los|todas las|los|on|el|de)"
+_EVERY = r"(?:every|each|cada|todos los|todas las|los|on|el)"
+_DAY_PREFIX = re.compile(r"^(every|each|cada|todos los|todas las|los|on|el|from|de) ")
+_REPEATING_CUES = ("every", "each", "cada", "todos los", "todas las", "los")
 _DAILY = {"day", "days", "daily", "everyday", "dia", "dias", "diariamente", "a diario",
           "day of the week", "dias de la semana"}
 _WEEKDAYS = {"weekday", "weekdays", "working day", "working days", "business day",
@@ -532,8 +540,13 @@ _MONTHLY = (
 )
 
 
-def _parse_days(text: str) -> tuple[str, str, str] | None:
-    """(day-of-month, month, day-of-week) cron fields for the days part, or None."""
+def _parse_days(text: str, *, repeating: bool = False) -> tuple[str, str, str] | None:
+    """(day-of-month, month, day-of-week) cron fields for the days part, or None.
+
+    Weekdays need a sign that they repeat — "every monday", "cada lunes", "los lunes",
+    "on mondays", "monday to friday" — or `repeating` (after "every hour"): "on monday at
+    9" and "el lunes a las 9" could mean next Monday only, and are not guessed.
+    """
     for pattern in _YEARLY:
         match = pattern.match(text)
         if match and match["month"] in _MONTHS:
@@ -547,8 +560,9 @@ def _parse_days(text: str) -> tuple[str, str, str] | None:
             dom = _parse_month_days(match["days"])
             if dom is not None:
                 return dom, "*", "*"
-    stripped = re.sub(rf"^{_EVERY} ", "", text)
-    stripped = re.sub(r"^(?:from|de) ", "", stripped)
+    prefix = _DAY_PREFIX.match(text)
+    cue = prefix.group(1) if prefix else ""
+    stripped = text[prefix.end():] if prefix else text
     if text in _DAILY or stripped in _DAILY:
         return "*", "*", "*"
     if stripped in _WEEKDAYS:
@@ -556,31 +570,44 @@ def _parse_days(text: str) -> tuple[str, str, str] | None:
     if stripped in _WEEKENDS:
         return "*", "*", "6,0"
     weekdays = _parse_weekdays(stripped)
-    return ("*", "*", weekdays) if weekdays is not None else None
+    if weekdays is None:
+        return None
+    dow, is_range, plural = weekdays
+    if cue in ("from", "de"):
+        repeats = is_range
+    else:
+        repeats = repeating or cue in _REPEATING_CUES or is_range or plural
+    return ("*", "*", dow) if repeats else None
 
 
 def _weekday(word: str) -> int | None:
     if word in _WEEKDAY_NUMBERS:
         return _WEEKDAY_NUMBERS[word]
-    if word.endswith("s") and word[:-1] in _WEEKDAY_NUMBERS:  # mondays, sabados
+    if _is_plural_weekday(word):  # mondays, sabados
         return _WEEKDAY_NUMBERS[word[:-1]]
     return None
 
 
-def _parse_weekdays(text: str) -> str | None:
-    """"monday and thursday", "lunes, miercoles y viernes", "monday to friday" → cron dow."""
+def _is_plural_weekday(word: str) -> bool:
+    return word.endswith("s") and word[:-1] in _WEEKDAY_NUMBERS
+
+
+def _parse_weekdays(text: str) -> tuple[str, bool, bool] | None:
+    """"monday and thursday", "lunes, miercoles y viernes", "monday to friday" →
+    (cron day-of-week, is a range, every name is plural), or None."""
     span = re.match(r"^(?P<a>[a-z]+)(?: (?:to|through|thru|a|hasta) | ?- ?)(?P<b>[a-z]+)$", text)
     if span:
         first, last = _weekday(span["a"]), _weekday(span["b"])
         if first is not None and last is not None:
             if first <= last:
-                return _compress(list(range(first, last + 1)))
-            return _compress(list(range(first, 7)) + list(range(0, last + 1)))
-    words = [re.sub(r"^(?:every|each|cada|on|los|el) ", "", w) for w in _LIST_SEPARATOR.split(text) if w]
+                return _compress(list(range(first, last + 1))), True, False
+            return _compress(list(range(first, 7)) + list(range(0, last + 1))), True, False
+    words = [re.sub(rf"^{_EVERY} ", "", w) for w in _LIST_SEPARATOR.split(text) if w]
     days = [_weekday(w) for w in words]
     if not days or any(d is None for d in days):
         return None
-    return _compress(sorted(set(days)))  # type: ignore[arg-type]
+    plural = all(_is_plural_weekday(w) for w in words)
+    return _compress(sorted(set(days))), False, plural  # type: ignore[arg-type]
 
 
 def _compress(days: list[int]) -> str:

@@ -21,9 +21,9 @@ which `reconcile_config_tasks` keeps in step with the file.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import apsw
 
@@ -55,8 +55,6 @@ RETRY_MAX = timedelta(hours=1)
 # counts as a failed attempt and is retried.
 STALE_RUN_AFTER = timedelta(hours=1)
 
-RunStatus = Literal["queued", "running", "retrying", "done", "failed", "cancelled"]
-OPEN_STATUSES = ("queued", "running", "retrying")
 
 
 class TaskError(ValueError):
@@ -196,7 +194,6 @@ class ConfigTask:
     prompt: str
     trusted: bool = False
     paused: bool = False
-    index: int = field(default=0, compare=False)
 
 
 def task_session_id(task_id: int) -> str:
@@ -393,7 +390,7 @@ def pause_task(writer: Writer, user_id: str, ref: int | str, *,
     stamp = to_rfc3339(_now(now))
 
     def write(con: apsw.Connection) -> ScheduledTask:
-        task = _resolve(con, user_id, ref)
+        task = _owned_by_tool(_resolve(con, user_id, ref), "pause")
         con.execute("UPDATE scheduled_tasks SET is_paused = 1, updated_at = ? WHERE id = ?",
                     (stamp, task.id))
         return _resolve(con, user_id, task.id)
@@ -408,7 +405,9 @@ def resume_task(writer: Writer, config: Config, user_id: str, ref: int | str, *,
     now = _now(now)
 
     def write(con: apsw.Connection) -> ScheduledTask:
-        task = _resolve(con, user_id, ref)
+        task = _owned_by_tool(_resolve(con, user_id, ref), "resume")
+        if not task.is_paused:
+            return task
         next_run = task.next_run_at
         if not task.is_oneshot:
             next_run = to_rfc3339(next_occurrence(task.cron_expr, config.schedule.timezone, now))
@@ -425,11 +424,20 @@ def remove_task(writer: Writer, user_id: str, ref: int | str, *,
     stamp = to_rfc3339(_now(now))
 
     def write(con: apsw.Connection) -> ScheduledTask:
-        task = _resolve(con, user_id, ref)
+        task = _owned_by_tool(_resolve(con, user_id, ref), "remove")
         _delete_task(con, task.id, stamp)
         return task
 
     return writer.submit(write)
+
+
+def _owned_by_tool(task: ScheduledTask, action: str) -> ScheduledTask:
+    # config.toml owns its tasks: a change made here would be undone at the next worker start.
+    if task.source == "config":
+        raise TaskError(
+            f'task #{task.id} "{task.name}" comes from config.toml: to {action} it, edit its '
+            "[[scheduled_tasks]] entry (paused = true, or delete the entry) and restart the worker")
+    return task
 
 
 def _delete_task(con: apsw.Connection, task_id: int, stamp: str) -> None:
@@ -627,8 +635,7 @@ def config_tasks(config: Config, now: datetime | None = None) -> list[ConfigTask
             raise ConfigError(f"{where} in config.toml: another entry has the same name; "
                               "names identify config tasks, make them unique")
         seen.add(key)
-        found.append(ConfigTask(spec.user_id, spec.name, spec.schedule, spec.prompt,
-                                spec.trusted, spec.paused, index))
+        found.append(spec)
     return found
 
 

@@ -600,7 +600,9 @@ class _Importer:
     def _session(self, con: apsw.Connection, r: dict) -> None:
         # Stored (and counted) at the end: inserting its events reopens a session.
         session_id = str(r["id"])
-        self.sessions[session_id] = {
+        existed = con.execute("SELECT 1 FROM sessions WHERE user_id = ? AND id = ?",
+                              (self.user_id, session_id)).fetchone() is not None
+        self.sessions[session_id] = {"existed": existed,
             "title": _clean(r.get("title")) or None, "started_at": _time(r.get("started_at")),
             "last_event_at": _time(r.get("last_event_at")), "ended_at": _time(r.get("ended_at"))}
 
@@ -869,7 +871,10 @@ class _Importer:
             (self.user_id, session_id, s["title"], first, last, s["ended_at"]))
         after = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                             "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
-        outcome = "added" if before is None else "unchanged" if before == after else "updated"
+        if not s["existed"]:
+            outcome = "added"  # (its events, stored before this, created the row)
+        else:
+            outcome = "unchanged" if before == after else "updated"
         getattr(self.report, outcome)["session"] += 1
 
 

@@ -9,14 +9,13 @@ import sys
 import threading
 from pathlib import Path
 
-import apsw
 import pytest
 
 from app.backup import (
     AlreadyRunning,
     BackupError,
-    hold_pid_file,
     backup,
+    hold_pid_file,
     rebuild,
     restore,
     worker_is_running,
@@ -60,6 +59,7 @@ def search(path: Path, table: str, text: str) -> list[int]:
 # -- backup ---------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(60)  # a backup restarted by every commit would never finish
 def test_backup_under_concurrent_writes_is_intact_and_has_every_event_committed_before_it(
         config, writer, tmp_path):
     before = {append_event(writer, config, "ana", "s1", "user", f"{n} {LONG}").uuid
@@ -159,7 +159,18 @@ def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
     assert later in uuids(report.kept_as)  # nothing the user had is lost
     assert integrity(live) == ["ok"] and integrity(report.kept_as) == ["ok"]
     assert not Path(f"{live}-wal").exists() or Path(f"{live}-wal").stat().st_size == 0
-    assert list_profile(connect_readonly(live), "ana")  # the restored memory is usable
+    con = connect_readonly(live)
+    assert list_profile(con, "ana")  # the restored memory is usable
+    con.close()
+
+
+def test_restore_replaces_a_damaged_database(config, backed_up):
+    copy, _ = backed_up
+    live = memory_db_path(config.data_dir)
+    live.write_bytes(b"\0garbage" * 4096)  # what restore is for
+    report = restore(config, copy)
+    assert uuids(live) == uuids(copy) and integrity(live) == ["ok"]
+    assert report.kept_as.read_bytes().startswith(b"\0garbage")
 
 
 def test_restore_refuses_a_damaged_or_foreign_file_and_touches_nothing(config, backed_up, tmp_path):

@@ -128,6 +128,12 @@ def test_nonsense_is_refused_with_examples(text):
     assert "30 18 * * 1-5" in message
 
 
+@pytest.mark.parametrize("text", ["on monday at 9", "el lunes a las 9", "friday at 5pm"])
+def test_a_single_weekday_is_not_guessed_to_repeat(text):
+    with pytest.raises(ScheduleError, match="once or every week"):
+        parse_schedule(text, MADRID, NOW)
+
+
 def test_a_sixth_cron_field_is_refused_as_seconds():
     with pytest.raises(ScheduleError, match="seconds"):
         validate_cron("0 0 9 * * *")

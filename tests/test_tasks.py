@@ -300,6 +300,14 @@ def test_config_tasks_are_added_updated_and_removed_to_match_the_file(writer, co
     assert morning.next_run_at == "2026-11-30T07:00:00.000000Z"
 
 
+def test_config_tasks_are_changed_in_the_file_not_from_the_cli(writer, config):
+    reconcile_config_tasks(writer, with_entries(config, MORNING), now=NOW)
+    for change in (pause_task, remove_task):
+        with pytest.raises(TaskError, match="comes from config.toml"):
+            change(writer, USER, "morning", now=NOW)
+    assert request_run(writer, USER, "morning", now=NOW).status == "queued"  # running it is fine
+
+
 def test_an_invalid_config_entry_stops_the_reconcile_and_changes_nothing(writer, config, read):
     bad = {"name": "bad", "schedule": "whenever", "prompt": "x"}
     with pytest.raises(ConfigError, match=r'scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):

@@ -35,6 +35,8 @@ DEFAULT_LIMIT = 512
 class EmbedFailed(RuntimeError):
     """Some owners could not be embedded; their errors are stored and a retry will redo them."""
 
+    retryable = True  # the queue's backoff policy retries it like a model error
+
 
 @dataclass
 class ReembedCounts:

@@ -24,6 +24,7 @@ from huey.utils import Error
 
 from app.config import Config, load_config
 from app.db import QUEUE_DB, Durability
+from app.embedders import Embedder, make_embedder
 from app.llm import ModelClient
 from app.writer import Writer
 from workers.storage import ApswSqliteStorage
@@ -122,6 +123,7 @@ class JobContext:
     config: Config
     writer: Writer
     model: ModelClient
+    embedder: Embedder | None  # None with [embedder] kind = "none"
 
     def close(self) -> None:
         self.writer.close()
@@ -134,10 +136,12 @@ def job_context() -> JobContext:
     with _bind_lock:
         if _context is None:
             config = bound_config()
+            model = ModelClient.from_config(config)
             _context = JobContext(
                 config=config,
                 writer=Writer.from_config(config, Durability.NORMAL),
-                model=ModelClient.from_config(config),
+                model=model,
+                embedder=make_embedder(config, client=model),
             )
         return _context
 

@@ -44,8 +44,14 @@ def total_backoff(config: Config) -> float:
     return sum(min(MAX_DELAY_SECONDS, base * 2 ** (a - 1)) for a in range(1, config.queue.max_attempts))
 
 
+def is_model_failure(exc: BaseException) -> bool:
+    """Failures of the model (or its output) that the retry policy handles; any other
+    exception is a bug or a database problem and propagates."""
+    return isinstance(exc, (ModelError, InvalidOutput)) or bool(getattr(exc, "retryable", False))
+
+
 def is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (ModelError, InvalidOutput)) and bool(exc.retryable)
+    return is_model_failure(exc) and bool(getattr(exc, "retryable", False))
 
 
 @dataclass
@@ -71,7 +77,9 @@ def attempt_job(
     bound = log.bind(job=job, task_id=task_id, attempt=attempt, **ids)
     try:
         return Outcome("done", work())
-    except (ModelError, InvalidOutput) as exc:
+    except Exception as exc:
+        if not is_model_failure(exc):
+            raise
         if is_retryable(exc) and attempt < config.queue.max_attempts:
             delay = backoff_delay(config.queue.backoff_base_seconds, attempt)
             bound.warning("job.retry", error=str(exc), retry_in_seconds=round(delay, 3))

@@ -16,7 +16,9 @@ from huey.api import Task
 
 from workers.compact import compact_session
 from workers.consolidate import consolidate as consolidate_memory
+from app.vectors import pending_owners
 from workers.diary import write_diary
+from workers.embed import embed_pending
 from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.queue import (
     bound_config,
@@ -75,6 +77,7 @@ def distill(user_id: str, session_id: str, event_ids: list[int], attempt: int = 
             over = needs_compaction(con, ctx.config, user_id, session_id)
         if over:
             compact(user_id, session_id)
+    embed(user_id)  # the turn's events and any new facts
 
 
 @huey.task(context=True)
@@ -92,6 +95,29 @@ def compact(user_id: str, session_id: str, attempt: int = 1, task: Task | None =
             fallback=lambda: compact_session(ctx.writer, None, ctx.config, user_id, session_id,
                                              extractive=True),
             retry=_again(compact, (user_id, session_id), attempt),
+            **_policy(task),
+        )
+    finally:
+        release_lock(lock)
+    embed(user_id)  # the new cards
+
+
+@huey.task(context=True)
+def embed(user_id: str | None = None, attempt: int = 1, task: Task | None = None) -> None:
+    """Vectors for owners that have none for the configured model (None: every user)."""
+    ctx = job_context()
+    if ctx.embedder is None:
+        return
+    lock = f"embed:{user_id}"
+    if not try_lock(lock):
+        return  # another worker is embedding this user's backlog right now
+    try:
+        attempt_job(
+            ctx.config, "embed", attempt, {"user_id": user_id},
+            work=lambda: embed_pending(ctx.writer, ctx.embedder, user_id),
+            # The per-owner errors are stored; reconcile finds those owners again later.
+            fallback=lambda: 0,
+            retry=_again(embed, (user_id,), attempt),
             **_policy(task),
         )
     finally:
@@ -165,6 +191,10 @@ def _enqueue_undone(grace_seconds: float | None) -> None:
         compact(user_id, session_id)
     for user_id, session_id in work.diary:
         diary(user_id, session_id)
+    if ctx.embedder is not None:
+        with reading(ctx.writer) as con:
+            if pending_owners(con, ctx.embedder.model, limit=1):
+                embed(None)
     if work:
         log.info("reconcile.enqueued", distill=len(work.distill), compact=len(work.compact),
                  diary=len(work.diary), closed_sessions=len(work.closed))
