@@ -55,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.backup import hold_pid_file
 from app.chat import INTERRUPTED_MARKER, ChatService, Turn, TurnOutcome
 from app.config import Config
 from app.context import build_context, read_bootstrap
@@ -975,7 +976,8 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
              openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
     try:
-        server.run()
+        with hold_pid_file(config.data_dir, "serve"):  # restore refuses while we run
+            server.run()
     except SystemExit:
         pass
     if not server.started:

@@ -10,8 +10,8 @@ indexes and, with all_layers, clears every derived layer so the workers redo it 
 the events and the user's own edits (DESIGN §3).
 
 Running processes announce themselves with pid files in the data directory
-(`worker.pid`, `serve.pid`: the decimal pid and a newline, written by `hold_pid_file`);
-a file whose process is gone is stale and ignored.
+(`worker.<pid>.pid`, `serve.<pid>.pid`: the decimal pid and a newline, written by
+`hold_pid_file`); a file whose process is gone is stale and ignored.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from app.timeutil import utc_now
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
 
-WORKER_PID_FILE = "worker.pid"
-SERVE_PID_FILE = "serve.pid"
+# Roles of the processes that announce themselves, and how refusals name them.
+PID_ROLES = {"worker": "the worker", "serve": "the server"}
 # 4 MiB of 4 KiB pages per step: fine-grained progress, negligible per-step overhead.
 PAGES_PER_STEP = 1024
 FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
@@ -80,47 +80,43 @@ def pid_file_owner(path: Path) -> int | None:
     return pid
 
 
+def pid_file_path(data_dir: Path, role: str, pid: int | None = None) -> Path:
+    """`<data_dir>/<role>.<pid>.pid`: one file per process, since several workers may run."""
+    return Path(data_dir) / f"{role}.{pid or os.getpid()}.pid"
+
+
+def live_pids(data_dir: Path, role: str) -> list[int]:
+    """The live processes of a role that announced themselves (stale files are ignored)."""
+    pids = (pid_file_owner(path) for path in sorted(Path(data_dir).glob(f"{role}.*.pid")))
+    return [pid for pid in pids if pid is not None]
+
+
 def worker_is_running(data_dir: Path) -> bool:
-    return pid_file_owner(Path(data_dir) / WORKER_PID_FILE) is not None
+    return bool(live_pids(data_dir, "worker"))
 
 
 def server_is_running(data_dir: Path) -> bool:
-    return pid_file_owner(Path(data_dir) / SERVE_PID_FILE) is not None
+    return bool(live_pids(data_dir, "serve"))
 
 
 @contextmanager
-def hold_pid_file(path: Path) -> Iterator[None]:
-    """Announce this process in `path` for the duration; refuse if a live process holds it.
-
-    For `hilo worker` (<data_dir>/worker.pid) and `hilo serve` (<data_dir>/serve.pid).
-    The file is removed on exit only if it still names this process.
-    """
-    path = Path(path)
-    me = os.getpid()
-    owner = pid_file_owner(path)
-    if owner is not None and owner != me:
-        raise AlreadyRunning(
-            f"{path} says process {owner} is running: stop it first "
-            f"(or delete {path} if that process is not Hilo)"
-        )
-    temporary = path.with_name(f".{path.name}.{me}")
-    temporary.write_text(f"{me}\n", encoding="ascii")
+def hold_pid_file(data_dir: Path, role: str) -> Iterator[Path]:
+    """Announce this process as a `role` ("worker", "serve") in the data directory for
+    the duration, so restore can refuse while it runs."""
+    path = pid_file_path(data_dir, role)
+    temporary = path.with_name(f".{path.name}")
+    temporary.write_text(f"{os.getpid()}\n", encoding="ascii")
     os.replace(temporary, path)  # atomic: a reader never sees a half-written pid
     try:
-        yield
+        yield path
     finally:
-        if pid_file_owner(path) == me:
-            path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
 
 
 def running_processes(data_dir: Path) -> list[str]:
     """Descriptions of the Hilo processes whose pid files name a live process."""
-    found = []
-    for name, what in ((WORKER_PID_FILE, "worker"), (SERVE_PID_FILE, "server")):
-        pid = pid_file_owner(Path(data_dir) / name)
-        if pid is not None:
-            found.append(f"the {what} (pid {pid}, {name})")
-    return found
+    return [f"{what} (pid {pid}, {role}.{pid}.pid)"
+            for role, what in PID_ROLES.items() for pid in live_pids(data_dir, role)]
 
 
 # -- backup ---------------------------------------------------------------------------------

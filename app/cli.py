@@ -88,6 +88,116 @@ def cmd_doctor(args: argparse.Namespace, config: Config) -> int:
 # -- the processes: chat, serve, worker ----------------------------------------------------
 
 
+def _progress_bar(args: argparse.Namespace):
+    """A rich progress bar on a terminal, silence otherwise; yields a progress callback."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def bar():
+        if getattr(args, "json", False) or not sys.stderr.isatty():
+            yield None
+            return
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            tasks: dict[str, Any] = {}
+
+            def update(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = progress.add_task(phase, total=total or None)
+                progress.update(tasks[phase], completed=done, total=total or None)
+
+            yield update
+
+    return bar()
+
+
+# -- backup, restore, rebuild, export, import ---------------------------------------------
+
+
+@command("backup")
+def cmd_backup(args: argparse.Namespace, config: Config) -> int:
+    from app.backup import BackupError, backup
+
+    with _progress_bar(args) as progress:
+        try:
+            report = backup(config, args.dest, progress, overwrite=args.overwrite)
+        except BackupError as exc:
+            raise CommandError(str(exc)) from None
+    doc = report.to_dict()
+    emit(args, doc, lambda: print(
+        f"Backed up to {doc['dest']}: {doc['events']} events, schema {doc['schema_version']}, "
+        f"integrity {doc['integrity']}"))
+    return 0
+
+
+@command("restore")
+def cmd_restore(args: argparse.Namespace, config: Config) -> int:
+    from app.backup import BackupError, restore
+
+    try:
+        report = restore(config, args.src, force=args.force)
+    except BackupError as exc:
+        raise CommandError(str(exc)) from None
+    doc = report.to_dict()
+    emit(args, doc, lambda: print(
+        f"Restored {args.src} ({doc['events']} events); the previous file is kept as "
+        f"{doc['kept_as']}"))
+    return 0
+
+
+@command("rebuild")
+def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
+    from app.backup import BackupError, rebuild
+
+    with _progress_bar(args) as progress:
+        try:
+            report = rebuild(config, all_layers=args.all, progress=progress)
+        except BackupError as exc:
+            raise CommandError(str(exc)) from None
+    doc = report.to_dict()
+    emit(args, doc, lambda: print(
+        "Rebuilt the full-text indexes" + (" and cleared every derived layer; the worker "
+                                           "re-derives them from events" if args.all else "")))
+    return 0
+
+
+@command("export")
+def cmd_export(args: argparse.Namespace, config: Config) -> int:
+    from app.transfer import TransferError, export_jsonl, export_markdown
+
+    user = args.user or config.memory.user_id
+    try:
+        if args.format == "md":
+            report = export_markdown(config, user, args.out)
+        else:
+            report = export_jsonl(config, user, args.out)
+    except TransferError as exc:
+        raise CommandError(str(exc)) from None
+    doc = report.to_dict()
+    emit(args, doc, lambda: print(f"Exported {user}'s memory to {args.out}: {doc}"))
+    return 0
+
+
+@command("import")
+def cmd_import(args: argparse.Namespace, config: Config) -> int:
+    from app.transfer import TransferError, import_kinder_agent, import_path
+
+    user = args.user or config.memory.user_id
+    try:
+        if args.source == "kinder-agent":
+            if args.path is None:
+                raise CommandError("usage: hilo import kinder-agent <memory.db>")
+            report = import_kinder_agent(config, args.path, user)
+        else:
+            report = import_path(config, Path(args.source), user)
+    except TransferError as exc:
+        raise CommandError(str(exc)) from None
+    doc = report.to_dict()
+    emit(args, doc, lambda: print(f"Imported into {user}'s memory: {doc}"))
+    return 0
+
+
 @command("chat")
 def cmd_chat(args: argparse.Namespace, config: Config) -> int:
     from app.repl import run_repl
@@ -197,6 +307,31 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--workers", type=int, help="threads (default: [queue] workers)")
     worker.add_argument("-k", "--worker-type", default="thread",
                         help="only 'thread' is accepted: one write connection per process")
+
+    backup = sub.add_parser("backup", parents=[common, reporting],
+                            help="a consistent copy of the memory database, while it runs")
+    backup.add_argument("dest", type=Path, help="a file, or a folder for memory-<time>.sqlite3")
+    backup.add_argument("--overwrite", action="store_true")
+    restore = sub.add_parser("restore", parents=[common, reporting],
+                             help="put a backup in place (refused while a worker runs)")
+    restore.add_argument("src", type=Path)
+    restore.add_argument("--force", action="store_true",
+                         help="skip the running-process check (the pid is not Hilo's)")
+    rebuild = sub.add_parser("rebuild", parents=[common, reporting],
+                             help="re-derive the full-text indexes (--all: every derived layer)")
+    rebuild.add_argument("--all", action="store_true",
+                         help="also clear cards, agent facts and profile, diary, vectors so the "
+                              "worker re-derives them from events")
+    export = sub.add_parser("export", parents=[common, reporting],
+                            help="your memory as markdown (a readable folder) or JSON lines")
+    export.add_argument("out", type=Path, help="a folder (md) or a file (jsonl)")
+    export.add_argument("--format", choices=("md", "jsonl"), default="md")
+    export.add_argument("--user", help="whose memory (default: [memory] user_id)")
+    imp = sub.add_parser("import", parents=[common, reporting],
+                         help="read a Hilo export, or `kinder-agent <memory.db>`")
+    imp.add_argument("source", help="an export folder or .jsonl file, or `kinder-agent`")
+    imp.add_argument("path", nargs="?", type=Path, help="with kinder-agent: its memory.db")
+    imp.add_argument("--user", help="whose memory (default: [memory] user_id)")
 
     mem = sub.add_parser("memory", help="inspect what Hilo knows")
     mem_sub = mem.add_subparsers(dest="memory_command", required=True, metavar="WHAT")

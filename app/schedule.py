@@ -304,7 +304,8 @@ def _parse_iso(text: str, zone: ZoneInfo) -> datetime | None:
 
 
 _RELATIVE = re.compile(
-    r"^(?:in|en|dentro de) (?:(?P<half>half an hour|media hora)|(?P<n>\d+|[a-z]+) ?(?P<unit>[a-z]+))$")
+    r"^(?:in|en|dentro de) "
+    r"(?:(?P<half>half an hour|media hora)|(?P<n>\d+|[a-z]+) ?(?P<unit>[a-z]+))$")
 _DAY_WORDS = {
     "today": 0, "hoy": 0, "tonight": 0, "esta noche": 0, "esta tarde": 0,
     "tomorrow": 1, "manana": 1, "day after tomorrow": 2, "the day after tomorrow": 2,
@@ -319,7 +320,8 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
             return local_now.astimezone(UTC) + timedelta(minutes=30)
         amount, unit = _number(relative["n"]), relative["unit"]
         if amount is None or amount <= 0:
-            raise ScheduleError(f'"{text}": say how long from now with a number, like "in 10 minutes"')
+            raise ScheduleError(
+                f'"{text}": say how long from now with a number, like "in 10 minutes"')
         if unit in _MINUTE_UNITS:
             delta = timedelta(minutes=amount)
         elif unit in _HOUR_UNITS:
@@ -336,13 +338,15 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
         offset = _DAY_WORDS.get(day_part)
         if offset is None:
             continue
-        hours, minute = _parse_times(time_part, evening=day_part in ("tonight", "esta noche", "esta tarde"))
+        evening = day_part in ("tonight", "esta noche", "esta tarde")
+        hours, minute = _parse_times(time_part, evening=evening)
         if len(hours) != 1:
             raise ScheduleError(f'"{text}" names more than one time; a one-shot runs once')
         day = local_now.date() + timedelta(days=offset)
         return _wall_time(day, hours[0], minute, local_now.tzinfo).astimezone(UTC)
     if text in _DAY_WORDS:
-        raise ScheduleError(f'"{text}": say at what time, like "tomorrow at 9" or "mañana a las 9"')
+        raise ScheduleError(
+            f'"{text}": say at what time, like "tomorrow at 9" or "mañana a las 9"')
     return None
 
 
@@ -453,14 +457,16 @@ def _parse_recurring(text: str) -> str | None:
     if errors:
         raise errors[0]
     if _parse_days(text) is not None:
-        raise ScheduleError(f'"{text}": say at what time, like "every day at 9" or "cada día a las 9"')
+        raise ScheduleError(
+            f'"{text}": say at what time, like "every day at 9" or "cada día a las 9"')
     return None
 
 
 _COUNT = r"\d+|" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
 _INTERVAL = re.compile(
-    r"^(?:every|each|cada) (?:(?P<half>half (?:an )?hour|media hora)|(?P<quarter>quarter (?:of an )?hour|"
-    rf"cuarto de hora)|(?:(?P<n>{_COUNT}) )?(?P<unit>[a-z]+))(?: (?P<days>.+))?$")
+    r"^(?:every|each|cada) (?:(?P<half>half (?:an )?hour|media hora)"
+    r"|(?P<quarter>quarter (?:of an )?hour|cuarto de hora)"
+    rf"|(?:(?P<n>{_COUNT}) )?(?P<unit>[a-z]+))(?: (?P<days>.+))?$")
 _HOURLY = re.compile(r"^(?:hourly|a cada hora)(?: (?P<days>.+))?$")
 
 
@@ -493,7 +499,8 @@ def _parse_interval(text: str) -> str | None:
         hours = minutes // 60
         if 24 % hours:
             raise ScheduleError(
-                f'"{text}": cron repeats within a day, so the hours must divide 24 (1, 2, 3, 4, 6, 8, 12)')
+                f'"{text}": cron repeats within a day, so the hours must divide 24 '
+                "(1, 2, 3, 4, 6, 8, 12)")
         hour_field = "*" if hours == 1 else "0" if hours == 24 else f"*/{hours}"
         return f"0 {hour_field} {dom} {month} {dow}"
     if 60 % minutes:
@@ -525,13 +532,16 @@ _MONTHS = {
 }
 _YEARLY = (
     re.compile(r"^(?:every|each) (?:year on )?(?P<month>[a-z]+) (?P<day>\d{1,2})(?:st|nd|rd|th)?$"),
-    re.compile(r"^(?:every|each) year on (?:the )?(?P<day>\d{1,2})(?:st|nd|rd|th)? of (?P<month>[a-z]+)$"),
-    re.compile(r"^(?:on )?(?:the )?(?P<day>\d{1,2})(?:st|nd|rd|th)? of (?P<month>[a-z]+) every year$"),
+    re.compile(r"^(?:every|each) year on (?:the )?(?P<day>\d{1,2})(?:st|nd|rd|th)? "
+               r"of (?P<month>[a-z]+)$"),
+    re.compile(r"^(?:on )?(?:the )?(?P<day>\d{1,2})(?:st|nd|rd|th)? of (?P<month>[a-z]+) "
+               r"every year$"),
     re.compile(r"^(?:cada|todos los) (?:anos? )?(?:el )?(?P<day>\d{1,2}) de (?P<month>[a-z]+)$"),
     re.compile(r"^el (?P<day>\d{1,2}) de (?P<month>[a-z]+) de cada ano$"),
 )
 _MONTHLY = (
-    re.compile(r"^(?:on |every |each )?(?:the )?(?:day )?(?P<days>.+?) (?:day )?of (?:every|each|the) month$"),
+    re.compile(r"^(?:on |every |each )?(?:the )?(?:day )?(?P<days>.+?) (?:day )?"
+               r"of (?:every|each|the) month$"),
     re.compile(r"^(?:every|each) month on (?:the )?(?:day )?(?P<days>.+)$"),
     re.compile(r"^monthly on (?:the )?(?:day )?(?P<days>.+)$"),
     re.compile(r"^(?:el |los )?(?:dias? )?(?P<days>.+?) de (?:cada|todos los) mes(?:es)?$"),

@@ -137,8 +137,8 @@ class TaskLog:
             "task_id": self.task_id,
             "task": self.task.to_json() if self.task else None,
             "runs": [r.to_json() for r in self.runs],
-            "events": [{"id": e.id, "role": e.role, "content": e.content, "created_at": e.created_at}
-                       for e in self.events],
+            "events": [{"id": e.id, "role": e.role, "content": e.content,
+                        "created_at": e.created_at} for e in self.events],
         }
 
 
@@ -546,7 +546,8 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
         next_run: str | None = None
         if not task.is_oneshot:
             try:
-                next_run = to_rfc3339(next_occurrence(task.cron_expr, config.schedule.timezone, now))
+                next_run = to_rfc3339(
+                    next_occurrence(task.cron_expr, config.schedule.timezone, now))
             except (ValueError, KeyError) as exc:  # a cron edited by hand: stop, say so, go on
                 error = (f'cannot compute the next run of "{task.cron_expr}" ({exc}): '
                          "remove the task and add it again")

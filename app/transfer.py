@@ -602,9 +602,11 @@ class _Importer:
         session_id = str(r["id"])
         existed = con.execute("SELECT 1 FROM sessions WHERE user_id = ? AND id = ?",
                               (self.user_id, session_id)).fetchone() is not None
-        self.sessions[session_id] = {"existed": existed,
-            "title": _clean(r.get("title")) or None, "started_at": _time(r.get("started_at")),
-            "last_event_at": _time(r.get("last_event_at")), "ended_at": _time(r.get("ended_at"))}
+        self.sessions[session_id] = {
+            "existed": existed, "title": _clean(r.get("title")) or None,
+            "started_at": _time(r.get("started_at")), "last_event_at": _time(r.get("last_event_at")),
+            "ended_at": _time(r.get("ended_at")),
+        }
 
     def _event_uuid(self, con: apsw.Connection, r: dict) -> tuple[str, int | None]:
         given = r.get("uuid") or str(uuidlib.uuid5(IMPORT_NAMESPACE, "\x1f".join(

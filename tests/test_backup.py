@@ -16,6 +16,7 @@ from app.backup import (
     BackupError,
     backup,
     hold_pid_file,
+    live_pids,
     rebuild,
     restore,
     worker_is_running,
@@ -129,7 +130,7 @@ def backed_up(config, data_dir, tmp_path):
 
 def test_restore_refuses_while_a_worker_is_running(config, backed_up):
     copy, later = backed_up
-    (config.data_dir / "worker.pid").write_text(f"{os.getpid()}\n")
+    (config.data_dir / f"worker.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
     assert worker_is_running(config.data_dir)
     with pytest.raises(AlreadyRunning, match="worker"):
         restore(config, copy)
@@ -138,7 +139,7 @@ def test_restore_refuses_while_a_worker_is_running(config, backed_up):
 
 def test_restore_refuses_while_the_server_is_running(config, backed_up):
     copy, later = backed_up
-    (config.data_dir / "serve.pid").write_text(f"{os.getpid()}\n")
+    (config.data_dir / f"serve.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
     with pytest.raises(AlreadyRunning, match="server"):
         restore(config, copy)
     assert later in uuids(memory_db_path(config.data_dir))
@@ -149,7 +150,7 @@ def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
     # A pid file left by a worker that is gone does not count.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (config.data_dir / "worker.pid").write_text(f"{dead.pid}\n")
+    (config.data_dir / f"worker.{dead.pid}.pid").write_text(f"{dead.pid}\n")
     live = memory_db_path(config.data_dir)
 
     report = restore(config, copy)
@@ -203,23 +204,22 @@ def test_restore_refuses_while_another_connection_has_the_database_open(config, 
 
 
 def test_pid_file_announces_the_process_and_is_removed_after(data_dir):
-    pid_file = data_dir / "worker.pid"
-    with hold_pid_file(pid_file):
+    with hold_pid_file(data_dir, "worker") as pid_file:
         assert worker_is_running(data_dir)
         assert pid_file.read_text() == f"{os.getpid()}\n"
     assert not pid_file.exists() and not worker_is_running(data_dir)
 
 
-def test_pid_file_held_by_another_live_process_is_refused(data_dir):
+def test_any_live_worker_among_several_counts(data_dir):
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                              stdin=subprocess.PIPE)
     try:
-        (data_dir / "worker.pid").write_text(f"{other.pid}\n")
-        with pytest.raises(AlreadyRunning, match=str(other.pid)):
-            with hold_pid_file(data_dir / "worker.pid"):
-                pass
+        (data_dir / f"worker.{other.pid}.pid").write_text(f"{other.pid}\n")
+        with hold_pid_file(data_dir, "worker"):
+            assert sorted(live_pids(data_dir, "worker")) == sorted([other.pid, os.getpid()])
     finally:
         other.communicate(b"")
+    assert live_pids(data_dir, "worker") == []  # the other one's file is now stale
 
 
 # -- rebuild --------------------------------------------------------------------------------

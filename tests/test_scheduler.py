@@ -29,7 +29,7 @@ from app.tasks import (
 )
 from app.writer import Writer
 from tests.fake_ollama import Fault
-from workers.scheduler import run_due_tasks, run_task_now
+from workers.scheduler import TICK_SECONDS, run_due_tasks, run_task_now, scheduler_tick
 
 UTC = timezone.utc
 USER = "default"
@@ -191,6 +191,19 @@ def test_config_tasks_reconciled_at_start_then_run(writer, config):
     reconcile_config_tasks(writer, config.replace(scheduled_tasks=(entry,)), now=NOW)
     [result] = run_due_tasks(config, writer, FakeChat(), NOW + timedelta(hours=2))
     assert (result.name, result.status) == ("morning", "done")
+
+
+def test_a_tick_stamps_each_run_with_its_own_time_and_hands_over_when_slow(writer, config):
+    for name in ("a", "b", "c"):
+        add_task(writer, config, "every day at 9", name, now=NOW)
+    times = iter(NOW + timedelta(hours=2, seconds=s) for s in range(0, 10_000, 25))
+    results = scheduler_tick(config, writer, chat_service=FakeChat(), clock=lambda: next(times))
+    # Runs are claimed at +25 s and +50 s; at +75 s the tick's minute is over.
+    assert TICK_SECONDS == 60
+    assert [r.name for r in results] == ["a", "b"]
+    last_runs = {t.name: t.last_run_at for t in list_tasks(reader(config), USER)}
+    assert last_runs == {"a": "2026-11-30T08:00:25.000000Z", "b": "2026-11-30T08:00:50.000000Z",
+                         "c": None}
 
 
 # -- weekends and DST, ticking every minute -------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 import structlog
 
 from app.config import Config, ConfigError, load_config
+from app.backup import hold_pid_file
 from app.datadir import init_data_dir
 from app.log import configure_logging
 
@@ -66,7 +67,8 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
     log.info("worker.started", workers=workers, data_dir=str(config.data_dir),
              backend=config.queue.backend, poll_max_delay=config.queue.poll_max_delay)
     try:
-        consumer.run()
+        with hold_pid_file(config.data_dir, "worker"):  # restore refuses while we run
+            consumer.run()
     finally:
         close_context()  # commit what the writer holds
     log.info("worker.stopped")

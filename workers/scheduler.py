@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import threading
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -38,12 +38,15 @@ from app.writer import Writer
 
 log = structlog.get_logger(__name__)
 
+# How long one tick keeps claiming runs; the periodic task fires every minute.
+TICK_SECONDS = 60.0
+
 
 class TurnRunner(Protocol):
     """What the scheduler needs of app.chat.ChatService."""
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
-                   client_system: str | None = None): ...
+                   client_system: str | None = None) -> Any: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
@@ -164,11 +167,26 @@ def close_worker_chat_service() -> None:
         service.close()
 
 
-def scheduler_tick(config: Config, writer: Writer,
-                   now: datetime | None = None) -> list[TaskRunResult]:
-    """One tick of the periodic task: run what is due now."""
-    now = now or datetime.now(timezone.utc)
-    return run_due_tasks(config, writer, worker_chat_service(config), now)
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner | None = None,
+                   clock: Callable[[], datetime] = _utc_now) -> list[TaskRunResult]:
+    """One tick of the periodic task: run what is due, each run stamped with the time it
+    is claimed. Stops taking new runs after TICK_SECONDS, when the next tick (on another
+    worker thread) carries on, so a slow model never makes a tick run forever."""
+    chat_service = chat_service or worker_chat_service(config)
+    started = clock()
+    results: list[TaskRunResult] = []
+    while True:
+        now = clock()
+        if (now - started).total_seconds() >= TICK_SECONDS:
+            return results
+        ran = run_due_tasks(config, writer, chat_service, now, limit=1)
+        if not ran:
+            return results
+        results += ran
 
 
 def prepare_scheduler(config: Config, writer: Writer) -> None:

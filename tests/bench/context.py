@@ -1,0 +1,485 @@
+"""Context benchmark: `build_context` latency by database size, and what `hilo serve` adds
+to the time to first token.
+
+1. `build_context` p50/p99 on memories of 10^4, 10^5 and 10^6 events, with facts and
+   context cards at 10 % of that, bulk-loaded in one transaction through the real schema
+   (FTS5 triggers fire). The text is Zipf-distributed words with English stop-words
+   mixed in, so common words match many rows as in real conversation. Measured without
+   vectors (keywords, importance, recency), and with 384-d vectors stored for every fact
+   and card and a precomputed query vector (the query's embedding is not timed).
+2. Time to first token of `POST /api/chat`, straight to the fake model server and
+   through `hilo serve` (a subprocess, on the 10^5 memory), interleaved in one run;
+   and the peak RSS of `hilo serve` under that load (VmHWM from /proc).
+
+    python -m tests.bench.context [--quick] [--json]
+
+Targets: p50 <= 5 ms at 10^5; p99 <= 25 ms at 10^6; p50(10^6) / p50(10^4) <= 4;
+TTFT overhead <= 15 ms at p50. `--quick` stops at 10^5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import numpy as np
+
+from app.config import Config, load_config
+from app.context import build_context, read_bootstrap
+from app.datadir import bootstrap_path, init_data_dir
+from app.db import Durability, connect, connect_readonly, memory_db_path
+from app.events import session_events
+from app.retrieval import Query, make_query
+from app.tokens import TokenCounter
+from app.vectors import VECTOR_INDEX, encode_vector
+from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
+
+USER = "bench"
+SESSION_EVENTS = 20  # events per session
+COMPACTED_PER_SESSION = 12  # the oldest events of each session, folded into cards
+VECTOR_MODEL, VECTOR_DIM = "bench-minilm", 384
+SIZES_FULL = (10_000, 100_000, 1_000_000)
+SIZES_QUICK = (10_000, 100_000)
+TARGETS = {"p50_ms_at_1e5": 5.0, "p99_ms_at_1e6": 25.0, "p50_growth_1e4_to_1e6": 4.0,
+           "ttft_overhead_p50_ms": 15.0}
+
+# -- text ------------------------------------------------------------------------------------
+
+STOP = """the a an and or but of to in on at for with from by is are was were be been it this
+that these those i you he she we they me my your our their what which who when where how
+not no do does did have has had will would can could should just so if then than there here
+about into over after before as up out""".split()
+
+# Content words in rough order of frequency: the head matches many rows, as it would.
+COMMON = """time work day people way thing year project code file data server database
+problem question idea plan meeting team email phone home family friend car house money
+week month today tomorrow morning night weekend trip book movie music game food coffee
+dinner lunch breakfast doctor health sleep run gym bike walk city street office school
+kids wife husband mother father brother sister dog cat garden kitchen water weather rain
+python docker linux backup deploy release bug test build error log config model memory
+user account password key network wifi laptop screen keyboard window update version branch
+commit merge review issue ticket client customer price budget invoice order delivery
+flight hotel train ticket passport visa holiday beach mountain river lake park museum
+recipe bread pasta rice chicken fish salad soup cake wine beer tea milk sugar salt pepper
+garden flowers tree grass paint wall door table chair bed sofa lamp light power battery
+charger cable printer router disk storage cloud bucket query index schema table column
+migration cluster node container image volume port host domain certificate token secret
+script function class method variable loop string number list dict tuple exception
+report chart slide deck talk conference paper article blog post podcast video photo camera
+guitar piano song concert ticket festival party birthday wedding gift card letter
+appointment dentist pharmacy medicine vitamin allergy knee back headache cold flu fever
+salary tax bank loan mortgage rent insurance bill payment refund receipt discount sale
+spanish english french german lesson course exam grade homework teacher student class
+madrid lisbon paris berlin london york tokyo barcelona valencia sevilla porto rome""".split()
+
+
+def _tail(count: int, rng: np.random.Generator) -> list[str]:
+    """Rare words: names, identifiers, versions, numbers (the long tail of real text)."""
+    syllables = ["ka", "lo", "mi", "ra", "tu", "ne", "so", "vi", "da", "pe", "ri", "go",
+                 "ba", "ze", "fu", "xo", "lan", "mer", "tor", "sil"]
+    picks = rng.integers(len(syllables), size=(count, 3))
+    shapes = rng.integers(5, size=count)
+    words = []
+    for i, (row, shape) in enumerate(zip(picks, shapes)):
+        stem = "".join(syllables[j] for j in row)
+        words.append([stem, f"{stem}{i % 97}", f"v{i % 13}.{i % 29}", f"{stem}-{i}",
+                      f"{1000 + i}"][shape])
+    return words
+
+
+class TextMaker:
+    """Sentences of Zipf-distributed words with ~40 % stop-words, fast in bulk."""
+
+    def __init__(self, seed: int = 7, tail: int = 30_000) -> None:
+        self.rng = np.random.default_rng(seed)
+        vocab = COMMON + _tail(tail, self.rng)
+        self.vocab = np.array(vocab, dtype=object)
+        ranks = np.arange(1, len(vocab) + 1)
+        weights = 1.0 / (ranks + 2.7) ** 1.07  # Zipf–Mandelbrot, as natural text
+        self.p = weights / weights.sum()
+        self.stop = np.array(STOP, dtype=object)
+
+    def sentences(self, count: int, low: int, high: int) -> list[str]:
+        lengths = self.rng.integers(low, high + 1, size=count)
+        total = int(lengths.sum())
+        words = self.vocab[self.rng.choice(len(self.vocab), size=total, p=self.p)]
+        stops = self.rng.random(total) < 0.4
+        words[stops] = self.stop[self.rng.integers(len(self.stop), size=int(stops.sum()))]
+        ends = np.cumsum(lengths)
+        return [" ".join(words[end - n:end]) for n, end in zip(lengths, ends)]
+
+
+def _times(count: int, start: str = "2024-01-01T00:00:00", days: int = 700) -> list[str]:
+    base = np.datetime64(start, "us")
+    offsets = np.linspace(0, days * 86_400 * 1_000_000, num=count, dtype=np.int64)
+    stamps = np.datetime_as_string(base + offsets.astype("timedelta64[us]"), unit="us")
+    return [f"{s}Z" for s in stamps]
+
+
+# -- the memory ----------------------------------------------------------------------------
+
+
+@dataclass
+class Memory:
+    config: Config
+    events: int
+    facts: int
+    cards: int
+    load_seconds: float
+    db_mib: float
+
+
+def bench_config(data_dir: Path) -> Config:
+    return load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=data_dir)
+
+
+def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
+                chunk: int = 50_000) -> Memory:
+    """A migrated data directory holding `events` events and 10 % as many facts and cards."""
+    config = bench_config(data_dir)
+    init_data_dir(config)
+    started = time.perf_counter()
+    con = connect(memory_db_path(data_dir), Durability.NORMAL)
+    con.execute("PRAGMA synchronous = OFF")  # a fixture: durability is not what is measured
+    con.execute("PRAGMA cache_size = -262144")
+    sessions = -(-events // SESSION_EVENTS)
+    n_cards = n_facts = max(1, events // 10)
+    event_times = _times(events)
+    rng = text.rng
+    con.execute("BEGIN")
+    con.executemany(
+        "INSERT INTO sessions (user_id, id, started_at, last_event_at, ended_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [(USER, f"s{s}", event_times[s * SESSION_EVENTS],
+          event_times[min(events, (s + 1) * SESSION_EVENTS) - 1],
+          event_times[min(events, (s + 1) * SESSION_EVENTS) - 1] if s < sessions - 1 else None)
+         for s in range(sessions)])
+
+    # Cards first (events point at them): each covers a slice of a session's compacted events.
+    per_session = max(1, n_cards // sessions)
+    card_times = _times(n_cards)
+    summaries = text.sentences(n_cards, 20, 50)
+    keywords = text.sentences(n_cards, 3, 6)
+    con.executemany(
+        "INSERT INTO context_cards (id, user_id, session_id, summary, keywords, first_event_id, "
+        "last_event_id, event_count, importance, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(c + 1, USER, f"s{min(sessions - 1, c // per_session)}", summaries[c],
+          keywords[c].replace(" ", ", "), c * 4 + 1, c * 4 + 4, 4,
+          0.85 if c % 25 == 0 else 0.5, card_times[c], card_times[c]) for c in range(n_cards)])
+
+    for start in range(0, events, chunk):
+        count = min(chunk, events - start)
+        user_texts = text.sentences(count, 6, 30)
+        reply_texts = text.sentences(count, 15, 60)
+        rows = []
+        for i in range(count):
+            n = start + i
+            position = n % SESSION_EVENTS
+            role = "user" if position % 2 == 0 else "assistant"
+            compacted = position < COMPACTED_PER_SESSION and n < events - SESSION_EVENTS
+            rows.append((f"bench-{n}", USER, f"s{n // SESSION_EVENTS}", role,
+                         user_texts[i] if role == "user" else reply_texts[i], event_times[n],
+                         0.9 if n % 50 == 0 else 0.5, int(compacted),
+                         (n // SESSION_EVENTS) * per_session + 1 if compacted and
+                         (n // SESSION_EVENTS) * per_session < n_cards else None))
+        con.executemany(
+            "INSERT INTO events (uuid, user_id, session_id, role, content, created_at, importance, "
+            "compacted, card_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    fact_times = _times(n_facts)
+    keys = text.sentences(n_facts, 1, 3)
+    values = text.sentences(n_facts, 4, 15)
+    categories = ("fact", "decision", "solution", "preference", "conversation")
+    importance = rng.uniform(0.3, 1.0, size=n_facts)
+    con.executemany(
+        "INSERT INTO facts (user_id, category, key, value, source, created_at, updated_at, "
+        "importance) VALUES (?, ?, ?, ?, 'agent', ?, ?, ?)",
+        [(USER, categories[f % 5], f"{keys[f]} {f}", values[f], fact_times[f], fact_times[f],
+          float(importance[f])) for f in range(n_facts)])
+    con.executemany(
+        "INSERT INTO profile (user_id, key, value, source, created_at, updated_at) "
+        "VALUES (?, ?, ?, 'agent', ?, ?)",
+        [(USER, key, value, event_times[0], event_times[0]) for key, value in (
+            ("name", "Ana"), ("city", "Madrid"), ("job", "backend developer"),
+            ("languages", "Spanish, English"), ("editor", "vim"), ("pet", "a cat called Miso"))])
+    con.executemany(
+        "INSERT INTO diary (user_id, session_id, entry, created_at) VALUES (?, ?, ?, ?)",
+        [(USER, f"s{s}", sentence, event_times[min(events - 1, (s + 1) * SESSION_EVENTS - 1)])
+         for s, sentence in zip(range(0, sessions - 1, 10), text.sentences(sessions, 10, 25))])
+    if vectors:
+        for kind, count in (("fact", n_facts), ("card", n_cards)):
+            for start in range(0, count, chunk):
+                block = rng.standard_normal((min(chunk, count - start), VECTOR_DIM),
+                                            dtype=np.float32)
+                con.executemany(
+                    "INSERT INTO embeddings (user_id, owner_kind, owner_id, model, dim, vector, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(USER, kind, start + i + 1, VECTOR_MODEL, VECTOR_DIM, encode_vector(v),
+                      event_times[-1]) for i, v in enumerate(block)])
+    con.execute("COMMIT")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    seconds = time.perf_counter() - started
+    size = memory_db_path(data_dir).stat().st_size / 2**20
+    return Memory(config, events, n_facts, n_cards, seconds, size)
+
+
+# -- build_context latency -------------------------------------------------------------------
+
+FIXED_QUESTIONS = [
+    "what did we decide about the database migration last week?",
+    "remind me which hotel we booked in Lisbon",
+    "can you help me fix the docker build error again",
+    "¿qué le regalo a mi hermana por su cumpleaños?",
+    "what is my wifi password",
+    "ok thanks",
+]
+
+
+def questions(text: TextMaker, count: int) -> list[str]:
+    return FIXED_QUESTIONS + text.sentences(count - len(FIXED_QUESTIONS), 5, 25)
+
+
+def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> dict:
+    config = memory.config
+    con = connect_readonly(memory_db_path(config.data_dir))
+    counter = TokenCounter()
+    bootstrap = read_bootstrap(bootstrap_path(config))
+    sessions = -(-memory.events // SESSION_EVENTS)
+    windows = [session_events(con, USER, f"s{s}", limit=50, include_compacted=False)
+               for s in range(max(0, sessions - 8), sessions)]
+    rng = np.random.default_rng(11)
+
+    def query_for(text: str) -> Query:
+        query = make_query(USER, text)
+        if vectors:  # the query's embedding, made before the clock starts
+            query.vector = rng.standard_normal(VECTOR_DIM, dtype=np.float32)
+            query.model = VECTOR_MODEL
+        return query
+
+    def once(i: int, text: str) -> float:
+        query = query_for(text)
+        started = time.perf_counter()
+        build_context(con, config, counter, USER, text, session_id=f"s{sessions - 1 - i % 8}",
+                      window=windows[i % len(windows)], bootstrap=bootstrap, query=query)
+        return (time.perf_counter() - started) * 1000
+
+    first = once(0, asked[0])  # cold: page cache and vector index loading
+    for i, text in enumerate(asked[:20]):
+        once(i, text)
+    samples = [once(i, text) for i, text in enumerate(asked)]
+    slowest = sorted(zip(samples, asked), reverse=True)[:3]
+    con.close()
+    VECTOR_INDEX.clear()
+    return {"p50_ms": median(samples), "p99_ms": percentile(samples, 99),
+            "max_ms": max(samples), "first_ms": first, "samples": len(samples),
+            "slowest": [{"ms": round(ms, 2), "text": text} for ms, text in slowest]}
+
+
+def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
+    """EXPLAIN QUERY PLAN of the full-text stream's joins, for the report."""
+    from app.retrieval import _FTS_SQL  # noqa: PLC2701 — the SQL under test
+
+    con = connect_readonly(memory_db_path(memory.config.data_dir))
+    query = make_query(USER, text)
+    plans = {kind: [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql,
+                                                  (query.match, USER, 50))]
+             for kind, sql in _FTS_SQL.items()}
+    con.close()
+    return plans
+
+
+# -- time to first token through hilo serve ----------------------------------------------------
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with status {proc.returncode} before answering")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer within {seconds} s")
+
+
+def first_token_ms(client: httpx.Client, url: str, body: dict, headers: dict) -> float:
+    started = time.perf_counter()
+    elapsed = None
+    with client.stream("POST", f"{url}/api/chat", json=body, headers=headers) as response:
+        for line in response.iter_lines():  # read it all: the turn completes
+            if elapsed is None and line and json.loads(line).get("message", {}).get("content"):
+                elapsed = (time.perf_counter() - started) * 1000
+    if elapsed is None:
+        raise RuntimeError(f"no content from {url}: HTTP {response.status_code}")
+    return elapsed
+
+
+def vm_hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def time_to_first_token(memory: Memory, turns: int, text: TextMaker) -> dict:
+    fake_port, hilo_port = free_port(), free_port()
+    with process([sys.executable, "-m", "tests.fake_ollama", "--port", str(fake_port)]) as fake:
+        fake_url = fake.stdout.readline().strip()
+        env = {"HILO_LLM_URL": fake_url, "HILO_LOGGING_LEVEL": "warning"}
+        with process([sys.executable, "-m", "app.cli", "serve", "--data-dir",
+                      str(memory.config.data_dir), "--port", str(hilo_port)], env) as hilo:
+            hilo_url = f"http://127.0.0.1:{hilo_port}"
+            wait_until_up(hilo_url, hilo)
+            direct, through = [], []
+            history: list[dict] = []
+            asked = text.sentences(turns + 10, 5, 25)
+            with httpx.Client(timeout=60) as client:
+                for i, question in enumerate(asked):
+                    if i % 10 == 0:
+                        history = []  # a new conversation every 10 turns
+                    history.append({"role": "user", "content": question})
+                    body = {"model": "gemma3:4b", "messages": history}
+                    headers = {"X-Hilo-User": USER, "X-Hilo-Session": f"ttft-{i // 10}"}
+                    # Interleaved, alternating who goes first, so drift hits both alike.
+                    order = [(fake_url, direct), (hilo_url, through)]
+                    for url, samples in order if i % 2 else order[::-1]:
+                        ms = first_token_ms(client, url, body, headers)
+                        if i >= 10:  # the first conversation warms both up
+                            samples.append(ms)
+                    history.append({"role": "assistant", "content": "ok: " + question[:60]})
+            rss = vm_hwm_mib(hilo.pid)
+    return {
+        "turns": len(through),
+        "direct_p50_ms": median(direct), "direct_p99_ms": percentile(direct, 99),
+        "hilo_p50_ms": median(through), "hilo_p99_ms": percentile(through, 99),
+        "overhead_p50_ms": median(through) - median(direct),
+        "overhead_p99_ms": percentile(through, 99) - percentile(direct, 99),
+        "hilo_serve_peak_rss_mib": rss,
+        "memory_events": memory.events,
+    }
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--no-vectors", action="store_true", help="skip the runs with stored vectors")
+    args = p.parse_args(argv)
+    sizes = SIZES_QUICK if args.quick else SIZES_FULL
+    asked_count = 200 if args.quick else 400
+    text = TextMaker()
+    asked = questions(text, asked_count)
+    results: dict = {"sizes": {}, "targets": TARGETS}
+    with tempfile.TemporaryDirectory(prefix="hilo-bench-context-") as tmp:
+        for size in sizes:
+            vectors = not args.no_vectors
+            memory = load_memory(Path(tmp) / f"m{size}", size, vectors=vectors, text=text)
+            entry = {"events": memory.events, "facts": memory.facts, "cards": memory.cards,
+                     "load_seconds": memory.load_seconds, "db_mib": memory.db_mib,
+                     "keywords": time_build_context(memory, asked, vectors=False)}
+            if vectors:
+                entry["with_vectors"] = time_build_context(memory, asked, vectors=True)
+            entry["fts_plans"] = explain_fts(memory, asked[0])
+            results["sizes"][str(size)] = entry
+            if size == 100_000:
+                results["ttft"] = time_to_first_token(memory, 40 if args.quick else 200, text)
+            if size != 100_000:
+                _remove(Path(tmp) / f"m{size}")
+    results["bench_peak_rss_mib"] = peak_rss_mib()
+    results["verdict"] = verdict(results)
+    emit(args, "context", results, markdown(results))
+    return 0
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def verdict(results: dict) -> dict:
+    sizes = results["sizes"]
+    checks = {}
+    if "100000" in sizes:
+        checks["p50 <= 5 ms at 10^5"] = sizes["100000"]["keywords"]["p50_ms"] <= 5
+    if "1000000" in sizes:
+        checks["p99 <= 25 ms at 10^6"] = sizes["1000000"]["keywords"]["p99_ms"] <= 25
+        growth = sizes["1000000"]["keywords"]["p50_ms"] / sizes["10000"]["keywords"]["p50_ms"]
+        checks["p50 10^6 / 10^4 <= 4"] = growth <= 4
+    if "ttft" in results:
+        checks["TTFT overhead p50 <= 15 ms"] = results["ttft"]["overhead_p50_ms"] <= 15
+    return checks
+
+
+def markdown(results: dict) -> str:
+    lines = ["### `build_context` latency", "",
+             "One user; facts and cards at 10 % of events; Zipf-distributed words with stop-words. "
+             "\"keywords\": BM25 + importance + recency streams; \"+ vectors\": also 384-d "
+             "vectors for every fact and card, query vector precomputed (not timed).", "",
+             "| events | facts | cards | DB MiB | load s | keywords p50 ms | p99 ms | "
+             "+ vectors p50 ms | p99 ms | first query ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for entry in results["sizes"].values():
+        kw, vec = entry["keywords"], entry.get("with_vectors")
+        lines.append(
+            f"| {entry['events']:,} | {entry['facts']:,} | {entry['cards']:,} | "
+            f"{entry['db_mib']:.0f} | {entry['load_seconds']:.1f} | {kw['p50_ms']:.2f} | "
+            f"{kw['p99_ms']:.2f} | {vec['p50_ms'] if vec else float('nan'):.2f} | "
+            f"{vec['p99_ms'] if vec else float('nan'):.2f} | {kw['first_ms']:.1f} |")
+    largest = list(results["sizes"].values())[-1]
+    lines += ["", f"Slowest questions at {largest['events']:,} events (keywords): " + "; ".join(
+        f"{s['ms']} ms \"{s['text'][:60]}\"" for s in largest["keywords"]["slowest"])]
+    if "ttft" in results:
+        t = results["ttft"]
+        lines += ["", "### Time to first token, `POST /api/chat` (fake model server)", "",
+                  f"{t['turns']} turns each, interleaved, on the {t['memory_events']:,}-event memory.",
+                  "", "| path | p50 ms | p99 ms |", "|---|---:|---:|",
+                  f"| straight to the model server | {t['direct_p50_ms']:.2f} | {t['direct_p99_ms']:.2f} |",
+                  f"| through `hilo serve` | {t['hilo_p50_ms']:.2f} | {t['hilo_p99_ms']:.2f} |",
+                  f"| overhead | {t['overhead_p50_ms']:.2f} | {t['overhead_p99_ms']:.2f} |", "",
+                  f"Peak RSS of `hilo serve`: {t['hilo_serve_peak_rss_mib']:.0f} MiB."]
+    lines += ["", "### Targets", ""] + [f"- {'met' if ok else 'MISSED'}: {name}"
+                                          for name, ok in results["verdict"].items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
