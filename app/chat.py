@@ -164,9 +164,14 @@ class ChatService:
     """What a front-end process holds: the event writer, the model client, the token
     counter and the working memory. Thread-safe; one per process."""
 
-    def __init__(self, config: Config, *, model: ModelClient | None = None) -> None:
+    def __init__(self, config: Config, *, model: ModelClient | None = None,
+                 writer: Writer | None = None) -> None:
+        """`writer`/`model` let a process that already has them (the worker, running
+        scheduled tasks) share them: one write connection per process. Shared ones are
+        left open by close()."""
         self.config = config
-        self.writer = Writer.from_config(config, Durability.FULL)
+        self._owns = (writer is None, model is None)
+        self.writer = writer or Writer.from_config(config, Durability.FULL)
         self.model = model or ModelClient.from_config(config)
         self.embedder = make_embedder(config, client=self.model)
         self.tokens = TokenCounter()
@@ -174,8 +179,11 @@ class ChatService:
         self._local = threading.local()
 
     def close(self) -> None:
-        self.writer.close()
-        self.model.close()
+        owns_writer, owns_model = self._owns
+        if owns_writer:
+            self.writer.close()
+        if owns_model:
+            self.model.close()
 
     def __enter__(self) -> ChatService:
         return self

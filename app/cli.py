@@ -219,6 +219,71 @@ def cmd_worker(args: argparse.Namespace, config: Config) -> int:
     return run_worker(config, workers=args.workers, worker_type=args.worker_type)
 
 
+# -- scheduled tasks -------------------------------------------------------------------------
+
+
+def _task_line(task, tz: str) -> str:
+    from app.tasks import describe_task
+
+    state = "paused" if task.is_paused else f"next {task.next_run_at or '-'}"
+    line = (f"#{task.id}  {task.name}  [{task.original_schedule}] {state}, last "
+            f"{task.last_run_at or 'never'}" + ("  (trusted)" if task.is_trusted else "")
+            + (f"  ({task.source})" if task.source != "tool" else ""))
+    line += f"\n      {describe_task(task, tz)}"
+    if task.last_error:
+        line += f"\n      last error: {task.last_error}"
+    return line
+
+
+@command("tasks")
+def cmd_tasks(args: argparse.Namespace, config: Config) -> int:
+    from app import tasks
+    from app.db import Durability
+    from app.writer import Writer
+
+    user = args.user or config.memory.user_id
+    tz = config.schedule.timezone
+    what = args.tasks_command
+    try:
+        if what == "list":
+            found = tasks.list_tasks(_reader(config), user)
+            emit(args, [t.to_json() for t in found], lambda: print(
+                "\n".join(_task_line(t, tz) for t in found) or "(no scheduled tasks)"))
+            return 0
+        if what == "log":
+            log = tasks.task_log(_reader(config), user, args.ref)
+            emit(args, log.to_json(), lambda: print("\n".join(
+                [f"run {r.scheduled_for} {r.status}" + (f": {r.error}" if r.error else "")
+                 for r in log.runs] + [f"  {e.created_at[:16]} {e.role}: {e.content}"
+                                       for e in log.events]) or "(no runs yet)"))
+            return 0
+        with Writer.from_config(config, Durability.FULL) as writer:
+            if what == "add":
+                added = tasks.add_task(writer, config, args.schedule, args.prompt, user_id=user,
+                                       name=args.name, oneshot=args.oneshot, trusted=args.trusted)
+                emit(args, added.to_json(),
+                     lambda: print(f"Added #{added.task.id} {added.task.name}: "
+                                   f"{added.description}"))
+            elif what == "run":
+                from app.chat import ChatService
+                from workers.scheduler import run_task_now
+
+                with ChatService(config, writer=writer) as service:
+                    result = run_task_now(config, writer, service, user, args.ref)
+                emit(args, result.to_json(), lambda: print(json.dumps(
+                    result.to_json(), indent=2, ensure_ascii=False, default=str)))
+            else:
+                change = {"pause": tasks.pause_task, "rm": tasks.remove_task}.get(what)
+                task = (change(writer, user, args.ref) if change
+                        else tasks.resume_task(writer, config, user, args.ref))
+                verb = {"pause": "Paused", "resume": "Resumed", "rm": "Removed"}[what]
+                emit(args, task.to_json() if task else {"ref": args.ref},
+                     lambda: print(f"{verb} {args.ref}"))
+    except ValueError as exc:  # ScheduleError, TaskError, TaskNotFound: all say what to do
+        raise CommandError(str(exc)) from None
+    return 0
+
+
 # -- memory --------------------------------------------------------------------------------
 
 
@@ -333,6 +398,27 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("path", nargs="?", type=Path, help="with kinder-agent: its memory.db")
     imp.add_argument("--user", help="whose memory (default: [memory] user_id)")
 
+    tasks = sub.add_parser("tasks", help="scheduled tasks: cron or plain language")
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
+    task_user = argparse.ArgumentParser(add_help=False)
+    task_user.add_argument("--user", help="whose tasks (default: [memory] user_id)")
+    tparents = [common, reporting, task_user]
+    add = tasks_sub.add_parser("add", parents=tparents, help="add a task", description=(
+        'Schedules: a cron expression ("0 9 * * 1-5") or plain English or Spanish: "every '
+        'weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", '
+        '"mañana a las 9", an ISO date-time.'))
+    add.add_argument("schedule")
+    add.add_argument("prompt")
+    add.add_argument("--name")
+    add.add_argument("--oneshot", action="store_true", help="run once, then delete")
+    add.add_argument("--trusted", action="store_true", help="runs may use tools without approval")
+    tasks_sub.add_parser("list", parents=tparents, help="tasks with next and last run")
+    for action, text in (("pause", "pause a task"), ("resume", "resume a paused task"),
+                         ("rm", "remove a task"), ("run", "run a task now, once"),
+                         ("log", "a task's runs and replies")):
+        tasks_sub.add_parser(action, parents=tparents, help=text).add_argument(
+            "ref", help="the task's id or name")
+
     mem = sub.add_parser("memory", help="inspect what Hilo knows")
     mem_sub = mem.add_subparsers(dest="memory_command", required=True, metavar="WHAT")
     user_opt = argparse.ArgumentParser(add_help=False)
@@ -368,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `hilo … | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

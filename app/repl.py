@@ -210,14 +210,17 @@ def explain(repl: Repl, arg: str) -> None:
 
 @command("/tasks", "/tasks              scheduled tasks")
 def show_tasks(repl: Repl, arg: str) -> None:
-    rows = list(repl.service.reader().execute(
-        "SELECT id, name, original_schedule, next_run_at, is_paused FROM scheduled_tasks "
-        "WHERE user_id = ? ORDER BY next_run_at IS NULL, next_run_at, id", (repl.user_id,)))
-    if not rows:
+    from app.tasks import describe_task, list_tasks
+
+    tasks = list_tasks(repl.service.reader(), repl.user_id)
+    if not tasks:
         repl.say("No scheduled tasks.", "dim")
-    for task_id, name, schedule, next_run_at, paused in rows:
-        when = "paused" if paused else f"next {next_run_at or 'not scheduled'}"
-        repl.say(f"#{task_id}  {name}: {schedule} ({when})")
+    for task in tasks:
+        state = "paused" if task.is_paused else f"next {task.next_run_at or 'not scheduled'}"
+        repl.say(f"#{task.id}  {task.name}: {task.original_schedule} ({state})")
+        repl.say(f"      {describe_task(task, repl.service.config.schedule.timezone)}", "dim")
+        if task.last_error:
+            repl.say(f"      last error: {task.last_error}", "yellow")
 
 
 @command("/help", "/help               this list")

@@ -18,7 +18,7 @@ import apsw
 import numpy as np
 import structlog
 
-from app.fts import build_match_query
+from app.fts import build_match_query, terms
 from app.vectors import VECTOR_INDEX
 
 if TYPE_CHECKING:
@@ -93,10 +93,56 @@ _FTS_SQL = {
 }
 
 
+# The same rows, newest first: FTS5 walks its doclists backwards and stops at the limit.
+_FTS_RECENT_SQL = {
+    kind: sql.replace(f"ORDER BY bm25({table})", f"ORDER BY {table}.rowid DESC")
+    for kind, sql, table in (("fact", _FTS_SQL["fact"], "facts_fts"),
+                             ("card", _FTS_SQL["card"], "cards_fts"),
+                             ("event", _FTS_SQL["event"], "events_fts"))
+}
+_FTS_TABLE = {"fact": "facts_fts", "card": "cards_fts", "event": "events_fts"}
+# BM25 scores every row the query matches, so an OR of common words costs in proportion
+# to the memory's size. Terms are taken rarest first while together they match at most
+# this many rows, and ranked by BM25; the rest — too common to score cheaply, and weak
+# evidence anyway (low IDF) — add their matches newest first. Memories whose whole
+# query matches fewer rows are ranked by plain BM25, as before.
+BM25_ROW_BUDGET = 1000
+
+
+def _rows_matching(con: apsw.Connection, kind: OwnerKind, match: str, cap: int) -> int:
+    """How many rows match, counting no further than cap + 1 (cheap for common terms)."""
+    table = _FTS_TABLE[kind]
+    return con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? "
+                       "LIMIT ?)", (match, cap + 1)).fetchone()[0]
+
+
 def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.match is None:
         return []
-    return [row[0] for row in con.execute(_FTS_SQL[kind], (query.match, query.user_id, depth))]
+    if _rows_matching(con, kind, query.match, BM25_ROW_BUDGET) <= BM25_ROW_BUDGET:
+        return [row[0] for row in con.execute(_FTS_SQL[kind], (query.match, query.user_id, depth))]
+    words = terms(query.text)
+    matches = {w: _rows_matching(con, kind, build_match_query(w), BM25_ROW_BUDGET) for w in words}
+    rare, spent = [], 0
+    for word in sorted(words, key=matches.__getitem__):
+        if spent + matches[word] > BM25_ROW_BUDGET:
+            break
+        rare.append(word)
+        spent += matches[word]
+    found: list[int] = []
+    if rare:
+        found = [row[0] for row in con.execute(
+            _FTS_SQL[kind], (build_match_query(" ".join(rare)), query.user_id, depth))]
+    common = [w for w in words if w not in rare]
+    if common and len(found) < depth:
+        seen = set(found)
+        for (owner_id,) in con.execute(_FTS_RECENT_SQL[kind], (
+                build_match_query(" ".join(common)), query.user_id, depth + len(found))):
+            if owner_id not in seen:
+                found.append(owner_id)
+                if len(found) == depth:
+                    break
+    return found
 
 
 # Only current facts and live cards are retrievable; every event is (compacted too).

@@ -236,3 +236,28 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consumers, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from app.tasks import add_task
+
+    # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
+    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    added = add_task(writer, cfg, "every 15 minutes", "Summarise what I decided yesterday",
+                     user_id="ana", now=an_hour_ago)
+    session = f"task:{added.task.id}"
+    consumer = consumers(cfg, tmp_path / "worker.log")
+
+    def replies() -> list[tuple]:
+        return query(cfg, "SELECT role, content FROM events WHERE session_id = ? ORDER BY id",
+                     (session,))
+
+    wait_until(lambda: len(replies()) >= 2, 30, "the task's turn in its session")
+    assert replies()[0] == ("user", "Summarise what I decided yesterday")
+    assert replies()[1][0] == "assistant"
+    next_run = query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
+                     (added.task.id,))[0]
+    assert next_run[0] > datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M") and next_run[1]
+    assert consumer.terminate() == 0

@@ -144,15 +144,17 @@ def worker_chat_service(config: Config) -> Any:
     """The worker process's ChatService for task turns, opened on first use (and again
     if the worker is bound to another config, as tests do).
 
-    It has its own model client and event writer (ChatService opens one): task turns are
-    stored as the front-end stores turns, with synchronous=FULL.
+    It shares the worker's writer and model client (one write connection per process).
     """
     global _service, _service_config
     from app.chat import ChatService
+    from workers.queue import job_context
 
     with _service_lock:
         if _service is None or _service_config != config:
-            old, _service, _service_config = _service, ChatService(config), config
+            ctx = job_context()
+            service = ChatService(config, writer=ctx.writer, model=ctx.model)
+            old, _service, _service_config = _service, service, config
             if old is not None:
                 old.close()
         return _service

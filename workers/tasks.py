@@ -32,6 +32,7 @@ from workers.queue import (
 from workers.reading import reading
 from workers.reconcile import reconcile as find_undone_work
 from workers.retry import attempt_job
+from workers.scheduler import prepare_scheduler, scheduler_tick
 
 log = structlog.get_logger(__name__)
 
@@ -205,6 +206,19 @@ def reconcile_periodically(task: Task | None = None) -> None:
     _enqueue_undone(None)
 
 
+@huey.periodic_task(crontab(), context=True)  # every minute; each occurrence is claimed once
+def run_scheduled_tasks(task: Task | None = None) -> None:
+    ctx = job_context()
+    scheduler_tick(ctx.config, ctx.writer)
+
+
+@huey.task()
+def run_scheduled_tasks_now() -> None:
+    """The same tick, once, at worker start: what came due while no worker ran goes now."""
+    ctx = job_context()
+    scheduler_tick(ctx.config, ctx.writer)
+
+
 @huey.task(priority=10)
 def reconcile(grace_seconds: float | None = None) -> None:
     """Run the sweep now; grace_seconds=0 at worker start, when in-flight work is lost."""
@@ -230,6 +244,8 @@ def prepare_worker_process() -> None:
         flushed = flush_stale_locks()
         if flushed:
             log.warning("worker.stale_locks_flushed", locks=flushed)
-        job_context()
+        ctx = job_context()
+        prepare_scheduler(ctx.config, ctx.writer)  # [[scheduled_tasks]] from config.toml
         reconcile(0.0)
+        run_scheduled_tasks_now()
         _prepared = True

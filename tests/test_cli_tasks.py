@@ -1,0 +1,52 @@
+"""`hilo tasks …` as a user types it."""
+
+from __future__ import annotations
+
+import json
+
+from app.cli import main
+
+
+def run(capsys, *argv: str, code: int = 0) -> str:
+    assert main(list(argv)) == code
+    captured = capsys.readouterr()
+    return captured.out if code == 0 else captured.err
+
+
+def test_add_echoes_the_schedule_in_words_then_lists_it(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    out = run(capsys, "tasks", "add", "every weekday at 9", "summarise yesterday", *d)
+    assert "Runs at 09:00, Monday through Friday, UTC; next:" in out
+    listed = json.loads(run(capsys, "tasks", "list", "--json", *d))
+    assert [(t["cron_expr"], t["prompt"], t["source"]) for t in listed] == [
+        ("0 9 * * 1-5", "summarise yesterday", "tool")]
+
+
+def test_pause_resume_and_remove(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    run(capsys, "tasks", "add", "cada lunes a las 8", "revisar los backups", "--name", "backups", *d)
+    run(capsys, "tasks", "pause", "backups", *d)
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d))[0]["is_paused"] is True
+    run(capsys, "tasks", "resume", "backups", *d)
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d))[0]["is_paused"] is False
+    run(capsys, "tasks", "rm", "backups", *d)
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d)) == []
+
+
+def test_a_schedule_it_cannot_understand_is_refused_with_examples(data_dir, capsys):
+    err = run(capsys, "tasks", "add", "whenever I feel like it", "x", "--data-dir",
+              str(data_dir), code=1)
+    assert "could not understand" in err and "every weekday at 18:30" in err
+    assert "cada lunes a las 8" in err
+
+
+def test_run_now_stores_the_reply_in_the_tasks_session(data_dir, capsys, fake_ollama, monkeypatch):
+    monkeypatch.setenv("HILO_LLM_URL", fake_ollama.url)
+    fake_ollama.script_chat("Backups look fine.")
+    d = ["--data-dir", str(data_dir)]
+    run(capsys, "tasks", "add", "every day at 9", "check the backups", *d)
+    result = json.loads(run(capsys, "tasks", "run", "1", "--json", *d))
+    assert result["status"] == "done" and result["reply"] == "Backups look fine."
+    log = json.loads(run(capsys, "tasks", "log", "1", "--json", *d))
+    assert [(e["role"], e["content"]) for e in log["events"]] == [
+        ("user", "check the backups"), ("assistant", "Backups look fine.")]
