@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
@@ -56,7 +56,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.backup import hold_pid_file
-from app.chat import INTERRUPTED_MARKER, ChatService, Turn, TurnOutcome
+from app.chat import INTERRUPTED_MARKER, ChatService, Turn, TurnOutcome, hand_off_turn
 from app.config import Config
 from app.context import build_context, read_bootstrap
 from app.datadir import bootstrap_path, init_data_dir
@@ -99,7 +99,6 @@ RESEND_LOOKBACK = 16
 RESEND_CONTEXT = 2
 SYSTEM_ROLES = ("system", "developer")
 CONVERSATION_ROLES = ("user", "assistant")
-_SESSION_LOCKS = 64
 
 
 # ----------------------------------------------------------------------------- errors
@@ -390,13 +389,31 @@ def find_resend(service: ChatService, user_id: str, session_id: str,
     return event
 
 
-_session_locks = [threading.Lock() for _ in range(_SESSION_LOCKS)]
+class SessionLocks:
+    """One lock per (user, session) in use, so deciding whether a message is new and
+    storing it happen once at a time per session: a double submit stores it once."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], list] = {}  # key -> [lock, holders]
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, user_id: str, session_id: str) -> Iterator[None]:
+        key = (user_id, session_id)
+        with self._guard:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[key]
 
 
-def _session_lock(user_id: str, session_id: str) -> threading.Lock:
-    """Serialises deciding-and-storing per session, so a double submit stores once."""
-    digest = hashlib.blake2b(f"{user_id}\0{session_id}".encode(), digest_size=4).digest()
-    return _session_locks[int.from_bytes(digest, "little") % _SESSION_LOCKS]
+_session_locks = SessionLocks()
 
 
 def resume_turn(service: ChatService, event: Event, *, client_system: str | None,
@@ -444,7 +461,7 @@ def open_turn(service: ChatService, who: Caller, body_user: str | None,
     conversation = read_conversation(messages)
     session_id = session_for(who, body_user, conversation)
     model = model or service.config.llm.chat_model
-    with _session_lock(who.user_id, session_id):
+    with _session_locks.hold(who.user_id, session_id):
         resent = find_resend(service, who.user_id, session_id, conversation)
         try:
             if resent is None:
@@ -777,8 +794,6 @@ memory = APIRouter(prefix="/memory", tags=["Memory API"])
 def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
     """Stored as the client sent them (sanitised: secrets redacted, size capped) and
     handed to the workers like a chat turn."""
-    from app.chat import hand_off_turn
-
     session_id = _check_id("session", body.session_id)
     try:
         stored = [service.append(who.user_id, session_id, e.role, e.content,

@@ -219,6 +219,16 @@ def cmd_worker(args: argparse.Namespace, config: Config) -> int:
     return run_worker(config, workers=args.workers, worker_type=args.worker_type)
 
 
+# -- the queue -----------------------------------------------------------------------------
+
+
+@command("queue")
+def cmd_queue(args: argparse.Namespace, config: Config) -> int:
+    from workers.inspect import queue_command
+
+    return queue_command(args, config)
+
+
 # -- scheduled tasks -------------------------------------------------------------------------
 
 
@@ -397,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("source", help="an export folder or .jsonl file, or `kinder-agent`")
     imp.add_argument("path", nargs="?", type=Path, help="with kinder-agent: its memory.db")
     imp.add_argument("--user", help="whose memory (default: [memory] user_id)")
+
+    from workers.inspect import add_queue_parser  # light: loads no tasks
+
+    add_queue_parser(sub, [common, reporting])
 
     tasks = sub.add_parser("tasks", help="scheduled tasks: cron or plain language")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")

@@ -158,11 +158,95 @@ def check_model_server(config: Config) -> list[Check]:
     return checks
 
 
+# The queue: a worker that has not polled for this long while jobs are due is stalled; a
+# backlog this deep or this old is a worker falling behind; a failure this old is one
+# nobody looked at.
+STALLED_WORKER_SECONDS = 120.0
+BACKLOG_JOBS = 1000
+BACKLOG_AGE_SECONDS = 600.0
+OLD_FAILURE_SECONDS = 24 * 3600.0
+START_WORKER = "start the worker: `hilo worker` (or `honcho start`)"
+SEE_FAILED = "see `hilo queue failed`; retry with `hilo queue retry --all-failed`"
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" + ("" if n == 1 else "s")
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def check_queue(config: Config, now: float | None = None) -> list[Check]:
+    """The job queue, read from Huey's storage: reachable, a worker polling while jobs
+    are due, no deep or old backlog, no failure left unattended for a day."""
+    from workers.inspect import QueueError, QueueView
+
+    view = QueueView(config)
+    try:
+        status = view.status(now)
+    except QueueError as exc:
+        return [Check("queue", Status.FAIL, str(exc),
+                      "start redis-server or fix [queue] redis_url" if view.backend == "redis"
+                      else "stop the worker, move queue.sqlite3 aside and start the worker "
+                      "(the reconcile sweep re-enqueues undone work)")]
+    checks = [Check("queue", Status.OK, f"{status['backend']}: {status['pending']} pending, "
+                    f"{status['scheduled']} scheduled, {status['failed']} failed")]
+
+    worker, due, oldest = status["worker"], status["due"], status["oldest_pending"]
+    since = worker["seconds_since_poll"]
+    polled = "no worker has ever polled it" if since is None else \
+        f"no worker has polled it for {_ago(since)}"
+    if due and (since is None or since > STALLED_WORKER_SECONDS):
+        waited = oldest["waiting_seconds"] if oldest else None
+        stalled = waited is None or waited > STALLED_WORKER_SECONDS
+        detail = (f"{_jobs(due)} {'is' if due == 1 else 'are'} due"
+                  + (f", the oldest for {_ago(waited)}" if waited else "") + f", and {polled}")
+        checks.append(Check("queue worker", Status.FAIL if stalled else Status.WARN, detail,
+                            START_WORKER))
+    elif since is not None and since <= STALLED_WORKER_SECONDS:
+        checks.append(Check("queue worker", Status.OK,
+                            f"pid {worker['pid']} on {worker['host']} polled {_ago(since)} ago"))
+    else:
+        checks.append(Check("queue worker", Status.OK, f"nothing is due ({polled})"))
+
+    waited = oldest["waiting_seconds"] if oldest else 0.0
+    if status["pending"] > BACKLOG_JOBS or waited > BACKLOG_AGE_SECONDS:
+        polling = since is not None and since <= STALLED_WORKER_SECONDS
+        fix = ("the worker is falling behind: raise [queue] workers, and check the model "
+               "server (slow or unreachable models make jobs wait); `hilo queue status` shows "
+               "which tasks") if polling else START_WORKER
+        checks.append(Check(
+            "queue backlog", Status.WARN,
+            f"{_jobs(status['pending'])} pending, the oldest due for {_ago(waited)}", fix))
+    else:
+        checks.append(Check("queue backlog", Status.OK, f"{_jobs(status['pending'])} pending"))
+
+    failures, age = status["failed"], status["oldest_failure_age_seconds"]
+    if failures and (age is None or age > OLD_FAILURE_SECONDS):
+        when = "of unknown age" if age is None else f"the oldest {_ago(age)} old"
+        checks.append(Check("failed jobs", Status.WARN, f"{failures} failed, {when}",
+                            SEE_FAILED))
+    elif failures:
+        checks.append(Check("failed jobs", Status.OK,
+                            f"{failures} in the last day (`hilo queue failed` shows them)"))
+    else:
+        checks.append(Check("failed jobs", Status.OK, "none"))
+    return checks
+
+
 def run_checks(config: Config) -> list[Check]:
     checks = [check_data_dir(config)]
     if checks[0].status is Status.OK:
         checks += check_database(config)
         checks.append(check_bootstrap(config))
     checks.append(check_disk(config))
+    checks += check_queue(config)
     checks += check_model_server(config)
     return checks

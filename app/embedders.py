@@ -30,6 +30,11 @@ LOCAL_DIM = 384
 # Longer texts are cut before embedding: both models truncate far earlier anyway
 # (MiniLM at 256 tokens, nomic-embed-text at 2,048) and huge tool outputs cost time.
 MAX_EMBED_CHARS = 8_000
+# The local model runs the texts of one embed() call sorted by length, in forward
+# passes of at most this many: every text in a pass is padded to the longest, so small
+# passes of similar lengths waste the least (on 2 cores, chunks of 32-64 chat turns:
+# 16 per pass costs ~30% less CPU than 32, and no more than one sorted call of 512).
+LOCAL_PASS_SIZE = 16
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -99,23 +104,48 @@ def _load_local_model():
         return _local_model
 
 
+def _native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX). Elsewhere
+    bfloat16 is emulated and slower than float32, so the local model stays in float32."""
+    try:
+        import torch
+
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except Exception:  # noqa: BLE001 - an old or unusual torch: keep float32
+        return False
+
+
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 in this process (384 dimensions, L2-normalised)."""
+    """all-MiniLM-L6-v2 in this process (384 dimensions, L2-normalised).
+
+    Speed: the texts are sorted by length and run in passes of LOCAL_PASS_SIZE; on CPUs
+    with native bfloat16 the matrix products run in bfloat16 (autocast; ~1.7x faster on
+    2 cores, cosine to the float32 vectors >= 0.9999), and the vectors are
+    re-normalised in float32 either way. torch uses one thread per core by default.
+    """
 
     kind = "local"
     model = LOCAL_MODEL
 
     def __init__(self, batch_size: int = 32) -> None:
+        # batch_size: how many texts the embed job hands over per call (and commits).
         self.batch_size = batch_size
+        self.bf16 = _native_bf16()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, LOCAL_DIM), dtype=np.float32)
         model = _load_local_model()
-        vectors = model.encode([t[:MAX_EMBED_CHARS] for t in texts], batch_size=self.batch_size,
-                               normalize_embeddings=True, show_progress_bar=False,
-                               convert_to_numpy=True)
-        return _as_matrix(vectors, len(texts), self.model)
+        import torch
+
+        # sentence-transformers sorts the whole call by length before cutting passes.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            vectors = model.encode([t[:MAX_EMBED_CHARS] for t in texts],
+                                   batch_size=min(self.batch_size, LOCAL_PASS_SIZE),
+                                   show_progress_bar=False, convert_to_numpy=True)
+        matrix = _as_matrix(vectors, len(texts), self.model)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return matrix / np.where(norms == 0, 1, norms)
 
 
 def local_embedder_installed() -> bool:

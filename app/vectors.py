@@ -70,17 +70,32 @@ def store_error(con: apsw.Connection, owner: Owner, model: str, error: str) -> N
 # Owners without a stored vector for a model (an error row counts as missing).
 _MISSING = ("NOT EXISTS (SELECT 1 FROM embeddings m WHERE m.owner_kind = '{kind}' "
             "AND m.owner_id = {alias}.id AND m.model = ? AND m.vector IS NOT NULL)")
-_PENDING_SQL: dict[OwnerKind, str] = {
-    "event": "SELECT e.id, e.user_id, e.content FROM events e WHERE {user} "
-             + _MISSING.format(kind="event", alias="e") + " ORDER BY e.id LIMIT ?",
-    "fact": "SELECT f.id, f.user_id, f.key || ': ' || f.value FROM facts f WHERE {user} "
-            "f.superseded_at IS NULL AND f.deleted_at IS NULL AND "
-            + _MISSING.format(kind="fact", alias="f") + " ORDER BY f.id LIMIT ?",
-    "card": "SELECT c.id, c.user_id, c.summary || CASE WHEN c.keywords = '' THEN '' "
-            "ELSE ' (' || c.keywords || ')' END FROM context_cards c WHERE {user} "
-            "c.folded_into IS NULL AND " + _MISSING.format(kind="card", alias="c")
-            + " ORDER BY c.id LIMIT ?",
+# Per kind: the text to embed, and the rows that still need a vector ({user} is "" or a
+# user filter ending in AND).
+_PENDING_TEXT: dict[OwnerKind, str] = {
+    "event": "e.content",
+    "fact": "f.key || ': ' || f.value",
+    "card": "c.summary || CASE WHEN c.keywords = '' THEN '' ELSE ' (' || c.keywords || ')' END",
 }
+_PENDING_FROM: dict[OwnerKind, str] = {
+    "event": "events e WHERE {user} " + _MISSING.format(kind="event", alias="e"),
+    "fact": "facts f WHERE {user} f.superseded_at IS NULL AND f.deleted_at IS NULL AND "
+            + _MISSING.format(kind="fact", alias="f"),
+    "card": "context_cards c WHERE {user} c.folded_into IS NULL AND "
+            + _MISSING.format(kind="card", alias="c"),
+}
+_PENDING_SQL: dict[OwnerKind, str] = {
+    kind: f"SELECT {kind[0]}.id, {kind[0]}.user_id, {_PENDING_TEXT[kind]} FROM {_PENDING_FROM[kind]} "
+          f"ORDER BY {kind[0]}.id LIMIT ?"
+    for kind in OWNER_KINDS
+}
+_COUNT_SQL: dict[OwnerKind, str] = {
+    kind: f"SELECT count(*) FROM {_PENDING_FROM[kind]}" for kind in OWNER_KINDS
+}
+
+
+def _user_filter(kind: OwnerKind, user_id: str | None) -> str:
+    return f"{kind[0]}.user_id = ? AND " if user_id is not None else ""
 
 
 def pending_owners(con: apsw.Connection, model: str, *, user_id: str | None = None,
@@ -91,16 +106,18 @@ def pending_owners(con: apsw.Connection, model: str, *, user_id: str | None = No
     for kind in kinds:
         if len(found) >= limit:
             break
-        user = "user_id = ? AND " if user_id is not None else ""
-        sql = _PENDING_SQL[kind].format(user=user.replace("user_id", kind[0] + ".user_id"))
+        sql = _PENDING_SQL[kind].format(user=_user_filter(kind, user_id))
         params = ((user_id,) if user_id is not None else ()) + (model, limit - len(found))
         found.extend(Owner(kind, r[0], r[1], r[2]) for r in con.execute(sql, params))
     return found
 
 
 def count_pending(con: apsw.Connection, model: str, *, user_id: str | None = None) -> int:
-    return sum(len(pending_owners(con, model, user_id=user_id, limit=10**9, kinds=(k,)))
-               for k in OWNER_KINDS)
+    """How many owners pending_owners would return with no limit (one COUNT per kind)."""
+    params = ((user_id,) if user_id is not None else ()) + (model,)
+    return sum(con.execute(_COUNT_SQL[kind].format(user=_user_filter(kind, user_id)),
+                           params).fetchone()[0]
+               for kind in OWNER_KINDS)
 
 
 def delete_other_models(con: apsw.Connection, model: str) -> int:

@@ -12,7 +12,7 @@ from app.events import append_event
 from app.llm import ModelClient
 from app.memory import upsert_fact
 from app.retrieval import make_query, vector_stream
-from app.vectors import VECTOR_INDEX, decode_vector, encode_vector
+from app.vectors import VECTOR_INDEX, count_pending, decode_vector, encode_vector, pending_owners
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import EmbedFailed, embed_pending, reembed
 
@@ -104,6 +104,30 @@ def test_embed_failure_is_recorded_per_owner_and_retried(writer, config):
     writer.submit(lambda con: con.execute("UPDATE events SET content = 'cured' WHERE id = ?", (bad.id,)))
     assert embed_pending(writer, FailingEmbedder()) == 1
     assert rows(writer, "SELECT count(*) FROM embeddings WHERE error IS NOT NULL") == [(0,)]
+
+
+def test_count_pending_counts_what_pending_owners_would_return(writer, config):
+    for text in ("first", "second", "poison"):
+        append_event(writer, config, "ana", "s1", "user", text)
+    append_event(writer, config, "bob", "s1", "user", "other user")
+    writer.submit(lambda con: upsert_fact(con, "ana", "preference", "editor", "helix",
+                                          source="user", worker="user"))
+    writer.submit(lambda con: upsert_fact(con, "ana", "preference", "editor", "vim",
+                                          source="user", worker="user"))  # supersedes helix
+    with pytest.raises(EmbedFailed):
+        embed_pending(writer, FailingEmbedder(), user_id="ana")
+    con = read(writer)
+    try:
+        for user in (None, "ana", "bob"):
+            for model in ("concept-v1", "other"):
+                expected = len(pending_owners(con, model, user_id=user, limit=10**6))
+                assert count_pending(con, model, user_id=user) == expected
+        # ana's current fact and events have vectors but "poison": an error row still waits.
+        assert count_pending(con, "concept-v1", user_id="ana") == 1
+        assert count_pending(con, "concept-v1") == 2  # and bob's event
+        assert count_pending(con, "other") == 5  # every current fact and event, both users
+    finally:
+        con.close()
 
 
 def test_switching_model_never_compares_vectors_of_different_models(writer, config):

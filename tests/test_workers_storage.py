@@ -22,6 +22,7 @@ with mock.patch("redis.Redis.info", side_effect=ConnectionError("not probed")):
 from app.db import QUEUE_DB
 from tests.test_workers_support import (
     add_turn,
+    consumers,  # noqa: F401 — fixture
     bound_queue,  # noqa: F401 — fixture
     drain,
     query,
@@ -116,7 +117,7 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
     cfg = worker_config(config, fake_ollama, backend="redis", redis_url=redis_url)
     bound_queue(cfg)
     fake_ollama.responder = scripted_model
-    assert type(huey.storage).__name__ == "RedisStorage"
+    assert type(huey.storage).__name__ == "PriorityRedisStorage"
     handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha9"))
     assert handoff.session_ended(cfg, "ana", "s1")
     drain()
@@ -124,3 +125,23 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
     assert query(cfg, "SELECT count(*) FROM diary") == [(1,)]
     assert failed_jobs() == []
     assert not (config.data_dir / QUEUE_DB).exists()
+
+
+def test_a_real_consumer_on_redis_starts_and_learns_from_a_turn(config, data_dir, writer,
+                                                               fake_ollama, redis_url,
+                                                               consumers, tmp_path):
+    from workers import handoff
+    from workers.queue import configure as bind
+
+    cfg = worker_config(config, fake_ollama, backend="redis", redis_url=redis_url)
+    bind(cfg)
+    fake_ollama.responder = scripted_model
+    consumer = consumers(cfg, tmp_path / "worker.log")
+    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha3"))
+    try:
+        wait_until(lambda: query(cfg, "SELECT value FROM facts") == [("alpha3",)], 30,
+                   "the fact learnt by the Redis-backed worker")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; worker log:\n{consumer.log()[-3000:]}") from None
+    assert "Traceback" not in consumer.log()
+    assert consumer.terminate() == 0

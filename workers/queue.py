@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from huey import Huey
-from huey.storage import RedisStorage
+from huey.storage import PriorityRedisStorage
 from huey.utils import Error
 
 from app.config import Config, load_config
@@ -52,6 +52,25 @@ class HiloHuey(Huey):
     def storage(self, value: Any) -> None:
         self._storage = value
 
+    # Three hooks that make the queue observable by `hilo queue` (workers/inspect.py).
+
+    def get_task_wrapper_class(self) -> type:
+        from workers.inspect import TimedTaskWrapper  # task ids carry their creation time
+
+        return TimedTaskWrapper
+
+    def dequeue(self) -> Any:
+        from workers.inspect import heartbeat  # "a worker polled", at most every few seconds
+
+        task = super().dequeue()
+        heartbeat(self)
+        return task
+
+    def build_error_result(self, task: Any, exception: BaseException) -> dict:
+        from workers.inspect import describe_failure  # which task, its arguments, when
+
+        return describe_failure(task, super().build_error_result(task, exception))
+
 
 huey = HiloHuey(QUEUE_NAME, results=True, store_none=False, utc=True)
 
@@ -67,7 +86,8 @@ def make_storage(config: Config) -> Any:
         pool = ConnectionPool.from_url(
             config.queue.redis_url, socket_connect_timeout=ENQUEUE_TIMEOUT_SECONDS,
             socket_timeout=ENQUEUE_TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0))
-        return RedisStorage(QUEUE_NAME, connection_pool=pool)
+        # The priority flavour, like SQLite: the start-up reconcile jumps the queue.
+        return PriorityRedisStorage(QUEUE_NAME, connection_pool=pool)
     return ApswSqliteStorage(
         QUEUE_NAME,
         str(config.data_dir / QUEUE_DB),
@@ -182,12 +202,17 @@ def flush_stale_locks() -> list[str]:
     return names
 
 
-def record_failure(task_id: str | None, error: Exception) -> None:
-    """Store `error` as the task's result, where Huey stores the errors of failed tasks."""
+def record_failure(task_id: str | None, error: Exception, task: Any = None) -> None:
+    """Store `error` as the task's result, where Huey stores the errors of failed tasks;
+    with `task`, also which task it was and its arguments (`hilo queue retry` needs them)."""
     if task_id is None:
         return
-    huey.put_result(task_id, Error({"error": repr(error), "retries": 0, "traceback": "",
-                                    "task_id": task_id}))
+    metadata = {"error": repr(error), "retries": 0, "traceback": "", "task_id": task_id}
+    if task is not None:
+        from workers.inspect import describe_failure
+
+        metadata = describe_failure(task, metadata, degraded=True)
+    huey.put_result(task_id, Error(metadata))
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ def _again(task_wrapper: Any, args: tuple, attempt: int) -> Callable[[float], No
 def _policy(task: Task | None) -> dict[str, Any]:
     """The retry policy's hooks for this run of a task."""
     task_id = task.id if task is not None else None
-    return {"task_id": task_id, "record_failure": lambda error: record_failure(task_id, error)}
+    return {"task_id": task_id,
+            "record_failure": lambda error: record_failure(task_id, error, task)}
 
 
 # -- per turn and per session --------------------------------------------------------------

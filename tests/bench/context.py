@@ -299,6 +299,43 @@ def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
     return plans
 
 
+def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
+    """Mean share of plain bm25()'s top k facts that the bounded full-text stream also
+    ranks in its top k (app.retrieval: BM25_ROW_BUDGET)."""
+    from app.retrieval import _FTS_SQL, bm25_stream  # noqa: PLC2701
+
+    con = connect_readonly(memory_db_path(memory.config.data_dir))
+    shares = []
+    for text in asked:
+        query = make_query(USER, text)
+        if query.match is None:
+            continue
+        plain = [row[0] for row in con.execute(_FTS_SQL["fact"], (query.match, USER, k))]
+        if plain:
+            bounded = bm25_stream(con, query, "fact", 50)[:k]
+            shares.append(len(set(plain) & set(bounded)) / len(plain))
+    con.close()
+    return sum(shares) / len(shares) if shares else float("nan")
+
+
+# Partial indexes for the importance stream (app.retrieval writes its 0.8 threshold into
+# the SQL so SQLite can use them). Not in the schema yet: measured here as a proposal.
+PROPOSED_INDEXES = """
+CREATE INDEX IF NOT EXISTS facts_important ON facts (user_id, importance, updated_at, id)
+    WHERE importance >= 0.8 AND superseded_at IS NULL AND deleted_at IS NULL;
+CREATE INDEX IF NOT EXISTS cards_important ON context_cards (user_id, importance, created_at, id)
+    WHERE importance >= 0.8 AND folded_into IS NULL;
+CREATE INDEX IF NOT EXISTS events_important ON events (user_id, importance, created_at, id)
+    WHERE importance >= 0.8;
+"""
+
+
+def add_proposed_indexes(memory: Memory) -> None:
+    con = connect(memory_db_path(memory.config.data_dir))
+    con.execute(PROPOSED_INDEXES)
+    con.close()
+
+
 # -- time to first token through hilo serve ----------------------------------------------------
 
 
@@ -359,6 +396,7 @@ def vm_hwm_mib(pid: int) -> float:
 
 
 def time_to_first_token(memory: Memory, turns: int, text: TextMaker) -> dict:
+    """TTFT straight to the fake model server and through `hilo serve` on this memory."""
     fake_port, hilo_port = free_port(), free_port()
     with process([sys.executable, "-m", "tests.fake_ollama", "--port", str(fake_port)]) as fake:
         fake_url = fake.stdout.readline().strip()
@@ -404,25 +442,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-vectors", action="store_true", help="skip the runs with stored vectors")
     args = p.parse_args(argv)
     sizes = SIZES_QUICK if args.quick else SIZES_FULL
-    asked_count = 200 if args.quick else 400
     text = TextMaker()
-    asked = questions(text, asked_count)
-    results: dict = {"sizes": {}, "targets": TARGETS}
+    asked = questions(text, 150 if args.quick else 400)
+    turns = 40 if args.quick else 200
+    vectors = not args.no_vectors
+    results: dict = {"sizes": {}, "ttft": {}, "targets": TARGETS}
     with tempfile.TemporaryDirectory(prefix="hilo-bench-context-") as tmp:
+        fresh = bench_config(Path(tmp) / "fresh")
+        init_data_dir(fresh)
+        results["ttft"]["fresh"] = time_to_first_token(Memory(fresh, 0, 0, 0, 0, 0), turns, text)
         for size in sizes:
-            vectors = not args.no_vectors
             memory = load_memory(Path(tmp) / f"m{size}", size, vectors=vectors, text=text)
             entry = {"events": memory.events, "facts": memory.facts, "cards": memory.cards,
                      "load_seconds": memory.load_seconds, "db_mib": memory.db_mib,
+                     "fts_plans": explain_fts(memory, asked[0]),
+                     "bm25_top10_agreement": bm25_agreement(memory, asked[:50]),
                      "keywords": time_build_context(memory, asked, vectors=False)}
             if vectors:
                 entry["with_vectors"] = time_build_context(memory, asked, vectors=True)
-            entry["fts_plans"] = explain_fts(memory, asked[0])
-            results["sizes"][str(size)] = entry
             if size == 100_000:
-                results["ttft"] = time_to_first_token(memory, 40 if args.quick else 200, text)
-            if size != 100_000:
-                _remove(Path(tmp) / f"m{size}")
+                results["ttft"]["100000"] = time_to_first_token(memory, turns, text)
+            add_proposed_indexes(memory)
+            entry["keywords_proposed_indexes"] = time_build_context(memory, asked, vectors=False)
+            if vectors:
+                entry["with_vectors_proposed_indexes"] = time_build_context(memory, asked,
+                                                                            vectors=True)
+            results["sizes"][str(size)] = entry
+            _remove(memory.config.data_dir)
     results["bench_peak_rss_mib"] = peak_rss_mib()
     results["verdict"] = verdict(results)
     emit(args, "context", results, markdown(results))
@@ -436,46 +482,62 @@ def _remove(path: Path) -> None:
 
 
 def verdict(results: dict) -> dict:
+    """Each target, on the schema as shipped and with the proposed indexes."""
     sizes = results["sizes"]
     checks = {}
-    if "100000" in sizes:
-        checks["p50 <= 5 ms at 10^5"] = sizes["100000"]["keywords"]["p50_ms"] <= 5
-    if "1000000" in sizes:
-        checks["p99 <= 25 ms at 10^6"] = sizes["1000000"]["keywords"]["p99_ms"] <= 25
-        growth = sizes["1000000"]["keywords"]["p50_ms"] / sizes["10000"]["keywords"]["p50_ms"]
-        checks["p50 10^6 / 10^4 <= 4"] = growth <= 4
-    if "ttft" in results:
-        checks["TTFT overhead p50 <= 15 ms"] = results["ttft"]["overhead_p50_ms"] <= 15
+    for label, key in (("", "keywords"), (" (proposed indexes)", "keywords_proposed_indexes")):
+        if "100000" in sizes:
+            checks[f"p50 <= 5 ms at 10^5{label}"] = sizes["100000"][key]["p50_ms"] <= 5
+        if "1000000" in sizes:
+            checks[f"p99 <= 25 ms at 10^6{label}"] = sizes["1000000"][key]["p99_ms"] <= 25
+            growth = sizes["1000000"][key]["p50_ms"] / sizes["10000"][key]["p50_ms"]
+            checks[f"p50 10^6 / 10^4 <= 4{label}"] = growth <= 4
+    for memory, ttft in results["ttft"].items():
+        checks[f"TTFT overhead p50 <= 15 ms ({memory} memory)"] = ttft["overhead_p50_ms"] <= 15
     return checks
 
 
+def _cell(entry: dict, key: str, stat: str) -> str:
+    return f"{entry[key][stat]:.2f}" if key in entry else "–"
+
+
 def markdown(results: dict) -> str:
-    lines = ["### `build_context` latency", "",
-             "One user; facts and cards at 10 % of events; Zipf-distributed words with stop-words. "
-             "\"keywords\": BM25 + importance + recency streams; \"+ vectors\": also 384-d "
-             "vectors for every fact and card, query vector precomputed (not timed).", "",
-             "| events | facts | cards | DB MiB | load s | keywords p50 ms | p99 ms | "
-             "+ vectors p50 ms | p99 ms | first query ms |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for entry in results["sizes"].values():
-        kw, vec = entry["keywords"], entry.get("with_vectors")
+    lines = ["### `build_context` latency (ms)", "",
+             "One user; facts and cards at 10 % of the events; Zipf-distributed words with "
+             "English stop-words, so common words match many rows. *keywords*: BM25, "
+             "importance and recency streams; *+ vectors*: also 384-d vectors stored for every "
+             "fact and card, the query vector precomputed (embedding not timed). *indexed*: "
+             "with the proposed partial indexes for the importance stream (`PROPOSED_INDEXES` "
+             "in this file, not in the schema yet).", "",
+             "| events | facts = cards | DB MiB | keywords p50 | p99 | + vectors p50 | p99 | "
+             "keywords indexed p50 | p99 | + vectors indexed p50 | p99 | BM25 top-10 agreement |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in results["sizes"].values():
         lines.append(
-            f"| {entry['events']:,} | {entry['facts']:,} | {entry['cards']:,} | "
-            f"{entry['db_mib']:.0f} | {entry['load_seconds']:.1f} | {kw['p50_ms']:.2f} | "
-            f"{kw['p99_ms']:.2f} | {vec['p50_ms'] if vec else float('nan'):.2f} | "
-            f"{vec['p99_ms'] if vec else float('nan'):.2f} | {kw['first_ms']:.1f} |")
+            f"| {e['events']:,} | {e['facts']:,} | {e['db_mib']:.0f} | "
+            f"{_cell(e, 'keywords', 'p50_ms')} | {_cell(e, 'keywords', 'p99_ms')} | "
+            f"{_cell(e, 'with_vectors', 'p50_ms')} | {_cell(e, 'with_vectors', 'p99_ms')} | "
+            f"{_cell(e, 'keywords_proposed_indexes', 'p50_ms')} | "
+            f"{_cell(e, 'keywords_proposed_indexes', 'p99_ms')} | "
+            f"{_cell(e, 'with_vectors_proposed_indexes', 'p50_ms')} | "
+            f"{_cell(e, 'with_vectors_proposed_indexes', 'p99_ms')} | "
+            f"{e['bm25_top10_agreement']:.2f} |")
     largest = list(results["sizes"].values())[-1]
-    lines += ["", f"Slowest questions at {largest['events']:,} events (keywords): " + "; ".join(
-        f"{s['ms']} ms \"{s['text'][:60]}\"" for s in largest["keywords"]["slowest"])]
-    if "ttft" in results:
-        t = results["ttft"]
-        lines += ["", "### Time to first token, `POST /api/chat` (fake model server)", "",
-                  f"{t['turns']} turns each, interleaved, on the {t['memory_events']:,}-event memory.",
-                  "", "| path | p50 ms | p99 ms |", "|---|---:|---:|",
-                  f"| straight to the model server | {t['direct_p50_ms']:.2f} | {t['direct_p99_ms']:.2f} |",
-                  f"| through `hilo serve` | {t['hilo_p50_ms']:.2f} | {t['hilo_p99_ms']:.2f} |",
-                  f"| overhead | {t['overhead_p50_ms']:.2f} | {t['overhead_p99_ms']:.2f} |", "",
-                  f"Peak RSS of `hilo serve`: {t['hilo_serve_peak_rss_mib']:.0f} MiB."]
+    lines += ["", f"Slowest questions at {largest['events']:,} events (keywords, indexed): "
+              + "; ".join(f"{s['ms']} ms \"{s['text'][:50]}\""
+                          for s in largest["keywords_proposed_indexes"]["slowest"])]
+    lines += ["", "### Time to first token, `POST /api/chat` (fake model server)", "",
+              "Interleaved in one run, streaming, the conversation resent each turn; "
+              "through Hilo includes storing the message (synchronous=FULL), embedding the "
+              "question (fake `/api/embed`) and building the context.", "",
+              "| memory | turns | direct p50 | p99 | through `hilo serve` p50 | p99 | "
+              "overhead p50 | peak RSS of `hilo serve` |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for memory, t in results["ttft"].items():
+        name = "fresh" if memory == "fresh" else f"{int(memory):,} events"
+        lines.append(f"| {name} | {t['turns']} | {t['direct_p50_ms']:.2f} | "
+                     f"{t['direct_p99_ms']:.2f} | {t['hilo_p50_ms']:.2f} | {t['hilo_p99_ms']:.2f} | "
+                     f"{t['overhead_p50_ms']:.2f} | {t['hilo_serve_peak_rss_mib']:.0f} MiB |")
     lines += ["", "### Targets", ""] + [f"- {'met' if ok else 'MISSED'}: {name}"
                                           for name, ok in results["verdict"].items()]
     return "\n".join(lines)

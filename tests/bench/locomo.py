@@ -2,18 +2,22 @@
 
 Every turn of a LoCoMo conversation is stored as an event through Hilo's write path
 (prepare_event + insert_event on a Writer; one Hilo user per conversation, one session
-per LoCoMo session, content "Speaker: text", the session's date as created_at), then
-embedded with the local embedder (all-MiniLM-L6-v2) by the embed job. For each question
-(categories 1-4), the top 10 events are mapped back to their dia_ids and scored
-against the question's evidence: recall@5, recall@10 and hit@10, for
-  bm25    FTS5 BM25 alone;
-  rule    the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
-  vector  cosine over the stored vectors alone;
-  fusion  every stream of app.retrieval.STREAMS fused by weighted RRF (k = 60).
+per LoCoMo session, content "[date] Speaker: text", plus "[photo: caption]" when the
+turn shared a photo, the session's date as created_at), then embedded with the local
+embedder (all-MiniLM-L6-v2) by the embed job. For each question (categories 1-4), the
+top 10 events are mapped back to their dia_ids and scored against the question's
+evidence: recall@5, recall@10 and hit@10, for
+  bm25     FTS5 BM25 alone;
+  rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
+  vector   cosine over the stored vectors alone;
+  session  the session stream alone (BM25 and vector evidence spread to the turns
+           around it in its session: not a single stream, shown for transparency);
+  fusion   every stream of app.retrieval.STREAMS fused by weighted RRF (app.retrieval.RRF_K).
 Development conversations (conv-26, 30, 41, 42, 43, 44) are where anything was tuned;
 the held-out ones (conv-47, 48, 49, 50) are reported separately, never tuned on.
 
-    python -m tests.bench.locomo [--quick] [--json] [--data PATH]
+    python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--tune]
+                                 [--no-date] [--no-captions]
 
 --quick runs two development conversations and does not touch BENCHMARKS.md.
 """
@@ -36,7 +40,8 @@ from app.db import Durability, connect_readonly
 from app.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
-from app.retrieval import STREAMS, Query, bm25_stream, make_query, search, vector_stream
+from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, Query, bm25_stream, make_query,
+                           search, session_stream, vector_stream)
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 from tests.bench.report import REPO_ROOT, emit, parser, percentile
@@ -48,14 +53,19 @@ HELD_OUT = ("conv-47", "conv-48", "conv-49", "conv-50")
 QUICK = ("conv-26", "conv-30")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 K = 10
-METHODS = ("bm25", "rule", "vector", "fusion")
+METHODS = ("bm25", "rule", "vector", "session", "fusion")
+SINGLE_STREAMS = ("bm25", "vector")
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
+# Image captioners open with boilerplate ("a photo of ..."; LoCoMo's are BLIP's).
+_CAPTION_BOILERPLATE = re.compile(
+    r"^(?:a|an)\s+(?:photo|photograph|photography|picture|image)\s+of\s+", re.IGNORECASE)
 
 
 @dataclass
 class Conversation:
     sample_id: str
-    turns: list[tuple[str, int, str, str, datetime]]  # dia_id, session, speaker, text, time
+    # dia_id, session, speaker, text, time, caption of the photo shared in the turn ("" if none)
+    turns: list[tuple[str, int, str, str, datetime, str]]
     questions: list[tuple[str, int, set[str]]]  # question, category, evidence dia_ids
     skipped_questions: int = 0
 
@@ -102,7 +112,7 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
             for i, turn in enumerate(conv[f"session_{n}"]):
                 # Turns a second apart keep their order within the session.
                 turns.append((turn["dia_id"], n, turn["speaker"], turn["text"],
-                              start + timedelta(seconds=i)))
+                              start + timedelta(seconds=i), turn.get("blip_caption") or ""))
         known = {t[0] for t in turns}
         c = Conversation(sample_id, turns, [])
         for qa in raw["qa"]:
@@ -117,17 +127,23 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
     return conversations
 
 
-def turn_content(speaker: str, text: str, when: datetime, index_date: bool) -> str:
+def turn_content(speaker: str, text: str, when: datetime, index_date: bool,
+                 caption: str = "") -> str:
+    """What the user sent: the text and, for a shared photo, its caption (a chat front-end
+    would store the description its vision model gave; LoCoMo ships BLIP's)."""
     date = f"[{when.day} {when:%B %Y}] " if index_date else ""
-    return f"{date}{speaker}: {text}"
+    photo = f" [photo: {_CAPTION_BOILERPLATE.sub('', caption.strip())}]" if caption.strip() else ""
+    return f"{date}{speaker}: {text}{photo}"
 
 
-def ingest(writer: Writer, config: Config, conv: Conversation, index_date: bool) -> dict[int, str]:
+def ingest(writer: Writer, config: Config, conv: Conversation, index_date: bool,
+           captions: bool) -> dict[int, str]:
     """Store every turn through the write path; returns event id -> dia_id."""
     jobs = []
-    for dia_id, session, speaker, text, when in conv.turns:
+    for dia_id, session, speaker, text, when, caption in conv.turns:
         event = prepare_event(config, conv.sample_id, f"session_{session}", "user",
-                              turn_content(speaker, text, when, index_date),
+                              turn_content(speaker, text, when, index_date,
+                                           caption if captions else ""),
                               created_at=to_rfc3339(when))
         jobs.append((dia_id, writer.submit_nowait(lambda con, e=event: insert_event(con, e))))
     return {job.result().id: dia_id for dia_id, job in jobs}
@@ -150,13 +166,14 @@ def retrieve(con: apsw.Connection, method: str, query: Query,
     if method == "rule":
         return reference_rule(con, query)
     streams = {"bm25": {"bm25": bm25_stream}, "vector": {"vector": vector_stream},
-               "fusion": STREAMS}[method]
+               "session": {"session": session_stream}, "fusion": STREAMS}[method]
     return [c.id for c in search(con, query.user_id, query.text, "event", K, streams,
                                  query=query, weights=weights if method == "fusion" else None)]
 
 
 def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdir: Path,
-              index_date: bool, weight_sets: dict[str, dict[str, float]] | None = None) -> dict:
+              index_date: bool, captions: bool = True,
+              weight_sets: dict[str, dict[str, float]] | None = None) -> dict:
     config = Config()
     scores = {m: defaultdict(Scores) for m in METHODS}
     latency: dict[str, list[float]] = {m: [] for m in METHODS}
@@ -168,7 +185,7 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
         dia_of: dict[int, str] = {}
         began = time.perf_counter()
         for conv in conversations:
-            dia_of.update(ingest(writer, config, conv, index_date))
+            dia_of.update(ingest(writer, config, conv, index_date, captions))
             turns += len(conv.turns)
         ingest_seconds = time.perf_counter() - began
         began = time.perf_counter()
