@@ -56,10 +56,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.backup import hold_pid_file
-from app.chat import INTERRUPTED_MARKER, ChatService, Turn, TurnOutcome, hand_off_turn
+from app.chat import INTERRUPTED_MARKER, ChatService, Turn, hand_off_turn
 from app.config import Config
-from app.context import build_context, read_bootstrap
-from app.datadir import bootstrap_path, init_data_dir
+from app.datadir import init_data_dir
 from app.db import schema_version
 from app.events import MAX_ID_LENGTH, Event, InvalidEvent, prepare_event, session_events
 from app.llm import (
@@ -82,7 +81,7 @@ from app.memory import (
     set_profile,
     upsert_fact,
 )
-from app.retrieval import make_query, search_memory
+from app.retrieval import search_memory
 from app.timeutil import utc_now
 from app.tokens import estimate_tokens
 
@@ -153,7 +152,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     problems = []
     for error in exc.errors():
         if error.get("type") == "json_invalid":
-            return 400, f"the request body is not valid JSON: {error.get('msg', '')}", "invalid_json"
+            message = f"the request body is not valid JSON: {error.get('msg', '')}"
+            return 400, message, "invalid_json"
         if tuple(error.get("loc", ())) == ("body",):
             return 400, "the request body must be a JSON object", "invalid_json"
         loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
@@ -267,15 +267,17 @@ class Caller:
 
 def _check_id(name: str, value: str) -> str:
     if not value.strip() or len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise ApiError(400, f"{name} must be 1 to {MAX_ID_LENGTH} printable characters", f"bad_{name}")
+        raise ApiError(400, f"{name} must be 1 to {MAX_ID_LENGTH} printable characters",
+                       f"bad_{name}")
     return value
 
 
-def caller(
-    request: Request,
-    x_hilo_user: Annotated[str | None, Header(description="The user; else [memory] user_id")] = None,
-    x_hilo_session: Annotated[str | None, Header(description="The session (chat routes)")] = None,
-) -> Caller:
+UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id")]
+SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]
+
+
+def caller(request: Request, x_hilo_user: UserHeader = None,
+           x_hilo_session: SessionHeader = None) -> Caller:
     user_id = x_hilo_user if x_hilo_user is not None else request.app.state.config.memory.user_id
     session = _check_id("session", x_hilo_session) if x_hilo_session is not None else None
     return Caller(_check_id("user", user_id), session)
@@ -416,26 +418,6 @@ class SessionLocks:
 _session_locks = SessionLocks()
 
 
-def resume_turn(service: ChatService, event: Event, *, client_system: str | None,
-                model: str | None, options: dict | None) -> Turn:
-    """Answer an already stored user message again (a retry or a regenerate).
-
-    The window holds only what came before it, so an earlier reply to it is not shown.
-    """
-    con = service.reader()
-    window = [e for e in service.working.window(con, event.user_id, event.session_id)
-              if e.id < event.id]
-    context = build_context(
-        con, service.config, service.tokens, event.user_id, event.content,
-        session_id=event.session_id, window=window,
-        bootstrap=read_bootstrap(bootstrap_path(service.config)),
-        client_system=client_system, model=model,
-        query=make_query(event.user_id, event.content, service.embedder))
-    opts = {"temperature": service.config.llm.temperature, **(options or {})}
-    stream = service.model.chat_stream(context.messages, model=model, options=opts)
-    return Turn(service, TurnOutcome(event, context), stream)
-
-
 @dataclass
 class OpenedTurn:
     turn: Turn
@@ -469,8 +451,8 @@ def open_turn(service: ChatService, who: Caller, body_user: str | None,
                                           client_system=conversation.system, model=model,
                                           options=options)
             else:
-                turn = resume_turn(service, resent, client_system=conversation.system,
-                                   model=model, options=options)
+                turn = service.answer(resent, client_system=conversation.system,
+                                      model=model, options=options)
         except ModelError as exc:
             log.warning("chat.model_failed", session=session_id, resent=resent is not None,
                         error=str(exc))
@@ -485,8 +467,8 @@ def open_turn(service: ChatService, who: Caller, body_user: str | None,
 def _reply_counts(opened: OpenedTurn, text: str) -> tuple[int, int]:
     """Prompt and reply tokens: the model server's counts, else Hilo's estimates."""
     reply = opened.turn.reply
-    prompt = reply.prompt_eval_count if reply and reply.prompt_eval_count else opened.turn.context.tokens
-    completion = reply.eval_count if reply and reply.eval_count else estimate_tokens(text)
+    prompt = (reply and reply.prompt_eval_count) or opened.turn.context.tokens
+    completion = (reply and reply.eval_count) or estimate_tokens(text)
     return prompt, completion
 
 
@@ -594,7 +576,8 @@ def ollama_chat(body: OllamaChatRequest, who: Who, service: Service) -> Response
                              media_type="application/x-ndjson", headers=opened.headers)
 
 
-def _passthrough(service: ChatService, method: str, path: str, body: dict | None = None) -> Response:
+def _passthrough(service: ChatService, method: str, path: str,
+                 body: dict | None = None) -> Response:
     answer = service.model.forward(method, path, body)
     return Response(answer.content, status_code=answer.status_code,
                     media_type=answer.headers.get("content-type", "application/json"))
@@ -705,7 +688,7 @@ openai = APIRouter(tags=["OpenAI API"])
 
 @openai.post("/v1/chat/completions", summary="Chat with memory (OpenAI's chat completions)",
              response_model=None,
-             responses={200: {"description": "a chat.completion, or an SSE stream with stream=true"},
+             responses={200: {"description": "a chat.completion, or SSE with stream=true"},
                         400: {"description": "no user message, invalid JSON"},
                         503: {"description": "the model server is down; the message is kept"}})
 def openai_chat(body: OpenAIChatRequest, who: Who, service: Service) -> Response:
@@ -760,8 +743,12 @@ class ProfileValue(BaseModel):
     value: str
 
 
+Category = Literal["fact", "decision", "solution", "preference", "conversation"]
+assert set(Category.__args__) == set(CATEGORIES)  # the same as app.memory's
+
+
 class FactIn(BaseModel):
-    category: Literal["fact", "decision", "solution", "preference", "conversation"] = "fact"
+    category: Category = "fact"
     key: str
     value: str
     importance: float = Field(0.5, ge=0, le=1)
@@ -846,7 +833,7 @@ def remove_profile(key: str, who: Who, service: Service) -> dict:
 
 @memory.get("/facts", summary="List current facts")
 def get_facts(who: Who, service: Service,
-              category: Annotated[Literal[CATEGORIES] | None, Query()] = None,  # type: ignore[valid-type]
+              category: Annotated[Category | None, Query()] = None,
               limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
               history: bool = False) -> dict:
     """Most recent first; with `history`, superseded and deleted versions too."""
@@ -925,6 +912,16 @@ def get_health(service: Service) -> Response:
         return JSONResponse({"status": "error", "error": f"memory database: {exc}"},
                             status_code=503)
     return JSONResponse({"status": "ok", "version": VERSION, "schema_version": version})
+
+
+@health.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
+                                "latency (needs the token when one is set)")
+def get_metrics(service: Service) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from app.metrics import render
+
+    return Response(render(service.config, service.writer), media_type=CONTENT_TYPE_LATEST)
 
 
 # ----------------------------------------------------------------------------- app and server

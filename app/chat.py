@@ -10,6 +10,7 @@ everything derived is the workers' job.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -25,7 +26,8 @@ from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
 from app.llm import ChatReply, ChatStream, ModelClient, ModelError
 from app.memory import end_session
-from app.retrieval import make_query
+from app import metrics
+from app.retrieval import Query, make_query
 from app.tokens import TokenCounter
 from app.writer import Writer
 
@@ -97,11 +99,13 @@ class Turn:
     with a ModelError (re-raised) — the reply received so far is stored and handed off.
     """
 
-    def __init__(self, service: ChatService, outcome: TurnOutcome, stream: ChatStream) -> None:
+    def __init__(self, service: ChatService, outcome: TurnOutcome, stream: ChatStream,
+                 started: float | None = None) -> None:
         self.service = service
         self.outcome = outcome
         self._stream = stream
         self._interrupt = threading.Event()
+        self._started = started or time.perf_counter()  # when the model was asked
 
     @property
     def context(self) -> BuiltContext:
@@ -125,6 +129,7 @@ class Turn:
                     self.outcome.interrupted = True
                     break
         except ModelError as exc:
+            metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             self.outcome.error = exc
             self._finish("".join(pieces), interrupted=True)
             raise
@@ -145,6 +150,7 @@ class Turn:
     def _finish(self, text: str, *, interrupted: bool) -> None:
         if self.outcome.reply_event is not None:
             return
+        metrics.MODEL_CALL_SECONDS.labels("chat").observe(time.perf_counter() - self._started)
         if interrupted and text:
             text += INTERRUPTED_MARKER
         if text:
@@ -216,15 +222,30 @@ class ChatService:
 
     def build_context(self, user_id: str, session_id: str, text: str, *,
                       client_system: str | None = None, model: str | None = None,
-                      exclude_event_id: int | None = None) -> BuiltContext:
+                      before_event_id: int | None = None) -> BuiltContext:
+        """The context for `text`; with before_event_id, the window stops before that
+        event (the message being answered)."""
+        query = self._query(user_id, text)
+        started = time.perf_counter()
         con = self.reader()
         window = [e for e in self.working.window(con, user_id, session_id)
-                  if e.id != exclude_event_id]
-        return build_context(
+                  if before_event_id is None or e.id < before_event_id]
+        context = build_context(
             con, self.config, self.tokens, user_id, text, session_id=session_id,
             window=window, bootstrap=read_bootstrap(bootstrap_path(self.config)),
-            client_system=client_system, model=model,
-            query=make_query(user_id, text, self.embedder))
+            client_system=client_system, model=model, query=query)
+        metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
+        return context
+
+    def _query(self, user_id: str, text: str) -> Query:
+        """The turn's retrieval query, embedded when an embedder is configured."""
+        if self.embedder is None:
+            return make_query(user_id, text)
+        started = time.perf_counter()
+        query = make_query(user_id, text, self.embedder)
+        call = "embed" if query.vector is not None else "embed_failed"
+        metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
+        return query
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -236,18 +257,29 @@ class ChatService:
         Raises ModelError (after the message is stored) when the model cannot start.
         """
         user_event = self.append(user_id, session_id, "user", text)
+        return self.answer(user_event, client_system=client_system, model=model,
+                           options=options)
+
+    def answer(self, user_event: Event, *, client_system: str | None = None,
+               model: str | None = None, options: dict | None = None) -> Turn:
+        """Open the model's reply to a stored user message: a new one, or one a client
+        resends (a retry, a regenerate). The window holds only what came before it, so
+        an earlier reply to it is not shown again."""
+        user_id, session_id = user_event.user_id, user_event.session_id
         context = self.build_context(user_id, session_id, user_event.content,
                                      client_system=client_system, model=model,
-                                     exclude_event_id=user_event.id)
+                                     before_event_id=user_event.id)
         outcome = TurnOutcome(user_event, context)
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
+        started = time.perf_counter()
         try:
             stream = self.model.chat_stream(context.messages, model=model, options=opts)
         except ModelError as exc:
+            metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             outcome.error = exc
             hand_off_turn(self.config, user_id, session_id, [user_event.id])
             raise
-        return Turn(self, outcome, stream)
+        return Turn(self, outcome, stream, started)
 
     def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
         chars = sum(len(m["content"]) for m in context.messages)

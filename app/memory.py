@@ -319,7 +319,8 @@ def facts_by_ids(con: apsw.Connection, user_id: str, ids: list[int]) -> list[Fac
     found = {
         row[0]: _fact(row)
         for row in con.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = ? AND id IN ({marks}) "
+            # "+user_id": look rows up by id; the user index would walk all their facts.
+            f"SELECT {_FACT_COLUMNS} FROM facts WHERE +user_id = ? AND id IN ({marks}) "
             "AND superseded_at IS NULL AND deleted_at IS NULL",
             (user_id, *ids),
         )
@@ -383,7 +384,7 @@ def cards_by_ids(con: apsw.Connection, user_id: str, ids: list[int]) -> list[Car
         return []
     marks = ",".join("?" * len(ids))
     found = {row[0]: _card(row) for row in con.execute(
-        f"SELECT {_CARD_COLUMNS} FROM context_cards WHERE user_id = ? AND id IN ({marks})",
+        f"SELECT {_CARD_COLUMNS} FROM context_cards WHERE +user_id = ? AND id IN ({marks})",
         (user_id, *ids))}
     return [found[i] for i in ids if i in found]
 

@@ -3,8 +3,8 @@
 Each stream returns ranked owner ids for one user; the streams are fused by
 Reciprocal Rank Fusion (`RRF_K`), so no stream needs calibrated scores. The streams in
 `STREAMS`: full text (FTS5 BM25), vectors (cosine against the query's embedding, same
-model only), session (events near the turns that matched, in their session),
-importance (>= 0.8) and recency. Each stream has a weight in the fusion (`WEIGHTS`):
+model only), session (the two combined and, for events, spread to the turns around
+them in their session), importance (>= 0.8) and recency. Each stream has a weight in the fusion (`WEIGHTS`):
 importance and recency are priors that re-rank what the text streams found (importance
 lifts what was marked important, recency only breaks ties), not evidence of relevance
 in themselves. When nothing matches, the caller falls back to the most recent items.
@@ -174,8 +174,8 @@ def _count_rows(con: apsw.Connection, part: _FullText, word: str, rows: int) -> 
         return con.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ?",
                            (match,)).fetchone()[0]
     newest = con.execute(f"SELECT max(id) FROM {part.content}").fetchone()[0] or 0
-    sampled = con.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ? "
-                          f"AND {table}.rowid > ?", (match, newest - COUNT_SAMPLE_ROWS)).fetchone()[0]
+    sampled = con.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ? AND "
+                          f"{table}.rowid > ?", (match, newest - COUNT_SAMPLE_ROWS)).fetchone()[0]
     return max(BM25_ROW_BUDGET + 1, round(sampled * rows / COUNT_SAMPLE_ROWS))
 
 
@@ -339,18 +339,20 @@ def recency_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
     return [row[0] for row in con.execute(_RECENCY_SQL[kind], (query.user_id, depth))]
 
 
-# -- session neighbours --------------------------------------------------------------
+# -- session: text evidence, spread to session neighbours ----------------------------
 # In a conversation the answer is often a turn or two away from the words that match:
 # "What's the pup's name?" matches the question, "I named him Buddy" is the reply. The
-# session stream scores every event by the text evidence for it and for the events
-# around it in its own session. An event's evidence is its reciprocal rank in the BM25
-# and vector streams (k = SESSION_EVIDENCE_K, both weighing 1); its score is its own
+# session stream first combines the text evidence: an owner's evidence is its
+# reciprocal rank in the BM25 and vector streams (k = SESSION_EVIDENCE_K, both weighing
+# 1). Facts and cards are ranked by that evidence. An event is ranked by its own
 # evidence plus, for each distance d = 1, 2, ..., SESSION_SPREAD[d - 1] times the
-# stronger evidence of the two events d places before and after it. (The stronger, not
-# the sum: many weak neighbours must not outscore one strong match.) The numbers were
-# chosen on LoCoMo's development conversations (tests/bench/locomo.py): recall@10
-# stays within 0.01 for spreads from (0.4, 0.2) to (0.6, 0.4), and drops once a
-# neighbour counts as much as the event itself.
+# stronger evidence of the two events d places before and after it in its session
+# (the stronger, not the sum: many weak neighbours must not outscore one strong
+# match). The numbers were chosen on LoCoMo's development conversations
+# (tests/bench/locomo.py): recall@10 of events stays within 0.01 for spreads from
+# (0.4, 0.2) to (0.6, 0.4), and drops once a neighbour counts as much as the event
+# itself; without spreading, this evidence alone beats the RRF of BM25 and vectors at
+# k = 60 (0.668 against 0.627).
 SESSION_EVIDENCE_K = 5
 SESSION_SPREAD: tuple[float, ...] = (0.4, 0.3)
 # How deep the session stream reads the BM25 and vector streams.
@@ -388,17 +390,19 @@ def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
     return found
 
 
+def _ranked(scores: dict[int, float], depth: int) -> list[int]:
+    return sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:depth]
+
+
 def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
-    """Events ranked by the BM25 and vector evidence for them and for their neighbours
-    in the same session; facts and cards have no session, so none."""
-    if kind != "event":
-        return []
+    """Owners ranked by their BM25 and vector evidence combined; events also by the
+    evidence for the events around them in their session."""
     evidence: dict[int, float] = defaultdict(float)
     for stream in (bm25_stream, vector_stream):
         for position, owner_id in enumerate(stream(con, query, kind, SESSION_DEPTH), start=1):
             evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
-    if not evidence:
-        return []
+    if kind != "event" or not evidence:
+        return _ranked(evidence, depth)
     # strongest[event][d - 1]: the best evidence d places away from the event.
     strongest: dict[int, list[float]] = defaultdict(lambda: [0.0] * len(SESSION_SPREAD))
     neighbours = session_neighbours(con, query.user_id, list(evidence), len(SESSION_SPREAD))
@@ -411,8 +415,7 @@ def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
     scores = {owner_id: evidence.get(owner_id, 0.0)
               + sum(share * best for share, best in zip(SESSION_SPREAD, strongest[owner_id]))
               for owner_id in evidence.keys() | strongest.keys()}
-    ranked = sorted(scores, key=lambda i: (-scores[i], -i))
-    return ranked[:depth]
+    return _ranked(scores, depth)
 
 
 STREAMS: dict[str, Stream] = {
@@ -423,16 +426,16 @@ STREAMS: dict[str, Stream] = {
     "recency": recency_stream,
 }
 # A stream's weight multiplies its RRF term; streams not listed weigh 1. The text
-# streams' weights were chosen on LoCoMo's development conversations
-# (tests/bench/locomo.py --tune, all-MiniLM-L6-v2): for events the session stream,
-# which already combines BM25 and vectors with their neighbours, leads, and BM25 and
-# vectors break its ties; for facts and cards (no session stream) BM25 leads and
-# vectors follow. Importance (>= 0.8: set on purpose by the user or a worker) counts
-# like a top BM25 hit, enough to lift an important owner above equally matching ones;
-# LoCoMo has no important turns, so this weight is a choice, not a measurement.
-# Recency only breaks ties: any more pushes the newest turns into every answer.
-WEIGHTS: dict[str, float] = {"bm25": 1.0, "vector": 0.5, "session": 4.0,
-                             "importance": 1.0, "recency": 0.1}
+# evidence enters through the session stream, which already combines BM25 and vectors:
+# on LoCoMo's development conversations (tests/bench/locomo.py --tune,
+# all-MiniLM-L6-v2) every extra weight on the raw BM25 or vector ranks lowered
+# recall@10 (0.1 each: -0.006; 0.25 each: -0.017), so they weigh 0 and are kept for
+# explain() and for "did anything match". Importance (>= 0.8: set on purpose by the user
+# or a worker) lifts an owner a few places among comparable matches; LoCoMo has no
+# important turns, so that weight is a choice, not a measurement. Recency only breaks
+# near-ties: more pushes the newest turns into every answer.
+WEIGHTS: dict[str, float] = {"bm25": 0.0, "vector": 0.0, "session": 1.0,
+                             "importance": 0.25, "recency": 0.1}
 # Streams that judge the text itself; the others are priors over every owner.
 MATCH_STREAMS = frozenset({"bm25", "vector", "session"})
 
@@ -483,7 +486,8 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
         # but are never built into candidates.
         for name, stream in streams.items():
             if name not in ranked:
-                ranked[name] = [i if i in matched else None for i in stream(con, query, kind, depth)]
+                ids = stream(con, query, kind, depth)
+                ranked[name] = [i if i in matched else None for i in ids]
     else:
         ranked.update((name, stream(con, query, kind, depth))
                       for name, stream in streams.items() if name not in ranked)

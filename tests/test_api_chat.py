@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import ollama
 import openai
@@ -168,6 +170,23 @@ def test_the_same_words_after_the_reply_are_a_new_message(hilo: HiloServer) -> N
         user("continue"), assistant("ok: continue"), user("continue")])
 
     assert hilo.events("s1") == [("user", "continue"), ("assistant", "ok: continue")] * 2
+
+
+def test_a_double_submit_stores_the_message_once(hilo: HiloServer) -> None:
+    body = {"model": MODEL, "stream": False, "messages": [user("book the table for two")]}
+    start = threading.Barrier(2)
+
+    def submit() -> int:
+        client = hilo.client(user="diner")
+        start.wait()
+        return client.post("/api/chat", json=body, headers={"X-Hilo-Session": "s1"}).status_code
+
+    with ThreadPoolExecutor(2) as pool:
+        statuses = list(pool.map(lambda _: submit(), range(2)))
+
+    assert statuses == [200, 200]
+    stored = hilo.events("s1", user="diner")
+    assert [content for role, content in stored if role == "user"] == ["book the table for two"]
 
 
 def test_another_conversation_ending_with_the_same_words_is_new(hilo: HiloServer) -> None:

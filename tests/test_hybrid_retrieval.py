@@ -1,4 +1,5 @@
-"""Hybrid retrieval: keywords, vectors, importance and recency fused by weighted RRF.
+"""Hybrid retrieval: keywords, vectors, session neighbours, importance and recency fused
+by weighted RRF.
 
 The three-way test uses the deterministic ConceptEmbedder (paraphrases share a
 dimension, names weigh little), so "vectors miss the name" holds by construction; the
@@ -11,8 +12,9 @@ import pytest
 
 from app.db import connect_readonly
 from app.events import append_event
+from app.memory import upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, bm25_stream, make_query, search,
-                           vector_stream)
+                           session_neighbours, session_stream, vector_stream)
 from app.vectors import VECTOR_INDEX
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import embed_pending
@@ -103,3 +105,77 @@ def test_important_events_rank_higher_among_equal_matches(writer, config):
     top = search(con, "ana", "server password", "event", 3)
     assert top[0].id == high.id and "importance" in top[0].ranks
     assert {c.id for c in top} == {low.id, high.id, later.id}
+
+
+# -- the session stream ------------------------------------------------------------------
+
+CHAT = [
+    ("s1", "user", "We spent the weekend repainting the kitchen"),
+    ("s1", "user", "Guess what, we finally got a puppy from the shelter!"),
+    ("s1", "assistant", "Congratulations! What's the puppy called?"),
+    ("s1", "user", "We call him Biscuit, after his colour"),
+    ("s1", "assistant", "That suits a golden retriever"),
+    ("s2", "user", "Biscuit chewed my left shoe this morning"),
+]
+
+
+def chat(writer, config) -> list[int]:
+    return [append_event(writer, config, "ana", session, role, text).id
+            for session, role, text in CHAT]
+
+
+def test_the_session_stream_finds_the_reply_next_to_the_matching_question(writer, config):
+    ids = chat(writer, config)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "what is the puppy's name?")  # no vectors: keywords only
+    assert set(bm25_stream(con, query, "event", 10)) == {ids[1], ids[2]}  # "puppy"
+    found = session_stream(con, query, "event", 10)
+    assert ids[3] in found[:3]  # "We call him Biscuit": no word of the query
+    assert ids[5] not in found  # another session
+    top = search(con, "ana", query.text, "event", 3, query=query)
+    assert ids[3] in {c.id for c in top} and "session" in top[0].ranks
+
+
+def test_session_neighbours_stay_in_the_session_and_include_compacted_events(writer, config):
+    a1 = append_event(writer, config, "ana", "s1", "user", "one").id
+    b1 = append_event(writer, config, "ana", "s2", "user", "other session").id
+    a2 = append_event(writer, config, "ana", "s1", "assistant", "two").id
+    append_event(writer, config, "bob", "s1", "user", "another user, same session id")
+    a3 = append_event(writer, config, "ana", "s1", "user", "three").id
+    a4 = append_event(writer, config, "ana", "s1", "assistant", "four").id
+    a5 = append_event(writer, config, "ana", "s1", "user", "five").id
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1 WHERE id IN (?, ?)",
+                                          (a1, a4)))
+    con = connect_readonly(writer.path)
+    found = session_neighbours(con, "ana", [a3, a1, b1, a5], 2)
+    assert found[a3] == ([a2, a1], [a4, a5])
+    assert found[a1] == ([], [a2, a3])
+    assert found[a5] == ([a4, a3], [])
+    assert found[b1] == ([], [])
+    assert session_neighbours(con, "bob", [a3], 2) == {}  # not bob's event
+    assert session_neighbours(con, "ana", [a3], 1) == {a3: ([a2], [a4])}
+
+
+def test_the_session_stream_ranks_facts_by_their_text_evidence_alone(writer, config):
+    chat(writer, config)
+    for key, value in (("pet", "a puppy called Biscuit"), ("editor", "helix"),
+                       ("pet food", "puppy kibble, grain free")):
+        writer.submit(lambda con, k=key, v=value: upsert_fact(
+            con, "ana", "preference", k, v, source="user", worker="user"))
+    con = connect_readonly(writer.path)
+    assert session_stream(con, make_query("ana", "xylophone"), "event", 10) == []
+    query = make_query("ana", "puppy food")
+    found = session_stream(con, query, "fact", 10)
+    assert len(found) == 2 and found == bm25_stream(con, query, "fact", 10)
+    assert session_stream(con, query, "card", 10) == []
+
+
+def test_one_strong_match_outranks_an_event_between_weak_ones(writer, config):
+    # The stronger neighbour counts, not the sum: a turn flanked by weak matches must not
+    # pass the turn next to the strong one.
+    texts = ["dog", "filler one", "dog", "filler two", "dog",
+             "filler three", "filler four", "dog dog dog walk park", "filler five"]
+    ids = [append_event(writer, config, "ana", "s1", "user", t).id for t in texts]
+    con = connect_readonly(writer.path)
+    found = session_stream(con, make_query("ana", "dog walk park"), "event", 10)
+    assert found.index(ids[8]) < found.index(ids[3])

@@ -31,10 +31,13 @@ from workers.queue import (
 )
 from workers.reading import reading
 from workers.reconcile import reconcile as find_undone_work
+from workers.metrics import install as install_job_metrics
 from workers.retry import attempt_job
 from workers.scheduler import prepare_scheduler, scheduler_tick
 
 log = structlog.get_logger(__name__)
+
+install_job_metrics(huey)  # counts and durations for /metrics
 
 # Where consolidate keeps the time of its last importance decay (Huey's key-value store).
 LAST_DECAY_KEY = "hilo.consolidate.last_decay_at"

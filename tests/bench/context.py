@@ -1,17 +1,19 @@
-"""Context benchmark: `build_context` latency by database size, and what `hilo serve` adds
+"""Context benchmark: `build_context` latency by memory size, and what `hilo serve` adds
 to the time to first token.
 
 1. `build_context` p50/p99 on memories of 10^4, 10^5 and 10^6 events, with facts and
    context cards at 10 % of that, bulk-loaded in one transaction through the real schema
    (FTS5 triggers fire). The text is Zipf-distributed words with English stop-words
    mixed in, so common words match many rows as in real conversation. Measured without
-   vectors (keywords, importance, recency), and with 384-d vectors stored for every fact
-   and card and a precomputed query vector (the query's embedding is not timed).
+   vectors (keywords, importance, recency) and with 384-d vectors stored for every fact
+   and card and a precomputed query vector (the query's embedding is not timed); each on
+   the schema as shipped. Also: how much of plain bm25()'s top 10 facts
+   the bounded full-text stream of app.retrieval keeps.
 2. Time to first token of `POST /api/chat`, straight to the fake model server and
-   through `hilo serve` (a subprocess, on the 10^5 memory), interleaved in one run;
-   and the peak RSS of `hilo serve` under that load (VmHWM from /proc).
+   through `hilo serve` (a subprocess), interleaved in one run, on a fresh memory and on
+   the 10^5 one; and the peak RSS of `hilo serve` under that load (VmHWM from /proc).
 
-    python -m tests.bench.context [--quick] [--json]
+    python -m tests.bench.context [--quick] [--json] [--no-vectors]
 
 Targets: p50 <= 5 ms at 10^5; p99 <= 25 ms at 10^6; p50(10^6) / p50(10^4) <= 4;
 TTFT overhead <= 15 ms at p50. `--quick` stops at 10^5.
@@ -320,22 +322,6 @@ def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
 
 # Partial indexes for the importance stream (app.retrieval writes its 0.8 threshold into
 # the SQL so SQLite can use them). Not in the schema yet: measured here as a proposal.
-PROPOSED_INDEXES = """
-CREATE INDEX IF NOT EXISTS facts_important ON facts (user_id, importance, updated_at, id)
-    WHERE importance >= 0.8 AND superseded_at IS NULL AND deleted_at IS NULL;
-CREATE INDEX IF NOT EXISTS cards_important ON context_cards (user_id, importance, created_at, id)
-    WHERE importance >= 0.8 AND folded_into IS NULL;
-CREATE INDEX IF NOT EXISTS events_important ON events (user_id, importance, created_at, id)
-    WHERE importance >= 0.8;
-"""
-
-
-def add_proposed_indexes(memory: Memory) -> None:
-    con = connect(memory_db_path(memory.config.data_dir))
-    con.execute(PROPOSED_INDEXES)
-    con.close()
-
-
 # -- time to first token through hilo serve ----------------------------------------------------
 
 
@@ -462,11 +448,6 @@ def main(argv: list[str] | None = None) -> int:
                 entry["with_vectors"] = time_build_context(memory, asked, vectors=True)
             if size == 100_000:
                 results["ttft"]["100000"] = time_to_first_token(memory, turns, text)
-            add_proposed_indexes(memory)
-            entry["keywords_proposed_indexes"] = time_build_context(memory, asked, vectors=False)
-            if vectors:
-                entry["with_vectors_proposed_indexes"] = time_build_context(memory, asked,
-                                                                            vectors=True)
             results["sizes"][str(size)] = entry
             _remove(memory.config.data_dir)
     results["bench_peak_rss_mib"] = peak_rss_mib()
@@ -482,10 +463,10 @@ def _remove(path: Path) -> None:
 
 
 def verdict(results: dict) -> dict:
-    """Each target, on the schema as shipped and with the proposed indexes."""
+    """Each target, on the schema as shipped."""
     sizes = results["sizes"]
     checks = {}
-    for label, key in (("", "keywords"), (" (proposed indexes)", "keywords_proposed_indexes")):
+    for label, key in (("", "keywords"),):
         if "100000" in sizes:
             checks[f"p50 <= 5 ms at 10^5{label}"] = sizes["100000"][key]["p50_ms"] <= 5
         if "1000000" in sizes:
@@ -506,26 +487,20 @@ def markdown(results: dict) -> str:
              "One user; facts and cards at 10 % of the events; Zipf-distributed words with "
              "English stop-words, so common words match many rows. *keywords*: BM25, "
              "importance and recency streams; *+ vectors*: also 384-d vectors stored for every "
-             "fact and card, the query vector precomputed (embedding not timed). *indexed*: "
-             "with the proposed partial indexes for the importance stream (`PROPOSED_INDEXES` "
-             "in this file, not in the schema yet).", "",
+             "fact and card, the query vector precomputed (embedding not timed).", "",
              "| events | facts = cards | DB MiB | keywords p50 | p99 | + vectors p50 | p99 | "
-             "keywords indexed p50 | p99 | + vectors indexed p50 | p99 | BM25 top-10 agreement |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "BM25 top-10 agreement |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results["sizes"].values():
         lines.append(
             f"| {e['events']:,} | {e['facts']:,} | {e['db_mib']:.0f} | "
             f"{_cell(e, 'keywords', 'p50_ms')} | {_cell(e, 'keywords', 'p99_ms')} | "
             f"{_cell(e, 'with_vectors', 'p50_ms')} | {_cell(e, 'with_vectors', 'p99_ms')} | "
-            f"{_cell(e, 'keywords_proposed_indexes', 'p50_ms')} | "
-            f"{_cell(e, 'keywords_proposed_indexes', 'p99_ms')} | "
-            f"{_cell(e, 'with_vectors_proposed_indexes', 'p50_ms')} | "
-            f"{_cell(e, 'with_vectors_proposed_indexes', 'p99_ms')} | "
             f"{e['bm25_top10_agreement']:.2f} |")
     largest = list(results["sizes"].values())[-1]
-    lines += ["", f"Slowest questions at {largest['events']:,} events (keywords, indexed): "
+    lines += ["", f"Slowest questions at {largest['events']:,} events (keywords): "
               + "; ".join(f"{s['ms']} ms \"{s['text'][:50]}\""
-                          for s in largest["keywords_proposed_indexes"]["slowest"])]
+                          for s in largest["keywords"]["slowest"])]
     lines += ["", "### Time to first token, `POST /api/chat` (fake model server)", "",
               "Interleaved in one run, streaming, the conversation resent each turn; "
               "through Hilo includes storing the message (synchronous=FULL), embedding the "
@@ -536,7 +511,8 @@ def markdown(results: dict) -> str:
     for memory, t in results["ttft"].items():
         name = "fresh" if memory == "fresh" else f"{int(memory):,} events"
         lines.append(f"| {name} | {t['turns']} | {t['direct_p50_ms']:.2f} | "
-                     f"{t['direct_p99_ms']:.2f} | {t['hilo_p50_ms']:.2f} | {t['hilo_p99_ms']:.2f} | "
+                     f"{t['direct_p99_ms']:.2f} | {t['hilo_p50_ms']:.2f} | "
+                     f"{t['hilo_p99_ms']:.2f} | "
                      f"{t['overhead_p50_ms']:.2f} | {t['hilo_serve_peak_rss_mib']:.0f} MiB |")
     lines += ["", "### Targets", ""] + [f"- {'met' if ok else 'MISSED'}: {name}"
                                           for name, ok in results["verdict"].items()]

@@ -40,8 +40,8 @@ from app.db import Durability, connect_readonly
 from app.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
-from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, Query, bm25_stream, make_query,
-                           search, session_stream, vector_stream)
+from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
+                           make_query, search, session_stream, vector_stream)
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 from tests.bench.report import REPO_ROOT, emit, parser, percentile
@@ -188,10 +188,11 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
             dia_of.update(ingest(writer, config, conv, index_date, captions))
             turns += len(conv.turns)
         ingest_seconds = time.perf_counter() - began
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         while embed_pending(writer, embedder, limit=4096, batch_size=64):
             pass
         embed_seconds = time.perf_counter() - began
+        embed_cpu_seconds = time.process_time() - cpu
         con = connect_readonly(writer.path)
         try:
             for conv in conversations:
@@ -218,6 +219,8 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
         "skipped_questions": sum(c.skipped_questions for c in conversations),
         "ingest_seconds": round(ingest_seconds, 2),
         "embed_seconds": round(embed_seconds, 2),
+        "embed_ms_per_turn": round(embed_seconds * 1000 / turns, 2) if turns else None,
+        "embed_cpu_seconds": round(embed_cpu_seconds, 2),
         "query_embedding_ms_p50": round(percentile(query_embed_ms, 50), 2),
         "methods": {
             m: {"overall": scores[m][0].summary(),
@@ -230,19 +233,33 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
     }
 
 
+def best_single_stream(split: dict) -> tuple[str, float]:
+    return max(((m, split["methods"][m]["overall"]["recall@10"]) for m in SINGLE_STREAMS),
+               key=lambda pair: pair[1])
+
+
 def markdown(results: dict) -> str:
     parts = [
         "Evidence recall of the top 10 events (LoCoMo categories 1-4; turn units). "
         "Embedder: local all-MiniLM-L6-v2. Latency is per question and excludes "
         "embedding the question (its p50 is given separately).",
-        f"Turn content: `{results['turn_content']}`. Fusion weights: "
-        f"{results['weights']}.",
+        f"Turn content: `{results['turn_content']}`. RRF k = {results['rrf_k']}; fusion "
+        f"weights: {results['weights']}; session spread: {results['session_spread']}.",
+        "",
+        "| split | fusion R@10 | best single stream R@10 | session stream R@10 | fusion p50 ms |",
+        "|---|---|---|---|---|",
     ]
+    for split, r in results["splits"].items():
+        name, best = best_single_stream(r)
+        m = r["methods"]
+        parts.append(f"| {split} | {m['fusion']['overall']['recall@10']} | {best} ({name}) | "
+                     f"{m['session']['overall']['recall@10']} | {m['fusion']['latency_ms_p50']} |")
     for split, r in results["splits"].items():
         parts.append(f"\n### {split}: {', '.join(r['conversations'])}\n\n"
                      f"{r['turns']:,} turns, {r['questions']:,} questions "
                      f"({r['skipped_questions']} skipped: no usable evidence). "
-                     f"Ingest {r['ingest_seconds']} s, embedding {r['embed_seconds']} s; "
+                     f"Ingest {r['ingest_seconds']} s; embedding {r['embed_seconds']} s "
+                     f"({r['embed_ms_per_turn']} ms/turn; {r['embed_cpu_seconds']} s of CPU); "
                      f"question embedding p50 {r['query_embedding_ms_p50']} ms.\n")
         head = "| method | " + " | ".join(
             ["overall R@5", "overall R@10", "overall hit@10",
@@ -254,15 +271,20 @@ def markdown(results: dict) -> str:
             rows.append(f"| {m} | {o['recall@5']} | {o['recall@10']} | {o['hit@10']} | "
                         + " | ".join(cats) + f" | {s['latency_ms_p50']} | {s['latency_ms_p95']} |")
         parts.append("\n".join(rows))
+        if r.get("tuning"):
+            parts.append("\nFusion weights tried (development only), overall R@10:\n")
+            parts.append("\n".join(f"- {name}: {t['recall@10']}" for name, t in r["tuning"].items()))
     return "\n".join(parts) + "\n"
 
 
 def tuning_grid() -> dict[str, dict[str, float]]:
+    """Weights around the chosen ones (app.retrieval.WEIGHTS); priors as chosen."""
     grid = {}
-    for vector in (0.25, 0.5, 0.75, 1.0):
-        for prior in (0.0, 0.1, 0.25):
-            grid[f"bm25=1 vector={vector} priors={prior}"] = {
-                "bm25": 1.0, "vector": vector, "importance": prior, "recency": prior}
+    for session in (2.0, 4.0, 6.0, 8.0):
+        for vector in (0.25, 0.5, 1.0):
+            grid[f"session={session} bm25=1 vector={vector}"] = {
+                **WEIGHTS, "session": session, "bm25": 1.0, "vector": vector}
+    grid["no session stream"] = {**WEIGHTS, "session": 0.0}
     return grid
 
 
@@ -272,27 +294,29 @@ def main() -> None:
                    help="locomo10.json (relative paths are from the repository root)")
     p.add_argument("--no-date", action="store_true",
                    help="do not prefix each turn with its session date")
+    p.add_argument("--no-captions", action="store_true",
+                   help="leave out the captions of the photos shared in turns")
     p.add_argument("--tune", action="store_true",
                    help="also score a grid of fusion weights (development conversations only)")
     args = p.parse_args()
     path = args.data if args.data.is_absolute() else (REPO_ROOT / args.data).resolve()
     if not path.exists():
         raise SystemExit(f"LoCoMo data not found at {path}: pass --data PATH to locomo10.json")
-    index_date = not args.no_date
+    index_date, captions = not args.no_date, not args.no_captions
     splits = {"development": DEVELOPMENT} if not args.quick else {"development (quick)": QUICK}
     if not args.quick:
         splits["held out"] = HELD_OUT
     embedder = LocalEmbedder()
     embedder.embed(["warm up"])  # model loading is not ingest time
-    from app.retrieval import WEIGHTS
-
-    results = {"k": K, "embedder": embedder.model,
-               "turn_content": "[8 May 2023] Speaker: text" if index_date else "Speaker: text",
-               "weights": dict(WEIGHTS), "splits": {}}
+    content = ("[8 May 2023] " if index_date else "") + "Speaker: text" + (
+        " [photo: caption]" if captions else "")
+    results = {"k": K, "embedder": embedder.model, "turn_content": content, "rrf_k": RRF_K,
+               "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD), "splits": {}}
     for name, ids in splits.items():
         with tempfile.TemporaryDirectory() as tmp:
             grid = tuning_grid() if args.tune and ids != HELD_OUT else None
-            results["splits"][name] = run_split(load(path, ids), embedder, Path(tmp), index_date, grid)
+            results["splits"][name] = run_split(load(path, ids), embedder, Path(tmp), index_date,
+                                                captions, grid)
     emit(args, "locomo", results, markdown(results))
 
 
