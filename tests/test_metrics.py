@@ -12,8 +12,7 @@ from tests.test_workers_support import (
     add_turn,
     bound_queue,  # noqa: F401 — fixture
     drain,
-    scripted_model,
-    worker_config,
+    scripted_queue,
 )
 from workers import handoff
 from workers.metrics import JOB_METRICS
@@ -22,9 +21,7 @@ from workers.queue import huey
 
 @pytest.fixture
 def cfg(config, data_dir, fake_ollama, bound_queue):
-    cfg = worker_config(config, fake_ollama)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue)
     return cfg
 
 

@@ -26,9 +26,8 @@ from tests.test_workers_support import (
     consumers,  # noqa: F401 — fixture
     query,
     scalar,
-    scripted_model,
+    scripted_queue,
     wait_until,
-    worker_config,
 )
 from workers import handoff
 from workers.consumer import run_worker
@@ -44,9 +43,7 @@ DEADLINE = 120.0
 
 @pytest.fixture
 def cfg(config, data_dir, fake_ollama, bound_queue) -> Config:
-    cfg = worker_config(config, fake_ollama, workers=4)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue, workers=4)
     fake_ollama.latency = MODEL_LATENCY
     return cfg
 

@@ -10,8 +10,7 @@ from tests.test_workers_support import (
     bound_queue,  # noqa: F401 — fixture
     drain,
     query,
-    scripted_model,
-    worker_config,
+    scripted_queue,
 )
 from workers import handoff
 from workers.queue import failed_jobs
@@ -19,9 +18,7 @@ from workers.queue import failed_jobs
 
 @pytest.fixture
 def cfg(config, data_dir, fake_ollama, bound_queue):
-    cfg = worker_config(config, fake_ollama, max_attempts=3)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue, max_attempts=3)
     return cfg
 
 

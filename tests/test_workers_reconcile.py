@@ -14,9 +14,8 @@ from tests.test_workers_support import (
     query,
     read_only,
     scalar,
-    scripted_model,
+    scripted_queue,
     snapshot,
-    worker_config,
 )
 from workers import tasks
 from workers.queue import huey, job_context
@@ -27,9 +26,7 @@ LATER = datetime.now(timezone.utc) + timedelta(minutes=5)
 
 @pytest.fixture
 def cfg(config, data_dir, fake_ollama, bound_queue):
-    cfg = worker_config(config, fake_ollama)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue)
     return cfg
 
 

@@ -14,7 +14,7 @@ from tests.test_workers_support import (
     query,
     scalar,
     scripted_model,
-    worker_config,
+    scripted_queue,
 )
 from workers import handoff, tasks
 from workers.queue import failed_jobs, huey
@@ -23,9 +23,7 @@ from workers.retry import MAX_DELAY_SECONDS, backoff_delay, total_backoff
 
 @pytest.fixture
 def cfg(config, data_dir, fake_ollama, bound_queue):
-    cfg = worker_config(config, fake_ollama, max_attempts=3)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue, max_attempts=3)
     return cfg
 
 

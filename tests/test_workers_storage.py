@@ -27,6 +27,7 @@ from tests.test_workers_support import (
     drain,
     query,
     scripted_model,
+    scripted_queue,
     wait_until,
     worker_config,
 )
@@ -114,9 +115,7 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
     from workers import handoff
     from workers.queue import failed_jobs
 
-    cfg = worker_config(config, fake_ollama, backend="redis", redis_url=redis_url)
-    bound_queue(cfg)
-    fake_ollama.responder = scripted_model
+    cfg = scripted_queue(config, fake_ollama, bound_queue, backend="redis", redis_url=redis_url)
     assert type(huey.storage).__name__ == "PriorityRedisStorage"
     handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha9"))
     assert handoff.session_ended(cfg, "ana", "s1")

@@ -39,6 +39,15 @@ def worker_config(config: Config, fake: FakeOllama, **queue: Any) -> Config:
     return config.replace(llm={"url": fake.url, "timeout_seconds": 10.0}, queue=settings)
 
 
+def scripted_queue(config: Config, fake: FakeOllama, bind: Callable[[Config], Any],
+                   **queue: Any) -> Config:
+    """The test's config for workers, the queue bound to it, the model scripted."""
+    cfg = worker_config(config, fake, **queue)
+    bind(cfg)
+    fake.responder = scripted_model
+    return cfg
+
+
 @pytest.fixture
 def bound_queue() -> Iterator[Callable[[Config], Any]]:
     """Call with a config to bind the queue to it; the job context is closed afterwards."""
