@@ -4,10 +4,11 @@ Each stream returns ranked owner ids for one user; the streams are fused by
 Reciprocal Rank Fusion (`RRF_K`), so no stream needs calibrated scores. The streams in
 `STREAMS`: full text (FTS5 BM25), vectors (cosine against the query's embedding, same
 model only), session (the two combined and, for events, spread to the turns around
-them in their session), importance (>= 0.8) and recency. Each stream has a weight in the fusion (`WEIGHTS`):
-importance and recency are priors that re-rank what the text streams found (importance
-lifts what was marked important, recency only breaks ties), not evidence of relevance
-in themselves. When nothing matches, the caller falls back to the most recent items.
+them in their session), importance (>= 0.8) and recency. Each stream has a weight in
+the fusion (`WEIGHTS`): importance and recency are priors that re-rank what the text
+streams found (importance lifts what was marked important, recency only breaks ties),
+not evidence of relevance in themselves. When nothing matches, the caller falls back
+to the most recent items.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 # The k of Reciprocal Rank Fusion. Cormack et al.'s 60 suits deep rankings from many
-# systems; with a few streams and only the top 10 used, a smaller k lets a stream's
-# first ranks count. Chosen on LoCoMo's development conversations (BM25 + vectors
-# alone, recall@10 of events: k = 60 0.627, k = 10 0.659 with the vector weight at 1).
+# systems; with few streams and only the top 10 used, a smaller k lets a stream's first
+# ranks count, and keeps the priors (WEIGHTS) from moving matches far: at k = 60 the
+# recency prior at 0.1 is worth ~6 places at the top of the session stream, at k = 10
+# one. LoCoMo's development conversations, recall@10 of events: the fusion below at
+# k = 5, 10, 20, 60: 0.728, 0.728, 0.725, 0.718; BM25 + vectors at the earlier
+# weights (no session stream): k = 60 0.633, k = 10 0.645.
 RRF_K = 10
 # How many candidates each stream contributes before fusion.
 STREAM_DEPTH = 50
@@ -66,9 +70,17 @@ class Query:
     match: str | None = field(init=False)
     vector: np.ndarray | None = None
     model: str | None = None
+    # Stream results already computed for this query: the session stream reads the
+    # same BM25 and vector ranks that are fused beside it.
+    _ranked: dict[tuple, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.match = build_match_query(self.text)
+
+    def ranked(self, key: tuple, compute: Callable[[], list[int]]) -> list[int]:
+        if key not in self._ranked:
+            self._ranked[key] = compute()
+        return self._ranked[key]
 
 
 def make_query(user_id: str, text: str, embedder: Embedder | None = None) -> Query:
@@ -247,6 +259,10 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
 
 
 def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    return query.ranked(("bm25", kind, depth), lambda: _bm25_ranks(con, query, kind, depth))
+
+
+def _bm25_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.match is None:
         return []
     part = _FTS_PARTS[kind]
@@ -298,6 +314,10 @@ def _current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]
 
 def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     """Owners whose stored vector (same model as the query's) is closest by cosine."""
+    return query.ranked(("vector", kind, depth), lambda: _vector_ranks(con, query, kind, depth))
+
+
+def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.vector is None or query.model is None:
         return []
     # Superseded facts and folded cards keep their vectors: look deeper, then filter.
@@ -400,7 +420,8 @@ def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
     evidence: dict[int, float] = defaultdict(float)
     for stream in (bm25_stream, vector_stream):
         for position, owner_id in enumerate(stream(con, query, kind, SESSION_DEPTH), start=1):
-            evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
+            if owner_id is not None:  # a stream may hold a place for an owner left out
+                evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
     if kind != "event" or not evidence:
         return _ranked(evidence, depth)
     # strongest[event][d - 1]: the best evidence d places away from the event.
@@ -427,14 +448,14 @@ STREAMS: dict[str, Stream] = {
 }
 # A stream's weight multiplies its RRF term; streams not listed weigh 1. The text
 # evidence enters through the session stream, which already combines BM25 and vectors:
-# on LoCoMo's development conversations (tests/bench/locomo.py --tune,
-# all-MiniLM-L6-v2) every extra weight on the raw BM25 or vector ranks lowered
-# recall@10 (0.1 each: -0.006; 0.25 each: -0.017), so they weigh 0 and are kept for
-# explain() and for "did anything match". Importance (>= 0.8: set on purpose by the user
-# or a worker) lifts an owner a few places among comparable matches; LoCoMo has no
-# important turns, so that weight is a choice, not a measurement. Recency only breaks
-# near-ties: more pushes the newest turns into every answer.
-WEIGHTS: dict[str, float] = {"bm25": 0.0, "vector": 0.0, "session": 1.0,
+# on LoCoMo's development conversations (tests/bench/locomo.py, all-MiniLM-L6-v2)
+# every extra weight on the raw BM25 and vector ranks lowered recall@10 (0.05 each:
+# -0.003, 0.1: -0.007, 0.25: -0.018), so they only break ties (and still show in
+# explain() and decide "did anything match"). Importance (>= 0.8: set on purpose by
+# the user or a worker) lifts an owner a few places among comparable matches; LoCoMo
+# has no important turns, so that weight is a choice, not a measurement. Recency only
+# breaks near-ties: more pushes the newest turns into every answer.
+WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0,
                              "importance": 0.25, "recency": 0.1}
 # Streams that judge the text itself; the others are priors over every owner.
 MATCH_STREAMS = frozenset({"bm25", "vector", "session"})

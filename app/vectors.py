@@ -85,8 +85,8 @@ _PENDING_FROM: dict[OwnerKind, str] = {
             + _MISSING.format(kind="card", alias="c"),
 }
 _PENDING_SQL: dict[OwnerKind, str] = {
-    kind: f"SELECT {kind[0]}.id, {kind[0]}.user_id, {_PENDING_TEXT[kind]} FROM {_PENDING_FROM[kind]} "
-          f"ORDER BY {kind[0]}.id LIMIT ?"
+    kind: f"SELECT {kind[0]}.id, {kind[0]}.user_id, {_PENDING_TEXT[kind]} "
+          f"FROM {_PENDING_FROM[kind]} ORDER BY {kind[0]}.id LIMIT ?"
     for kind in OWNER_KINDS
 }
 _COUNT_SQL: dict[OwnerKind, str] = {

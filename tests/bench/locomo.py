@@ -165,10 +165,13 @@ def retrieve(con: apsw.Connection, method: str, query: Query,
              weights: dict[str, float] | None = None) -> list[int]:
     if method == "rule":
         return reference_rule(con, query)
-    streams = {"bm25": {"bm25": bm25_stream}, "vector": {"vector": vector_stream},
-               "session": {"session": session_stream}, "fusion": STREAMS}[method]
+    streams = STREAMS
+    if method != "fusion":  # one stream, in its own order whatever its weight in the fusion
+        streams = {method: {"bm25": bm25_stream, "vector": vector_stream,
+                            "session": session_stream}[method]}
+        weights = {method: 1.0}
     return [c.id for c in search(con, query.user_id, query.text, "event", K, streams,
-                                 query=query, weights=weights if method == "fusion" else None)]
+                                 query=query, weights=weights)]
 
 
 def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdir: Path,
@@ -245,6 +248,10 @@ def markdown(results: dict) -> str:
         "embedding the question (its p50 is given separately).",
         f"Turn content: `{results['turn_content']}`. RRF k = {results['rrf_k']}; fusion "
         f"weights: {results['weights']}; session spread: {results['session_spread']}.",
+        "Single streams: bm25, vector (rule is the reference REPL's). The session stream "
+        "is not one: it combines BM25 and vector evidence and spreads it to the turns "
+        "around each turn in its session; it carries the fusion's text evidence, so the "
+        "two are close.",
         "",
         "| split | fusion R@10 | best single stream R@10 | session stream R@10 | fusion p50 ms |",
         "|---|---|---|---|---|",
@@ -273,18 +280,21 @@ def markdown(results: dict) -> str:
         parts.append("\n".join(rows))
         if r.get("tuning"):
             parts.append("\nFusion weights tried (development only), overall R@10:\n")
-            parts.append("\n".join(f"- {name}: {t['recall@10']}" for name, t in r["tuning"].items()))
+            parts.append("\n".join(f"- {name}: {t['recall@10']}"
+                                   for name, t in r["tuning"].items()))
     return "\n".join(parts) + "\n"
 
 
 def tuning_grid() -> dict[str, dict[str, float]]:
-    """Weights around the chosen ones (app.retrieval.WEIGHTS); priors as chosen."""
-    grid = {}
-    for session in (2.0, 4.0, 6.0, 8.0):
-        for vector in (0.25, 0.5, 1.0):
-            grid[f"session={session} bm25=1 vector={vector}"] = {
-                **WEIGHTS, "session": session, "bm25": 1.0, "vector": vector}
-    grid["no session stream"] = {**WEIGHTS, "session": 0.0}
+    """The fusion weights (app.retrieval.WEIGHTS) and a grid around them."""
+    grid = {"chosen": dict(WEIGHTS),
+            "no session stream, BM25 1, vector 0.25 (the old fusion)": {
+                **WEIGHTS, "session": 0.0, "bm25": 1.0, "vector": 0.25}}
+    for raw in (0.0, 0.05, 0.1, 0.25, 0.5):
+        grid[f"session 1, BM25 = vector = {raw}"] = {**WEIGHTS, "bm25": raw, "vector": raw}
+    for importance, recency in ((0.0, 0.0), (0.25, 0.3), (0.25, 1.0)):
+        grid[f"importance {importance}, recency {recency}"] = {
+            **WEIGHTS, "importance": importance, "recency": recency}
     return grid
 
 
