@@ -898,6 +898,89 @@ def end_session(session_id: str, who: Who, service: Service) -> dict:
     return {"session_id": session_id, "ended": ended}
 
 
+# ----------------------------------------------------------------------------- scheduled tasks
+
+tasks_router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"])
+
+
+class TaskIn(BaseModel):
+    schedule: str = Field(description='cron ("0 9 * * 1-5") or plain English/Spanish: '
+                                      '"every weekday at 9", "cada lunes a las 8", "in 10 minutes"')
+    prompt: str
+    name: str | None = None
+    oneshot: bool = False
+    trusted: bool = False
+
+
+def _task_call(fn: Any) -> Any:
+    """Run a task operation; its errors (all ValueErrors saying what to do) become HTTP's."""
+    from app.tasks import TaskNotFound
+
+    try:
+        return fn()
+    except TaskNotFound as exc:
+        raise ApiError(404, str(exc), "not_found") from exc
+    except ValueError as exc:  # ScheduleError, TaskError
+        raise ApiError(400, str(exc), "invalid_task") from exc
+
+
+@tasks_router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
+def get_tasks(who: Who, service: Service) -> dict:
+    from app.tasks import describe_task, list_tasks
+
+    tz = service.config.schedule.timezone
+    return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
+                      for t in list_tasks(service.reader(), who.user_id)]}
+
+
+@tasks_router.post("", summary="Add a task; the reply echoes the schedule in words",
+                   status_code=201)
+def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
+    from app.tasks import add_task
+
+    added = _task_call(lambda: add_task(
+        service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
+        name=body.name, oneshot=body.oneshot, trusted=body.trusted))
+    return added.to_json()
+
+
+@tasks_router.post("/{ref}/pause", summary="Pause a task")
+def pause_task_route(ref: str, who: Who, service: Service) -> dict:
+    from app.tasks import pause_task
+
+    return _task_call(lambda: pause_task(service.writer, who.user_id, ref)).to_json()
+
+
+@tasks_router.post("/{ref}/resume", summary="Resume a paused task")
+def resume_task_route(ref: str, who: Who, service: Service) -> dict:
+    from app.tasks import resume_task
+
+    return _task_call(lambda: resume_task(service.writer, service.config, who.user_id,
+                                          ref)).to_json()
+
+
+@tasks_router.delete("/{ref}", summary="Remove a task")
+def remove_task_route(ref: str, who: Who, service: Service) -> dict:
+    from app.tasks import remove_task
+
+    return _task_call(lambda: remove_task(service.writer, who.user_id, ref)).to_json()
+
+
+@tasks_router.post("/{ref}/run", summary="Run a task once, now (queued for the worker)",
+                   status_code=202)
+def run_task_route(ref: str, who: Who, service: Service) -> dict:
+    from app.tasks import request_run
+
+    return _task_call(lambda: request_run(service.writer, who.user_id, ref)).to_json()
+
+
+@tasks_router.get("/{ref}/log", summary="A task's runs and the replies in its session")
+def task_log_route(ref: str, who: Who, service: Service) -> dict:
+    from app.tasks import task_log
+
+    return _task_call(lambda: task_log(service.reader(), who.user_id, ref)).to_json()
+
+
 # ----------------------------------------------------------------------------- health
 
 
@@ -947,7 +1030,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     app.state.config = config
     app.state.service = service
     _install_error_handlers(app)
-    for router in (ollama, openai, memory, health):
+    for router in (ollama, openai, tasks_router, memory, health):
         app.include_router(router)
     app.add_middleware(_Gate, token=config.server.token, max_body=MAX_BODY_BYTES)
     return app

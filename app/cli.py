@@ -230,6 +230,25 @@ def cmd_queue(args: argparse.Namespace, config: Config) -> int:
     return queue_command(args, config)
 
 
+def _reembed(args: argparse.Namespace, config: Config) -> int:
+    """Vectors for everything that has none for the configured model; resumable."""
+    from workers.embed import reembed
+
+    with _progress_bar(args) as progress:
+        callback = (lambda done, total: progress("embedding", done, total)) if progress else None
+        try:
+            counts = reembed(config, callback)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    doc = counts.to_dict()
+    emit(args, doc, lambda: print(
+        f"Embedded {doc['embedded']} items with {doc['model']}; {doc['failed']} failed, "
+        f"{doc['remaining']} remaining" + (f"; removed {doc['removed']} vectors of other models"
+                                          if doc["removed"] else "")
+        + ("; run it again to resume" if doc["remaining"] else "")))
+    return 0 if not doc["remaining"] else 1
+
+
 # -- scheduled tasks -------------------------------------------------------------------------
 
 
@@ -314,6 +333,8 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
     from app import memory
     from app.retrieval import search_memory
 
+    if args.memory_command == "reembed":
+        return _reembed(args, config)
     con = _reader(config)
     user = args.user or config.memory.user_id
     if args.memory_command == "profile":
@@ -447,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query", nargs="+")
     search.add_argument("--limit", type=int, default=10)
     search.add_argument("--explain", action="store_true", help="each hit's rank per stream")
+    mem_sub.add_parser("reembed", parents=[common, reporting],
+                       help="embed everything for the configured embedder model (resumable)")
     as_of = mem_sub.add_parser("as-of", parents=parents,
                                help="the profile and facts as they were at a time")
     as_of.add_argument("when", help="RFC 3339 time, e.g. 2026-11-30T12:00:00Z")

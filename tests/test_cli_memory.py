@@ -55,3 +55,14 @@ def test_one_user_never_sees_another_users_memory(writer, data_dir, capsys):
 def test_missing_database_is_a_clear_error(tmp_path, capsys):
     assert main(["memory", "profile", "--data-dir", str(tmp_path / "none")]) == 1
     assert "hilo init" in capsys.readouterr().err
+
+
+def test_reembed_backfills_every_owner_for_the_configured_model(writer, data_dir, capsys,
+                                                                fake_ollama, monkeypatch):
+    seed(writer)
+    monkeypatch.setenv("HILO_LLM_URL", fake_ollama.url)
+    doc = json.loads(run(capsys, "memory", "reembed", "--json", "--data-dir", str(data_dir)))
+    # The two current facts (the superseded one and profile keys are not embedded).
+    assert doc["model"] == "nomic-embed-text" and doc["embedded"] == 2 and doc["remaining"] == 0
+    again = json.loads(run(capsys, "memory", "reembed", "--json", "--data-dir", str(data_dir)))
+    assert again["embedded"] == 0  # resumable: nothing left to do
