@@ -349,7 +349,10 @@ def cmd_memory(args: argparse.Namespace, config: Config) -> int:
             + (" (superseded)" if f.superseded_at else "") + (" (deleted)" if f.deleted_at else "")
             for f in facts) or "(no facts)"))
     elif args.memory_command == "search":
-        hits = search_memory(con, user, " ".join(args.query), limit=args.limit)
+        from app.embedders import make_embedder
+
+        hits = search_memory(con, user, " ".join(args.query), limit=args.limit,
+                             embedder=make_embedder(config))
         emit(args, [h.to_dict(explain=args.explain) for h in hits], lambda: print("\n".join(
             f"{h.kind} #{h.id} [{h.created_at[:10]}] {h.text[:200]}"
             + (f"  ranks={h.candidate.ranks} score={h.candidate.score:.4f}" if args.explain else "")

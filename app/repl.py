@@ -157,7 +157,8 @@ def search(repl: Repl, arg: str) -> None:
     if not arg:
         repl.say("Usage: /search <words>", "yellow")
         return
-    hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT)
+    hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT,
+                         embedder=repl.service.embedder)
     if not hits:
         repl.say(f"Nothing in memory matches {arg!r}.", "dim")
     for hit in hits:
