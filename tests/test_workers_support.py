@@ -166,7 +166,6 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_LLM_URL": config.llm.url,
         "HILO_LLM_TIMEOUT_SECONDS": str(config.llm.timeout_seconds),
         "HILO_LOGGING_FORMAT": "json",
-        "HILO_LOGGING_LEVEL": config.logging.level,
         "HILO_MEMORY_COMPACTION_THRESHOLD": str(config.memory.compaction_threshold),
         "HILO_MEMORY_CHUNK_SIZE": str(config.memory.chunk_size),
         "HILO_MEMORY_SESSION_IDLE_MINUTES": str(config.memory.session_idle_minutes),
