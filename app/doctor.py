@@ -121,13 +121,14 @@ def check_disk(config: Config) -> Check:
 
 
 def check_bootstrap(config: Config) -> Check:
+    from app.context import read_bootstrap
     from app.tokens import estimate_tokens
 
     path = bootstrap_path(config)
     if not path.exists():
         return Check("MEMORY.md", Status.WARN, f"{path} does not exist",
                      "run `hilo init` to write a template, then edit it")
-    tokens = estimate_tokens(path.read_text(encoding="utf-8", errors="replace"))
+    tokens = estimate_tokens(read_bootstrap(path))  # what is sent: comments are not
     cap = config.memory.bootstrap_max_tokens
     if tokens > cap:
         return Check("MEMORY.md", Status.WARN, f"about {tokens} tokens; only {cap} are sent",
