@@ -3,7 +3,9 @@
 Producers submit a write — a function of the connection — and wait for its result.
 The thread drains whatever is queued into one transaction, each write inside its own
 SAVEPOINT, so a write that raises is rolled back alone and its exception reaches its
-own caller only. A full queue blocks producers (back-pressure); nothing is dropped.
+own caller only. A full queue blocks producers (back-pressure; the bound is checked
+without a lock, so producers racing in at the same instant may overshoot it by their
+number); nothing is dropped.
 A submitted write is either committed before its caller sees the result, or the
 caller gets an exception.
 
@@ -101,7 +103,11 @@ class Writer:
         self._con = connect(self.path, durability)
         migrate(self._con)
         self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
-        self._slots = threading.BoundedSemaphore(queue_size)
+        self.queue_size = queue_size
+        # Back-pressure: producers wait here while queue_size writes are queued. The fast
+        # path (room in the queue) takes no Python-level lock.
+        self._room = threading.Condition(threading.Lock())
+        self._waiting_for_room = 0
         # Held while checking `_closed` and queueing, so nothing slips in behind _STOP.
         self._admit = threading.Lock()
         self._closed = False
@@ -129,13 +135,22 @@ class Writer:
     def submit_nowait(self, write: Write[T]) -> _Job:
         """Queue a write and return at once with its future. Blocks while the queue is full."""
         job = _Job(write)
-        self._slots.acquire()  # back-pressure: blocks while queue_size writes are waiting
+        if self._queue.qsize() >= self.queue_size:
+            self._wait_for_room()
         with self._admit:
             if self._closed:
-                self._slots.release()
                 raise WriterClosed(f"the writer for {self.path} is closed")
             self._queue.put(job)
         return job
+
+    def _wait_for_room(self) -> None:
+        with self._room:
+            self._waiting_for_room += 1
+            try:
+                while self._queue.qsize() >= self.queue_size and not self._closed:
+                    self._room.wait()
+            finally:
+                self._waiting_for_room -= 1
 
     @property
     def depth(self) -> int:
@@ -149,6 +164,8 @@ class Writer:
                 return
             self._closed = True
             self._queue.put(_STOP)  # takes no slot: close never waits on a full queue
+        with self._room:
+            self._room.notify_all()  # producers waiting for room learn it is closed
         self._thread.join(timeout)
 
     def __enter__(self) -> Writer:
@@ -180,7 +197,6 @@ class Writer:
                 stop = True
                 break
             batch.append(job)
-            self._slots.release()
             if len(batch) >= self.max_batch:
                 break
             try:
@@ -197,6 +213,9 @@ class Writer:
                 except queue.Empty:
                     break
         self._last_batch = len(batch)
+        with self._room:  # once per batch; under the lock, so no producer misses it
+            if self._waiting_for_room:
+                self._room.notify_all()
         return batch, stop
 
     def _commit(self, batch: list[_Job]) -> None:

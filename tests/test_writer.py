@@ -127,3 +127,36 @@ def test_result_is_returned_only_after_commit(path):
         writer.submit(make_row("c", 1))
         # Another connection sees it as soon as submit returns.
         assert rows(path) == [("c", "000001")]
+
+
+def test_a_producer_waiting_for_room_is_told_when_the_writer_closes(path):
+    gate = threading.Event()
+    writer = Writer(path, queue_size=1)
+    held = writer.submit_nowait(lambda con: gate.wait(10))
+    for _ in range(1000):  # until the writer thread holds the blocking write
+        if writer.depth == 0:
+            break
+        threading.Event().wait(0.01)
+    queued = writer.submit_nowait(make_row("w", 1))  # fills the queue
+    outcome: list = []
+
+    def blocked_producer() -> None:
+        try:
+            outcome.append(writer.submit(make_row("w", 2)))
+        except WriterClosed as exc:
+            outcome.append(exc)
+
+    producer = threading.Thread(target=blocked_producer)
+    producer.start()
+    closer = threading.Thread(target=writer.close)
+    closer.start()
+    gate.set()
+    producer.join(10)
+    closer.join(10)
+    assert not producer.is_alive() and not closer.is_alive()
+    held.result(10)
+    assert queued.result(10)
+    # Either it got in before the close or it was told: never lost, never stuck.
+    assert len(outcome) == 1
+    stored = [seq for _, seq in rows(path)]
+    assert isinstance(outcome[0], WriterClosed) or "000002" in stored
