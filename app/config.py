@@ -75,6 +75,7 @@ class MemoryConfig:
     session_idle_minutes: int = setting(30, between(1, 24 * 60))
     max_message_chars: int = setting(32_000, between(100, 10_000_000))
     bootstrap_max_tokens: int = setting(500, between(0, 100_000))
+    dedupe_similarity: float = setting(0.75, between(0.1, 1))
     user_id: str = setting("default")
 
 

@@ -183,6 +183,27 @@ def test_similar_text_under_another_key_updates_the_current_row(setup):
     assert scalar(cfg, "SELECT count(*) FROM facts WHERE superseded_at IS NOT NULL") == 1
 
 
+def test_the_similarity_threshold_comes_from_the_config(setup):
+    cfg, writer, model, fake = setup
+    first = {"category": "fact", "key": "staging database",
+             "value": "staging postgres runs on host db2"}
+    second = {"category": "fact", "key": "staging db host",
+              "value": "staging postgres moved to host db7"}
+
+    def two_turns(config, session):
+        fake.script_generate({"profile": {}, "facts": [first]}, {"profile": {}, "facts": [second]})
+        for said in (first["value"], second["value"]):
+            distill_turn(writer, model, config, "ana", session,
+                         add_turn(writer, config, "ana", session, said))
+
+    two_turns(cfg, "s1")  # the default, 0.75: different enough to be two facts
+    assert len(current_facts(cfg)) == 2
+    loose = cfg.replace(memory={"dedupe_similarity": 0.1})
+    writer.submit(lambda con: con.execute("DELETE FROM facts"))
+    two_turns(loose, "s2")  # a loose threshold folds the second into the first
+    assert current_facts(cfg) == {("fact", "staging database"): second["value"]}
+
+
 def test_unrelated_facts_in_one_category_stay_apart(setup):
     cfg, writer, _, fake = setup
     fake.script_generate(

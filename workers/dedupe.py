@@ -16,8 +16,8 @@ import apsw
 from app.fts import build_match_query
 from app.memory import Fact, WriteAction, current_fact, get_fact, upsert_fact
 
-# Share of an existing fact's BM25 weight the new text must cover to be "the same fact".
-# (Suggested config key: memory.dedupe_similarity.)
+# Share of an existing fact's BM25 weight the new text must cover to be "the same fact";
+# [memory] dedupe_similarity in config.toml, this is its default.
 SIMILAR_FACT_THRESHOLD = 0.75
 CANDIDATES = 5
 
@@ -65,10 +65,11 @@ def similar_facts(con: apsw.Connection, user_id: str, category: str, text: str,
 
 
 def store_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
-               worker: str, source_event_id: int | None, importance: float = 0.5) -> WriteAction:
+               worker: str, source_event_id: int | None, importance: float = 0.5,
+               similarity: float = SIMILAR_FACT_THRESHOLD) -> WriteAction:
     """upsert_fact, after redirecting a similar fact onto the existing row's key."""
     if current_fact(con, user_id, category, normalise_key(key)) is None:
-        similar = similar_facts(con, user_id, category, f"{key} {value}")
+        similar = similar_facts(con, user_id, category, f"{key} {value}", threshold=similarity)
         if similar:
             fact = similar[0][0]
             if fact.deleted_at is not None:

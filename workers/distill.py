@@ -209,7 +209,8 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent]) -> tuple[Extr
 
 
 def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
-           extraction: Extraction, worker: str, source_event_id: int | None) -> DistillResult:
+           extraction: Extraction, worker: str, source_event_id: int | None,
+           similarity: float) -> DistillResult:
     pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
     if not pending:
         return DistillResult()  # another run got here first
@@ -223,7 +224,7 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[
     for category, key, value in extraction.facts:
         try:
             action = store_fact(con, user_id, category, key, value, worker=worker,
-                                source_event_id=source_event_id)
+                                source_event_id=source_event_id, similarity=similarity)
         except InvalidMemory:
             result.dropped += 1
             continue
@@ -233,13 +234,15 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[
     return result
 
 
-def _write(writer: Writer, user_id: str, session_id: str, events: list[TurnEvent],
-           extraction: Extraction, worker: str, dropped: int = 0) -> DistillResult:
+def _write(writer: Writer, config: Config, user_id: str, session_id: str,
+           events: list[TurnEvent], extraction: Extraction, worker: str,
+           dropped: int = 0) -> DistillResult:
     sources = [e.id for e in events if e.role in SOURCE_ROLES]
     source_event_id = sources[-1] if sources else None
     ids = [e.id for e in events]
+    similarity = config.memory.dedupe_similarity
     result = writer.submit(lambda con: _store(con, user_id, session_id, ids, extraction, worker,
-                                              source_event_id))
+                                              source_event_id, similarity))
     result.dropped += dropped
     return result
 
@@ -255,7 +258,7 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
     if any(e.role in SOURCE_ROLES for e in events):
         raw, text = ask_json(model, WORKER, build_prompt(events), DISTILL_SCHEMA, SYSTEM)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events)
-    return _write(writer, user_id, session_id, events, extraction, WORKER, dropped)
+    return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
 
 
 def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
@@ -271,4 +274,4 @@ def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
             captured = capture_statements(event.content)
             extraction.profile.update(captured.profile)
             extraction.facts.extend(captured.facts)
-    return _write(writer, user_id, session_id, events, extraction, FALLBACK_WORKER)
+    return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER)
