@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from tests.fake_ollama import Fault, unused_loopback_url
+from tests.fake_ollama import Fault
 from tests.test_workers_storage import redis_url  # noqa: F401 — fixture
 from tests.test_workers_support import (
     REPO_ROOT,

@@ -128,7 +128,7 @@ def test_paused_tasks_are_skipped(writer, config):
 def test_a_oneshot_is_deleted_after_it_runs(writer, config):
     task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
     [result] = run_due_tasks(config, writer, FakeChat(), NOW + timedelta(minutes=10))
-    assert result.status == "done"
+    assert result.status == "done" and result.task_id == task.id
     assert list_tasks(reader(config), USER) == []
 
 
