@@ -37,6 +37,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import signal
 import sys
 import threading
 import time
@@ -1070,6 +1071,10 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3))
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
              openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a
+        # quiet handler underneath makes that a clean exit (status 0 under honcho).
+        signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         with hold_pid_file(config.data_dir, "serve"):  # restore refuses while we run
             server.run()

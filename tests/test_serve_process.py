@@ -1,0 +1,44 @@
+"""`hilo serve` as a process: it announces itself and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.conftest import REPO_ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_dir, tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port",
+         str(port)], cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/health").json()["status"] == "ok"
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "never came up"
+                time.sleep(0.05)
+        assert (data_dir / f"serve.{server.pid}.pid").exists()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=10) == 0
+        assert not (data_dir / f"serve.{server.pid}.pid").exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
