@@ -139,6 +139,9 @@ class _Block:
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     owner_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # (connection, PRAGMA data_version) at the last refresh: unchanged means no other
+    # connection has committed since, so there is nothing new to read.
+    seen: tuple[int, int] | None = None
 
     def append(self, ids: list[int], vectors: list[np.ndarray]) -> None:
         if not ids:
@@ -176,7 +179,11 @@ class VectorIndex:
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
         """Read the rows stored since the last refresh; reload if any older row went away."""
         block = self._block(con, user_id, model, kind)
+        version = (id(con), con.execute("PRAGMA data_version").fetchone()[0])
         with block.lock:
+            if block.seen == version:
+                return block
+            block.seen = version
             if block.last_row:
                 still_there = con.execute(
                     "SELECT count(*) FROM embeddings WHERE user_id = ? AND model = ? "
@@ -217,9 +224,9 @@ class VectorIndex:
             scores = matrix @ (query.astype(np.float32) / norm)
         depth = min(depth, len(scores))
         top = np.argpartition(-scores, depth - 1)[:depth]
-        # Same score: the newer owner first, as in fuse().
-        top = sorted(top, key=lambda i: (-scores[i], -owner_ids[i]))
-        return [(int(owner_ids[i]), float(scores[i])) for i in top]
+        # Best score first; the same score: the newer owner first, as in fuse().
+        top = top[np.lexsort((-owner_ids[top], -scores[top]))]
+        return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
 
     def clear(self) -> None:
         with self._lock:
