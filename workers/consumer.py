@@ -12,17 +12,14 @@ the writer commits what is queued, and whatever was cut off is redone by reconci
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
-from pathlib import Path
 
 import structlog
 
-from app.config import Config, ConfigError, load_config
+from app.config import Config
 from app.backup import hold_pid_file
 from app.datadir import init_data_dir
-from app.log import configure_logging
 
 log = structlog.get_logger(__name__)
 
@@ -76,19 +73,10 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.consumer", description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path)
-    parser.add_argument("--config", type=Path)
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("-k", "--worker-type", default="thread")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(path=args.config, data_dir=args.data_dir)
-    except ConfigError as exc:
-        print(f"hilo worker: configuration error: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(config.logging.level, config.logging.format)
-    return run_worker(config, args.workers, args.worker_type)
+    """`python -m workers.consumer [flags]` is `hilo worker [flags]`."""
+    from app.cli import main as hilo
+
+    return hilo(["worker", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
