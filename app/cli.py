@@ -118,13 +118,10 @@ def _progress_bar(args: argparse.Namespace):
 
 @command("backup")
 def cmd_backup(args: argparse.Namespace, config: Config) -> int:
-    from app.backup import BackupError, backup
+    from app.backup import backup
 
     with _progress_bar(args) as progress:
-        try:
-            report = backup(config, args.dest, progress, overwrite=args.overwrite)
-        except BackupError as exc:
-            raise CommandError(str(exc)) from None
+        report = backup(config, args.dest, progress, overwrite=args.overwrite)
     doc = report.to_dict()
     emit(args, doc, lambda: print(
         f"Backed up to {doc['dest']}: {doc['events']} events, schema {doc['schema_version']}, "
@@ -134,12 +131,9 @@ def cmd_backup(args: argparse.Namespace, config: Config) -> int:
 
 @command("restore")
 def cmd_restore(args: argparse.Namespace, config: Config) -> int:
-    from app.backup import BackupError, restore
+    from app.backup import restore
 
-    try:
-        report = restore(config, args.src, force=args.force)
-    except BackupError as exc:
-        raise CommandError(str(exc)) from None
+    report = restore(config, args.src, force=args.force)
     doc = report.to_dict()
     emit(args, doc, lambda: print(
         f"Restored {args.src} ({doc['events']} events); the previous file is kept as "
@@ -149,13 +143,10 @@ def cmd_restore(args: argparse.Namespace, config: Config) -> int:
 
 @command("rebuild")
 def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
-    from app.backup import BackupError, rebuild
+    from app.backup import rebuild
 
     with _progress_bar(args) as progress:
-        try:
-            report = rebuild(config, all_layers=args.all, progress=progress)
-        except BackupError as exc:
-            raise CommandError(str(exc)) from None
+        report = rebuild(config, all_layers=args.all, progress=progress)
     doc = report.to_dict()
     emit(args, doc, lambda: print(
         "Rebuilt the full-text indexes" + (" and cleared every derived layer; the worker "
@@ -165,16 +156,11 @@ def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
 
 @command("export")
 def cmd_export(args: argparse.Namespace, config: Config) -> int:
-    from app.transfer import TransferError, export_jsonl, export_markdown
+    from app.transfer import export_jsonl, export_markdown
 
     user = args.user or config.memory.user_id
-    try:
-        if args.format == "md":
-            report = export_markdown(config, user, args.out)
-        else:
-            report = export_jsonl(config, user, args.out)
-    except TransferError as exc:
-        raise CommandError(str(exc)) from None
+    export = export_markdown if args.format == "md" else export_jsonl
+    report = export(config, user, args.out)
     doc = report.to_dict()
     emit(args, doc, lambda: print(f"Exported {user}'s memory to {args.out}: {doc}"))
     return 0
@@ -182,18 +168,15 @@ def cmd_export(args: argparse.Namespace, config: Config) -> int:
 
 @command("import")
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
-    from app.transfer import TransferError, import_kinder_agent, import_path
+    from app.transfer import import_kinder_agent, import_path
 
     user = args.user or config.memory.user_id
-    try:
-        if args.source == "kinder-agent":
-            if args.path is None:
-                raise CommandError("usage: hilo import kinder-agent <memory.db>")
-            report = import_kinder_agent(config, args.path, user)
-        else:
-            report = import_path(config, Path(args.source), user)
-    except TransferError as exc:
-        raise CommandError(str(exc)) from None
+    if args.source == "kinder-agent":
+        if args.path is None:
+            raise CommandError("usage: hilo import kinder-agent <memory.db>")
+        report = import_kinder_agent(config, args.path, user)
+    else:
+        report = import_path(config, Path(args.source), user)
     doc = report.to_dict()
     emit(args, doc, lambda: print(f"Imported into {user}'s memory: {doc}"))
     return 0
@@ -274,43 +257,40 @@ def cmd_tasks(args: argparse.Namespace, config: Config) -> int:
     user = args.user or config.memory.user_id
     tz = config.schedule.timezone
     what = args.tasks_command
-    try:
-        if what == "list":
-            found = tasks.list_tasks(_reader(config), user)
-            emit(args, [t.to_json() for t in found], lambda: print(
-                "\n".join(_task_line(t, tz) for t in found) or "(no scheduled tasks)"))
-            return 0
-        if what == "log":
-            log = tasks.task_log(_reader(config), user, args.ref)
-            emit(args, log.to_json(), lambda: print("\n".join(
-                [f"run {r.scheduled_for} {r.status}" + (f": {r.error}" if r.error else "")
-                 for r in log.runs] + [f"  {e.created_at[:16]} {e.role}: {e.content}"
-                                       for e in log.events]) or "(no runs yet)"))
-            return 0
-        with Writer.from_config(config, Durability.FULL) as writer:
-            if what == "add":
-                added = tasks.add_task(writer, config, args.schedule, args.prompt, user_id=user,
-                                       name=args.name, oneshot=args.oneshot, trusted=args.trusted)
-                emit(args, added.to_json(),
-                     lambda: print(f"Added #{added.task.id} {added.task.name}: "
-                                   f"{added.description}"))
-            elif what == "run":
-                from app.chat import ChatService
-                from workers.scheduler import run_task_now
+    if what == "list":
+        found = tasks.list_tasks(_reader(config), user)
+        emit(args, [t.to_json() for t in found], lambda: print(
+            "\n".join(_task_line(t, tz) for t in found) or "(no scheduled tasks)"))
+        return 0
+    if what == "log":
+        log = tasks.task_log(_reader(config), user, args.ref)
+        emit(args, log.to_json(), lambda: print("\n".join(
+            [f"run {r.scheduled_for} {r.status}" + (f": {r.error}" if r.error else "")
+             for r in log.runs] + [f"  {e.created_at[:16]} {e.role}: {e.content}"
+                                   for e in log.events]) or "(no runs yet)"))
+        return 0
+    with Writer.from_config(config, Durability.FULL) as writer:
+        if what == "add":
+            added = tasks.add_task(writer, config, args.schedule, args.prompt, user_id=user,
+                                   name=args.name, oneshot=args.oneshot, trusted=args.trusted)
+            emit(args, added.to_json(),
+                 lambda: print(f"Added #{added.task.id} {added.task.name}: "
+                               f"{added.description}"))
+        elif what == "run":
+            from app.chat import ChatService
+            from workers.scheduler import run_task_now
 
-                with ChatService(config, writer=writer) as service:
-                    result = run_task_now(config, writer, service, user, args.ref)
-                emit(args, result.to_json(), lambda: print(json.dumps(
-                    result.to_json(), indent=2, ensure_ascii=False, default=str)))
-            else:
-                change = {"pause": tasks.pause_task, "rm": tasks.remove_task}.get(what)
-                task = (change(writer, user, args.ref) if change
-                        else tasks.resume_task(writer, config, user, args.ref))
-                verb = {"pause": "Paused", "resume": "Resumed", "rm": "Removed"}[what]
-                emit(args, task.to_json() if task else {"ref": args.ref},
-                     lambda: print(f"{verb} {args.ref}"))
-    except ValueError as exc:  # ScheduleError, TaskError, TaskNotFound: all say what to do
-        raise CommandError(str(exc)) from None
+            with ChatService(config, writer=writer) as service:
+                result = run_task_now(config, writer, service, user, args.ref)
+            emit(args, result.to_json(), lambda: print(json.dumps(
+                result.to_json(), indent=2, ensure_ascii=False, default=str)))
+        else:
+            change = {"pause": tasks.pause_task, "rm": tasks.remove_task}.get(what)
+            task = (change(writer, user, args.ref) if change
+                    else tasks.resume_task(writer, config, user, args.ref))
+            verb = {"pause": "Paused", "resume": "Resumed", "rm": "Removed"}[what]
+            emit(args, task.to_json() if task else {"ref": args.ref},
+                 lambda: print(f"{verb} {args.ref}"))
     return 0
 
 
@@ -479,6 +459,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Failures whose message already says what to do: shown as one line, exit status 1.
+    Anything else is a bug and keeps its traceback."""
+    from app.backup import BackupError
+    from app.db import DatabaseError
+    from app.events import InvalidEvent
+    from app.memory import InvalidMemory
+    from app.schedule import ScheduleError
+    from app.tasks import TaskError
+    from app.transfer import TransferError
+
+    return (CommandError, BackupError, DatabaseError, InvalidEvent, InvalidMemory,
+            ScheduleError, TaskError, TransferError)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Vector search multiplies small matrices per query: OpenBLAS's thread pool only
     # fights the server's and workers' own threads for the cores (measured: 25 → 10 ms).
@@ -493,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.logging.level, config.logging.format)
     try:
         return COMMANDS[args.command](args, config)
-    except CommandError as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         print(f"hilo {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

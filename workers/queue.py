@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import atexit
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from huey import Huey
 from huey.storage import PriorityRedisStorage
@@ -192,6 +193,18 @@ def try_lock(name: str) -> bool:
 
 def release_lock(name: str) -> None:
     huey.delete(lock_key(name))
+
+
+@contextmanager
+def exclusive(name: str) -> Iterator[bool]:
+    """Hold the named lock for the block if no one else does; yields whether we got it."""
+    if not try_lock(name):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        release_lock(name)
 
 
 def flush_stale_locks() -> list[str]:

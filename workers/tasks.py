@@ -22,12 +22,11 @@ from workers.embed import embed_pending
 from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.queue import (
     bound_config,
+    exclusive,
     flush_stale_locks,
     huey,
     job_context,
     record_failure,
-    release_lock,
-    try_lock,
 )
 from workers.reading import reading
 from workers.reconcile import reconcile as find_undone_work
@@ -87,12 +86,11 @@ def distill(user_id: str, session_id: str, event_ids: list[int], attempt: int = 
 
 @huey.task(context=True)
 def compact(user_id: str, session_id: str, attempt: int = 1, task: Task | None = None) -> None:
-    lock = f"compact:{user_id}:{session_id}"
-    if not try_lock(lock):
-        # Another worker is compacting this session; it loops until below the threshold.
-        log.debug("compact.locked", user_id=user_id, session_id=session_id)
-        return
-    try:
+    with exclusive(f"compact:{user_id}:{session_id}") as mine:
+        if not mine:
+            # Another worker is compacting this session; it loops until below the threshold.
+            log.debug("compact.locked", user_id=user_id, session_id=session_id)
+            return
         ctx = job_context()
         attempt_job(
             ctx.config, "compact", attempt, {"user_id": user_id, "session_id": session_id},
@@ -102,8 +100,6 @@ def compact(user_id: str, session_id: str, attempt: int = 1, task: Task | None =
             retry=_again(compact, (user_id, session_id), attempt),
             **_policy(task),
         )
-    finally:
-        release_lock(lock)
     embed(user_id)  # the new cards
 
 
@@ -113,10 +109,9 @@ def embed(user_id: str | None = None, attempt: int = 1, task: Task | None = None
     ctx = job_context()
     if ctx.embedder is None:
         return
-    lock = f"embed:{user_id}"
-    if not try_lock(lock):
-        return  # another worker is embedding this user's backlog right now
-    try:
+    with exclusive(f"embed:{user_id}") as mine:
+        if not mine:
+            return  # another worker is embedding this user's backlog right now
         attempt_job(
             ctx.config, "embed", attempt, {"user_id": user_id},
             work=lambda: embed_pending(ctx.writer, ctx.embedder, user_id),
@@ -125,8 +120,6 @@ def embed(user_id: str | None = None, attempt: int = 1, task: Task | None = None
             retry=_again(embed, (user_id,), attempt),
             **_policy(task),
         )
-    finally:
-        release_lock(lock)
 
 
 @huey.task(context=True)
