@@ -10,7 +10,7 @@ import ollama
 import openai
 import pytest
 
-from app import api
+from app.api import server as api_server
 from tests.fake_ollama import Fault, unused_loopback_url
 from tests.test_api_support import HiloServer, hilo, serve  # noqa: F401 — the fixture
 
@@ -330,7 +330,7 @@ def test_wrongly_typed_fields_are_a_422_naming_the_field(hilo: HiloServer) -> No
 
 
 def test_an_oversized_body_is_refused(config, data_dir, fake_ollama, monkeypatch) -> None:
-    monkeypatch.setattr(api, "MAX_BODY_BYTES", 10_000)
+    monkeypatch.setattr(api_server, "MAX_BODY_BYTES", 10_000)
     for server in serve(config, fake_ollama):
         body = {"model": MODEL, "messages": [user("x" * 20_000)]}
         response = server.client().post("/api/chat", json=body)

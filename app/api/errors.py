@@ -1,0 +1,110 @@
+"""The one place HTTP errors are shaped.
+
+Every error a client gets is in the shape of the API it called: OpenAI's
+`{"error": {"message", "type", "param", "code"}}` under /v1, Ollama's `{"error": "..."}`
+everywhere else. Route handlers raise ApiError (or let a ModelError through); the
+handlers installed here turn those, invalid requests and unknown routes into that shape.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.llm import (
+    ModelError,
+    ModelHTTPError,
+    ModelNotFound,
+    ModelTimeout,
+    ModelUnreachable,
+)
+
+
+class ApiError(Exception):
+    """A request Hilo answers with an error in the calling API's own shape."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+_OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                       404: "not_found_error", 413: "invalid_request_error",
+                       422: "invalid_request_error"}
+
+
+def error_body(path: str, status: int, message: str, code: str) -> dict:
+    """OpenAI's error shape under /v1, Ollama's `{"error": "..."}` everywhere else."""
+    if path.startswith("/v1/"):
+        kind = _OPENAI_ERROR_TYPES.get(status, "api_error")
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": message}
+
+
+def error_response(path: str, status: int, message: str, code: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """`error_body` as a response with that status."""
+    return JSONResponse(error_body(path, status, message, code), status_code=status,
+                        headers=headers)
+
+
+def model_error_status(exc: ModelError) -> tuple[int, str]:
+    """The HTTP status and error code a client gets for a model server failure."""
+    if isinstance(exc, ModelNotFound):
+        return 404, "model_not_found"
+    if isinstance(exc, ModelUnreachable):
+        return 503, "model_unreachable"
+    if isinstance(exc, ModelTimeout):
+        return 504, "model_timeout"
+    if isinstance(exc, ModelHTTPError) and 400 <= exc.status < 500 and exc.status not in (401, 403):
+        return exc.status, "model_rejected"
+    return 502, "model_error"
+
+
+def turn_error(exc: ModelError) -> ApiError:
+    """A model failure during a chat turn, whose user message is already stored."""
+    status, code = model_error_status(exc)
+    return ApiError(status, f"{exc} (Hilo kept your message: send it again to retry)", code)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
+    problems = []
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            message = f"the request body is not valid JSON: {error.get('msg', '')}"
+            return 400, message, "invalid_json"
+        if tuple(error.get("loc", ())) == ("body",):
+            return 400, "the request body must be a JSON object", "invalid_json"
+        loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        problems.append(f"{loc or 'body'}: {error.get('msg', 'invalid')}")
+    return 422, "invalid request: " + "; ".join(problems), "invalid_request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer ApiError, ModelError, invalid requests and unknown routes in the caller's shape."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(request.url.path, exc.status, exc.message, exc.code)
+
+    @app.exception_handler(ModelError)
+    async def model_error(request: Request, exc: ModelError) -> JSONResponse:
+        status, code = model_error_status(exc)
+        return error_response(request.url.path, status, str(exc), code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message, code = _validation_message(exc)
+        return error_response(request.url.path, status, message, code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}; see /openapi.json"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; see /openapi.json"
+        return error_response(request.url.path, exc.status_code, message, "http_error",
+                              getattr(exc, "headers", None))

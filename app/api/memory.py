@@ -1,0 +1,206 @@
+"""The memory API under /memory: append events, preview a turn's context, search, and
+read or edit the profile, facts and sessions, always as the calling user."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from app.api.deps import Service, Who, check_id
+from app.api.errors import ApiError
+from app.chat import ChatService, hand_off_turn
+from app.events import Event, InvalidEvent, session_events
+from app.memory import (
+    CATEGORIES,
+    InvalidMemory,
+    delete_fact,
+    delete_profile,
+    fact_history,
+    get_fact,
+    list_facts,
+    list_profile,
+    list_sessions,
+    set_profile,
+    upsert_fact,
+)
+from app.retrieval import search_memory
+
+class EventIn(BaseModel):
+    role: Literal["user", "assistant", "tool", "system"]
+    content: str
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+
+class AppendEvents(BaseModel):
+    session_id: str
+    events: list[EventIn] = Field(min_length=1, max_length=1000)
+
+
+class ContextRequest(BaseModel):
+    session_id: str
+    text: str
+    system: str | None = Field(None, description="the client's system prompt, kept first")
+    model: str | None = None
+
+
+class ProfileValue(BaseModel):
+    value: str
+
+
+Category = Literal["fact", "decision", "solution", "preference", "conversation"]
+assert set(Category.__args__) == set(CATEGORIES)  # the same as app.memory's
+
+
+class FactIn(BaseModel):
+    category: Category = "fact"
+    key: str
+    value: str
+    importance: float = Field(0.5, ge=0, le=1)
+
+
+def _event_dict(event: Event) -> dict:
+    return {"id": event.id, "session_id": event.session_id, "role": event.role,
+            "content": event.content, "created_at": event.created_at,
+            "importance": event.importance, "compacted": event.compacted,
+            "truncated_from": event.original_length, "redactions": list(event.redactions)}
+
+
+def _fact_dict(fact: Any) -> dict:
+    record = asdict(fact)
+    record.pop("user_id")
+    return record
+
+
+def _edit(service: ChatService, write: Any) -> Any:
+    try:
+        return service.edit(write)
+    except InvalidMemory as exc:
+        raise ApiError(400, str(exc), "invalid_memory") from exc
+
+
+router = APIRouter(prefix="/memory", tags=["Memory API"])
+
+
+@router.post("/events", summary="Append events to a session", status_code=201)
+def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
+    """Stored as the client sent them (sanitised: secrets redacted, size capped) and
+    handed to the workers like a chat turn."""
+    session_id = check_id("session", body.session_id)
+    try:
+        stored = [service.append(who.user_id, session_id, e.role, e.content,
+                                 tool_call_id=e.tool_call_id, tool_name=e.tool_name)
+                  for e in body.events]
+    except InvalidEvent as exc:
+        raise ApiError(400, str(exc), "invalid_event") from exc
+    hand_off_turn(service.config, who.user_id, session_id, [e.id for e in stored])
+    return {"events": [_event_dict(e) for e in stored]}
+
+
+@router.post("/context", summary="The context a turn would get, with explain")
+def get_context(body: ContextRequest, who: Who, service: Service) -> dict:
+    """The messages the model would receive for `text` in this session — nothing is
+    stored — and `explain`: each layer's status and tokens, and why each fact and card
+    was chosen."""
+    built = service.build_context(who.user_id, check_id("session", body.session_id), body.text,
+                                  client_system=body.system, model=body.model)
+    return {"messages": built.messages, "tokens": built.tokens, "budget": built.budget,
+            "explain": built.explain}
+
+
+@router.get("/search", summary="Search facts, context cards and events")
+def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
+           limit: Annotated[int, Query(ge=1, le=100)] = 10, explain: bool = False) -> dict:
+    """Facts, then cards, then raw events matching `q`; with `explain`, each hit's rank
+    in every retrieval stream and its fused score."""
+    hits = search_memory(service.reader(), who.user_id, q, limit, embedder=service.embedder)
+    return {"hits": [hit.to_dict(explain) for hit in hits]}
+
+
+@router.get("/profile", summary="List profile keys")
+def get_profile(who: Who, service: Service) -> dict:
+    return {"profile": [asdict(entry) for entry in list_profile(service.reader(), who.user_id)]}
+
+
+@router.put("/profile/{key}", summary="Set a profile key")
+def put_profile(key: str, body: ProfileValue, who: Who, service: Service) -> dict:
+    action = _edit(service, lambda con: set_profile(con, who.user_id, key, body.value,
+                                                    source="user", worker="user"))
+    return {"key": key.strip().casefold(), "value": body.value.strip(), "action": action}
+
+
+@router.delete("/profile/{key}", summary="Delete a profile key (no worker re-creates it)")
+def remove_profile(key: str, who: Who, service: Service) -> dict:
+    if not _edit(service, lambda con: delete_profile(con, who.user_id, key, worker="user")):
+        raise ApiError(404, f"no profile key {key!r}", "not_found")
+    return {"key": key.strip().casefold(), "deleted": True}
+
+
+@router.get("/facts", summary="List current facts")
+def get_facts(who: Who, service: Service,
+              category: Annotated[Category | None, Query()] = None,
+              limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+              history: bool = False) -> dict:
+    """Most recent first; with `history`, superseded and deleted versions too."""
+    facts = list_facts(service.reader(), who.user_id, category=category, limit=limit,
+                       include_history=history)
+    return {"facts": [_fact_dict(f) for f in facts]}
+
+
+@router.post("/facts", summary="Add or update a fact", status_code=201)
+def add_fact(body: FactIn, who: Who, service: Service) -> dict:
+    """One current fact per (category, key): a new value supersedes the old one, which is kept."""
+    written = _edit(service, lambda con: upsert_fact(
+        con, who.user_id, body.category, body.key, body.value, source="user", worker="user",
+        importance=body.importance))
+    fact = get_fact(service.reader(), who.user_id, written.fact_id) if written.fact_id else None
+    return {"action": written.action, "fact": _fact_dict(fact) if fact else None}
+
+
+@router.get("/facts/{fact_id}", summary="One fact and the history of its key")
+def get_one_fact(fact_id: int, who: Who, service: Service) -> dict:
+    con = service.reader()
+    fact = get_fact(con, who.user_id, fact_id)
+    if fact is None:
+        raise ApiError(404, f"no fact {fact_id}", "not_found")
+    return {"fact": _fact_dict(fact), "history": fact_history(con, who.user_id, fact_id)}
+
+
+@router.delete("/facts/{fact_id}", summary="Delete a fact (no worker re-creates it)")
+def remove_fact(fact_id: int, who: Who, service: Service) -> dict:
+    if not _edit(service, lambda con: delete_fact(con, who.user_id, fact_id, worker="user")):
+        raise ApiError(404, f"no current fact {fact_id}", "not_found")
+    return {"id": fact_id, "deleted": True}
+
+
+@router.get("/sessions", summary="List sessions, most recent first")
+def get_sessions(who: Who, service: Service,
+                 limit: Annotated[int, Query(ge=1, le=10_000)] = 100) -> dict:
+    return {"sessions": [asdict(s) for s in list_sessions(service.reader(), who.user_id,
+                                                          limit=limit)]}
+
+
+def _session_exists(service: ChatService, user_id: str, session_id: str) -> bool:
+    return service.reader().execute(
+        "SELECT 1 FROM sessions WHERE user_id = ? AND id = ?", (user_id, session_id)
+    ).fetchone() is not None
+
+
+@router.get("/sessions/{session_id}/events", summary="A session's events, oldest first")
+def get_session_events(session_id: str, who: Who, service: Service,
+                       limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> dict:
+    if not _session_exists(service, who.user_id, session_id):
+        raise ApiError(404, f"no session {session_id!r}", "not_found")
+    events = session_events(service.reader(), who.user_id, session_id, limit=limit)
+    return {"session_id": session_id, "events": [_event_dict(e) for e in events]}
+
+
+@router.post("/sessions/{session_id}/end", summary="End a session (its diary entry is queued)")
+def end_session(session_id: str, who: Who, service: Service) -> dict:
+    if not _session_exists(service, who.user_id, session_id):
+        raise ApiError(404, f"no session {session_id!r}", "not_found")
+    ended = service.end_session(who.user_id, session_id)
+    return {"session_id": session_id, "ended": ended}

@@ -1,0 +1,112 @@
+"""The app and the process that serves it: `create_app` puts the routes, the error
+shapes and the gate together; `run_server` is `hilo serve`.
+
+Without `[server] token`, `run_server` refuses to listen anywhere but loopback: anyone
+who could reach it could read the memory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import sys
+import threading
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import structlog
+import uvicorn
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from app.api import health, memory, ollama, openai, scheduled
+from app.api.errors import install_error_handlers
+from app.api.gate import Gate
+from app.api.health import VERSION
+from app.api.turns import SessionLocks
+from app.backup import hold_pid_file
+from app.chat import ChatService
+from app.config import Config
+from app.datadir import init_data_dir
+
+log = structlog.get_logger(__name__)
+
+# Whole conversations are resent every turn: 100 turns of 32k characters fit.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
+    """The ASGI app. Without a service, it makes one (and closes it on shutdown)."""
+    owned = service is None
+    if service is None:
+        init_data_dir(config)
+        service = ChatService(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            await run_in_threadpool(app.state.service.close)
+
+    app = FastAPI(
+        title="Hilo", version=VERSION, lifespan=lifespan,
+        description="Persistent, layered memory for chat agents on local models. Point an "
+                    "Ollama or OpenAI client here instead of at the model server.")
+    app.state.config = config
+    app.state.service = service
+    app.state.session_locks = SessionLocks()
+    install_error_handlers(app)
+    for routes in (ollama, openai, scheduled, memory, health):
+        app.include_router(routes.router)
+    app.add_middleware(Gate, token=config.server.token, max_body=MAX_BODY_BYTES)
+    return app
+
+
+class BindRefused(Exception):
+    """Listening here would expose the memory without a token."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str) -> None:
+    if not token and not is_loopback(host):
+        raise BindRefused(
+            f"refusing to listen on {host} without a token: anyone who can reach it could "
+            "read this memory. Set [server] token (HILO_SERVER_TOKEN), or listen on 127.0.0.1")
+
+
+def run_server(config: Config, host: str | None = None, port: int | None = None) -> int:
+    """`hilo serve`: serve until interrupted. Returns the exit status."""
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    try:
+        check_bind(host, config.server.token)
+    except BindRefused as exc:
+        print(f"hilo serve: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3))
+    log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
+             openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a
+        # quiet handler underneath makes that a clean exit (status 0 under honcho).
+        signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        with hold_pid_file(config.data_dir, "serve"):  # restore refuses while we run
+            server.run()
+    except SystemExit:
+        pass
+    if not server.started:
+        print(f"hilo serve: could not listen on {host}:{port} (is the port in use? "
+              "choose another with --port)", file=sys.stderr)
+        return 1
+    return 0
