@@ -38,7 +38,13 @@ from app.db import (
     migrate,
     schema_version,
 )
-from app.timeutil import utc_now
+from app.memory import (
+    clear_agent_facts,
+    clear_agent_profile,
+    clear_cards,
+    clear_diary,
+    restore_user_facts,
+)
 
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
@@ -47,6 +53,8 @@ Progress = Callable[[str, int, int], None]
 PID_ROLES = {"worker": "the worker", "serve": "the server"}
 # 4 MiB of 4 KiB pages per step: fine-grained progress, negligible per-step overhead.
 PAGES_PER_STEP = 1024
+# How rebuild signs its changes in memory_log.
+REBUILD_WORKER = "rebuild"
 FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
 # The tables a file must have to be a Hilo memory database worth restoring.
 REQUIRED_TABLES = ("sessions", "events", "context_cards", "profile", "facts", "diary")
@@ -387,65 +395,27 @@ class RebuildReport:
         return dict(self.__dict__)
 
 
-def _log_deletions(con: apsw.Connection, rows: str, now: str) -> None:
-    """Log as deleted the rows `rows` selects as (user_id, owner_kind, owner_id, old_value)."""
-    # Provenance: as_of queries replay memory_log, so a cleared row must be logged gone.
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) SELECT user_id, kind, owner_id, 'delete', old_value, NULL, "
-        f"'rebuild', ? FROM ({rows})", (now,))
-
-
 def _clear_derived_layers(con: apsw.Connection, progress: Progress | None, total: int) -> dict[str, int]:
     """Delete what the workers derived and mark the events undone; user edits stay."""
-    now = utc_now()
     cleared: dict[str, int] = {}
 
     def step(name: str, done: int) -> None:
         if progress:
             progress(f"clear {name}", done, total)
 
-    # Cards: events lose their card_id through the foreign key (ON DELETE SET NULL).
-    _log_deletions(con, "SELECT user_id, 'card' AS kind, id AS owner_id, summary AS old_value "
-                   "FROM context_cards", now)
-    con.execute("DELETE FROM context_cards")
-    cleared["cards"] = con.changes()
+    cleared["cards"] = clear_cards(con, worker=REBUILD_WORKER)
     step("cards", 1)
 
     # Facts the agent derived; a tombstone (deleted_at) is the user's edit and stays.
-    _log_deletions(con, "SELECT user_id, 'fact' AS kind, id AS owner_id, value AS old_value "
-                   "FROM facts WHERE source = 'agent' AND deleted_at IS NULL "
-                   "AND superseded_at IS NULL", now)
-    con.execute("DELETE FROM facts WHERE source = 'agent' AND deleted_at IS NULL")
-    cleared["facts"] = con.changes()
+    cleared["facts"] = clear_agent_facts(con, worker=REBUILD_WORKER)
     # A user's fact that an agent fact had superseded is current again.
-    restored = list(con.execute(
-        "SELECT f.id, f.user_id, f.value FROM facts f WHERE f.superseded_at IS NOT NULL "
-        "AND f.source = 'user' AND f.deleted_at IS NULL "
-        "AND NOT EXISTS (SELECT 1 FROM facts c WHERE c.user_id = f.user_id AND "
-        "c.category = f.category AND c.key = f.key AND c.superseded_at IS NULL) "
-        "AND f.id = (SELECT max(o.id) FROM facts o WHERE o.user_id = f.user_id AND "
-        "o.category = f.category AND o.key = f.key)"))
-    for fact_id, user_id, value in restored:
-        con.execute("UPDATE facts SET superseded_at = NULL, superseded_by = NULL WHERE id = ?",
-                    (fact_id,))
-        con.execute(
-            "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-            "worker, created_at) VALUES (?, 'fact', ?, 'restore', NULL, ?, 'rebuild', ?)",
-            (user_id, str(fact_id), value, now))
-    cleared["user_facts_made_current"] = len(restored)
+    cleared["user_facts_made_current"] = restore_user_facts(con, worker=REBUILD_WORKER)
     step("facts", 2)
 
-    _log_deletions(con, "SELECT user_id, 'profile' AS kind, key AS owner_id, value AS old_value "
-                   "FROM profile WHERE source = 'agent' AND deleted_at IS NULL", now)
-    con.execute("DELETE FROM profile WHERE source = 'agent' AND deleted_at IS NULL")
-    cleared["profile"] = con.changes()
+    cleared["profile"] = clear_agent_profile(con, worker=REBUILD_WORKER)
     step("profile", 3)
 
-    _log_deletions(con, "SELECT user_id, 'diary' AS kind, id AS owner_id, entry AS old_value "
-                   "FROM diary", now)
-    con.execute("DELETE FROM diary")
-    cleared["diary"] = con.changes()
+    cleared["diary"] = clear_diary(con, worker=REBUILD_WORKER)
     step("diary", 4)
 
     con.execute("DELETE FROM embeddings")

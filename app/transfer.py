@@ -39,7 +39,19 @@ from app.config import Config
 from app.db import Durability, connect_readonly, memory_db_path, schema_version
 from app.events import InvalidEvent, insert_event, normalize_text, prepare_event, truncate
 from app.fts import terms
-from app.memory import CATEGORIES, SOURCES, InvalidMemory
+from app.memory import (
+    CATEGORIES,
+    SOURCES,
+    FactRecord,
+    InvalidMemory,
+    NewCard,
+    add_card,
+    import_diary_entry,
+    import_fact,
+    import_profile,
+    link_folded_card,
+    link_superseded_fact,
+)
 from app.sanitize import redact_secrets
 from app.timeutil import parse_rfc3339, to_rfc3339, utc_now
 from app.writer import Writer
@@ -57,6 +69,10 @@ VALUE_LIMIT = 2000
 # Deterministic uuids for events that arrive without one (kinder-agent messages, or a
 # record shared with another user in the same database).
 IMPORT_NAMESPACE = uuidlib.UUID("3f0b6a52-9c1e-4f7e-8d1a-6b2f5e8c4a10")
+# How the importer signs its changes in memory_log.
+WORKER = "import"
+# What a memory write did, as the import report counts it.
+OUTCOMES = {"insert": "added", "update": "updated", "supersede": "updated"}
 
 _DIARY_MARKER = re.compile(r"^<!-- hilo-diary (\{.*\}) -->$")
 _SLUG = re.compile(r"[^\w]+", re.UNICODE)
@@ -159,24 +175,11 @@ def _key(text: Any, kind: str) -> str:
     return key[: KEY_LIMIT[kind]]
 
 
-def _same_value(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
 def _unit(value: Any, default: float = 0.5) -> float:
     try:
         return min(1.0, max(0.0, float(value)))
     except (TypeError, ValueError):
         return default
-
-
-def _log(con: apsw.Connection, user_id: str, kind: str, owner_id: str | int, action: str,
-         old: str | None, new: str | None, when: str) -> None:
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) VALUES (?, ?, ?, ?, ?, ?, 'import', ?)",
-        (user_id, kind, str(owner_id), action, old, new, when),
-    )
 
 
 # -- reading one user's memory as records ---------------------------------------------------
@@ -674,22 +677,17 @@ class _Importer:
             last = self._event_id(con, r.get("last_event_uuid"))
             if first is None and linked:
                 first, last = min(linked), max(linked)
-            level = int(r.get("level") or 0)
-            try:
-                con.execute(
-                    "INSERT INTO context_cards (user_id, session_id, summary, keywords, "
-                    "first_event_id, last_event_id, event_count, level, is_extractive, importance, "
-                    "access_count, last_accessed_at, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (self.user_id, session_id, summary, _clean(r.get("keywords"), 1000), first, last,
-                     int(r.get("event_count") or len(linked)), level, int(bool(r.get("is_extractive"))),
-                     _unit(r.get("importance")), int(r.get("access_count") or 0),
-                     _time(r.get("last_accessed_at")), created_at,
-                     _time(r.get("updated_at")) or created_at))
-                card_id = con.last_insert_rowid()
-                _log(con, self.user_id, "card", card_id, "insert", None, summary, created_at)
+            card_id = add_card(con, self.user_id, NewCard(
+                session_id=session_id, summary=summary, keywords=_clean(r.get("keywords"), 1000),
+                first_event_id=first, last_event_id=last,
+                event_count=int(r.get("event_count") or len(linked)),
+                level=int(r.get("level") or 0), is_extractive=bool(r.get("is_extractive")),
+                importance=_unit(r.get("importance")), access_count=int(r.get("access_count") or 0),
+                last_accessed_at=_time(r.get("last_accessed_at")), created_at=created_at,
+                updated_at=_time(r.get("updated_at")) or created_at), worker=WORKER)
+            if card_id is not None:
                 outcome = "added"
-            except apsw.ConstraintError:
+            else:
                 # cards_one_per_chunk: this chunk of events already has its card here.
                 card_id = con.execute("SELECT id FROM context_cards WHERE user_id = ? AND "
                                       "session_id IS ? AND first_event_id = ? AND level = 0",
@@ -717,34 +715,11 @@ class _Importer:
         updated_at = _time(r.get("updated_at")) or _time(r.get("created_at")) or utc_now()
         created_at = _time(r.get("created_at")) or updated_at
         deleted_at = _time(r.get("deleted_at"))
-        event_id = self._event_id(con, r.get("source_event_uuid"))
-        row = con.execute("SELECT value, updated_at, deleted_at FROM profile WHERE user_id = ? "
-                          "AND key = ?", (self.user_id, key)).fetchone()
-        if row is None:
-            con.execute("INSERT INTO profile (user_id, key, value, source, source_event_id, "
-                        "created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (self.user_id, key, value, source, event_id, created_at, updated_at, deleted_at))
-            _log(con, self.user_id, "profile", key, "insert", None, value, updated_at)
-            if deleted_at:
-                _log(con, self.user_id, "profile", key, "delete", value, None, deleted_at)
-            return "added"
-        old_value, old_updated, old_deleted = row
-        if old_deleted is not None:
-            return "unchanged"  # the user deleted it here; an import never brings it back
-        if deleted_at is not None:
-            if deleted_at < old_updated:
-                return "unchanged"
-            con.execute("UPDATE profile SET deleted_at = ?, updated_at = ? WHERE user_id = ? "
-                        "AND key = ?", (deleted_at, deleted_at, self.user_id, key))
-            _log(con, self.user_id, "profile", key, "delete", old_value, None, deleted_at)
-            return "updated"
-        if _same_value(old_value, value) or updated_at < old_updated:
-            return "unchanged"  # same, or the value here is newer
-        con.execute("UPDATE profile SET value = ?, source = ?, source_event_id = ?, updated_at = ? "
-                    "WHERE user_id = ? AND key = ?",
-                    (value, source, event_id, updated_at, self.user_id, key))
-        _log(con, self.user_id, "profile", key, "update", old_value, value, updated_at)
-        return "updated"
+        action = import_profile(
+            con, self.user_id, key, value, source=source,
+            source_event_id=self._event_id(con, r.get("source_event_uuid")),
+            created_at=created_at, updated_at=updated_at, deleted_at=deleted_at, worker=WORKER)
+        return OUTCOMES.get(action, "unchanged")
 
     def _fact(self, con: apsw.Connection, r: dict) -> str:
         category = str(r["category"]).strip().casefold()
@@ -757,61 +732,19 @@ class _Importer:
         source = r.get("source") if r.get("source") in SOURCES else "user"
         created_at = _time(r.get("created_at")) or utc_now()
         updated_at = _time(r.get("updated_at")) or created_at
-        superseded_at = _time(r.get("superseded_at"))
-        deleted_at = _time(r.get("deleted_at"))
-        row = con.execute("SELECT id FROM facts WHERE user_id = ? AND category = ? AND key = ? "
-                          "AND created_at = ? AND value = ?",
-                          (self.user_id, category, key, created_at, value)).fetchone()
-        if row is not None:
-            self._remember_fact(r, row[0])
-            return "unchanged"
-        current = con.execute("SELECT id, value, created_at, updated_at, deleted_at FROM facts "
-                              "WHERE user_id = ? AND category = ? AND key = ? AND superseded_at IS NULL",
-                              (self.user_id, category, key)).fetchone()
-        superseded_by = None
-        if superseded_at is None and current is not None:
-            current_id, current_value, current_created, current_updated, current_deleted = current
-            if current_deleted is not None:
-                return "unchanged"  # the user deleted this key here; an import never brings it back
-            if deleted_at is None and _same_value(current_value, value):
-                self._remember_fact(r, current_id)
-                return "unchanged"
-            if updated_at >= current_updated:
-                # The imported value is newer: it supersedes the one here, which is kept.
-                con.execute("UPDATE facts SET superseded_at = ? WHERE id = ?",
-                            (max(created_at, current_created), current_id))
-                fact_id = self._insert_fact(con, category, key, value, source, r, created_at,
-                                            updated_at, None, deleted_at)
-                con.execute("UPDATE facts SET superseded_by = ? WHERE id = ?", (fact_id, current_id))
-                _log(con, self.user_id, "fact", fact_id, "supersede", current_value, value, created_at)
-                self._remember_fact(r, fact_id)
-                return "updated"
-            # The value here is newer: keep the imported one as its history.
-            superseded_at, superseded_by = max(created_at, current_created), current_id
-        fact_id = self._insert_fact(con, category, key, value, source, r, created_at, updated_at,
-                                    superseded_at, deleted_at, superseded_by)
-        _log(con, self.user_id, "fact", fact_id, "insert", None, value, created_at)
-        self._remember_fact(r, fact_id)
-        if r.get("superseded_by") is not None and superseded_by is None:
-            self.supersessions.append((fact_id, r["superseded_by"]))
-        return "added"
-
-    def _insert_fact(self, con: apsw.Connection, category: str, key: str, value: str, source: str,
-                     r: dict, created_at: str, updated_at: str, superseded_at: str | None,
-                     deleted_at: str | None, superseded_by: int | None = None) -> int:
-        con.execute(
-            "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
-            "updated_at, superseded_at, superseded_by, deleted_at, importance, access_count, "
-            "last_accessed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.user_id, category, key, value, source, self._event_id(con, r.get("source_event_uuid")),
-             created_at, updated_at, superseded_at, superseded_by, deleted_at,
-             _unit(r.get("importance")), int(r.get("access_count") or 0),
-             _time(r.get("last_accessed_at"))))
-        return con.last_insert_rowid()
-
-    def _remember_fact(self, r: dict, fact_id: int) -> None:
-        if r.get("id") is not None:
-            self.fact_ids[r["id"]] = fact_id
+        written = import_fact(con, self.user_id, FactRecord(
+            category=category, key=key, value=value, source=source,
+            source_event_id=self._event_id(con, r.get("source_event_uuid")),
+            created_at=created_at, updated_at=updated_at,
+            superseded_at=_time(r.get("superseded_at")), deleted_at=_time(r.get("deleted_at")),
+            importance=_unit(r.get("importance")), access_count=int(r.get("access_count") or 0),
+            last_accessed_at=_time(r.get("last_accessed_at"))), worker=WORKER)
+        if written.fact_id is not None and r.get("id") is not None:
+            self.fact_ids[r["id"]] = written.fact_id
+        if written.action == "insert" and r.get("superseded_by") is not None:
+            # Linked once every record is in (a row superseded here is linked already).
+            self.supersessions.append((written.fact_id, r["superseded_by"]))
+        return OUTCOMES.get(written.action, "unchanged")
 
     # -- diary
 
@@ -824,33 +757,20 @@ class _Importer:
         if not entry:
             raise InvalidMemory(f"the diary entry of session {session_id} is empty")
         created_at = _time(r.get("created_at")) or utc_now()
-        row = con.execute("SELECT id, entry, created_at FROM diary WHERE user_id = ? AND "
-                          "session_id = ?", (self.user_id, session_id)).fetchone()
-        if row is None:
-            con.execute("INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (self.user_id, session_id, entry, int(bool(r.get("is_extractive"))), created_at))
-            _log(con, self.user_id, "diary", con.last_insert_rowid(), "insert", None, entry, created_at)
-            return "added"
-        diary_id, old_entry, old_created = row
-        if old_entry == entry or created_at < old_created:
-            return "unchanged"
-        con.execute("UPDATE diary SET entry = ?, is_extractive = ?, created_at = ? WHERE id = ?",
-                    (entry, int(bool(r.get("is_extractive"))), created_at, diary_id))
-        _log(con, self.user_id, "diary", diary_id, "update", old_entry, entry, created_at)
-        return "updated"
+        action = import_diary_entry(con, self.user_id, session_id, entry,
+                                    is_extractive=bool(r.get("is_extractive")),
+                                    created_at=created_at, worker=WORKER)
+        return OUTCOMES.get(action, "unchanged")
 
     # -- links across records
 
     def finish(self, con: apsw.Connection) -> None:
         for card_id, folded_into in self.folds:
             if folded_into in self.card_ids:
-                con.execute("UPDATE context_cards SET folded_into = ? WHERE id = ? AND folded_into IS NULL",
-                            (self.card_ids[folded_into], card_id))
+                link_folded_card(con, card_id, self.card_ids[folded_into])
         for fact_id, superseded_by in self.supersessions:
             if superseded_by in self.fact_ids:
-                con.execute("UPDATE facts SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL",
-                            (self.fact_ids[superseded_by], fact_id))
+                link_superseded_fact(con, fact_id, self.fact_ids[superseded_by])
         for session_id, s in self.sessions.items():
             self._store_session(con, session_id, s)
         # Events whose card never arrived stay compacted, with no card (card_links left).

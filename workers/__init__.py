@@ -7,7 +7,6 @@
     tasks.py        thin Huey wrappers: queueing, retry with backoff, locks, periodic runs
     retry.py        the retry policy: backoff with jitter, then degrade, visibly
     distill.py      a turn → profile attributes and dated facts   (fallback: capture.py)
-    dedupe.py       one current fact per (category, key) or similar text
     compact.py      old events → context cards                     (fallback: extractive.py)
     diary.py        an ended session → a diary entry               (fallback: extractive.py)
     consolidate.py  merge duplicates, fold old cards, decay importance

@@ -21,7 +21,7 @@ import apsw
 
 from app.config import Config
 from app.llm import ModelClient
-from app.timeutil import utc_now
+from app.memory import NewCard, add_card
 from app.writer import Writer
 from workers import extractive
 from workers.model_output import InvalidOutput, ask_json, clean_text
@@ -113,22 +113,14 @@ def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list
         f"AND id IN ({marks})", (user_id, session_id, *ids)).fetchone()
     if still_open != len(ids):
         return None
-    now = utc_now()
-    try:
-        con.execute(
-            "INSERT INTO context_cards (user_id, session_id, summary, keywords, first_event_id, "
-            "last_event_id, event_count, level, is_extractive, importance, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
-            (user_id, session_id, card.summary, card.keywords, ids[0], ids[-1], len(ids),
-             int(card.is_extractive), max(e.importance for e in events), now, now))
-    except apsw.ConstraintError:  # cards_one_per_chunk: this chunk already has its card
+    new_card = NewCard(session_id=session_id, summary=card.summary, keywords=card.keywords,
+                       first_event_id=ids[0], last_event_id=ids[-1], event_count=len(ids),
+                       is_extractive=card.is_extractive,
+                       importance=max(e.importance for e in events))
+    card_id = add_card(con, user_id, new_card, worker=WORKER, source_event_id=ids[-1])
+    if card_id is None:  # cards_one_per_chunk: this chunk already has its card
         return None
-    card_id = con.last_insert_rowid()
     con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE id IN ({marks})", (card_id, *ids))
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "source_event_id, worker, created_at) VALUES (?, 'card', ?, 'insert', NULL, ?, ?, ?, ?)",
-        (user_id, str(card_id), card.summary, ids[-1], WORKER, now))
     return card_id
 
 

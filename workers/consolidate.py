@@ -25,11 +25,20 @@ import structlog
 
 from app.config import Config
 from app.llm import ModelClient, ModelError
-from app.memory import Fact, list_facts
-from app.timeutil import parse_rfc3339, to_rfc3339, utc_now
+from app.memory import (
+    Fact,
+    ImportanceFloors,
+    NewCard,
+    decay_unread_importance,
+    fold_cards,
+    list_facts,
+    merge_facts,
+    replace_extractive_card,
+    similar_facts,
+)
+from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 from workers import compact, extractive
-from workers.dedupe import similar_facts
 from workers.diary import rewrite_extractive_diary
 from workers.model_output import InvalidOutput, ask_json
 from workers.reading import reading
@@ -46,6 +55,8 @@ FLOOR_PROTECTED = 0.5
 FLOOR_READ = 0.2
 FLOOR_UNREAD = 0.05
 RESUMMARISE_BATCH = 20
+FLOORS = ImportanceFloors(protected_categories=PROTECTED_CATEGORIES, frequently_read=FREQUENTLY_READ,
+                          protected=FLOOR_PROTECTED, read=FLOOR_READ, unread=FLOOR_UNREAD)
 
 FOLD_INSTRUCTIONS = """\
 These notes summarise older parts of conversations. Merge them into one or two
@@ -100,31 +111,6 @@ def _merge_plan(con: apsw.Connection, user_id: str) -> list[tuple[int, list[int]
     return plan
 
 
-def _merge(con: apsw.Connection, user_id: str, survivor_id: int, dupe_ids: list[int]) -> int:
-    current = "superseded_at IS NULL AND deleted_at IS NULL"
-    survivor = con.execute(f"SELECT value FROM facts WHERE id = ? AND user_id = ? AND {current}",
-                           (survivor_id, user_id)).fetchone()
-    if survivor is None:
-        return 0
-    now = utc_now()
-    merged = 0
-    for dupe_id in dupe_ids:
-        row = con.execute(f"SELECT value, importance, access_count FROM facts WHERE id = ? "
-                          f"AND user_id = ? AND {current}", (dupe_id, user_id)).fetchone()
-        if row is None:
-            continue
-        con.execute("UPDATE facts SET superseded_at = ?, superseded_by = ? WHERE id = ?",
-                    (now, survivor_id, dupe_id))
-        con.execute("UPDATE facts SET importance = max(importance, ?), "
-                    "access_count = access_count + ? WHERE id = ?", (row[1], row[2], survivor_id))
-        con.execute(
-            "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-            "worker, created_at) VALUES (?, 'fact', ?, 'supersede', ?, ?, ?, ?)",
-            (user_id, str(dupe_id), row[0], survivor[0], WORKER, now))
-        merged += 1
-    return merged
-
-
 def _users(con: apsw.Connection) -> list[str]:
     return [u for (u,) in con.execute(
         "SELECT user_id FROM facts UNION SELECT user_id FROM context_cards")]
@@ -135,30 +121,12 @@ def merge_duplicate_facts(writer: Writer) -> int:
     with reading(writer) as con:
         plans = [(user, plan) for user in _users(con) for plan in _merge_plan(con, user)]
     for user, (survivor, dupes) in plans:
-        merged += writer.submit(lambda con: _merge(con, user, survivor, dupes))
+        merged += writer.submit(lambda con: merge_facts(con, user, survivor, dupes,
+                                                        worker=WORKER))
     return merged
 
 
 # -- decay --------------------------------------------------------------------------------
-
-
-def _decay(con: apsw.Connection, factor: float, since: str) -> int:
-    changed = 0
-    con.execute(
-        "UPDATE facts SET importance = max(importance * :factor, min(importance, CASE "
-        "WHEN category IN ('solution', 'preference') OR access_count >= :frequent THEN :protected "
-        "WHEN access_count > 0 THEN :read ELSE :unread END)) "
-        "WHERE superseded_at IS NULL AND deleted_at IS NULL "
-        "AND (last_accessed_at IS NULL OR last_accessed_at < :since)",
-        {"factor": factor, "frequent": FREQUENTLY_READ, "protected": FLOOR_PROTECTED,
-         "read": FLOOR_READ, "unread": FLOOR_UNREAD, "since": since})
-    changed += con.changes()
-    con.execute(
-        "UPDATE context_cards SET importance = max(importance * :factor, min(importance, CASE "
-        "WHEN access_count > 0 THEN :read ELSE :unread END)) "
-        "WHERE folded_into IS NULL AND (last_accessed_at IS NULL OR last_accessed_at < :since)",
-        {"factor": factor, "read": FLOOR_READ, "unread": FLOOR_UNREAD, "since": since})
-    return changed + con.changes()
 
 
 def decay_importance(writer: Writer, config: Config, *, now: datetime,
@@ -169,7 +137,8 @@ def decay_importance(writer: Writer, config: Config, *, now: datetime,
     if now - since < interval / 2:
         return 0, None
     factor = 0.5 ** ((now - since).total_seconds() / 86400 / HALF_LIFE_DAYS)
-    rows = writer.submit(lambda con: _decay(con, factor, to_rfc3339(since)))
+    rows = writer.submit(lambda con: decay_unread_importance(
+        con, factor=factor, since=to_rfc3339(since), floors=FLOORS))
     return rows, to_rfc3339(now)
 
 
@@ -212,33 +181,15 @@ def _fold_text(model: ModelClient | None, cards: list[OldCard]) -> compact.CardT
     return compact.parse_card(raw, text)
 
 
-def _write_fold(con: apsw.Connection, user_id: str, cards: list[OldCard],
-                card: compact.CardText) -> int | None:
-    ids = [c.id for c in cards]
-    marks = ",".join("?" * len(ids))
-    (open_,) = con.execute(f"SELECT count(*) FROM context_cards WHERE id IN ({marks}) "
-                           "AND folded_into IS NULL", ids).fetchone()
-    if open_ != len(ids):
-        return None
+def _folded_card(cards: list[OldCard], card: compact.CardText) -> NewCard:
     sessions = {c.session_id for c in cards}
     firsts = [c.first_event_id for c in cards if c.first_event_id is not None]
     lasts = [c.last_event_id for c in cards if c.last_event_id is not None]
-    now = utc_now()
-    con.execute(
-        "INSERT INTO context_cards (user_id, session_id, summary, keywords, first_event_id, "
-        "last_event_id, event_count, level, is_extractive, importance, created_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
-        (user_id, sessions.pop() if len(sessions) == 1 else None, card.summary, card.keywords,
-         min(firsts, default=None), max(lasts, default=None), sum(c.event_count for c in cards),
-         int(card.is_extractive), max(c.importance for c in cards), now, now))
-    folded_id = con.last_insert_rowid()
-    con.execute(f"UPDATE context_cards SET folded_into = ?, updated_at = ? WHERE id IN ({marks})",
-                (folded_id, now, *ids))
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) VALUES (?, 'card', ?, 'insert', NULL, ?, ?, ?)",
-        (user_id, str(folded_id), card.summary, WORKER, now))
-    return folded_id
+    return NewCard(session_id=sessions.pop() if len(sessions) == 1 else None,
+                   summary=card.summary, keywords=card.keywords,
+                   first_event_id=min(firsts, default=None), last_event_id=max(lasts, default=None),
+                   event_count=sum(c.event_count for c in cards), level=1,
+                   is_extractive=card.is_extractive, importance=max(c.importance for c in cards))
 
 
 def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,
@@ -250,7 +201,9 @@ def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,
     folded, new = 0, []
     for user, cards in groups:
         card = _fold_text(None if extractive else model, cards)
-        card_id = writer.submit(lambda con: _write_fold(con, user, cards, card))
+        level_one = _folded_card(cards, card)
+        card_id = writer.submit(lambda con: fold_cards(con, user, level_one,
+                                                       [c.id for c in cards], worker=WORKER))
         if card_id is not None:
             folded += len(cards)
             new.append(card_id)
@@ -258,21 +211,6 @@ def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,
 
 
 # -- re-summarising what was written without the model ------------------------------------------
-
-
-def _replace_card(con: apsw.Connection, card_id: int, card: compact.CardText) -> bool:
-    row = con.execute("SELECT user_id, summary FROM context_cards WHERE id = ? AND is_extractive = 1",
-                      (card_id,)).fetchone()
-    if row is None:
-        return False
-    now = utc_now()
-    con.execute("UPDATE context_cards SET summary = ?, keywords = ?, is_extractive = 0, "
-                "updated_at = ? WHERE id = ?", (card.summary, card.keywords, now, card_id))
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) VALUES (?, 'card', ?, 'update', ?, ?, ?, ?)",
-        (row[0], str(card_id), row[1], card.summary, WORKER, now))
-    return True
 
 
 def resummarise_extractive(writer: Writer, model: ModelClient, limit: int = RESUMMARISE_BATCH) -> int:
@@ -296,7 +234,8 @@ def resummarise_extractive(writer: Writer, model: ModelClient, limit: int = RESU
             if not source:
                 continue
             card = (compact.summarise(model, source) if level == 0 else _fold_text(model, source))
-            done += writer.submit(lambda con: _replace_card(con, card_id, card))
+            done += writer.submit(lambda con: replace_extractive_card(
+                con, card_id, card.summary, card.keywords, worker=WORKER))
         for user_id, session_id in diaries:
             done += rewrite_extractive_diary(writer, model, user_id, session_id)
     except (ModelError, InvalidOutput) as exc:

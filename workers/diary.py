@@ -17,13 +17,15 @@ import apsw
 
 from app.config import Config
 from app.llm import ModelClient
-from app.timeutil import utc_now
+from app.memory import add_diary_entry, end_session, replace_extractive_diary
 from app.writer import Writer
 from workers import extractive
 from workers.model_output import InvalidOutput, ask_json, clean_text
 from workers.reading import reading
 
 WORKER = "diary"
+# Rewriting an extractive entry is part of consolidation, and logged as its work.
+CONSOLIDATE_WORKER = "consolidate"
 ENTRY_CHARS = 1000
 MAX_EVENT_CHARS = 600
 MAX_PROMPT_CHARS = 8000
@@ -96,27 +98,15 @@ def extractive_entry(session: SessionText) -> str:
 
 def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_extractive: bool) -> str:
     row = con.execute(
-        "SELECT s.last_event_at, d.created_at, d.entry FROM sessions s LEFT JOIN diary d "
+        "SELECT s.last_event_at, d.created_at FROM sessions s LEFT JOIN diary d "
         "ON d.user_id = s.user_id AND d.session_id = s.id WHERE s.user_id = ? AND s.id = ?",
         (user_id, session_id)).fetchone()
     if row is None or (row[1] is not None and row[1] >= row[0]):
         return "up-to-date"
-    now = utc_now()
-    con.execute(
-        "INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (user_id, session_id) DO UPDATE SET entry = excluded.entry, "
-        "is_extractive = excluded.is_extractive, created_at = excluded.created_at",
-        (user_id, session_id, entry, int(is_extractive), now))
-    (diary_id,) = con.execute("SELECT id FROM diary WHERE user_id = ? AND session_id = ?",
-                              (user_id, session_id)).fetchone()
-    con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? AND ended_at IS NULL",
-                (now, user_id, session_id))
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) VALUES (?, 'diary', ?, ?, ?, ?, ?, ?)",
-        (user_id, str(diary_id), "update" if row[2] is not None else "insert", row[2], entry,
-         WORKER, now))
-    return "updated" if row[2] is not None else "written"
+    action = add_diary_entry(con, user_id, session_id, entry, is_extractive=is_extractive,
+                             worker=WORKER)
+    end_session(con, user_id, session_id)
+    return "updated" if action == "update" else "written"
 
 
 def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_id: str,
@@ -134,20 +124,6 @@ def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_
     return writer.submit(lambda con: _store(con, user_id, session_id, entry, is_extractive))
 
 
-def _replace_extractive(con: apsw.Connection, user_id: str, session_id: str, entry: str) -> bool:
-    row = con.execute("SELECT id, entry FROM diary WHERE user_id = ? AND session_id = ? "
-                      "AND is_extractive = 1", (user_id, session_id)).fetchone()
-    if row is None:
-        return False
-    now = utc_now()
-    con.execute("UPDATE diary SET entry = ?, is_extractive = 0 WHERE id = ?", (entry, row[0]))
-    con.execute(
-        "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
-        "worker, created_at) VALUES (?, 'diary', ?, 'update', ?, ?, 'consolidate', ?)",
-        (user_id, str(row[0]), row[1], entry, now))
-    return True
-
-
 def rewrite_extractive_diary(writer: Writer, model: ModelClient, user_id: str, session_id: str) -> bool:
     """Replace an extractive entry with the model's; False if there was none. Raises model errors."""
     with reading(writer) as con:
@@ -156,4 +132,5 @@ def rewrite_extractive_diary(writer: Writer, model: ModelClient, user_id: str, s
         return False
     raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM)
     entry = parse_entry(raw, text)
-    return writer.submit(lambda con: _replace_extractive(con, user_id, session_id, entry))
+    return writer.submit(lambda con: replace_extractive_diary(con, user_id, session_id, entry,
+                                                              worker=CONSOLIDATE_WORKER))

@@ -21,11 +21,10 @@ import apsw
 from app.config import Config
 from app.fts import terms
 from app.llm import ModelClient
-from app.memory import CATEGORIES, InvalidMemory, set_profile
+from app.memory import CATEGORIES, InvalidMemory, set_profile, store_fact
 from app.timeutil import utc_now
 from app.writer import Writer
 from workers.capture import capture_statements
-from workers.dedupe import store_fact
 from workers.model_output import InvalidOutput, ask_json, clean_text
 from workers.reading import reading
 
@@ -223,8 +222,9 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[
             result.dropped += 1
     for category, key, value in extraction.facts:
         try:
-            action = store_fact(con, user_id, category, key, value, worker=worker,
-                                source_event_id=source_event_id, similarity=similarity)
+            action = store_fact(con, user_id, category, key, value, source="agent",
+                                worker=worker, source_event_id=source_event_id,
+                                similarity=similarity).action
         except InvalidMemory:
             result.dropped += 1
             continue

@@ -1,9 +1,12 @@
 """Dedupe on write: one current fact per (user, category, key) — or per similar text.
 
-A fact whose (category, key) is new, but whose text is close to a current fact of the
-same category, takes that fact's key, so upsert_fact supersedes it instead of adding a
-second row (the old value stays as a superseded row and in memory_log). A tombstoned
-fact blocks similar facts too: no worker re-creates what the user deleted.
+The one policy for a new statement of a fact, whoever makes it: the user (the API's
+POST /memory/facts) or a worker (distill). A fact whose (category, key) is new, but
+whose text is close to a current fact of the same category, takes that fact's key, so
+upsert_fact supersedes it instead of adding a second row (the old value stays as a
+superseded row and in memory_log). A tombstoned fact blocks similar facts too: no
+worker re-creates what the user deleted; the user's own statement brings it back, as
+it would under the same key.
 
 Similarity is BM25 over facts_fts, normalised by the candidate's score against its own
 words: 1.0 means the new text contains every (IDF-weighted) word of the existing fact.
@@ -14,17 +17,12 @@ from __future__ import annotations
 import apsw
 
 from app.fts import build_match_query
-from app.memory import Fact, WriteAction, current_fact, get_fact, upsert_fact
+from app.memory.facts import Fact, FactWrite, check_fact, current_fact, get_fact, upsert_fact
 
 # Share of an existing fact's BM25 weight the new text must cover to be "the same fact";
 # [memory] dedupe_similarity in config.toml, this is its default.
 SIMILAR_FACT_THRESHOLD = 0.75
 CANDIDATES = 5
-
-
-def normalise_key(key: str) -> str:
-    """The key as upsert_fact stores it."""
-    return " ".join(key.split()).casefold()
 
 
 def _self_score(con: apsw.Connection, fact: Fact) -> float | None:
@@ -64,16 +62,28 @@ def similar_facts(con: apsw.Connection, user_id: str, category: str, text: str,
     return found
 
 
-def store_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
-               worker: str, source_event_id: int | None, importance: float = 0.5,
-               similarity: float = SIMILAR_FACT_THRESHOLD) -> WriteAction:
-    """upsert_fact, after redirecting a similar fact onto the existing row's key."""
-    if current_fact(con, user_id, category, normalise_key(key)) is None:
+def store_fact(
+    con: apsw.Connection,
+    user_id: str,
+    category: str,
+    key: str,
+    value: str,
+    *,
+    source: str,
+    worker: str,
+    source_event_id: int | None = None,
+    importance: float = 0.5,
+    similarity: float = SIMILAR_FACT_THRESHOLD,
+) -> FactWrite:
+    """Store a statement of a fact: upsert_fact, after redirecting a similar fact onto the
+    existing row's key. `similarity` is the config's [memory] dedupe_similarity."""
+    stored_key, _ = check_fact(category, source, key, value)
+    if current_fact(con, user_id, category, stored_key) is None:
         similar = similar_facts(con, user_id, category, f"{key} {value}", threshold=similarity)
         if similar:
             fact = similar[0][0]
-            if fact.deleted_at is not None:
-                return "tombstoned"
+            if fact.deleted_at is not None and source != "user":
+                return FactWrite("tombstoned", None)
             key = fact.key
-    return upsert_fact(con, user_id, category, key, value, source="agent", worker=worker,
-                       source_event_id=source_event_id, importance=importance).action
+    return upsert_fact(con, user_id, category, key, value, source=source, worker=worker,
+                       source_event_id=source_event_id, importance=importance)

@@ -1,0 +1,91 @@
+"""The compiled memory layers: profile, facts, context cards, diary — reads and writes.
+
+This package is the only writer of the profile, facts, context_cards, diary and
+memory_log tables: the jobs, the API, the importer and rebuild all change memory
+through the functions below (a test greps the source tree for SQL that bypasses it).
+
+Writes are functions of a connection, run inside the writer's transaction
+(`writer.submit(lambda con: store_fact(con, ...))`), and each change is recorded once in
+`memory_log` with its old and new value, source event and worker (log.py). Facts are
+never overwritten: a changed value supersedes the current row, which is kept; a fact or
+profile key the user deleted is tombstoned and no worker re-creates it. A new statement
+of a fact, from the user or a worker, goes through one dedupe policy (dedupe.py). Reads
+take any connection (the front-end uses read-only ones).
+
+    profile.py     layer 3: key → value, tombstones
+    facts.py       layer 4: one current fact per (category, key), supersede, history
+    dedupe.py      store_fact: similar text updates the fact it repeats
+    cards.py       layer 2: context cards, folding
+    diary.py       layer 5: one entry per session
+    importance.py  decay of what is not read
+    log.py         memory_log, the provenance of every change
+    sessions.py    sessions as listed to the user, and ending one
+    validation.py  InvalidMemory and the checks every write makes
+"""
+
+from app.memory.cards import (
+    Card,
+    NewCard,
+    add_card,
+    cards_by_ids,
+    clear_cards,
+    fold_cards,
+    link_folded_card,
+    list_cards,
+    replace_extractive_card,
+)
+from app.memory.dedupe import SIMILAR_FACT_THRESHOLD, similar_facts, store_fact
+from app.memory.diary import (
+    DiaryEntry,
+    add_diary_entry,
+    clear_diary,
+    import_diary_entry,
+    last_diary,
+    replace_extractive_diary,
+)
+from app.memory.facts import (
+    CATEGORIES,
+    Fact,
+    FactRecord,
+    FactWrite,
+    clear_agent_facts,
+    current_fact,
+    delete_fact,
+    fact_history,
+    facts_as_of,
+    facts_by_ids,
+    get_fact,
+    import_fact,
+    link_superseded_fact,
+    list_facts,
+    merge_facts,
+    restore_user_facts,
+    upsert_fact,
+)
+from app.memory.importance import ImportanceFloors, decay_unread_importance
+from app.memory.log import WriteAction
+from app.memory.profile import (
+    ProfileEntry,
+    clear_agent_profile,
+    delete_profile,
+    import_profile,
+    list_profile,
+    profile_as_of,
+    set_profile,
+)
+from app.memory.sessions import SessionInfo, end_session, list_sessions
+from app.memory.validation import SOURCES, InvalidMemory
+
+__all__ = [
+    "CATEGORIES", "SIMILAR_FACT_THRESHOLD", "SOURCES",
+    "Card", "DiaryEntry", "Fact", "FactRecord", "FactWrite", "ImportanceFloors",
+    "InvalidMemory", "NewCard", "ProfileEntry", "SessionInfo", "WriteAction",
+    "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
+    "clear_cards", "clear_diary", "current_fact", "decay_unread_importance", "delete_fact",
+    "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids", "fold_cards",
+    "get_fact", "import_diary_entry", "import_fact", "import_profile", "last_diary",
+    "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
+    "list_sessions", "merge_facts", "profile_as_of", "replace_extractive_card",
+    "replace_extractive_diary", "restore_user_facts", "set_profile", "similar_facts",
+    "store_fact", "upsert_fact",
+]

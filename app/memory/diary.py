@@ -1,0 +1,86 @@
+"""Layer 5, the diary: one entry per session (UNIQUE(user_id, session_id)), for continuity
+across sessions. Writing a session's entry again replaces it; the log keeps the old one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from app.memory.log import WriteAction, log_change, log_deletions
+from app.timeutil import utc_now
+
+
+@dataclass(frozen=True)
+class DiaryEntry:
+    id: int
+    session_id: str
+    entry: str
+    created_at: str
+    is_extractive: bool = False
+
+
+def add_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
+                    is_extractive: bool, worker: str,
+                    created_at: str | None = None) -> WriteAction:
+    """The session's entry, written or replacing the one it had: "insert" or "update"."""
+    created_at = created_at or utc_now()
+    old = con.execute("SELECT entry FROM diary WHERE user_id = ? AND session_id = ?",
+                      (user_id, session_id)).fetchone()
+    con.execute(
+        "INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (user_id, session_id) DO UPDATE SET entry = excluded.entry, "
+        "is_extractive = excluded.is_extractive, created_at = excluded.created_at",
+        (user_id, session_id, entry, int(is_extractive), created_at))
+    (diary_id,) = con.execute("SELECT id FROM diary WHERE user_id = ? AND session_id = ?",
+                              (user_id, session_id)).fetchone()
+    action = "update" if old is not None else "insert"
+    log_change(con, user_id, "diary", diary_id, action, old[0] if old else None, entry,
+               worker=worker, created_at=created_at)
+    return action
+
+
+def replace_extractive_diary(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
+                             worker: str) -> bool:
+    """The model's entry in place of one quoted without it; False if the session has none.
+    The entry keeps its date."""
+    row = con.execute("SELECT id, entry FROM diary WHERE user_id = ? AND session_id = ? "
+                      "AND is_extractive = 1", (user_id, session_id)).fetchone()
+    if row is None:
+        return False
+    con.execute("UPDATE diary SET entry = ?, is_extractive = 0 WHERE id = ?", (entry, row[0]))
+    log_change(con, user_id, "diary", row[0], "update", row[1], entry, worker=worker,
+               created_at=utc_now())
+    return True
+
+
+def import_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
+                       is_extractive: bool, created_at: str, worker: str) -> WriteAction:
+    """Merge an entry from another memory, its date kept: the newer entry wins."""
+    row = con.execute("SELECT entry, created_at FROM diary WHERE user_id = ? AND session_id = ?",
+                      (user_id, session_id)).fetchone()
+    if row is not None and (row[0] == entry or created_at < row[1]):
+        return "unchanged"
+    return add_diary_entry(con, user_id, session_id, entry, is_extractive=is_extractive,
+                           worker=worker, created_at=created_at)
+
+
+def clear_diary(con: apsw.Connection, *, worker: str) -> int:
+    """Delete every user's diary entries (rebuild)."""
+    log_deletions(con, "SELECT user_id, 'diary' AS kind, id AS owner_id, entry AS old_value "
+                  "FROM diary", worker=worker, created_at=utc_now())
+    con.execute("DELETE FROM diary")
+    return con.changes()
+
+
+def last_diary(con: apsw.Connection, user_id: str, *, exclude_session: str | None = None,
+               limit: int = 1) -> list[DiaryEntry]:
+    return [
+        DiaryEntry(row[0], row[1], row[2], row[3], bool(row[4]))
+        for row in con.execute(
+            "SELECT id, session_id, entry, created_at, is_extractive FROM diary "
+            "WHERE user_id = ? AND session_id IS NOT ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            (user_id, exclude_session, limit),
+        )
+    ]

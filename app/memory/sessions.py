@@ -1,0 +1,37 @@
+"""Sessions as the memory API shows them, and the end of one (its diary is then due)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from app.timeutil import utc_now
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str
+    started_at: str
+    last_event_at: str
+    ended_at: str | None
+    events: int
+
+
+def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> list[SessionInfo]:
+    return [
+        SessionInfo(*row)
+        for row in con.execute(
+            "SELECT s.id, s.started_at, s.last_event_at, s.ended_at, "
+            "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id) "
+            "FROM sessions s WHERE s.user_id = ? ORDER BY s.last_event_at DESC LIMIT ?",
+            (user_id, limit),
+        )
+    ]
+
+
+def end_session(con: apsw.Connection, user_id: str, session_id: str) -> bool:
+    """Mark a session ended (its diary is then due). False if unknown or already ended."""
+    con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? AND ended_at IS NULL",
+                (utc_now(), user_id, session_id))
+    return con.changes() > 0
