@@ -24,7 +24,7 @@ from app.memory import (
     list_profile,
     list_sessions,
     set_profile,
-    upsert_fact,
+    store_fact,
 )
 from app.retrieval import search_memory
 
@@ -152,10 +152,11 @@ def get_facts(who: Who, service: Service,
 
 @router.post("/facts", summary="Add or update a fact", status_code=201)
 def add_fact(body: FactIn, who: Who, service: Service) -> dict:
-    """One current fact per (category, key): a new value supersedes the old one, which is kept."""
-    written = _edit(service, lambda con: upsert_fact(
+    """One current fact per (category, key), and the workers' dedupe: a new value, or a
+    similar text under another key, supersedes the old fact, which is kept."""
+    written = _edit(service, lambda con: store_fact(
         con, who.user_id, body.category, body.key, body.value, source="user", worker="user",
-        importance=body.importance))
+        importance=body.importance, similarity=service.config.memory.dedupe_similarity))
     fact = get_fact(service.reader(), who.user_id, written.fact_id) if written.fact_id else None
     return {"action": written.action, "fact": _fact_dict(fact) if fact else None}
 
