@@ -24,25 +24,15 @@ from app.llm import ModelClient
 from app.memory import NewCard, add_card
 from app.writer import Writer
 from workers import extractive
-from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.model_output import CardOutput, ask_json, parse_output
 from workers.reading import reading
 
 WORKER = "compact"
-SUMMARY_CHARS = 1000
-KEYWORD_CHARS = 60
-MAX_KEYWORDS = 12
 MAX_EVENT_CHARS = 3000
 # A session cannot need more chunks than this in one run; a guard against a loop.
 MAX_CHUNKS_PER_RUN = 10_000
 
-CARD_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "summary": {"type": "string"},
-        "keywords": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["summary", "keywords"],
-}
+CARD_SCHEMA: dict[str, Any] = CardOutput.format_schema()
 
 SYSTEM = "You compress chat history into short technical notes. Answer with JSON only."
 INSTRUCTIONS = """\
@@ -85,16 +75,8 @@ def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
 
 
 def parse_card(raw: dict | list, text: str = "") -> CardText:
-    if not isinstance(raw, dict):
-        raise InvalidOutput(WORKER, "expected a JSON object", text)
-    summary = clean_text(raw.get("summary"), SUMMARY_CHARS)
-    if not summary:
-        raise InvalidOutput(WORKER, "no summary", text)
-    words = raw.get("keywords") or []
-    if isinstance(words, str):
-        words = words.split(",")
-    keywords = [w for w in (clean_text(w, KEYWORD_CHARS) for w in words if isinstance(w, str)) if w]
-    return CardText(summary, ", ".join(keywords[:MAX_KEYWORDS]))
+    card = parse_output(CardOutput, WORKER, raw, text)
+    return CardText(card.summary, ", ".join(card.keywords))
 
 
 def extractive_card(events: list[ChunkEvent]) -> CardText:

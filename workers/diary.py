@@ -20,21 +20,16 @@ from app.llm import ModelClient
 from app.memory import add_diary_entry, end_session, replace_extractive_diary
 from app.writer import Writer
 from workers import extractive
-from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.model_output import DiaryOutput, ask_json, parse_output
 from workers.reading import reading
 
 WORKER = "diary"
 # Rewriting an extractive entry is part of consolidation, and logged as its work.
 CONSOLIDATE_WORKER = "consolidate"
-ENTRY_CHARS = 1000
 MAX_EVENT_CHARS = 600
 MAX_PROMPT_CHARS = 8000
 
-DIARY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"entry": {"type": "string"}},
-    "required": ["entry"],
-}
+DIARY_SCHEMA: dict[str, Any] = DiaryOutput.format_schema()
 SYSTEM = "You keep a diary of an assistant's sessions with its user. Answer with JSON only."
 INSTRUCTIONS = """\
 Write a diary entry for this session in one or two sentences: what the user worked on,
@@ -83,10 +78,7 @@ def build_prompt(session: SessionText) -> str:
 
 
 def parse_entry(raw: dict | list, text: str = "") -> str:
-    entry = clean_text(raw.get("entry"), ENTRY_CHARS) if isinstance(raw, dict) else None
-    if not entry:
-        raise InvalidOutput(WORKER, "no entry", text)
-    return entry
+    return parse_output(DiaryOutput, WORKER, raw, text).entry
 
 
 def extractive_entry(session: SessionText) -> str:

@@ -21,11 +21,11 @@ import apsw
 from app.config import Config
 from app.fts import terms
 from app.llm import ModelClient
-from app.memory import CATEGORIES, InvalidMemory, set_profile, store_fact
+from app.memory import InvalidMemory, set_profile, store_fact
 from app.timeutil import utc_now
 from app.writer import Writer
 from workers.capture import capture_statements
-from workers.model_output import InvalidOutput, ask_json, clean_text
+from workers.model_output import DistillOutput, ask_json, parse_output
 from workers.reading import reading
 
 WORKER = "distill"
@@ -33,29 +33,8 @@ FALLBACK_WORKER = "distill-rules"
 SOURCE_ROLES = ("user", "tool")
 MAX_EVENT_CHARS = 4000
 MAX_PROMPT_CHARS = 12_000
-PROFILE_KEY_CHARS = 100
-FACT_KEY_CHARS = 200
-VALUE_CHARS = 2000
 
-DISTILL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "profile": {"type": "object", "additionalProperties": {"type": "string"}},
-        "facts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "category": {"type": "string", "enum": list(CATEGORIES)},
-                    "key": {"type": "string"},
-                    "value": {"type": "string"},
-                },
-                "required": ["category", "key", "value"],
-            },
-        },
-    },
-    "required": ["profile", "facts"],
-}
+DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()
 
 SYSTEM = (
     "You keep the long-term memory of a chat assistant about its user. Answer with JSON "
@@ -144,47 +123,11 @@ def build_prompt(events: list[TurnEvent]) -> str:
     return INSTRUCTIONS + "\n".join(lines)
 
 
-def _category(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return None
-    category = value.strip().casefold()
-    if category not in CATEGORIES and category.rstrip("s") in CATEGORIES:
-        category = category.rstrip("s")  # "preferences", "facts"
-    return category if category in CATEGORIES else None
-
-
 def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
-    """Validate the model's JSON; raise InvalidOutput when it is not an extraction at all."""
-    if isinstance(raw, list):
-        raw = {"facts": raw}
-    if not isinstance(raw, dict):
-        raise InvalidOutput(WORKER, "expected a JSON object", text)
-    if raw and "profile" not in raw and "facts" not in raw:
-        raise InvalidOutput(WORKER, "no profile or facts in the object", text)
-    extraction = Extraction()
-    profile = raw.get("profile") or {}
-    if isinstance(profile, list):  # [{"key": ..., "value": ...}]
-        profile = {p.get("key"): p.get("value") for p in profile if isinstance(p, dict)}
-    if isinstance(profile, dict):
-        for key, value in profile.items():
-            key, value = clean_text(key, PROFILE_KEY_CHARS), clean_text(value, VALUE_CHARS)
-            if key and value:
-                extraction.profile[key] = value
-    facts = raw.get("facts") or []
-    if isinstance(facts, dict):
-        facts = [facts]
-    if isinstance(facts, list):
-        for item in facts:
-            if not isinstance(item, dict):
-                continue
-            category = _category(item.get("category"))
-            value = clean_text(item.get("value"), VALUE_CHARS)
-            key = clean_text(item.get("key"), FACT_KEY_CHARS)
-            if value and not key:
-                key = " ".join(terms(value)[:4]) or None
-            if category and key and value:
-                extraction.facts.append((category, key, value))
-    return extraction
+    """The model's JSON, validated item by item; InvalidOutput if it is not an extraction."""
+    output = parse_output(DistillOutput, WORKER, raw, text)
+    return Extraction(profile=output.profile,
+                      facts=[(fact.category, fact.key, fact.value) for fact in output.facts])
 
 
 def _grounded(text: str, source_words: set[str], assistant_words: set[str]) -> bool:
