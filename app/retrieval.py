@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import weakref
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal
@@ -110,10 +111,11 @@ Stream = Callable[[apsw.Connection, Query, OwnerKind, int], list[int]]
 # are split by how many rows hold them: the rarest, together holding at most the budget,
 # pick and rank the candidates with bm25(); the common ones only add their share of the
 # BM25 score to those candidates, computed here from the candidates' own text with
-# FTS5's tokenizer and cached row counts. So the cost is bounded by the budget, not the
-# memory, and the order is BM25's on the whole query for every candidate found (on
-# LoCoMo, recall@10 within 0.5 point of plain bm25()). Rows holding only common words
-# come after, newest first.
+# FTS5's tokenizer, its row and token totals and cached row counts. So the cost is
+# bounded by the budget, not the memory, and the order is BM25's on the whole query for
+# every candidate found (on LoCoMo, recall@10 within 0.5 point of plain bm25()). Rows
+# holding only common words come after, newest first. All of a query's figures are
+# read in one read transaction, so they agree with each other.
 
 @dataclass(frozen=True)
 class _FullText:
@@ -148,29 +150,33 @@ _K1, _B = 1.2, 0.75
 _RECOUNT_GROWTH = 0.1
 
 
-def _varint(blob: bytes, at: int) -> tuple[int, int]:
-    """SQLite's varint (FTS5 uses it in its records): the value and the next offset."""
-    value = 0
-    for _ in range(8):
-        byte = blob[at]
-        at += 1
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value, at
-    return (value << 8) | blob[at], at + 1
+# FTS5's totals, read through its documented auxiliary-function API (xRowCount,
+# xColumnTotalSize): the same figures bm25() uses. Any row serves to call them.
+_TOTALS_FUNCTIONS: dict[str, Callable[[apsw.FTS5ExtensionApi], int]] = {
+    "hilo_fts_row_count": lambda api: api.row_count,
+    "hilo_fts_token_count": lambda api: api.column_total_size(-1),
+}
+_TOTALS_SQL = {f.table: f"SELECT hilo_fts_row_count({f.table}), hilo_fts_token_count({f.table}) "
+                        f"FROM {f.table} LIMIT 1" for f in _FTS_PARTS.values()}
+# Connections the functions are registered on; FTS5 keeps every registration until the
+# connection closes, so each connection gets them once.
+_WITH_TOTALS: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
+_registering = threading.Lock()
 
 
-def _averages(con: apsw.Connection, table: str) -> tuple[int, float]:
-    """Rows in an FTS5 index and their mean length in tokens (its averages record)."""
-    row = con.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+def _index_size(con: apsw.Connection, table: str) -> tuple[int, float]:
+    """Rows in an FTS5 index and their mean length in tokens, as bm25() sees them."""
+    if con not in _WITH_TOTALS:
+        with _registering:
+            if con not in _WITH_TOTALS:
+                for name, function in _TOTALS_FUNCTIONS.items():
+                    con.register_fts5_function(name, function)
+                _WITH_TOTALS.add(con)
+    row = con.execute(_TOTALS_SQL[table]).fetchone()
     if row is None or not row[0]:
         return 0, 0.0
-    rows, at = _varint(row[0], 0)
-    tokens = 0
-    while at < len(row[0]):
-        column_tokens, at = _varint(row[0], at)
-        tokens += column_tokens
-    return rows, tokens / rows if rows else 0.0
+    rows, tokens = row
+    return rows, tokens / rows
 
 
 def _count_rows(con: apsw.Connection, part: _FullText, word: str, rows: int) -> int:
@@ -223,6 +229,15 @@ class _TermCounts:
 _TERM_COUNTS = _TermCounts()
 
 
+def _idf(rows: int, holding: int) -> float:
+    """bm25()'s inverse document frequency of a word held by `holding` of `rows` rows.
+
+    A count cached from a newer snapshot than `rows` can exceed it: it counts as every row.
+    """
+    holding = min(holding, rows)
+    return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5)))
+
+
 def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
                   counts: dict[str, int], rows: int, mean_length: float,
                   owner_ids: list[int]) -> dict[int, float]:
@@ -236,8 +251,7 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
         return tokenizer(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,
                          include_offsets=False, include_colocated=False)
 
-    phrases = [(tokenize(w), max(1e-6, math.log((rows - counts[w] + 0.5) / (counts[w] + 0.5))))
-               for w in words]
+    phrases = [(tokenize(w), _idf(rows, counts[w])) for w in words]
     marks = ",".join("?" * len(owner_ids))
     shares = {}
     for owner_id, text in con.execute(
@@ -265,10 +279,18 @@ def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int)
 def _bm25_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.match is None:
         return []
+    # One read transaction: the row totals, the word counts and the rows scored all come
+    # from one snapshot, whatever commits meanwhile.
+    with con:
+        return _bm25_ranks_in_snapshot(con, query, kind, depth)
+
+
+def _bm25_ranks_in_snapshot(con: apsw.Connection, query: Query, kind: OwnerKind,
+                            depth: int) -> list[int]:
     part = _FTS_PARTS[kind]
     user_id = query.user_id
     words = terms(query.text)
-    rows, mean_length = _averages(con, part.table)
+    rows, mean_length = _index_size(con, part.table)
     counts = _TERM_COUNTS.counts(con, part, words, rows)
     if sum(counts.values()) <= BM25_ROW_BUDGET:
         return [row[0] for row in con.execute(_FTS_SQL[kind], (query.match, user_id, depth))]
