@@ -1,8 +1,15 @@
 """The jobs' retry policy: exponential backoff with jitter, counted per job, then degrade.
 
-Huey's own retries are a fixed delay and RetryTask does not consume them (DESIGN §5b),
-so a job that fails with a retryable model error — or with output it cannot use — is
-re-enqueued by its wrapper with `schedule(delay=…)` and `attempt + 1`. After
+A job that fails with a retryable model error — or with output it cannot use — is
+re-enqueued by its wrapper with `schedule(delay=…)` and `attempt + 1`, not by Huey's
+own retries (huey 3.5.4), because those give less than this policy needs:
+`retry_backoff` multiplies the delay after each retry, with neither jitter (workers that
+met the same model outage would retry in step) nor a cap (MAX_DELAY_SECONDS); a retry
+is an unhandled exception to Huey, logged with a traceback and counted as a failed job
+(SIGNAL_ERROR, in /metrics) though it is an expected outcome; `retries` is fixed where a
+task is declared or enqueued, while `queue.max_attempts` is configuration; and
+`RetryTask`, which takes a delay and logs no traceback, does not consume a retry
+(DESIGN §5b), so attempts would have to be counted here anyway. After
 `queue.max_attempts` attempts (or at once, for an error retrying cannot fix) the job
 writes its fallback, logs `job.degraded` and records the failure in Huey's result
 store under the task's id (`workers.queue.failed_jobs()`): visible, never silent, and
