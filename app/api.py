@@ -57,7 +57,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.backup import hold_pid_file
-from app.chat import INTERRUPTED_MARKER, ChatService, Turn, hand_off_turn
+from app.chat import INTERRUPTED_MARKER, ChatService, Turn
 from app.config import Config
 from app.datadir import init_data_dir
 from app.db import schema_version
@@ -85,6 +85,7 @@ from app.memory import (
 from app.retrieval import search_memory
 from app.timeutil import utc_now
 from app.tokens import estimate_tokens
+from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
 
@@ -789,7 +790,7 @@ def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
                   for e in body.events]
     except InvalidEvent as exc:
         raise ApiError(400, str(exc), "invalid_event") from exc
-    hand_off_turn(service.config, who.user_id, session_id, [e.id for e in stored])
+    service.handoff.after_reply(who.user_id, session_id, [e.id for e in stored])
     return {"events": [_event_dict(e) for e in stored]}
 
 
@@ -915,7 +916,7 @@ class TaskIn(BaseModel):
 
 def _task_call(fn: Any) -> Any:
     """Run a task operation; its errors (all ValueErrors saying what to do) become HTTP's."""
-    from app.tasks import TaskNotFound
+    from app.scheduled_tasks import TaskNotFound
 
     try:
         return fn()
@@ -927,7 +928,7 @@ def _task_call(fn: Any) -> Any:
 
 @tasks_router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
 def get_tasks(who: Who, service: Service) -> dict:
-    from app.tasks import describe_task, list_tasks
+    from app.scheduled_tasks import describe_task, list_tasks
 
     tz = service.config.schedule.timezone
     return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
@@ -937,7 +938,7 @@ def get_tasks(who: Who, service: Service) -> dict:
 @tasks_router.post("", summary="Add a task; the reply echoes the schedule in words",
                    status_code=201)
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
-    from app.tasks import add_task
+    from app.scheduled_tasks import add_task
 
     added = _task_call(lambda: add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
@@ -947,14 +948,14 @@ def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
 
 @tasks_router.post("/{ref}/pause", summary="Pause a task")
 def pause_task_route(ref: str, who: Who, service: Service) -> dict:
-    from app.tasks import pause_task
+    from app.scheduled_tasks import pause_task
 
     return _task_call(lambda: pause_task(service.writer, who.user_id, ref)).to_json()
 
 
 @tasks_router.post("/{ref}/resume", summary="Resume a paused task")
 def resume_task_route(ref: str, who: Who, service: Service) -> dict:
-    from app.tasks import resume_task
+    from app.scheduled_tasks import resume_task
 
     return _task_call(lambda: resume_task(service.writer, service.config, who.user_id,
                                           ref)).to_json()
@@ -962,7 +963,7 @@ def resume_task_route(ref: str, who: Who, service: Service) -> dict:
 
 @tasks_router.delete("/{ref}", summary="Remove a task")
 def remove_task_route(ref: str, who: Who, service: Service) -> dict:
-    from app.tasks import remove_task
+    from app.scheduled_tasks import remove_task
 
     return _task_call(lambda: remove_task(service.writer, who.user_id, ref)).to_json()
 
@@ -970,14 +971,14 @@ def remove_task_route(ref: str, who: Who, service: Service) -> dict:
 @tasks_router.post("/{ref}/run", summary="Run a task once, now (queued for the worker)",
                    status_code=202)
 def run_task_route(ref: str, who: Who, service: Service) -> dict:
-    from app.tasks import request_run
+    from app.scheduled_tasks import request_run
 
     return _task_call(lambda: request_run(service.writer, who.user_id, ref)).to_json()
 
 
 @tasks_router.get("/{ref}/log", summary="A task's runs and the replies in its session")
 def task_log_route(ref: str, who: Who, service: Service) -> dict:
-    from app.tasks import task_log
+    from app.scheduled_tasks import task_log
 
     return _task_call(lambda: task_log(service.reader(), who.user_id, ref)).to_json()
 
@@ -1004,8 +1005,10 @@ def get_metrics(service: Service) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 
     from app.metrics import render
+    from workers.metrics import render_queue
 
-    return Response(render(service.config, service.writer), media_type=CONTENT_TYPE_LATEST)
+    return Response(render(service.writer) + render_queue(service.config),
+                    media_type=CONTENT_TYPE_LATEST)
 
 
 # ----------------------------------------------------------------------------- app and server
@@ -1016,7 +1019,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     owned = service is None
     if service is None:
         init_data_dir(config)
-        service = ChatService(config)
+        service = ChatService(config, handoff=queue_handoff(config))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
