@@ -5,6 +5,11 @@ build the context, stream the reply from the model, append the reply, and hand t
 turn's events to the workers. The front-end writes only what the user authored —
 events and explicit memory edits — through its own writer with synchronous=FULL;
 everything derived is the workers' job.
+
+The hand-off is injected (`ChatService(config, handoff=...)`): the turn knows only the
+`Handoff` protocol below, never the queue. Front-ends pass the queue's
+(`workers.handoff.QueueHandoff`); without one the turn hands off nothing and the
+worker's reconcile sweep finds the work in the database instead.
 """
 
 from __future__ import annotations
@@ -13,10 +18,9 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import apsw
-import structlog
 
 from app.config import Config
 from app.context import BuiltContext, build_context, read_bootstrap
@@ -30,8 +34,6 @@ from app import metrics
 from app.retrieval import Query, make_query
 from app.tokens import TokenCounter
 from app.writer import Writer
-
-log = structlog.get_logger(__name__)
 
 INTERRUPTED_MARKER = " [interrupted]"
 # Sessions whose working set is kept in RAM at once; the least recently used go first.
@@ -81,6 +83,34 @@ class WorkingMemory:
             while events and events[0].id <= compacted_upto:
                 events.popleft()
             return list(events)
+
+
+class Handoff(Protocol):
+    """How a turn's derived work reaches the workers.
+
+    Must never block or fail the chat: an implementation that cannot hand the work off
+    logs it and returns False, and the worker's reconcile sweep finds the undone work in
+    the database (undistilled events, an ended session without its diary) later.
+    """
+
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
+        """A turn's events are stored: distill them. True when the job was handed off."""
+        ...
+
+    def session_ended(self, user_id: str, session_id: str) -> bool:
+        """A session was closed: write its diary entry. True when the job was handed off."""
+        ...
+
+
+class NoHandoff:
+    """Hands off nothing: the reconcile sweep of a running worker finds the work in the
+    database after its grace period (a minute or two). For library use and tests."""
+
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
+        return False
+
+    def session_ended(self, user_id: str, session_id: str) -> bool:
+        return False
 
 
 @dataclass
@@ -162,8 +192,8 @@ class Turn:
         ids = [self.outcome.user_event.id]
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)
-        hand_off_turn(self.service.config, self.outcome.user_event.user_id,
-                      self.outcome.user_event.session_id, ids)
+        self.service.handoff.after_reply(self.outcome.user_event.user_id,
+                                         self.outcome.user_event.session_id, ids)
 
 
 class ChatService:
@@ -171,11 +201,17 @@ class ChatService:
     counter and the working memory. Thread-safe; one per process."""
 
     def __init__(self, config: Config, *, model: ModelClient | None = None,
-                 writer: Writer | None = None) -> None:
+                 writer: Writer | None = None, handoff: Handoff | None = None) -> None:
         """`writer`/`model` let a process that already has them (the worker, running
         scheduled tasks) share them: one write connection per process. Shared ones are
-        left open by close()."""
+        left open by close().
+
+        `handoff` takes each turn's events and each ended session to the workers; front-
+        ends pass the queue's (workers.handoff). The default, NoHandoff, hands off
+        nothing and relies on the worker's reconcile sweep: fine for library use and
+        tests, minutes late for a chat."""
         self.config = config
+        self.handoff: Handoff = handoff or NoHandoff()
         self._owns = (writer is None, model is None)
         self.writer = writer or Writer.from_config(config, Durability.FULL)
         self.model = model or ModelClient.from_config(config)
@@ -277,7 +313,7 @@ class ChatService:
         except ModelError as exc:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             outcome.error = exc
-            hand_off_turn(self.config, user_id, session_id, [user_event.id])
+            self.handoff.after_reply(user_id, session_id, [user_event.id])
             raise
         return Turn(self, outcome, stream, started)
 
@@ -288,28 +324,5 @@ class ChatService:
     def end_session(self, user_id: str, session_id: str) -> bool:
         """Close the session and ask the workers for its diary entry."""
         ended = self.writer.submit(lambda con: end_session(con, user_id, session_id))
-        hand_off_session_end(self.config, user_id, session_id)
+        self.handoff.session_ended(user_id, session_id)
         return ended
-
-
-# -- hand-off to the workers ---------------------------------------------------------------
-# Never blocks or fails the chat: if the queue cannot take the job, the workers'
-# reconcile sweep finds the undone work in the database and enqueues it later.
-
-
-def hand_off_turn(config: Config, user_id: str, session_id: str, event_ids: list[int]) -> None:
-    try:
-        from workers.handoff import after_reply
-
-        after_reply(config, user_id, session_id, event_ids)
-    except Exception as exc:  # noqa: BLE001 — the database is the truth; reconcile redoes it
-        log.warning("handoff.failed", job="distill", session=session_id, error=str(exc))
-
-
-def hand_off_session_end(config: Config, user_id: str, session_id: str) -> None:
-    try:
-        from workers.handoff import session_ended
-
-        session_ended(config, user_id, session_id)
-    except Exception as exc:  # noqa: BLE001
-        log.warning("handoff.failed", job="diary", session=session_id, error=str(exc))

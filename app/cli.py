@@ -208,6 +208,7 @@ def cmd_worker(args: argparse.Namespace, config: Config) -> int:
 
 @command("queue")
 def cmd_queue(args: argparse.Namespace, config: Config) -> int:
+    import workers.jobs  # noqa: F401 — the task names `retry` and `revoke --task` look up
     from workers.inspect import queue_command
 
     return queue_command(args, config)
@@ -236,7 +237,7 @@ def _reembed(args: argparse.Namespace, config: Config) -> int:
 
 
 def _task_line(task, tz: str) -> str:
-    from app.tasks import describe_task
+    from app.scheduled_tasks import describe_task
 
     state = "paused" if task.is_paused else f"next {task.next_run_at or '-'}"
     line = (f"#{task.id}  {task.name}  [{task.original_schedule}] {state}, last "
@@ -250,7 +251,7 @@ def _task_line(task, tz: str) -> str:
 
 @command("tasks")
 def cmd_tasks(args: argparse.Namespace, config: Config) -> int:
-    from app import tasks
+    from app import scheduled_tasks as tasks
     from app.db import Durability
     from app.writer import Writer
 
@@ -278,9 +279,10 @@ def cmd_tasks(args: argparse.Namespace, config: Config) -> int:
                                f"{added.description}"))
         elif what == "run":
             from app.chat import ChatService
+            from workers.handoff import queue_handoff
             from workers.scheduler import run_task_now
 
-            with ChatService(config, writer=writer) as service:
+            with ChatService(config, writer=writer, handoff=queue_handoff(config)) as service:
                 result = run_task_now(config, writer, service, user, args.ref)
             emit(args, result.to_json(), lambda: print(json.dumps(
                 result.to_json(), indent=2, ensure_ascii=False, default=str)))
@@ -467,7 +469,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from app.events import InvalidEvent
     from app.memory import InvalidMemory
     from app.schedule import ScheduleError
-    from app.tasks import TaskError
+    from app.scheduled_tasks import TaskError
     from app.transfer import TransferError
 
     return (CommandError, BackupError, DatabaseError, InvalidEvent, InvalidMemory,

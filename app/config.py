@@ -155,7 +155,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    # `[[scheduled_tasks]]` entries, reconciled into the database by the worker.
+    # `[[scheduled_tasks]]` entries, synced into the database at every worker start.
     scheduled_tasks: tuple[Mapping[str, Any], ...] = ()
 
     @property

@@ -28,6 +28,7 @@ from app.events import InvalidEvent
 from app.llm import ModelError
 from app.memory import delete_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
+from workers.handoff import queue_handoff
 
 HISTORY_FILE = "repl_history"
 PROMPT = "you> "
@@ -211,7 +212,7 @@ def explain(repl: Repl, arg: str) -> None:
 
 @command("/tasks", "/tasks              scheduled tasks")
 def show_tasks(repl: Repl, arg: str) -> None:
-    from app.tasks import describe_task, list_tasks
+    from app.scheduled_tasks import describe_task, list_tasks
 
     tasks = list_tasks(repl.service.reader(), repl.user_id)
     if not tasks:
@@ -322,7 +323,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     if out.is_terminal:
         _log_to_file(config, config.data_dir / "logs" / "chat.log")
     try:
-        service = ChatService(config)
+        service = ChatService(config, handoff=queue_handoff(config))
     except (DatabaseError, ValueError) as exc:
         errors.print(Text(str(exc), style="red"))
         return 1

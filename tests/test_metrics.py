@@ -12,10 +12,10 @@ from tests.test_workers_support import (
     add_turn,
     bound_queue,  # noqa: F401 — fixture
     drain,
+    handoff,
     scripted_queue,
 )
-from workers import handoff
-from workers.metrics import JOB_METRICS
+from workers.metrics import JOB_METRICS, render_queue
 from workers.queue import huey
 
 
@@ -23,6 +23,11 @@ from workers.queue import huey
 def cfg(config, data_dir, fake_ollama, bound_queue):
     cfg = scripted_queue(config, fake_ollama, bound_queue)
     return cfg
+
+
+def scrape(config, writer) -> bytes:
+    """What GET /metrics serves: this process's measurements and writer, then the queue."""
+    return render(writer) + render_queue(config)
 
 
 def samples(text: bytes) -> dict[tuple, float]:
@@ -34,8 +39,8 @@ def samples(text: bytes) -> dict[tuple, float]:
 
 
 def test_metrics_parse_and_show_the_queue_and_the_writer(cfg, writer):
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha1"))
-    before = samples(render(cfg, writer))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha1"))
+    before = samples(scrape(cfg, writer))
     assert before[("hilo_queue_jobs", (("state", "pending"),))] == 1
     assert before[("hilo_queue_up", ())] == 1
     assert ("hilo_writer_queue_depth", ()) in before
@@ -43,7 +48,7 @@ def test_metrics_parse_and_show_the_queue_and_the_writer(cfg, writer):
 
     drain()
     JOB_METRICS.flush(huey, force=True)
-    after = samples(render(cfg, writer))
+    after = samples(scrape(cfg, writer))
     assert after[("hilo_queue_jobs", (("state", "pending"),))] == 0
     assert after[("hilo_jobs_total", (("outcome", "done"), ("task", "distill")))] >= 1
     assert after[("hilo_job_duration_seconds_count", (("task", "distill"),))] >= 1
@@ -54,7 +59,7 @@ def test_a_turn_records_context_and_model_latency(cfg, fake_ollama):
 
     with ChatService(cfg) as service:
         service.start_turn("ana", "s1", "hello there").run()
-        text = render(cfg, service.writer)
+        text = scrape(cfg, service.writer)
     found = samples(text)
     assert found[("hilo_context_build_seconds_count", ())] >= 1
     assert found[("hilo_model_call_seconds_count", (("call", "chat"),))] >= 1
@@ -69,7 +74,7 @@ def test_model_errors_are_counted(cfg):
     with ChatService(down) as service:
         with pytest.raises(ModelUnreachable):
             service.start_turn("ana", "s1", "hello")
-        found = samples(render(down, service.writer))
+        found = samples(scrape(down, service.writer))
     assert found[("hilo_model_errors_total", (("call", "chat"), ("error", "ModelUnreachable")))] >= 1
 
 

@@ -32,7 +32,8 @@ from tests.test_workers_support import (
     worker_config,
 )
 from workers import inspect as queue_inspect
-from workers import tasks
+from workers import jobs as queue_jobs
+from workers import runner
 from workers.inspect import HEARTBEAT_KEY, add_queue_parser, new_task_id, queue_command, task_id_time
 from workers.queue import huey, try_lock
 
@@ -94,23 +95,23 @@ def jobs(cfg, writer, fake_ollama, monkeypatch) -> dict[str, str]:
     add_turn(writer, cfg, "ana", "s1", "Remember code alpha1")
     ids = {}
     # Done: ran and left nothing behind (no result is stored for None).
-    ids["done"] = tasks.embed("ana").id
+    ids["done"] = queue_jobs.embed("ana").id
     run_next()
     # Degraded: the model failed its only attempt; the extractive diary was written.
     fake_ollama.script_generate(Fault.http_500("model is loading"))
-    ids["degraded"] = tasks.diary("ana", "s1").id
+    ids["degraded"] = queue_jobs.diary("ana", "s1").id
     run_next()
     # Raised: a bug, recorded by Huey with its traceback.
     with monkeypatch.context() as patch:
-        patch.setattr(tasks, "compact_session", _broken_compact)
-        ids["raised"] = tasks.compact("ana", "s2").id
+        patch.setattr(runner, "compact_session", _broken_compact)
+        ids["raised"] = queue_jobs.compact("ana", "s2").id
         run_next()
     # Scheduled: a retry an hour ahead, moved to the schedule by the worker.
-    ids["scheduled"] = tasks.diary.schedule(args=("ana", "s3"), delay=3600).id
+    ids["scheduled"] = queue_jobs.diary.schedule(args=("ana", "s3"), delay=3600).id
     run_next()
     # Pending: never taken.
-    ids["distill"] = tasks.distill("ana", "s4", [1, 2]).id
-    ids["diary"] = tasks.diary("bob", "s5").id
+    ids["distill"] = queue_jobs.distill("ana", "s4", [1, 2]).id
+    ids["diary"] = queue_jobs.diary("bob", "s5").id
     # The worker has stopped and never polled: no heartbeat (and the next poll writes one).
     huey.delete(HEARTBEAT_KEY)
     monkeypatch.setattr(queue_inspect, "_last_beat", (0, float("-inf")))
@@ -262,7 +263,7 @@ def test_revoke_a_task_flags_its_pending_and_scheduled_jobs_only(cfg, jobs, caps
     assert f"Revoked {jobs['scheduled']} (diary, scheduled)" in out
     assert as_json(cfg, capsys, "status")[1]["revoked"] == 2
     # A diary enqueued afterwards is not revoked: only the jobs that were waiting are.
-    later = tasks.diary("ana", "s1").id
+    later = queue_jobs.diary("ana", "s1").id
     assert {j["id"]: j["revoked"] for j in as_json(cfg, capsys, "pending")[1]["jobs"]}[later] is False
 
     code, out, err = hilo_queue(cfg, capsys, "revoke", "--task", "nonsense")
@@ -273,7 +274,7 @@ def test_revoke_a_task_flags_its_pending_and_scheduled_jobs_only(cfg, jobs, caps
 
 def test_flush_refuses_without_yes_then_empties_the_queue_keeping_worker_state(cfg, jobs, capsys):
     assert try_lock("compact:ana:s9")
-    huey.put(tasks.LAST_DECAY_KEY, "2026-01-01T00:00:00Z")
+    huey.put(runner.LAST_DECAY_KEY, "2026-01-01T00:00:00Z")
     code, out, err = hilo_queue(cfg, capsys, "flush")
     assert code == 2 and out == ""
     assert "refusing to flush without --yes: it would delete 2 pending and 1 scheduled jobs, " \
@@ -284,11 +285,11 @@ def test_flush_refuses_without_yes_then_empties_the_queue_keeping_worker_state(c
     assert code == 0
     assert doc["flushed"] == {"pending": 2, "scheduled": 1, "failed": 2, "results": 0,
                               "revoke_flags": 0}
-    assert "hilo.lock.compact:ana:s9" in doc["kept"] and tasks.LAST_DECAY_KEY in doc["kept"]
+    assert "hilo.lock.compact:ana:s9" in doc["kept"] and runner.LAST_DECAY_KEY in doc["kept"]
     status = as_json(cfg, capsys, "status")[1]
     assert (status["pending"], status["scheduled"], status["failed"]) == (0, 0, 0)
     assert status["locks"] == ["compact:ana:s9"]
-    assert huey.get(tasks.LAST_DECAY_KEY, peek=True) == "2026-01-01T00:00:00Z"
+    assert huey.get(runner.LAST_DECAY_KEY, peek=True) == "2026-01-01T00:00:00Z"
     _, out, _ = hilo_queue(cfg, capsys, "flush", "--yes")
     assert "Flushed 0 pending and 0 scheduled jobs" in out
 
@@ -370,8 +371,8 @@ def test_task_ids_carry_their_creation_time():
     assert uuid.UUID(task_id).version == 7 and abs(task_id_time(task_id) - at) < 0.001
     assert task_id_time(str(uuid.uuid4())) is None and task_id_time("not an id") is None
     before = time.time()
-    assert before - 0.01 <= task_id_time(tasks.distill.s("u", "s", [1]).id) <= time.time() + 0.01
-    assert task_id_time(tasks.reconcile_periodically.task_class().id) is not None
+    assert before - 0.01 <= task_id_time(queue_jobs.distill.s("u", "s", [1]).id) <= time.time() + 0.01
+    assert task_id_time(queue_jobs.reconcile_periodically.task_class().id) is not None
 
 
 @pytest.mark.parametrize("cfg", ["sqlite"], indirect=True)

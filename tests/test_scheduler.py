@@ -19,12 +19,12 @@ from app.chat import ChatService
 from app.db import Durability, connect_readonly, memory_db_path
 from app.events import session_events
 from app.llm import ModelUnreachable
-from app.tasks import (
+from app.scheduled_tasks import (
     add_task,
     get_task,
     list_tasks,
     pause_task,
-    reconcile_config_tasks,
+    sync_config_tasks,
     task_log,
 )
 from app.writer import Writer
@@ -186,9 +186,9 @@ def test_run_now_runs_a_paused_task_once_and_keeps_its_schedule(writer, config):
     assert run_due_tasks(config, writer, chat, NOW + timedelta(hours=3)) == []
 
 
-def test_config_tasks_reconciled_at_start_then_run(writer, config):
+def test_config_tasks_synced_at_start_then_run(writer, config):
     entry = {"name": "morning", "schedule": "todos los días laborables a las 9", "prompt": "resumen"}
-    reconcile_config_tasks(writer, config.replace(scheduled_tasks=(entry,)), now=NOW)
+    sync_config_tasks(writer, config.replace(scheduled_tasks=(entry,)), now=NOW)
     [result] = run_due_tasks(config, writer, FakeChat(), NOW + timedelta(hours=2))
     assert (result.name, result.status) == ("morning", "done")
 

@@ -190,27 +190,28 @@ def test_extractive_cards_and_diaries_are_rewritten_when_the_model_is_back(setup
 def test_the_queued_job_remembers_its_last_decay_so_a_rerun_changes_nothing(
         config, data_dir, writer, fake_ollama, bound_queue):
     from tests.test_workers_support import drain
-    from workers import tasks
+    from workers import jobs
     from workers.queue import failed_jobs, huey
+    from workers.runner import LAST_DECAY_KEY
 
     cfg = worker_config(config, fake_ollama)
     bound_queue(cfg)
     fact(writer, "fact", "a", "alpha")
-    tasks.consolidate()
+    jobs.consolidate()
     drain()
-    assert huey.get(tasks.LAST_DECAY_KEY, peek=True) is not None
+    assert huey.get(LAST_DECAY_KEY, peek=True) is not None
     before = snapshot(cfg)
-    tasks.consolidate()
+    jobs.consolidate()
     drain()
     assert snapshot(cfg) == before
     assert failed_jobs() == []
 
 
 def test_consolidation_runs_every_interval_on_the_hour_utc():
-    from workers.tasks import _consolidation_schedule
+    from workers.jobs import consolidation_schedule
 
-    every_six = _consolidation_schedule(6)
+    every_six = consolidation_schedule(6)
     assert [h for h in range(24) if every_six(datetime(2026, 1, 1, h, 0))] == [0, 6, 12, 18]
     assert not every_six(datetime(2026, 1, 1, 6, 1))
-    every_two_days = _consolidation_schedule(48)
+    every_two_days = consolidation_schedule(48)
     assert every_two_days(datetime(2026, 1, 3, 0, 0)) and not every_two_days(datetime(2026, 1, 2, 0, 0))

@@ -21,17 +21,17 @@ from app.events import insert_event, prepare_event
 from app.writer import Writer
 from tests.test_workers_support import (
     REPO_ROOT,
-    bound_queue,  # noqa: F401 — fixture
     consumer_env,
     consumers,  # noqa: F401 — fixture
+    handoff,
+    hilo_command,
     query,
     scalar,
     scripted_queue,
     wait_until,
 )
-from workers import handoff
 from workers.consumer import run_worker
-from workers.queue import failed_jobs
+from workers.queue import configure, failed_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +42,9 @@ DEADLINE = 120.0
 
 
 @pytest.fixture
-def cfg(config, data_dir, fake_ollama, bound_queue) -> Config:
-    cfg = scripted_queue(config, fake_ollama, bound_queue, workers=4)
+def cfg(config, data_dir, fake_ollama) -> Config:
+    # The jobs run in the consumer's process: this one only enqueues.
+    cfg = scripted_queue(config, fake_ollama, configure, workers=4)
     fake_ollama.latency = MODEL_LATENCY
     return cfg
 
@@ -59,7 +60,7 @@ def queue_turns(cfg: Config, writer: Writer, turns: int = TURNS, sessions: int =
             events.append(prepare_event(cfg, "ana", f"s{s}", "assistant", f"Noted, turn {n}."))
         stored = writer.submit(lambda con: [insert_event(con, e).id for e in events])
         for i in range(0, len(stored), 2):
-            assert handoff.after_reply(cfg, "ana", f"s{s}", stored[i:i + 2])
+            assert handoff.after_reply("ana", f"s{s}", stored[i:i + 2])
 
 
 def distilled_turns(cfg: Config) -> int:
@@ -102,7 +103,7 @@ def test_a_worker_killed_mid_run_loses_no_turn_and_doubles_none(cfg, writer, con
 def test_sigterm_under_honcho_stops_gracefully_and_the_restart_finishes(cfg, writer, tmp_path):
     procfile = tmp_path / "Procfile.test"
     # `exec`: honcho then signals and waits for the worker itself, not a shell around it.
-    procfile.write_text(f"worker: exec {sys.executable} -m workers.consumer\n")
+    procfile.write_text(f"worker: exec {' '.join(hilo_command('worker'))}\n")
     env = consumer_env(cfg)
 
     def honcho(log: Path) -> subprocess.Popen:
@@ -149,7 +150,7 @@ def test_front_end_writes_while_the_worker_compacts_two_sessions(cfg, writer, co
                 ids = [writer.submit(lambda con, e=e: insert_event(con, e).id) for e in (
                     prepare_event(cfg, "ana", session, "user", f"Turn {n}: remember code alpha{n}"),
                     prepare_event(cfg, "ana", session, "assistant", f"Noted, turn {n}."))]
-                handoff.after_reply(cfg, "ana", session, ids)
+                handoff.after_reply("ana", session, ids)
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -172,14 +173,14 @@ def test_front_end_writes_while_the_worker_compacts_two_sessions(cfg, writer, co
 def test_huey_consumer_runs_the_same_tasks(cfg, writer, tmp_path):
     log = tmp_path / "huey_consumer.log"
     process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("huey_consumer")), "workers.queue.huey", "-k", "thread",
+        [str(Path(sys.executable).with_name("huey_consumer")), "workers.consumer.huey", "-k", "thread",
          "-w", "2", "-m", str(cfg.queue.poll_max_delay)],
         cwd=REPO_ROOT, env=consumer_env(cfg), stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         ids = [writer.submit(lambda con, e=e: insert_event(con, e).id) for e in (
             prepare_event(cfg, "ana", "s1", "user", "my name is Ana, remember code alpha1"),
             prepare_event(cfg, "ana", "s1", "assistant", "Hello Ana."))]
-        handoff.after_reply(cfg, "ana", "s1", ids)
+        handoff.after_reply("ana", "s1", ids)
         wait_until(lambda: query(cfg, "SELECT value FROM facts"), DEADLINE, "the fact")
     finally:
         process.send_signal(signal.SIGTERM)
@@ -238,7 +239,7 @@ def _healthy(url: str) -> bool:
 def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consumers, tmp_path):
     from datetime import datetime, timedelta, timezone
 
-    from app.tasks import add_task
+    from app.scheduled_tasks import add_task
 
     # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
     an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)

@@ -9,10 +9,10 @@ from tests.test_workers_support import (
     add_turn,
     bound_queue,  # noqa: F401 — fixture
     drain,
+    handoff,
     query,
     scripted_queue,
 )
-from workers import handoff
 from workers.queue import failed_jobs
 
 
@@ -23,7 +23,7 @@ def cfg(config, data_dir, fake_ollama, bound_queue):
 
 
 def test_a_turn_leaves_vectors_for_its_events_and_facts(cfg, writer, fake_ollama):
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha7"))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha7"))
     drain()
     rows = query(cfg, "SELECT owner_kind, model, dim, error FROM embeddings ORDER BY owner_kind")
     kinds = [r[0] for r in rows]
@@ -34,7 +34,7 @@ def test_a_turn_leaves_vectors_for_its_events_and_facts(cfg, writer, fake_ollama
 
 def test_embedding_errors_are_retried_then_recorded_on_the_owner(cfg, writer, fake_ollama):
     fake_ollama.script_embed(*[Fault.http_500("embedder down")] * 20)
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha8"))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha8"))
     drain()
     errors = query(cfg, "SELECT error FROM embeddings WHERE vector IS NULL")
     assert errors and all("embedder down" in e[0] for e in errors)

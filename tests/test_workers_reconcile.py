@@ -1,4 +1,4 @@
-"""reconcile: the database says what is undone; a lost task is redone, not lost."""
+"""The reconcile sweep: the database says what is undone; a lost task is redone, not lost."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from tests.test_workers_support import (
     scripted_queue,
     snapshot,
 )
-from workers import tasks
-from workers.queue import huey, job_context
-from workers.reconcile import default_grace_seconds, reconcile
+from workers import jobs
+from workers.queue import huey
+from workers.reconcile import default_grace_seconds, find_undone_work
 
 LATER = datetime.now(timezone.utc) + timedelta(minutes=5)
 
@@ -32,15 +32,15 @@ def cfg(config, data_dir, fake_ollama, bound_queue):
 
 def test_events_never_distilled_are_found_after_the_grace_period(cfg, writer):
     ids = add_turn(writer, cfg, "ana", "s1", "Remember code alpha1")
-    assert reconcile(writer, cfg).distill == []  # still within grace: its task may be queued
-    assert reconcile(writer, cfg, now=LATER).distill == [("ana", "s1", ids)]
+    assert find_undone_work(writer, cfg).distill == []  # still within grace: its task may be queued
+    assert find_undone_work(writer, cfg, now=LATER).distill == [("ana", "s1", ids)]
 
 
 def test_undistilled_events_are_batched_per_session(cfg, writer):
     for n in range(15):
         add_turn(writer, cfg, "ana", "s1", f"turn {n}")
     add_turn(writer, cfg, "bo", "s9", "hello")
-    work = reconcile(writer, cfg, grace_seconds=0, now=LATER)
+    work = find_undone_work(writer, cfg, grace_seconds=0, now=LATER)
     assert [(u, s, len(ids)) for u, s, ids in work.distill] == [
         ("ana", "s1", 20), ("ana", "s1", 10), ("bo", "s9", 2)]
 
@@ -48,7 +48,7 @@ def test_undistilled_events_are_batched_per_session(cfg, writer):
 def test_lost_distill_tasks_are_redone_from_the_database(cfg, writer):
     for n in range(3):
         add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n}")  # no task ever queued
-    tasks.reconcile(0.0)
+    jobs.reconcile(0.0)
     drain()
     assert sorted(v for (v,) in query(cfg, "SELECT value FROM facts")) == ["alpha0", "alpha1", "alpha2"]
 
@@ -57,37 +57,37 @@ def test_sessions_over_the_threshold_are_found(cfg, writer):
     for n in range(cfg.memory.compaction_threshold // 2):
         add_turn(writer, cfg, "ana", "s1", f"turn {n}")
     add_turn(writer, cfg, "ana", "s2", "short")
-    assert reconcile(writer, cfg, now=LATER).compact == [("ana", "s1")]
+    assert find_undone_work(writer, cfg, now=LATER).compact == [("ana", "s1")]
 
 
 def test_ended_sessions_without_a_diary_are_found(cfg, writer):
     add_turn(writer, cfg, "ana", "s1", "hello")
     add_turn(writer, cfg, "ana", "s2", "hello")
     writer.submit(lambda con: end_session(con, "ana", "s1"))
-    assert reconcile(writer, cfg, now=LATER).diary == [("ana", "s1")]
-    tasks.diary("ana", "s1")
+    assert find_undone_work(writer, cfg, now=LATER).diary == [("ana", "s1")]
+    jobs.diary("ana", "s1")
     drain()
-    assert reconcile(writer, cfg, now=LATER).diary == []
+    assert find_undone_work(writer, cfg, now=LATER).diary == []
 
 
 def test_idle_sessions_are_closed_and_get_their_diary(cfg, writer):
     add_turn(writer, cfg, "ana", "s1", "hello")
     much_later = datetime.now(timezone.utc) + timedelta(minutes=cfg.memory.session_idle_minutes + 1)
-    work = reconcile(writer, cfg, now=much_later)
+    work = find_undone_work(writer, cfg, now=much_later)
     assert work.closed == [("ana", "s1")] and ("ana", "s1") in work.diary
     assert scalar(cfg, "SELECT ended_at IS NOT NULL FROM sessions") == 1
-    assert reconcile(writer, cfg, now=much_later).closed == []
+    assert find_undone_work(writer, cfg, now=much_later).closed == []
 
 
 def test_a_clean_database_has_nothing_to_redo_and_reconciling_twice_changes_nothing(cfg, writer):
     for n in range(6):
         ids = add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n}")
-        tasks.distill("ana", "s1", ids)
-    tasks.diary("ana", "s1")
+        jobs.distill("ana", "s1", ids)
+    jobs.diary("ana", "s1")
     drain()
-    assert not reconcile(writer, cfg, now=LATER)
+    assert not find_undone_work(writer, cfg, now=LATER)
     before = snapshot(cfg)
-    reconcile(writer, cfg, now=LATER)
+    find_undone_work(writer, cfg, now=LATER)
     assert snapshot(cfg) == before
 
 
@@ -112,14 +112,13 @@ def test_the_sweep_queries_use_indexes(cfg, writer):
         con.close()
 
 
-def test_worker_start_flushes_stale_locks_and_reconciles_without_grace(cfg, writer):
+def test_worker_start_flushes_stale_locks_and_reconciles_without_grace(cfg, writer, bound_queue):
     from workers.queue import lock_key, try_lock
 
     ids = add_turn(writer, cfg, "ana", "s1", "Remember code alpha5")
     assert try_lock("compact:ana:s1")  # left by a killed worker
-    tasks._prepared = False
-    tasks.prepare_worker_process()
+    bound_queue.runner.prepare()
     assert not huey.storage.has_data_for_key(lock_key("compact:ana:s1"))
-    assert job_context().config == cfg
+    assert bound_queue.runner.config == cfg
     drain()
     assert query(cfg, "SELECT value, source_event_id FROM facts") == [("alpha5", ids[0])]

@@ -11,12 +11,14 @@ from tests.test_workers_support import (
     add_turn,
     bound_queue,  # noqa: F401 — fixture
     drain,
+    handoff,
     query,
     scalar,
     scripted_model,
     scripted_queue,
 )
-from workers import handoff, tasks
+from workers import jobs
+from workers.handoff import queue_handoff
 from workers.queue import failed_jobs, huey
 from workers.retry import MAX_DELAY_SECONDS, backoff_delay, total_backoff
 
@@ -29,20 +31,19 @@ def cfg(config, data_dir, fake_ollama, bound_queue):
 
 def test_model_down_for_the_first_calls_then_up_the_facts_appear(cfg, writer, fake_ollama):
     fake_ollama.script_generate(Fault.http_500("loading"), Fault.http_500("loading"))
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha7"))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha7"))
     drain()
     assert query(cfg, "SELECT key, value FROM facts") == [("item7", "alpha7")]
     assert len(fake_ollama.bodies("/api/generate")) == 3
     assert failed_jobs() == []
 
 
-def test_an_unreachable_model_is_retried_like_a_failing_one(cfg, writer, fake_ollama):
+def test_an_unreachable_model_is_retried_like_a_failing_one(cfg, writer, fake_ollama, bound_queue):
     from tests.fake_ollama import unused_loopback_url
-    from workers.queue import configure
 
     down = cfg.replace(llm={"url": unused_loopback_url(), "connect_timeout_seconds": 0.5})
-    configure(down)
-    handoff.after_reply(down, "ana", "s1", add_turn(writer, down, "ana", "s1", "Remember code alpha1"))
+    bound_queue(down)
+    handoff.after_reply("ana", "s1", add_turn(writer, down, "ana", "s1", "Remember code alpha1"))
     drain()
     # The embed job cannot reach the model either; this test is about distill's failure.
     [failure] = [f for f in failed_jobs() if "distill (" in f.error]
@@ -53,7 +54,7 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
     fake_ollama.responder = lambda body: "I'd rather chat about the weather."
     ids = add_turn(writer, cfg, "ana", "s1",
                    "Me llamo Ana y uso neovim. Recuerda que el backup es a las 2.")
-    handoff.after_reply(cfg, "ana", "s1", ids)
+    handoff.after_reply("ana", "s1", ids)
     drain()
     assert len(fake_ollama.bodies("/api/generate")) == cfg.queue.max_attempts
     assert query(cfg, "SELECT key, value, source FROM profile") == [("name", "Ana", "agent")]
@@ -69,7 +70,7 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
 
 def test_a_model_that_is_not_pulled_degrades_without_retrying(cfg, writer, fake_ollama):
     fake_ollama.models = []
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "my name is Ana"))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "my name is Ana"))
     drain()
     assert len(fake_ollama.bodies("/api/generate")) == 1
     assert query(cfg, "SELECT value FROM profile") == [("Ana",)]
@@ -85,7 +86,7 @@ def test_compaction_degrades_to_an_extractive_card(cfg, writer, fake_ollama):
 
     fake_ollama.responder = responder
     for n in range(cfg.memory.compaction_threshold // 2):
-        handoff.after_reply(cfg, "ana", "s1", add_turn(
+        handoff.after_reply("ana", "s1", add_turn(
             writer, cfg, "ana", "s1", f"Deploying release {n} of the billing service"))
     drain()
     cards = query(cfg, "SELECT summary, keywords, is_extractive, event_count FROM context_cards")
@@ -95,14 +96,13 @@ def test_compaction_degrades_to_an_extractive_card(cfg, writer, fake_ollama):
     assert any("compact" in f.error for f in failed_jobs())
 
 
-def test_a_retry_is_scheduled_with_backoff_and_the_next_attempt_number(cfg, writer, fake_ollama):
-    from workers.queue import configure
-
+def test_a_retry_is_scheduled_with_backoff_and_the_next_attempt_number(cfg, writer, fake_ollama,
+                                                                        bound_queue):
     slow = cfg.replace(queue={"backoff_base_seconds": 0.2})
-    configure(slow)
+    bound_queue(slow)
     fake_ollama.script_generate(Fault.http_500())
     ids = add_turn(writer, slow, "ana", "s1", "Remember code alpha3")
-    handoff.after_reply(slow, "ana", "s1", ids)
+    handoff.after_reply("ana", "s1", ids)
     huey.execute(huey.dequeue())
     [retry] = huey.pending()  # a worker moves it to the schedule until its eta
     assert retry.kwargs == {"attempt": 2} and retry.args == ("ana", "s1", ids)
@@ -127,16 +127,16 @@ def test_total_backoff_of_the_defaults(config):
 
 def test_handoff_never_raises_when_the_queue_is_unreachable(config, tmp_path):
     missing = config.replace(data={"dir": str(tmp_path / "no" / "such" / "dir")})
-    assert handoff.after_reply(missing, "ana", "s1", [1, 2]) is False
-    assert handoff.session_ended(missing, "ana", "s1") is False
+    assert queue_handoff(missing).after_reply("ana", "s1", [1, 2]) is False
+    assert queue_handoff(missing).session_ended("ana", "s1") is False
     redis_down = config.replace(queue={"backend": "redis", "redis_url": "redis://127.0.0.1:1/0"})
-    assert handoff.after_reply(redis_down, "ana", "s1", [1]) is False
+    assert queue_handoff(redis_down).after_reply("ana", "s1", [1]) is False
 
 
 def test_session_ended_enqueues_the_diary(cfg, writer):
     add_turn(writer, cfg, "ana", "s1", "Let us plan the migration.")
-    assert handoff.session_ended(cfg, "ana", "s1") is True
-    assert [t.name for t in huey.pending()] == [tasks.diary.task_class.__name__]
+    assert handoff.session_ended("ana", "s1") is True
+    assert [t.name for t in huey.pending()] == [jobs.diary.task_class.__name__]
     drain()
     assert query(cfg, "SELECT entry, is_extractive FROM diary") == [
         ("The user worked through a list of codes with the assistant.", 0)]

@@ -25,6 +25,7 @@ from tests.test_workers_support import (
     consumers,  # noqa: F401 — fixture
     bound_queue,  # noqa: F401 — fixture
     drain,
+    handoff,
     query,
     scripted_model,
     scripted_queue,
@@ -65,16 +66,16 @@ def test_queue_file_is_wal_with_synchronous_normal(config, data_dir):
 
 def test_each_data_dir_gets_its_own_queue(config, data_dir, tmp_path):
     from app.datadir import init_data_dir
-    from workers import tasks
+    from workers import jobs
 
     other = config.replace(data={"dir": str(tmp_path / "other")})
     init_data_dir(other)
     configure(config)
-    tasks.diary("u", "s1")
+    jobs.diary("u", "s1")
     configure(other)
     assert huey.pending_count() == 0
-    tasks.diary("u", "s2")
-    tasks.diary("u", "s3")
+    jobs.diary("u", "s2")
+    jobs.diary("u", "s3")
     assert huey.pending_count() == 2
     configure(config)
     assert huey.pending_count() == 1
@@ -112,13 +113,12 @@ def _answers(port: int) -> bool:
 
 def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_ollama, bound_queue,
                                               redis_url):
-    from workers import handoff
     from workers.queue import failed_jobs
 
     cfg = scripted_queue(config, fake_ollama, bound_queue, backend="redis", redis_url=redis_url)
     assert type(huey.storage).__name__ == "PriorityRedisStorage"
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha9"))
-    assert handoff.session_ended(cfg, "ana", "s1")
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha9"))
+    assert handoff.session_ended("ana", "s1")
     drain()
     assert query(cfg, "SELECT value FROM facts") == [("alpha9",)]
     assert query(cfg, "SELECT count(*) FROM diary") == [(1,)]
@@ -129,14 +129,13 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
 def test_a_real_consumer_on_redis_starts_and_learns_from_a_turn(config, data_dir, writer,
                                                                fake_ollama, redis_url,
                                                                consumers, tmp_path):
-    from workers import handoff
     from workers.queue import configure as bind
 
     cfg = worker_config(config, fake_ollama, backend="redis", redis_url=redis_url)
     bind(cfg)
     fake_ollama.responder = scripted_model
     consumer = consumers(cfg, tmp_path / "worker.log")
-    handoff.after_reply(cfg, "ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha3"))
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha3"))
     try:
         wait_until(lambda: query(cfg, "SELECT value FROM facts") == [("alpha3",)], 30,
                    "the fact learnt by the Redis-backed worker")

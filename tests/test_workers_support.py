@@ -1,10 +1,12 @@
 """Shared helpers for the worker tests (this module holds no tests of its own).
 
 - `worker_config`: the test config pointed at the fake model, with instant retries;
-- `bound_queue`: the queue and job context bound to the test's data directory;
+- `bound_queue`: the queue bound to the test's data directory and a JobRunner attached,
+  as the consumer's start does (without its start-up sweep);
+- `handoff`: the chat's hand-off onto that queue, as the front-ends make it;
 - `drain`: run queued jobs in this thread, as a consumer would, until nothing is due;
 - `scripted_model`: fake model replies derived from the prompt (distill, card, diary);
-- `Consumer`: the real consumer (`python -m workers.consumer`) in its own process;
+- `Consumer`: the real consumer (`hilo worker`) in its own process;
 - `wait_until`: poll a condition with a bounded timeout, never a bare sleep.
 """
 
@@ -28,6 +30,9 @@ from app.db import connect_readonly, memory_db_path
 from app.events import append_event
 from app.writer import Writer
 from tests.fake_ollama import FakeOllama
+from workers.handoff import QueueHandoff
+from workers.queue import huey
+from workers.runner import JobRunner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,19 +53,38 @@ def scripted_queue(config: Config, fake: FakeOllama, bind: Callable[[Config], An
     return cfg
 
 
-@pytest.fixture
-def bound_queue() -> Iterator[Callable[[Config], Any]]:
-    """Call with a config to bind the queue to it; the job context is closed afterwards."""
-    from workers.queue import close_context, configure
+class InProcessWorker:
+    """Call with a config to run that config's jobs in this process (binding the queue
+    to it); calling again replaces the runner, as restarting the worker would."""
 
-    yield configure
-    close_context()
+    def __init__(self) -> None:
+        self.runner: JobRunner | None = None
+
+    def __call__(self, config: Config) -> JobRunner:
+        self.close()
+        self.runner = JobRunner.start(config)
+        return self.runner
+
+    def close(self) -> None:
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            runner.close()
+
+
+@pytest.fixture
+def bound_queue() -> Iterator[InProcessWorker]:
+    """Call with a config to bind the queue and attach a job runner; closed afterwards."""
+    worker = InProcessWorker()
+    yield worker
+    worker.close()
+
+
+# The hand-off the front-ends make, on whichever storage the queue is bound to.
+handoff = QueueHandoff(huey)
 
 
 def drain(timeout: float = 20.0) -> int:
     """Run every queued and scheduled job in this thread until none is left; returns the count."""
-    from workers.queue import huey
-
     ran = 0
     deadline = time.monotonic() + timeout
     idle = threading.Event()
@@ -177,14 +201,19 @@ def consumer_env(config: Config) -> dict[str, str]:
     return env
 
 
+def hilo_command(*argv: str) -> list[str]:
+    """The installed `hilo` command (it imports this tree: consumer_env sets PYTHONPATH)."""
+    return [str(Path(sys.executable).with_name("hilo")), *argv]
+
+
 class Consumer:
-    """`python -m workers.consumer` for this config, its log in `log_path`."""
+    """`hilo worker` for this config, its log in `log_path`."""
 
     def __init__(self, config: Config, log_path: Path, *extra: str) -> None:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "workers.consumer", *extra],
+            hilo_command("worker", *extra),
             cwd=REPO_ROOT, env=consumer_env(config), stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:

@@ -1,4 +1,4 @@
-"""`hilo worker`: the Huey consumer, started from Python with the project's logging.
+"""The consumer's start: `hilo worker`, or Huey's own `huey_consumer`.
 
 Thread workers only: every job writes through this process's single APSW writer, and
 a process pool would mean one write connection per process. The consumer polls at
@@ -7,19 +7,32 @@ least every `queue.poll_max_delay` seconds (Huey's idle backoff would otherwise 
 and stops on SIGTERM within honcho's 5 s: running jobs get SHUTDOWN_SECONDS to finish,
 the writer commits what is queued, and whatever was cut off is redone by reconcile.
 
-    python -m workers.consumer [--data-dir DIR] [--workers N] [-k thread]
+Both starts set the process up the same way (`start_jobs`): the data directory, the
+queue bound to the config, a JobRunner (workers/runner.py) attached to the job
+declarations, the job counters for /metrics, then the start-up sweep.
+
+- `run_worker(config, …)`: what `hilo worker` runs; the CLI is the one place that
+  parses the worker's flags and reads its configuration.
+- `huey_consumer workers.consumer.huey -k thread`: Huey's command loads `huey` from
+  this module, and that load is the start: the configuration comes from load_config()
+  (HILO_* variables, ./config.toml). It keeps Huey's own logging and options.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
+from functools import cache
+from typing import Any
 
 import structlog
 
-from app.config import Config
 from app.backup import hold_pid_file
+from app.config import Config, load_config
 from app.datadir import init_data_dir
+from workers.queue import HiloHuey
+from workers.runner import JobRunner
 
 log = structlog.get_logger(__name__)
 
@@ -32,52 +45,71 @@ REFUSED = (
 )
 
 
+def start_jobs(config: Config) -> JobRunner:
+    """Make this process the one that runs the jobs of `config`'s queue, and queue the
+    start-up work (stale locks flushed, config tasks synced, undone work re-enqueued)."""
+    init_data_dir(config)  # idempotent; api and worker may start together
+    runner = JobRunner.start(config)
+    try:
+        runner.prepare()
+    except BaseException:
+        runner.close()
+        raise
+    return runner
+
+
 def run_worker(config: Config, workers: int | None = None, worker_type: str = "thread") -> int:
     """Run the consumer until SIGTERM/SIGINT; the exit status (2 for a refused worker type)."""
     if worker_type != "thread":
         kind = worker_type if worker_type in WORKER_TYPES else "non-thread"
         print(f"hilo worker: {REFUSED.format(kind=kind)}", file=sys.stderr)
         return 2
-    from workers.queue import close_context, configure, huey
-    from workers.tasks import prepare_worker_process
-
     workers = workers or config.queue.workers
-    init_data_dir(config)  # idempotent; api and worker may start together
-    configure(config)
     if config.logging.level != "debug":
         # Huey logs two lines per task at INFO; our jobs log their own outcomes.
         logging.getLogger("huey").setLevel(logging.WARNING)
-    prepare_worker_process()
-    consumer = huey.create_consumer(
-        workers=workers,
-        worker_type="thread",
-        initial_delay=min(0.1, config.queue.poll_max_delay),
-        backoff=1.15,
-        max_delay=config.queue.poll_max_delay,
-        periodic=True,
-        scheduler_interval=1,
-        check_worker_health=True,
-        flush_locks=True,
-        graceful_signal="TERM",
-        shutdown_timeout=SHUTDOWN_SECONDS,
-    )
-    log.info("worker.started", workers=workers, data_dir=str(config.data_dir),
-             backend=config.queue.backend, poll_max_delay=config.queue.poll_max_delay)
+    runner = start_jobs(config)
     try:
+        consumer = runner.queue.create_consumer(
+            workers=workers,
+            worker_type="thread",
+            initial_delay=min(0.1, config.queue.poll_max_delay),
+            backoff=1.15,
+            max_delay=config.queue.poll_max_delay,
+            periodic=True,
+            scheduler_interval=1,
+            check_worker_health=True,
+            flush_locks=True,
+            graceful_signal="TERM",
+            shutdown_timeout=SHUTDOWN_SECONDS,
+        )
+        log.info("worker.started", workers=workers, data_dir=str(config.data_dir),
+                 backend=config.queue.backend, poll_max_delay=config.queue.poll_max_delay)
         with hold_pid_file(config.data_dir, "worker"):  # restore refuses while we run
             consumer.run()
     finally:
-        close_context()  # commit what the writer holds
+        runner.close()  # the writer commits what it holds
     log.info("worker.stopped")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m workers.consumer [flags]` is `hilo worker [flags]`."""
-    from app.cli import main as hilo
+@cache
+def _start_for_huey_consumer() -> HiloHuey:
+    runner = start_jobs(load_config())
+    # huey_consumer gives no hook after its workers stop: close when the process exits.
+    atexit.register(runner.close)
+    return runner.queue
 
-    return hilo(["worker", *(sys.argv[1:] if argv is None else argv)])
+
+def __getattr__(name: str) -> Any:
+    # `huey_consumer workers.consumer.huey`: resolved on first access (PEP 562), so that
+    # importing run_worker for `hilo worker` reads no configuration and opens nothing.
+    if name == "huey":
+        return _start_for_huey_consumer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The worker's flags and configuration are parsed in one place, the CLI.
+    sys.exit("start the worker with `hilo worker` "
+             "(or `huey_consumer workers.consumer.huey -k thread`)")

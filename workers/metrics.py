@@ -1,10 +1,13 @@
-"""Job counts and durations, kept by each worker process and shared through the queue.
+"""The queue's part of /metrics: its depth and failures, and the jobs the workers ran.
 
 `hilo serve` exposes /metrics, but the jobs run in the worker. Each worker process
-counts its jobs (Huey's signals: executing, complete, error) and, at most every few
-seconds, writes a snapshot into Huey's key-value store under a key of its own; the
-server sums the snapshots it finds. Counters restart with the process, which
-Prometheus treats as a counter reset.
+counts its jobs (Huey's signals: executing, complete, error; installed by the
+consumer's start, workers/runner.py) and, at most every few seconds, writes a snapshot
+into Huey's key-value store under a key of its own; `render_queue`, called by the
+server at scrape time, reads the queue through `hilo queue`'s view and sums the
+snapshots it finds. Counters restart with the process, which Prometheus treats as a
+counter reset. The server's own measurements (context build, model calls, its writer)
+are app/metrics.py's.
 """
 
 from __future__ import annotations
@@ -15,9 +18,21 @@ import threading
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
+import structlog
 from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR, SIGNAL_EXECUTING
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+
+from app.config import Config
+from workers.inspect import QueueView
+
+log = structlog.get_logger(__name__)
 
 # Job durations span a cheap reconcile (milliseconds) to a slow model call (minutes).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -84,14 +99,18 @@ class JobMetrics:
 JOB_METRICS = JobMetrics()
 
 
-def install(huey: Any) -> None:
-    """Count every job this process runs."""
+COUNTED_SIGNALS = (SIGNAL_EXECUTING, SIGNAL_COMPLETE, SIGNAL_ERROR)
+
+
+def install(huey: Any) -> Callable[[], None]:
+    """Count every job this process runs; returns what stops the counting."""
     def on_signal(signal: str, task: Any, *args: Any) -> None:
         JOB_METRICS.on_signal(signal, task, *args)
         if signal != SIGNAL_EXECUTING:
             JOB_METRICS.flush(huey)
 
-    huey.signal(SIGNAL_EXECUTING, SIGNAL_COMPLETE, SIGNAL_ERROR)(on_signal)
+    huey.signal(*COUNTED_SIGNALS)(on_signal)
+    return lambda: huey.disconnect_signal(on_signal, *COUNTED_SIGNALS)
 
 
 def merged(snapshots: list[dict[str, dict]]) -> dict[str, dict]:
@@ -107,3 +126,73 @@ def merged(snapshots: list[dict[str, dict]]) -> dict[str, dict]:
             for i, count in enumerate(stats.get("buckets", [])[: len(into["buckets"])]):
                 into["buckets"][i] += count
     return total
+
+
+# -- /metrics, read at scrape time -------------------------------------------------------------
+
+
+class _QueueCollector:
+    """The queue as Prometheus sees it, read when scraped."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            yield from self._queue()
+        except Exception as exc:  # noqa: BLE001 — a scrape never fails for the queue
+            log.warning("metrics.queue_unavailable", error=str(exc))
+            up = GaugeMetricFamily("hilo_queue_up", "Whether the queue could be read")
+            up.add_metric([], 0)
+            yield up
+
+    def _queue(self) -> Iterator[Any]:
+        view = QueueView(self.config)
+        status = view.status()
+        up = GaugeMetricFamily("hilo_queue_up", "Whether the queue could be read")
+        up.add_metric([], 1)
+        depth = GaugeMetricFamily("hilo_queue_jobs", "Jobs in the queue, by state",
+                                  labels=["state"])
+        for state in ("pending", "scheduled", "due", "failed"):
+            depth.add_metric([state], status[state])
+        oldest = GaugeMetricFamily("hilo_queue_oldest_pending_seconds",
+                                   "How long the oldest due job has waited")
+        oldest.add_metric([], (status["oldest_pending"] or {}).get("waiting_seconds", 0.0))
+        since_poll = GaugeMetricFamily("hilo_worker_seconds_since_poll",
+                                       "Seconds since a worker last polled the queue (-1: never)")
+        seconds = status["worker"]["seconds_since_poll"]
+        since_poll.add_metric([], -1 if seconds is None else seconds)
+        failed = GaugeMetricFamily("hilo_queue_failed_jobs", "Failure records, by task",
+                                   labels=["task"])
+        for task, counts in status["by_task"].items():
+            failed.add_metric([task], counts["failed"])
+        yield from (up, depth, oldest, since_poll, failed)
+
+        deserialize = view.huey.serializer.deserialize
+        snapshots = []
+        for key, raw in view.huey.all_results().items():
+            if key.startswith(METRICS_PREFIX):
+                try:
+                    snapshots.append(deserialize(raw))
+                except Exception:  # noqa: BLE001 — a damaged snapshot is skipped
+                    continue
+        jobs = CounterMetricFamily("hilo_jobs", "Jobs run by the workers, by outcome",
+                                   labels=["task", "outcome"])
+        durations = HistogramMetricFamily("hilo_job_duration_seconds",
+                                          "How long the workers' jobs took", labels=["task"])
+        for task, stats in sorted(merged(snapshots).items()):
+            jobs.add_metric([task, "done"], stats["done"])
+            jobs.add_metric([task, "error"], stats["errors"])
+            cumulative, running = [], 0
+            for bound, count in zip([*map(str, DURATION_BUCKETS), "+Inf"], stats["buckets"]):
+                running += count
+                cumulative.append((bound, running))
+            durations.add_metric([task], cumulative, sum_value=stats["seconds"])
+        yield from (jobs, durations)
+
+
+def render_queue(config: Config) -> bytes:
+    """The Prometheus text exposition of the queue and the workers' jobs."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_QueueCollector(config))
+    return generate_latest(registry)

@@ -1,19 +1,21 @@
-"""The Huey instance, and what the jobs run with in a worker process.
+"""The queue: one Huey instance, bound to its storage where a process starts.
 
-`huey` is module-level so `huey_consumer workers.queue.huey -k thread` works. Its
-storage is bound by `configure(config)` — `queue.sqlite3` in the data directory
-(APSW, WAL, synchronous=NORMAL) or Redis when `queue.backend = "redis"` — and, when
-nothing configured it, from `load_config()` (HILO_* variables, ./config.toml) on first
-use. Calling `configure` again with another data directory rebinds the storage and
-the job context, so each test (or each `hilo worker --data-dir X`) gets its own.
+`huey` is module-level because Huey registers tasks on an instance when they are
+declared (workers/jobs.py). It has no storage until `configure(config)` binds one —
+`queue.sqlite3` in the data directory (APSW, WAL, synchronous=NORMAL) or Redis when
+`queue.backend = "redis"`. Each process binds it once where it starts: the consumer
+(workers/consumer.py), the front-ends (through workers.handoff.queue_handoff), `hilo
+queue`. Using it unbound is an error that says so; no configuration is guessed.
 
-The job context (the worker's writer and model client) is created on first use in the
-process that runs jobs; a front-end that only enqueues never opens it.
+Binding again to another storage (another data directory, as each test does) replaces
+the storage; binding again to the same one is a no-op, compared by where it stores.
+
+Jobs are named `workers.tasks.<job>` in the storage whichever module declares them
+(`HiloTaskWrapper`): the names queued jobs and failure records have always carried.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,11 +25,9 @@ from huey import Huey
 from huey.storage import PriorityRedisStorage
 from huey.utils import Error
 
-from app.config import Config, load_config
-from app.db import QUEUE_DB, Durability
-from app.embedders import Embedder, make_embedder
-from app.llm import ModelClient
-from app.writer import Writer
+from app.config import Config
+from app.db import QUEUE_DB
+from workers.inspect import TimedTaskWrapper, describe_failure, heartbeat
 from workers.storage import ApswSqliteStorage
 
 QUEUE_NAME = "hilo"
@@ -35,18 +35,37 @@ QUEUE_NAME = "hilo"
 # than the 1 s a blocking Redis dequeue waits).
 ENQUEUE_TIMEOUT_SECONDS = 2.0
 LOCK_PREFIX = f"{QUEUE_NAME}.lock."
+# Huey names a task "<module>.<function>"; ours keep the module they were first declared
+# in, so jobs queued and failures recorded by earlier versions still resolve.
+TASK_NAMESPACE = "workers.tasks"
+
+
+class QueueNotConfigured(RuntimeError):
+    """The queue was used before this process bound it to a storage."""
+
+
+class HiloTaskWrapper(TimedTaskWrapper):
+    """Task classes with UUIDv7 ids (workers/inspect.py) and a stable name on the wire."""
+
+    def create_task(self, func: Any, context: bool = False, name: str | None = None,
+                    **settings: Any) -> type:
+        task_class = super().create_task(func, context, name, **settings)
+        task_class.__module__ = TASK_NAMESPACE  # what Registry.task_to_string reads
+        return task_class
 
 
 class HiloHuey(Huey):
-    """Huey whose storage is bound late, by configure() or on first use."""
+    """Huey whose storage is given by configure(), never created on its own."""
 
     def create_storage(self) -> Any:
-        return None
+        return None  # bound by configure() where the process starts
 
     @property
     def storage(self) -> Any:
         if self._storage is None:
-            configure(load_config())
+            raise QueueNotConfigured(
+                "the job queue is not configured in this process: call "
+                "workers.queue.configure(config) where the process starts")
         return self._storage
 
     @storage.setter
@@ -56,28 +75,31 @@ class HiloHuey(Huey):
     # Three hooks that make the queue observable by `hilo queue` (workers/inspect.py).
 
     def get_task_wrapper_class(self) -> type:
-        from workers.inspect import TimedTaskWrapper  # task ids carry their creation time
-
-        return TimedTaskWrapper
+        return HiloTaskWrapper  # task ids carry their creation time
 
     def dequeue(self) -> Any:
-        from workers.inspect import heartbeat  # "a worker polled", at most every few seconds
-
         task = super().dequeue()
-        heartbeat(self)
+        heartbeat(self)  # "a worker polled", at most every few seconds
         return task
 
     def build_error_result(self, task: Any, exception: BaseException) -> dict:
-        from workers.inspect import describe_failure  # which task, its arguments, when
-
+        # Which task, its arguments, when.
         return describe_failure(task, super().build_error_result(task, exception))
 
 
 huey = HiloHuey(QUEUE_NAME, results=True, store_none=False, utc=True)
 
 
-def make_storage(config: Config) -> Any:
+def storage_address(config: Config) -> tuple[str, str]:
+    """Where `config` keeps the queue: ("redis", url) or ("sqlite", path)."""
     if config.queue.backend == "redis":
+        return ("redis", config.queue.redis_url)
+    return ("sqlite", str(config.data_dir / QUEUE_DB))
+
+
+def make_storage(config: Config) -> Any:
+    backend, location = storage_address(config)
+    if backend == "redis":
         from redis import ConnectionPool
         from redis.backoff import NoBackoff
         from redis.retry import Retry
@@ -85,13 +107,13 @@ def make_storage(config: Config) -> Any:
         # No client-side retries: an unreachable Redis fails an enqueue at once (the
         # front-end must not wait; reconcile redoes it) and the consumer retries itself.
         pool = ConnectionPool.from_url(
-            config.queue.redis_url, socket_connect_timeout=ENQUEUE_TIMEOUT_SECONDS,
+            location, socket_connect_timeout=ENQUEUE_TIMEOUT_SECONDS,
             socket_timeout=ENQUEUE_TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0))
         # The priority flavour, like SQLite: the start-up reconcile jumps the queue.
         return PriorityRedisStorage(QUEUE_NAME, connection_pool=pool)
     return ApswSqliteStorage(
         QUEUE_NAME,
-        str(config.data_dir / QUEUE_DB),
+        location,
         timeout=ENQUEUE_TIMEOUT_SECONDS,
         # Tables are created on the first connection, so importing this module and
         # configuring never touch the disk (the data directory may not exist yet).
@@ -102,31 +124,24 @@ def make_storage(config: Config) -> Any:
 
 # -- binding ------------------------------------------------------------------------------
 
-_bind_lock = threading.RLock()
-_bound: Config | None = None
-_context: JobContext | None = None
+_bind_lock = threading.Lock()
+_bound_to: tuple[str, str] | None = None
 
 
 def configure(config: Config) -> HiloHuey:
-    """Bind the queue and the job context to `config`; a no-op when already bound to it."""
-    global _bound
+    """Bind the queue to the storage `config` names; a no-op when already bound there.
+    Touches no disk: the queue file is opened on first use."""
+    global _bound_to
+    address = storage_address(config)
     with _bind_lock:
-        if _bound == config:
+        if _bound_to == address:
             return huey
         old_storage = huey._storage
-        close_context()
         huey.storage = make_storage(config)
-        _bound = config
-        if old_storage is not None:
-            _close_quietly(old_storage)
+        _bound_to = address
+    if old_storage is not None:
+        _close_quietly(old_storage)
     return huey
-
-
-def bound_config() -> Config:
-    """The configuration the queue is bound to (binding from load_config() if none)."""
-    huey.storage  # noqa: B018 — binds on first use
-    assert _bound is not None
-    return _bound
 
 
 def _close_quietly(storage: Any) -> None:
@@ -134,49 +149,6 @@ def _close_quietly(storage: Any) -> None:
         storage.close()
     except Exception:  # a storage being replaced; nothing to do if closing fails
         pass
-
-
-# -- what jobs run with -------------------------------------------------------------------
-
-
-@dataclass
-class JobContext:
-    config: Config
-    writer: Writer
-    model: ModelClient
-    embedder: Embedder | None  # None with [embedder] kind = "none"
-
-    def close(self) -> None:
-        self.writer.close()
-        self.model.close()
-
-
-def job_context() -> JobContext:
-    """The worker's writer (synchronous=NORMAL) and model client, opened on first use."""
-    global _context
-    with _bind_lock:
-        if _context is None:
-            config = bound_config()
-            model = ModelClient.from_config(config)
-            _context = JobContext(
-                config=config,
-                writer=Writer.from_config(config, Durability.NORMAL),
-                model=model,
-                embedder=make_embedder(config, client=model),
-            )
-        return _context
-
-
-def close_context() -> None:
-    """Commit the writer's queued writes and close it; the next job reopens."""
-    global _context
-    with _bind_lock:
-        context, _context = _context, None
-    if context is not None:
-        context.close()
-
-
-atexit.register(close_context)
 
 
 # -- locks and failures --------------------------------------------------------------------
@@ -222,8 +194,6 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
         return
     metadata = {"error": repr(error), "retries": 0, "traceback": "", "task_id": task_id}
     if task is not None:
-        from workers.inspect import describe_failure
-
         metadata = describe_failure(task, metadata, degraded=True)
     huey.put_result(task_id, Error(metadata))
 
@@ -250,6 +220,3 @@ def failed_jobs() -> list[FailedJob]:
             failed.append(FailedJob(str(meta.get("task_id", key)), str(meta.get("error", "")),
                                     str(meta.get("traceback", ""))))
     return failed
-
-
-import workers.tasks  # noqa: E402,F401 — registers the tasks on `huey`

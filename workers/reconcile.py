@@ -1,10 +1,11 @@
-"""reconcile: what the database says is undone, so it can be enqueued again.
+"""The reconcile sweep: what the database says is undone, so it can be enqueued again.
 
 Huey runs a task at most once: one in flight when a worker dies is gone. The database
 is the truth, so this sweep (every minute, and once with no grace period when a
 worker starts) finds events never distilled, sessions over the compaction threshold,
-ended sessions without an up-to-date diary, and idle sessions to close. Every query
-is indexed or touches one row per session; the jobs it feeds are safe to run twice.
+ended sessions without an up-to-date diary, and idle sessions to close; the job
+(workers/runner.py) enqueues what it finds. Every query is indexed or touches one row
+per session; the jobs it feeds are safe to run twice.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def _close_idle(con: apsw.Connection, idle_cutoff: str, now: str) -> list[tuple[
     return idle
 
 
-def reconcile(writer: Writer, config: Config, *, now: datetime | None = None,
-              grace_seconds: float | None = None) -> UndoneWork:
+def find_undone_work(writer: Writer, config: Config, *, now: datetime | None = None,
+                     grace_seconds: float | None = None) -> UndoneWork:
     """Close idle sessions and list the undone work (the caller enqueues it)."""
     now = now or datetime.now(timezone.utc)
     grace = default_grace_seconds(config) if grace_seconds is None else grace_seconds

@@ -4,18 +4,17 @@ Each run is a turn in the task's own session, `task:<id>`: the prompt and the me
 context go to the model through ChatService.start_turn, and the reply is stored as
 events, which are then distilled like any turn. `run_due_tasks` is a plain function of
 (config, writer, chat service, now) with the clock passed in, so tests drive it
-directly; the Huey periodic task that calls it every minute only adds the clock.
+directly; the Huey periodic task that calls it every minute (workers/jobs.py, run by
+workers/runner.py with the worker's ChatService) only adds the clock.
 
-Claims are made in the database (app/tasks.py), so any number of consumers — and the
-periodic task that every consumer enqueues — can call this at once: each occurrence runs
-once. A run that fails is recorded with its error and retried with backoff later; it
-never stops the other tasks of the tick.
+Claims are made in the database (app/scheduled_tasks.py), so any number of consumers —
+and the periodic task that every consumer enqueues — can call this at once: each
+occurrence runs once. A run that fails is recorded with its error and retried with
+backoff later; it never stops the other tasks of the tick.
 """
 
 from __future__ import annotations
 
-import atexit
-import threading
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 from zoneinfo import ZoneInfo
@@ -25,14 +24,13 @@ import structlog
 from app.config import Config
 from app.context import DEFAULT_SYSTEM_PROMPT
 from app.llm import ModelError
-from app.tasks import (
+from app.scheduled_tasks import (
     Claim,
     ScheduledTask,
     TaskRunResult,
     claim_next_run,
     claim_task_now,
     finish_run,
-    reconcile_config_tasks,
 )
 from app.writer import Writer
 
@@ -133,52 +131,15 @@ def task_system_prompt(task: ScheduledTask, config: Config, now: datetime) -> st
     )
 
 
-# -- what the Huey wrapper uses in a worker process ------------------------------------------
-
-_service_lock = threading.Lock()
-_service: Any = None
-_service_config: Config | None = None
-
-
-def worker_chat_service(config: Config) -> Any:
-    """The worker process's ChatService for task turns, opened on first use (and again
-    if the worker is bound to another config, as tests do).
-
-    It shares the worker's writer and model client (one write connection per process).
-    """
-    global _service, _service_config
-    from app.chat import ChatService
-    from workers.queue import job_context
-
-    with _service_lock:
-        if _service is None or _service_config != config:
-            ctx = job_context()
-            service = ChatService(config, writer=ctx.writer, model=ctx.model)
-            old, _service, _service_config = _service, service, config
-            if old is not None:
-                old.close()
-        return _service
-
-
-@atexit.register
-def close_worker_chat_service() -> None:
-    global _service, _service_config
-    with _service_lock:
-        service, _service, _service_config = _service, None, None
-    if service is not None:
-        service.close()
-
-
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner | None = None,
+def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner,
                    clock: Callable[[], datetime] = _utc_now) -> list[TaskRunResult]:
     """One tick of the periodic task: run what is due, each run stamped with the time it
     is claimed. Stops taking new runs after TICK_SECONDS, when the next tick (on another
     worker thread) carries on, so a slow model never makes a tick run forever."""
-    chat_service = chat_service or worker_chat_service(config)
     started = clock()
     results: list[TaskRunResult] = []
     while True:
@@ -189,9 +150,3 @@ def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner |
         if not ran:
             return results
         results += ran
-
-
-def prepare_scheduler(config: Config, writer: Writer) -> None:
-    """At worker start: bring the config.toml tasks into the database."""
-    counts = reconcile_config_tasks(writer, config)
-    log.info("scheduler.config_tasks", **counts.to_json())

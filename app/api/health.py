@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from app.api.deps import Service
 from app.db import schema_version
 from app.metrics import render
+from workers.metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = "0.1.0"
@@ -29,4 +30,5 @@ def get_health(service: Service) -> Response:
 @router.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
                                 "latency (needs the token when one is set)")
 def get_metrics(service: Service) -> Response:
-    return Response(render(service.config, service.writer), media_type=CONTENT_TYPE_LATEST)
+    return Response(render(service.writer) + render_queue(service.config),
+                    media_type=CONTENT_TYPE_LATEST)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who, check_id
 from app.api.errors import ApiError
-from app.chat import ChatService, hand_off_turn
+from app.chat import ChatService
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     CATEGORIES,
@@ -96,7 +96,7 @@ def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
                   for e in body.events]
     except InvalidEvent as exc:
         raise ApiError(400, str(exc), "invalid_event") from exc
-    hand_off_turn(service.config, who.user_id, session_id, [e.id for e in stored])
+    service.handoff.after_reply(who.user_id, session_id, [e.id for e in stored])
     return {"events": [_event_dict(e) for e in stored]}
 
 

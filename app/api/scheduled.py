@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who
 from app.api.errors import ApiError
-from app.tasks import (
+from app.scheduled_tasks import (
     TaskNotFound,
     add_task,
     describe_task,

@@ -28,6 +28,7 @@ from app.backup import hold_pid_file
 from app.chat import ChatService
 from app.config import Config
 from app.datadir import init_data_dir
+from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +41,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     owned = service is None
     if service is None:
         init_data_dir(config)
-        service = ChatService(config)
+        service = ChatService(config, handoff=queue_handoff(config))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

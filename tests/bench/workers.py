@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +26,8 @@ from app.timeutil import parse_rfc3339
 from app.writer import Writer
 from tests.bench.report import emit, median, parser, percentile
 from tests.fake_ollama import FakeOllama
-from tests.test_workers_support import REPO_ROOT, consumer_env, scripted_model
-from workers import handoff
-from workers.queue import close_context, configure
+from tests.test_workers_support import REPO_ROOT, consumer_env, handoff, hilo_command, scripted_model
+from workers.queue import configure
 
 READY_TIMEOUT = 30.0
 FACT_TIMEOUT = 10.0
@@ -39,7 +37,7 @@ class Worker:
     def __init__(self, config: Config, workers: int, log: Path) -> None:
         env = consumer_env(config.replace(queue={"workers": workers}))
         self.log = log
-        self.process = subprocess.Popen([sys.executable, "-m", "workers.consumer"], cwd=REPO_ROOT,
+        self.process = subprocess.Popen(hilo_command("worker"), cwd=REPO_ROOT,
                                         env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT
         while "worker.started" not in log.read_text(errors="replace"):
@@ -92,7 +90,7 @@ def reply_to_fact(root: Path, fake: FakeOllama, turns: int) -> dict:
                 time.sleep(rng.uniform(0.2, 0.8))  # the user reads and types; the worker idles
                 ids = store_turn(writer, config, "chat", n)
                 began = time.perf_counter()
-                handoff.after_reply(config, "bench", "chat", ids)
+                handoff.after_reply("bench", "chat", ids)
                 while not fact_visible(config, n):
                     if time.perf_counter() - began > FACT_TIMEOUT:
                         raise RuntimeError(f"turn {n}: no fact after {FACT_TIMEOUT} s")
@@ -112,7 +110,7 @@ def throughput(root: Path, fake: FakeOllama, workers: int, latency_ms: int, jobs
     fake.latency = latency_ms / 1000
     with Writer(memory_db_path(config.data_dir), Durability.NORMAL) as writer:
         for n in range(jobs):  # one turn per session: distill only, no compaction
-            handoff.after_reply(config, "bench", f"s{n}", store_turn(writer, config, f"s{n}", n))
+            handoff.after_reply("bench", f"s{n}", store_turn(writer, config, f"s{n}", n))
     worker = Worker(config, workers, root / f"jobs-{workers}-{latency_ms}.log")
     con = connect_readonly(memory_db_path(config.data_dir))
     try:
@@ -152,7 +150,6 @@ def main() -> None:
                     runs.append(throughput(root, fake, workers, latency_ms, max(jobs, 40)))
             results["throughput"] = runs
     finally:
-        close_context()
         fake.stop()
     results["worker_peak_rss_mib"] = max([results["reply_to_fact"]["peak_rss_mib"]]
                                          + [r["peak_rss_mib"] for r in results["throughput"]])

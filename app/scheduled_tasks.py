@@ -16,7 +16,7 @@ with backoff in its own row and never holds up other tasks.
 Writes go through a Writer (`writer.submit`); reads take any connection, so the
 front-ends pass their read-only ones. `source` is "tool" for tasks made through the CLI,
 the API or the agent's tool, and "config" for `[[scheduled_tasks]]` in config.toml,
-which `reconcile_config_tasks` keeps in step with the file.
+which `sync_config_tasks` keeps in step with the file at every worker start.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class TaskRunResult:
 
 
 @dataclass
-class ReconcileCounts:
+class SyncCounts:
     added: int = 0
     updated: int = 0
     removed: int = 0
@@ -664,7 +664,7 @@ def _config_task(entry: Mapping[str, Any], where: str, config: Config, now: date
     try:
         prompt = _clean_prompt(text("prompt"))
         name = _clean_name(name, prompt)
-        # A one-shot whose time passed has run (or was missed): reconcile does not re-add it.
+        # A one-shot whose time passed has run (or was missed): the sync does not re-add it.
         schedule = parse_schedule(schedule_text, config.schedule.timezone, now, allow_past=True)
     except ScheduleError as exc:
         raise ConfigError(f"{where}.schedule in config.toml: {exc}") from None
@@ -678,8 +678,8 @@ def _config_task(entry: Mapping[str, Any], where: str, config: Config, now: date
     return ConfigTask(user_id, name, schedule, prompt, flag("trusted"), flag("paused"))
 
 
-def reconcile_config_tasks(writer: Writer, config: Config,
-                           now: datetime | None = None) -> ReconcileCounts:
+def sync_config_tasks(writer: Writer, config: Config,
+                      now: datetime | None = None) -> SyncCounts:
     """Make the config tasks in the database match `[[scheduled_tasks]]` (by user and
     name): add new entries, update changed ones, remove the ones no longer in the file.
     Tool tasks are never touched. Run at worker start; raises ConfigError (and changes
@@ -688,8 +688,8 @@ def reconcile_config_tasks(writer: Writer, config: Config,
     specs = config_tasks(config, now)
     stamp = to_rfc3339(now)
 
-    def write(con: apsw.Connection) -> ReconcileCounts:
-        counts = ReconcileCounts()
+    def write(con: apsw.Connection) -> SyncCounts:
+        counts = SyncCounts()
         existing = {(r.user_id, r.name): r for r in (
             _row_to_task(row) for row in con.execute(f"{_TASK_SELECT} WHERE t.source = 'config'"))}
         for spec in specs:

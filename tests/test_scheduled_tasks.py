@@ -1,5 +1,5 @@
-"""The scheduled-tasks store (app/tasks.py): add, list, pause, resume, remove, run now,
-log, claiming occurrences, and reconciling [[scheduled_tasks]] from config.toml."""
+"""The scheduled-tasks store (app/scheduled_tasks.py): add, list, pause, resume, remove,
+run now, log, claiming occurrences, and syncing [[scheduled_tasks]] from config.toml."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from app.config import ConfigError
 from app.db import connect_readonly, memory_db_path
 from app.schedule import ScheduleError
-from app.tasks import (
+from app.scheduled_tasks import (
     TaskError,
     TaskNotFound,
     add_task,
@@ -21,7 +21,7 @@ from app.tasks import (
     get_task,
     list_tasks,
     pause_task,
-    reconcile_config_tasks,
+    sync_config_tasks,
     remove_task,
     request_run,
     resume_task,
@@ -280,18 +280,18 @@ MORNING = {"name": "morning", "schedule": "every weekday at 9", "prompt": "brief
 def test_config_tasks_are_added_updated_and_removed_to_match_the_file(writer, config, read):
     add_task(writer, config, "every day at 20", "tool task", now=NOW)
     evening = {"name": "evening", "schedule": "cada día a las 21", "prompt": "resume el día", "trusted": True}
-    counts = reconcile_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
+    counts = sync_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
     assert counts.to_json() == {"added": 2, "updated": 0, "removed": 0, "unchanged": 0, "expired": 0}
     by_name = {t.name: t for t in tasks_of(read)}
     assert by_name["morning"].source == "config" and by_name["evening"].is_trusted
     assert by_name["tool task"].source == "tool"
     morning_id = by_name["morning"].id
 
-    again = reconcile_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
+    again = sync_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
     assert (again.unchanged, again.added) == (2, 0)
 
     changed = {**MORNING, "schedule": "every weekday at 8", "paused": True}
-    counts = reconcile_config_tasks(writer, with_entries(config, changed), now=NOW)
+    counts = sync_config_tasks(writer, with_entries(config, changed), now=NOW)
     assert (counts.updated, counts.removed) == (1, 1)
     by_name = {t.name: t for t in tasks_of(read)}
     assert set(by_name) == {"morning", "tool task"}
@@ -301,17 +301,17 @@ def test_config_tasks_are_added_updated_and_removed_to_match_the_file(writer, co
 
 
 def test_config_tasks_are_changed_in_the_file_not_from_the_cli(writer, config):
-    reconcile_config_tasks(writer, with_entries(config, MORNING), now=NOW)
+    sync_config_tasks(writer, with_entries(config, MORNING), now=NOW)
     for change in (pause_task, remove_task):
         with pytest.raises(TaskError, match="comes from config.toml"):
             change(writer, USER, "morning", now=NOW)
     assert request_run(writer, USER, "morning", now=NOW).status == "queued"  # running it is fine
 
 
-def test_an_invalid_config_entry_stops_the_reconcile_and_changes_nothing(writer, config, read):
+def test_an_invalid_config_entry_stops_the_sync_and_changes_nothing(writer, config, read):
     bad = {"name": "bad", "schedule": "whenever", "prompt": "x"}
     with pytest.raises(ConfigError, match=r'scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
-        reconcile_config_tasks(writer, with_entries(config, MORNING, bad), now=NOW)
+        sync_config_tasks(writer, with_entries(config, MORNING, bad), now=NOW)
     assert tasks_of(read) == []
 
 
@@ -334,10 +334,10 @@ def test_duplicate_config_names_are_refused(config):
 
 def test_a_config_oneshot_is_added_once_and_not_again_after_it_ran(writer, config, read):
     entry = {"name": "launch", "schedule": "2026-12-01 09:00", "prompt": "wish me luck"}
-    assert reconcile_config_tasks(writer, with_entries(config, entry), now=NOW).added == 1
+    assert sync_config_tasks(writer, with_entries(config, entry), now=NOW).added == 1
     at = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
     finish_run(writer, config, claim_next_run(writer, config, at), at)
     assert tasks_of(read) == []
-    counts = reconcile_config_tasks(writer, with_entries(config, entry), now=at + timedelta(days=1))
+    counts = sync_config_tasks(writer, with_entries(config, entry), now=at + timedelta(days=1))
     assert (counts.added, counts.expired) == (0, 1)
     assert tasks_of(read) == []

@@ -1,0 +1,218 @@
+"""What runs the jobs in a consumer process: the worker's resources and each job's body.
+
+`JobRunner.start(config)` is the one place a process that runs jobs sets itself up: it
+binds the queue, opens the worker's writer (synchronous=NORMAL), model client, embedder
+and the ChatService that runs scheduled tasks as turns, attaches itself to the job
+declarations (workers/jobs.py) and counts the jobs for /metrics. `close()` undoes it,
+and the writer commits what it holds. The consumer (workers/consumer.py) starts one;
+tests start one to run jobs in their own thread.
+
+The bodies add to the plain job functions (workers/distill.py, compact.py, diary.py,
+consolidate.py, embed.py, reconcile.py, scheduler.py) only what running on a queue
+needs: attempts with backoff and fallbacks (workers/retry.py), locks, and the jobs a
+job enqueues next.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import structlog
+from huey.api import Task, TaskWrapper
+
+from app.chat import ChatService
+from app.config import Config
+from app.db import Durability
+from app.embedders import Embedder, make_embedder
+from app.llm import ModelClient
+from app.scheduled_tasks import sync_config_tasks
+from app.vectors import pending_owners
+from app.writer import Writer
+from workers import jobs
+from workers import metrics as job_metrics
+from workers.compact import compact_session
+from workers.consolidate import consolidate as consolidate_memory
+from workers.diary import write_diary
+from workers.distill import capture_turn, distill_turn, needs_compaction
+from workers.embed import embed_pending
+from workers.handoff import QueueHandoff
+from workers.queue import HiloHuey, configure, exclusive, flush_stale_locks, record_failure
+from workers.reading import reading
+from workers.reconcile import find_undone_work
+from workers.retry import attempt_job
+from workers.scheduler import scheduler_tick
+
+log = structlog.get_logger(__name__)
+
+# Where consolidate keeps the time of its last importance decay (Huey's key-value store).
+LAST_DECAY_KEY = "hilo.consolidate.last_decay_at"
+
+
+def _again(task_wrapper: TaskWrapper, args: tuple, attempt: int) -> Callable[[float], None]:
+    """How a job re-enqueues itself for its next attempt."""
+    def retry(delay: float) -> None:
+        if delay > 0:
+            task_wrapper.schedule(args=args, kwargs={"attempt": attempt + 1}, delay=delay)
+        else:
+            task_wrapper(*args, attempt=attempt + 1)
+    return retry
+
+
+def _policy(task: Task | None) -> dict[str, Any]:
+    """The retry policy's hooks for this run of a task."""
+    task_id = task.id if task is not None else None
+    return {"task_id": task_id,
+            "record_failure": lambda error: record_failure(task_id, error, task)}
+
+
+class JobRunner:
+    """The jobs' bodies, with the worker's resources; one per process that runs jobs."""
+
+    def __init__(self, config: Config, queue: HiloHuey) -> None:
+        """Open what the jobs run with; `start` also attaches it (use that)."""
+        self.config = config
+        self.queue = queue
+        self.writer = Writer.from_config(config, Durability.NORMAL)
+        self.model = ModelClient.from_config(config)
+        # None with [embedder] kind = "none".
+        self.embedder: Embedder | None = make_embedder(config, client=self.model)
+        # Scheduled tasks run as turns, sharing the writer and the model client; a task's
+        # turn is handed off like any other, so its reply is distilled too.
+        self.chat_service = ChatService(config, writer=self.writer, model=self.model,
+                                        handoff=QueueHandoff(queue))
+        self._stop_counting: Callable[[], None] | None = None
+
+    @classmethod
+    def start(cls, config: Config) -> JobRunner:
+        """Bind the queue and run this process's jobs with a new runner."""
+        runner = cls(config, configure(config))
+        runner._stop_counting = job_metrics.install(runner.queue)  # counts for /metrics
+        jobs.attach(runner)
+        return runner
+
+    def close(self) -> None:
+        """Stop running jobs here; the writer commits what it holds, then closes."""
+        jobs.detach(self)
+        if self._stop_counting is not None:
+            self._stop_counting()
+        self.chat_service.close()  # leaves the shared writer and model client open
+        self.writer.close()
+        self.model.close()
+
+    def prepare(self) -> None:
+        """At worker start, before any job runs: stale locks flushed, the config.toml tasks
+        synced into the database, undone work re-enqueued, and what came due while no
+        worker ran queued to run now."""
+        flushed = flush_stale_locks()
+        if flushed:
+            log.warning("worker.stale_locks_flushed", locks=flushed)
+        counts = sync_config_tasks(self.writer, self.config)
+        log.info("scheduler.config_tasks", **counts.to_json())
+        jobs.reconcile(0.0)
+        jobs.run_scheduled_tasks_now()
+
+    # -- per turn and per session ------------------------------------------------------------
+
+    def distill(self, user_id: str, session_id: str, event_ids: list[int], attempt: int,
+                task: Task | None) -> None:
+        config, writer = self.config, self.writer
+        outcome = attempt_job(
+            config, "distill", attempt,
+            {"user_id": user_id, "session_id": session_id, "events": event_ids},
+            work=lambda: distill_turn(writer, self.model, config, user_id, session_id, event_ids),
+            fallback=lambda: capture_turn(writer, config, user_id, session_id, event_ids),
+            retry=_again(jobs.distill, (user_id, session_id, event_ids), attempt),
+            **_policy(task),
+        )
+        if outcome.status == "retrying":
+            return
+        if outcome.value.events:
+            with reading(writer) as con:
+                over = needs_compaction(con, config, user_id, session_id)
+            if over:
+                jobs.compact(user_id, session_id)
+        jobs.embed(user_id)  # the turn's events and any new facts
+
+    def compact(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None:
+        config, writer = self.config, self.writer
+        with exclusive(f"compact:{user_id}:{session_id}") as mine:
+            if not mine:
+                # Another worker is compacting this session; it loops until below the threshold.
+                log.debug("compact.locked", user_id=user_id, session_id=session_id)
+                return
+            attempt_job(
+                config, "compact", attempt, {"user_id": user_id, "session_id": session_id},
+                work=lambda: compact_session(writer, self.model, config, user_id, session_id),
+                fallback=lambda: compact_session(writer, None, config, user_id, session_id,
+                                                 extractive=True),
+                retry=_again(jobs.compact, (user_id, session_id), attempt),
+                **_policy(task),
+            )
+        jobs.embed(user_id)  # the new cards
+
+    def embed(self, user_id: str | None, attempt: int, task: Task | None) -> None:
+        embedder = self.embedder
+        if embedder is None:
+            return
+        with exclusive(f"embed:{user_id}") as mine:
+            if not mine:
+                return  # another worker is embedding this user's backlog right now
+            attempt_job(
+                self.config, "embed", attempt, {"user_id": user_id},
+                work=lambda: embed_pending(self.writer, embedder, user_id),
+                # The per-owner errors are stored; reconcile finds those owners again later.
+                fallback=lambda: 0,
+                retry=_again(jobs.embed, (user_id,), attempt),
+                **_policy(task),
+            )
+
+    def diary(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None:
+        config, writer = self.config, self.writer
+        attempt_job(
+            config, "diary", attempt, {"user_id": user_id, "session_id": session_id},
+            work=lambda: write_diary(writer, self.model, config, user_id, session_id),
+            fallback=lambda: write_diary(writer, None, config, user_id, session_id,
+                                         extractive=True),
+            retry=_again(jobs.diary, (user_id, session_id), attempt),
+            **_policy(task),
+        )
+
+    # -- periodic ------------------------------------------------------------------------------
+
+    def consolidate(self, attempt: int, task: Task | None) -> None:
+        config, writer, queue = self.config, self.writer, self.queue
+        last_decay_at = queue.get(LAST_DECAY_KEY, peek=True)
+        attempt_job(
+            config, "consolidate", attempt, {},
+            work=lambda: consolidate_memory(writer, self.model, config,
+                                            last_decay_at=last_decay_at,
+                                            record_decay=self._record_decay),
+            fallback=lambda: consolidate_memory(writer, None, config,
+                                                last_decay_at=queue.get(LAST_DECAY_KEY, peek=True),
+                                                record_decay=self._record_decay, extractive=True),
+            retry=_again(jobs.consolidate, (), attempt),
+            **_policy(task),
+        )
+
+    def _record_decay(self, decayed_at: str) -> None:
+        self.queue.put(LAST_DECAY_KEY, decayed_at)
+
+    def reconcile(self, grace_seconds: float | None) -> None:
+        """The reconcile sweep: enqueue the work the database says is undone."""
+        work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
+        for user_id, session_id, event_ids in work.distill:
+            jobs.distill(user_id, session_id, event_ids)
+        for user_id, session_id in work.compact:
+            jobs.compact(user_id, session_id)
+        for user_id, session_id in work.diary:
+            jobs.diary(user_id, session_id)
+        if self.embedder is not None:
+            with reading(self.writer) as con:
+                if pending_owners(con, self.embedder.model, limit=1):
+                    jobs.embed(None)
+        if work:
+            log.info("reconcile.enqueued", distill=len(work.distill), compact=len(work.compact),
+                     diary=len(work.diary), closed_sessions=len(work.closed))
+
+    def run_scheduled_tasks(self) -> None:
+        scheduler_tick(self.config, self.writer, chat_service=self.chat_service)
