@@ -70,11 +70,11 @@ class _LiveCollector:
         yield from (depth, batch, commits, writes)
 
     def _queue(self) -> Iterator[Any]:
-        from workers.inspect import QueueView
+        from workers.inspection import QueueView
         from workers.metrics import DURATION_BUCKETS, METRICS_PREFIX, merged
 
         view = QueueView(self.config)
-        status = view.status()
+        status = view.status().to_dict()
         up = GaugeMetricFamily("hilo_queue_up", "Whether the queue could be read")
         up.add_metric([], 1)
         depth = GaugeMetricFamily("hilo_queue_jobs", "Jobs in the queue, by state",

@@ -53,22 +53,22 @@ class HiloHuey(Huey):
     def storage(self, value: Any) -> None:
         self._storage = value
 
-    # Three hooks that make the queue observable by `hilo queue` (workers/inspect.py).
+    # Three hooks that make the queue observable by `hilo queue` (workers/hooks.py).
 
     def get_task_wrapper_class(self) -> type:
-        from workers.inspect import TimedTaskWrapper  # task ids carry their creation time
+        from workers.hooks import TimedTaskWrapper  # task ids carry their creation time
 
         return TimedTaskWrapper
 
     def dequeue(self) -> Any:
-        from workers.inspect import heartbeat  # "a worker polled", at most every few seconds
+        from workers.hooks import heartbeat  # "a worker polled", at most every few seconds
 
         task = super().dequeue()
         heartbeat(self)
         return task
 
     def build_error_result(self, task: Any, exception: BaseException) -> dict:
-        from workers.inspect import describe_failure  # which task, its arguments, when
+        from workers.hooks import describe_failure  # which task, its arguments, when
 
         return describe_failure(task, super().build_error_result(task, exception))
 
@@ -222,7 +222,7 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
         return
     metadata = {"error": repr(error), "retries": 0, "traceback": "", "task_id": task_id}
     if task is not None:
-        from workers.inspect import describe_failure
+        from workers.hooks import describe_failure
 
         metadata = describe_failure(task, metadata, degraded=True)
     huey.put_result(task_id, Error(metadata))
