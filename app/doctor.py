@@ -187,7 +187,7 @@ def _ago(seconds: float) -> str:
 def check_queue(config: Config, now: float | None = None) -> list[Check]:
     """The job queue, read from Huey's storage: reachable, a worker polling while jobs
     are due, no deep or old backlog, no failure left unattended for a day."""
-    from workers.inspect import QueueError, QueueView
+    from workers.inspection import QueueError, QueueView
 
     view = QueueView(config)
     try:
@@ -197,15 +197,15 @@ def check_queue(config: Config, now: float | None = None) -> list[Check]:
                       "start redis-server or fix [queue] redis_url" if view.backend == "redis"
                       else "stop the worker, move queue.sqlite3 aside and start the worker "
                       "(the reconcile sweep re-enqueues undone work)")]
-    checks = [Check("queue", Status.OK, f"{status['backend']}: {status['pending']} pending, "
-                    f"{status['scheduled']} scheduled, {status['failed']} failed")]
+    checks = [Check("queue", Status.OK, f"{status.backend}: {status.pending} pending, "
+                    f"{status.scheduled} scheduled, {status.failed} failed")]
 
-    worker, due, oldest = status["worker"], status["due"], status["oldest_pending"]
-    since = worker["seconds_since_poll"]
+    worker, due, oldest = status.worker, status.due, status.oldest_pending
+    since = worker.seconds_since_poll
     polled = "no worker has ever polled it" if since is None else \
         f"no worker has polled it for {_ago(since)}"
     if due and (since is None or since > STALLED_WORKER_SECONDS):
-        waited = oldest["waiting_seconds"] if oldest else None
+        waited = oldest.waiting_seconds if oldest else None
         stalled = waited is None or waited > STALLED_WORKER_SECONDS
         detail = (f"{_jobs(due)} {'is' if due == 1 else 'are'} due"
                   + (f", the oldest for {_ago(waited)}" if waited else "") + f", and {polled}")
@@ -213,23 +213,23 @@ def check_queue(config: Config, now: float | None = None) -> list[Check]:
                             START_WORKER))
     elif since is not None and since <= STALLED_WORKER_SECONDS:
         checks.append(Check("queue worker", Status.OK,
-                            f"pid {worker['pid']} on {worker['host']} polled {_ago(since)} ago"))
+                            f"pid {worker.pid} on {worker.host} polled {_ago(since)} ago"))
     else:
         checks.append(Check("queue worker", Status.OK, f"nothing is due ({polled})"))
 
-    waited = oldest["waiting_seconds"] if oldest else 0.0
-    if status["pending"] > BACKLOG_JOBS or waited > BACKLOG_AGE_SECONDS:
+    waited = oldest.waiting_seconds if oldest else 0.0
+    if status.pending > BACKLOG_JOBS or waited > BACKLOG_AGE_SECONDS:
         polling = since is not None and since <= STALLED_WORKER_SECONDS
         fix = ("the worker is falling behind: raise [queue] workers, and check the model "
                "server (slow or unreachable models make jobs wait); `hilo queue status` shows "
                "which tasks") if polling else START_WORKER
         checks.append(Check(
             "queue backlog", Status.WARN,
-            f"{_jobs(status['pending'])} pending, the oldest due for {_ago(waited)}", fix))
+            f"{_jobs(status.pending)} pending, the oldest due for {_ago(waited)}", fix))
     else:
-        checks.append(Check("queue backlog", Status.OK, f"{_jobs(status['pending'])} pending"))
+        checks.append(Check("queue backlog", Status.OK, f"{_jobs(status.pending)} pending"))
 
-    failures, age = status["failed"], status["oldest_failure_age_seconds"]
+    failures, age = status.failed, status.oldest_failure_age_seconds
     if failures and (age is None or age > OLD_FAILURE_SECONDS):
         when = "of unknown age" if age is None else f"the oldest {_ago(age)} old"
         checks.append(Check("failed jobs", Status.WARN, f"{failures} failed, {when}",

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from app.config import Config
-
-if TYPE_CHECKING:
-    from app.llm import ModelClient
+from app.llm import ModelClient
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
@@ -164,7 +162,5 @@ def make_embedder(config: Config, client: ModelClient | None = None) -> Embedder
     if settings.kind == "local":
         return LocalEmbedder(settings.batch_size)
     if client is None:
-        from app.llm import ModelClient
-
         client = ModelClient.from_config(config)
     return OllamaEmbedder(client, settings.model, settings.batch_size)

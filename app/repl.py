@@ -25,9 +25,20 @@ from app.config import Config
 from app.context import BuiltContext
 from app.db import DatabaseError, memory_db_path
 from app.events import InvalidEvent
+from app.format import (
+    card_line,
+    diary_line,
+    fact_line,
+    fact_text,
+    hit_line,
+    profile_line,
+    task_lines,
+)
 from app.llm import ModelError
+from app.log import configure_logging
 from app.memory import delete_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
+from app.scheduled_tasks import describe_task, list_tasks
 from workers.handoff import queue_handoff
 
 HISTORY_FILE = "repl_history"
@@ -122,7 +133,7 @@ def show_profile(repl: Repl, arg: str) -> None:
     if not entries:
         repl.say("No profile yet: it fills in as you chat.", "dim")
     for entry in entries:
-        repl.say(f"{entry.key}: {entry.value}")
+        repl.say(profile_line(entry))
 
 
 @command("/facts", "/facts              dated facts, with the ids /forget takes")
@@ -131,7 +142,7 @@ def show_facts(repl: Repl, arg: str) -> None:
     if not facts:
         repl.say("No facts yet: they are distilled from your messages after each reply.", "dim")
     for fact in facts:
-        repl.say(f"#{fact.id}  [{fact.date}] {fact.category} · {fact.key}: {fact.value}")
+        repl.say(fact_line(fact))
 
 
 @command("/cards", "/cards              summaries of earlier conversation")
@@ -140,8 +151,7 @@ def show_cards(repl: Repl, arg: str) -> None:
     if not cards:
         repl.say("No context cards yet: long sessions are summarised into cards.", "dim")
     for card in cards:
-        keywords = f"  (keywords: {card.keywords})" if card.keywords else ""
-        repl.say(f"#{card.id}  [{card.created_at[:10]}] {card.summary}{keywords}")
+        repl.say(card_line(card))
 
 
 @command("/diary", "/diary              the last session summaries")
@@ -150,7 +160,7 @@ def show_diary(repl: Repl, arg: str) -> None:
     if not entries:
         repl.say("No diary entries yet: one is written when a session ends.", "dim")
     for entry in entries:
-        repl.say(f"[{entry.created_at[:10]}] {entry.session_id}: {entry.entry}")
+        repl.say(diary_line(entry))
 
 
 @command("/search", "/search <words>     search facts, cards and past messages")
@@ -163,7 +173,7 @@ def search(repl: Repl, arg: str) -> None:
     if not hits:
         repl.say(f"Nothing in memory matches {arg!r}.", "dim")
     for hit in hits:
-        repl.say(f"{hit.kind} #{hit.id}  [{hit.created_at[:10]}] {hit.text}")
+        repl.say(hit_line(hit))
 
 
 @command("/forget", "/forget <fact id>   delete a fact; workers will not re-learn it")
@@ -177,7 +187,7 @@ def forget(repl: Repl, arg: str) -> None:
     if fact is None or not repl.service.edit(lambda con: delete_fact(con, user_id, fact_id)):
         repl.say(f"No fact #{fact_id} to forget (see /facts for the current ones).", "yellow")
         return
-    repl.say(f"Forgot fact #{fact_id}: {fact.category} · {fact.key}: {fact.value}")
+    repl.say(f"Forgot fact #{fact_id}: {fact_text(fact)}")
 
 
 @command("/explain", "/explain            what the last context contained, and why")
@@ -212,17 +222,13 @@ def explain(repl: Repl, arg: str) -> None:
 
 @command("/tasks", "/tasks              scheduled tasks")
 def show_tasks(repl: Repl, arg: str) -> None:
-    from app.scheduled_tasks import describe_task, list_tasks
-
+    tz = repl.service.config.schedule.timezone
     tasks = list_tasks(repl.service.reader(), repl.user_id)
     if not tasks:
         repl.say("No scheduled tasks.", "dim")
     for task in tasks:
-        state = "paused" if task.is_paused else f"next {task.next_run_at or 'not scheduled'}"
-        repl.say(f"#{task.id}  {task.name}: {task.original_schedule} ({state})")
-        repl.say(f"      {describe_task(task, repl.service.config.schedule.timezone)}", "dim")
-        if task.last_error:
-            repl.say(f"      last error: {task.last_error}", "yellow")
+        for text, style in task_lines(task, describe_task(task, tz)):
+            repl.say(text, style)
 
 
 @command("/help", "/help               this list")
@@ -357,8 +363,6 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
 
 def _log_to_file(config: Config, path: Path) -> None:
     """Keep log lines out of the conversation on a terminal: they go to a file instead."""
-    from app.log import configure_logging
-
     path.parent.mkdir(parents=True, exist_ok=True)
     stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 — lives as long as the process
     configure_logging(config.logging.level, config.logging.format, stream=stream)

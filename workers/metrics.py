@@ -30,7 +30,7 @@ from prometheus_client.core import (
 )
 
 from app.config import Config
-from workers.inspect import QueueView
+from workers.inspection import QueueView
 
 log = structlog.get_logger(__name__)
 
@@ -148,7 +148,7 @@ class _QueueCollector:
 
     def _queue(self) -> Iterator[Any]:
         view = QueueView(self.config)
-        status = view.status()
+        status = view.status().to_dict()
         up = GaugeMetricFamily("hilo_queue_up", "Whether the queue could be read")
         up.add_metric([], 1)
         depth = GaugeMetricFamily("hilo_queue_jobs", "Jobs in the queue, by state",

@@ -27,7 +27,7 @@ from huey.utils import Error
 
 from app.config import Config
 from app.db import QUEUE_DB
-from workers.inspect import TimedTaskWrapper, describe_failure, heartbeat
+from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.storage import ApswSqliteStorage
 
 QUEUE_NAME = "hilo"
@@ -35,9 +35,6 @@ QUEUE_NAME = "hilo"
 # than the 1 s a blocking Redis dequeue waits).
 ENQUEUE_TIMEOUT_SECONDS = 2.0
 LOCK_PREFIX = f"{QUEUE_NAME}.lock."
-# Huey names a task "<module>.<function>"; ours keep the module they were first declared
-# in, so jobs queued and failures recorded by earlier versions still resolve.
-TASK_NAMESPACE = "workers.tasks"
 
 
 class QueueNotConfigured(RuntimeError):
@@ -45,7 +42,7 @@ class QueueNotConfigured(RuntimeError):
 
 
 class HiloTaskWrapper(TimedTaskWrapper):
-    """Task classes with UUIDv7 ids (workers/inspect.py) and a stable name on the wire."""
+    """Task classes with UUIDv7 ids (workers/hooks.py) and a stable name on the wire."""
 
     def create_task(self, func: Any, context: bool = False, name: str | None = None,
                     **settings: Any) -> type:
@@ -72,7 +69,7 @@ class HiloHuey(Huey):
     def storage(self, value: Any) -> None:
         self._storage = value
 
-    # Three hooks that make the queue observable by `hilo queue` (workers/inspect.py).
+    # Three hooks that make the queue observable by `hilo queue` (workers/hooks.py).
 
     def get_task_wrapper_class(self) -> type:
         return HiloTaskWrapper  # task ids carry their creation time

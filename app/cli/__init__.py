@@ -1,0 +1,88 @@
+"""The `hilo` command. Thin: each command parses, calls the library, prints.
+
+One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
+rebuild, export, import), run.py (chat, serve, worker), queue.py, tasks.py and memory.py;
+what they share (options, the Config, output, CommandError) is in common.py. A domain
+error becomes its one-line message and exit status in one place, `HiloGroup.invoke`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+import click
+
+from app.cli import ops, run
+from app.cli.common import CommandError, Group
+from app.cli.memory import memory
+from app.cli.queue import queue
+from app.cli.tasks import tasks
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Failures whose message already says what to do: shown as one line, exit status 1.
+    Anything else is a bug and keeps its traceback."""
+    # Imported only when a command failed, for start-up time: app.scheduled_tasks and
+    # app.transfer load cron parsing and most of the store.
+    from app.backup import BackupError
+    from app.db import DatabaseError
+    from app.events import InvalidEvent
+    from app.memory import InvalidMemory
+    from app.schedule import ScheduleError
+    from app.scheduled_tasks import TaskError
+    from app.transfer import TransferError
+
+    return (CommandError, BackupError, DatabaseError, InvalidEvent, InvalidMemory,
+            ScheduleError, TaskError, TransferError)
+
+
+class HiloGroup(Group):
+    """The top-level group: its commands return their exit status, and it turns the
+    failures a user can act on into `hilo <command>: <message>` on stderr."""
+
+    def invoke(self, ctx: click.Context) -> NoReturn:
+        try:
+            status = super().invoke(ctx)
+        except KeyboardInterrupt:
+            status = 130
+        except BrokenPipeError:  # `hilo … | head`: the reader left; not an error of ours
+            sys.stderr.close()
+            status = 0
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # the command line itself: click reports it
+        except Exception as exc:
+            if not isinstance(exc, _user_errors()):
+                raise
+            named = exc.command if isinstance(exc, CommandError) else None
+            command = ctx.invoked_subcommand if named is None else named
+            print(f"hilo {command}: {exc}" if command else f"hilo: {exc}", file=sys.stderr)
+            status = exc.exit_code if isinstance(exc, CommandError) else 1
+        ctx.exit(status)
+
+
+@click.group("hilo", cls=HiloGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def hilo() -> None:
+    """Persistent, layered memory for chat agents on local models."""
+
+
+for command in (ops.init, ops.doctor, run.chat, run.serve, run.worker, ops.backup_command,
+                ops.restore_command, ops.rebuild_command, ops.export, ops.import_command, queue,
+                tasks, memory):
+    hilo.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `hilo` with `argv` (default: the process's arguments); the exit status."""
+    # Vector search multiplies small matrices per query: OpenBLAS's thread pool only
+    # fights the server's and workers' own threads for the cores (measured: 25 → 10 ms).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        return hilo.main(argv, prog_name="hilo", standalone_mode=False)
+    except click.ClickException as exc:  # a command line that does not parse: exit status 2
+        exc.show()
+        return exc.exit_code
+    except click.Abort:  # Ctrl-C before a command started
+        return 130

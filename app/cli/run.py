@@ -1,0 +1,46 @@
+"""The long-running processes: chat (the REPL), serve (HTTP), worker (the queue's consumer)."""
+
+from __future__ import annotations
+
+import click
+
+from app.cli.common import user_option, with_config
+from app.config import Config
+
+# Every `hilo` run imports every command module, so each command imports the library
+# modules it uses when it runs: for start-up time.
+
+
+@click.command("chat")
+@click.option("--session", help="resume this session (default: a new one)")
+@user_option()
+@with_config
+def chat(config: Config, session: str | None, user: str | None) -> int:
+    """talk to the model, with memory"""
+    from app.repl import run_repl  # the turn: numpy, the model client
+
+    return run_repl(config, session=session, user=user)
+
+
+@click.command("serve")
+@click.option("--host", help="bind address (default: [server] host, 127.0.0.1)")
+@click.option("--port", type=int, help="port (default: [server] port)")
+@with_config
+def serve(config: Config, host: str | None, port: int | None) -> int:
+    """HTTP: Ollama- and OpenAI-compatible chat with memory, memory API"""
+    from app.api import run_server  # FastAPI and the turn
+
+    return run_server(config, host, port)
+
+
+@click.command("worker")
+@click.option("--workers", type=int, help="threads (default: [queue] workers)")
+@click.option("-k", "--worker-type", default="thread",
+              help="only 'thread' is accepted: one write connection per process")
+@with_config
+def worker(config: Config, workers: int | None, worker_type: str) -> int:
+    """run the background workers"""
+    from workers.consumer import run_worker
+
+    return run_worker(config, workers=workers, worker_type=worker_type)
+

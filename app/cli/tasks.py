@@ -1,0 +1,172 @@
+"""`hilo tasks …`: scheduled tasks, added in cron or plain language."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Callable
+
+import click
+
+from app.cli.common import Group, emit, json_option, open_memory, user_option, with_config
+from app.config import Config
+from app.format import task_log_rows, task_row
+
+if TYPE_CHECKING:
+    from app.scheduled_tasks import ScheduledTask
+    from app.writer import Writer
+
+# Every `hilo` run imports every command module, so each command imports the library
+# modules it uses when it runs: for start-up time.
+
+
+def _writer(config: Config) -> Writer:
+    """A writer for the user's own edits: committed with synchronous=FULL, like events."""
+    from app.db import Durability
+    from app.writer import Writer
+
+    return Writer.from_config(config, Durability.FULL)
+
+
+@click.group("tasks", cls=Group)
+def tasks() -> None:
+    """scheduled tasks: cron or plain language"""
+
+
+@tasks.command("add")
+@click.argument("schedule")
+@click.argument("prompt")
+@click.option("--name")
+@click.option("--oneshot", is_flag=True, help="run once, then delete")
+@click.option("--trusted", is_flag=True, help="runs may use tools without approval")
+@user_option("tasks")
+@with_config
+@json_option
+def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: bool,
+        trusted: bool, user: str | None, as_json: bool) -> int:
+    """add a task
+
+    Schedules: a cron expression ("0 9 * * 1-5") or plain English or Spanish: "every
+    weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", "mañana a
+    las 9", an ISO date-time.
+    """
+    from app.scheduled_tasks import add_task
+
+    with _writer(config) as writer:
+        added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
+                         name=name, oneshot=oneshot, trusted=trusted)
+        emit(as_json, added.to_json(),
+             lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}"))
+    return 0
+
+
+@tasks.command("list")
+@user_option("tasks")
+@with_config
+@json_option
+def list_command(config: Config, user: str | None, as_json: bool) -> int:
+    """tasks with next and last run"""
+    from app.scheduled_tasks import describe_task, list_tasks
+
+    tz = config.schedule.timezone
+    found = list_tasks(open_memory(config), user or config.memory.user_id)
+    emit(as_json, [t.to_json() for t in found], lambda: print(
+        "\n".join(task_row(t, describe_task(t, tz)) for t in found) or "(no scheduled tasks)"))
+    return 0
+
+
+def _change(config: Config, ref: str, user: str | None, as_json: bool, verb: str,
+            change: Callable[[Writer, str], ScheduledTask]) -> int:
+    """Apply `change(writer, user)` to one task, then say `verb` and which."""
+    with _writer(config) as writer:
+        task = change(writer, user or config.memory.user_id)
+        emit(as_json, task.to_json(), lambda: print(f"{verb} {ref}"))
+    return 0
+
+
+@tasks.command("pause")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def pause(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """pause a task
+
+    REF: the task's id or name
+    """
+    from app.scheduled_tasks import pause_task
+
+    return _change(config, ref, user, as_json, "Paused",
+                   lambda writer, user: pause_task(writer, user, ref))
+
+
+@tasks.command("resume")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def resume(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """resume a paused task
+
+    REF: the task's id or name
+    """
+    from app.scheduled_tasks import resume_task
+
+    return _change(config, ref, user, as_json, "Resumed",
+                   lambda writer, user: resume_task(writer, config, user, ref))
+
+
+@tasks.command("rm")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def remove(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """remove a task
+
+    REF: the task's id or name
+    """
+    from app.scheduled_tasks import remove_task
+
+    return _change(config, ref, user, as_json, "Removed",
+                   lambda writer, user: remove_task(writer, user, ref))
+
+
+@tasks.command("run")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def run(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """run a task now, once
+
+    REF: the task's id or name
+    """
+    # Imported when run, for start-up time: a run is a turn (numpy, the model client).
+    from app.chat import ChatService
+    from workers.handoff import queue_handoff
+    from workers.scheduler import run_task_now
+
+    with _writer(config) as writer:
+        with ChatService(config, writer=writer, handoff=queue_handoff(config)) as service:
+            result = run_task_now(config, writer, service, user or config.memory.user_id, ref)
+        emit(as_json, result.to_json(), lambda: print(json.dumps(
+            result.to_json(), indent=2, ensure_ascii=False, default=str)))
+    return 0
+
+
+@tasks.command("log")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def log(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """a task's runs and replies
+
+    REF: the task's id or name
+    """
+    from app.scheduled_tasks import task_log
+
+    found = task_log(open_memory(config), user or config.memory.user_id, ref)
+    emit(as_json, found.to_json(),
+         lambda: print("\n".join(task_log_rows(found)) or "(no runs yet)"))
+    return 0

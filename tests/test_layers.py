@@ -1,0 +1,195 @@
+"""The architecture, checked from the imports: layers only point down, no cycles.
+
+Every module of `app/` and `workers/` belongs to one layer; a module may import its own
+layer and the ones below it, never one above. The store core and the turn therefore
+never reach the queue or a front-end: the turn is handed its queue hand-off, and the
+queue's jobs are registered by whoever starts the consumer. A function-level import of
+the project's own code is allowed only for start-up time, and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "workers")
+
+# Lowest first. A module is placed by its longest matching prefix.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("store", ("app.errors", "app.config", "app.datadir", "app.db", "app.writer",
+               "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors",
+               "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
+               "app.metrics")),
+    ("recall", ("app.embedders", "app.retrieval", "app.context", "app.tokens", "app.llm")),
+    ("turn", ("app.chat",)),
+    ("queue", ("workers",)),
+    ("operations", ("app.doctor", "app.backup", "app.transfer")),
+    ("front-ends", ("app.api", "app.repl", "app.cli", "app.format", "app.mcp", "app.__main__")),
+]
+RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+START_UP_NOTE = "start-up"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str | None:
+    if module == "app":  # the package itself: its version, nothing else
+        return "store"
+    best: tuple[int, str] | None = None
+    for name, prefixes in LAYERS:
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), name)
+    return best[1] if best else None
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(path): path
+            for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))}
+
+
+def imported(module: str, node: ast.Import | ast.ImportFrom, known: set[str]) -> list[str]:
+    """The project modules an import statement loads (`from app import x` may name one)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: from the importing module's package
+            package = module.split(".")[: -node.level]
+            base = ".".join([*package, base] if base else package)
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                 for alias in node.names]
+    found = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            found.append(name)
+    return found
+
+
+def imports_of(path: Path, module: str, known: set[str]) -> list[tuple[str, int, int, bool]]:
+    """(imported module, line, line of the enclosing function or 0, under TYPE_CHECKING)
+    for each import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[tuple[str, int, int, bool]] = []
+
+    def visit(node: ast.AST, function_line: int, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in imported(module, child, known):
+                    if target != module:
+                        found.append((target, child.lineno, function_line, type_only))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, child.lineno, type_only)
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit(child, function_line, True)
+            else:
+                visit(child, function_line, type_only)
+
+    visit(tree, 0, False)
+    return found
+
+
+def graph() -> tuple[dict[str, Path], dict[str, list[tuple[str, int, int, bool]]]]:
+    modules = project_modules()
+    known = set(modules)
+    return modules, {name: imports_of(path, name, known) for name, path in modules.items()}
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [name for name in project_modules() if layer_of(name) is None]
+    assert unplaced == [], f"place these modules in a layer of {__name__}: {unplaced}"
+
+
+def test_layers_only_point_down() -> None:
+    _, edges = graph()
+    upward = []
+    for module, targets in edges.items():
+        here = layer_of(module)
+        for target, line, _, type_only in targets:
+            there = layer_of(target)
+            if here and there and not type_only and RANK[there] > RANK[here]:
+                upward.append(f"{module}:{line} ({here}) imports {target} ({there})")
+    assert upward == []
+
+
+def test_core_and_turn_never_import_the_queue_or_a_front_end() -> None:
+    _, edges = graph()
+    bad = [f"{module}:{line} imports {target}"
+           for module, targets in edges.items()
+           if layer_of(module) in ("store", "recall", "turn")
+           for target, line, _, _ in targets
+           if layer_of(target) in ("queue", "operations", "front-ends")]
+    assert bad == []
+
+
+def test_no_import_cycles() -> None:
+    _, edges = graph()
+    adjacency = {module: sorted({t for t, _, _, type_only in targets if not type_only})
+                 for module, targets in edges.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in adjacency.get(module, []):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(adjacency):
+        if module not in state:
+            visit(module)
+    assert cycles == []
+
+
+def says_lazy_for_start_up(lines: list[str]) -> bool:
+    """A command module may say once, in a top-level comment, that its commands import
+    what they use when they run (every `hilo` run imports every command module)."""
+    return any(line.startswith("#") and START_UP_NOTE in line for line in lines)
+
+
+def test_function_level_imports_of_our_own_code_are_only_for_start_up_time() -> None:
+    modules, edges = graph()
+    hidden = []
+    for module, targets in edges.items():
+        lines = modules[module].read_text(encoding="utf-8").splitlines()
+        if layer_of(module) == "front-ends" and says_lazy_for_start_up(lines):
+            continue
+        for target, line, function_line, type_only in targets:
+            if not function_line or type_only:
+                continue
+            # The note may stand once at the top of the function, above several imports.
+            if START_UP_NOTE not in " ".join(lines[function_line - 1:line]):
+                hidden.append(f"{module}:{line} imports {target} inside a function")
+    assert hidden == [], ("import at the top of the module, or say in a comment in the "
+                          f"function, above the import, that it is lazy for {START_UP_NOTE} time")
+
+
+@pytest.mark.parametrize("module", ["app.chat", "app.context", "app.memory", "app.writer"])
+def test_a_core_module_imported_alone_loads_no_queue_or_front_end(module: str) -> None:
+    """The same rule at run time: importing the turn or the core loads no worker code."""
+    import subprocess
+    import sys
+
+    probe = (f"import sys, {module}; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers' "
+             "or m.startswith(('app.api', 'app.cli', 'app.repl'))))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,122 @@
+"""What `HiloHuey` (workers/queue.py) adds on the enqueue and dequeue path, so that
+`hilo queue` (workers/inspection.py) can say what the queue is doing.
+
+Huey stores no enqueue time, no sign of life from the consumer and, for a failed task,
+only its error; three cheap hooks add what an operator needs:
+
+- **Enqueue time.** Task ids are UUIDv7 (`TimedTaskWrapper`): the first 48 bits are the
+  creation time in ms, so a pending job's age is read from its id. No extra write and
+  nothing to clean up. Ids from before this change (uuid4) have no time: their age is
+  unknown.
+- **Heartbeat.** Every `HiloHuey.dequeue()` — each poll of a worker thread, busy or
+  idle — writes `hilo.worker.heartbeat` = {at, pid, host} to Huey's key-value store,
+  at most once per HEARTBEAT_EVERY_SECONDS per process (one small write every 10 s
+  while idle). A stale heartbeat with jobs due means a stalled worker.
+- **Failure records.** `HiloHuey.build_error_result` (unhandled exceptions, recorded by
+  Huey) and `queue.record_failure` (degraded jobs) add the task's name, arguments,
+  attempts and failure time to Huey's `Error` result, so `hilo queue retry` can
+  re-enqueue it.
+
+This module imports nothing from workers.queue: queue.py uses it while it builds the
+Huey instance.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from huey.api import TaskWrapper
+
+HEARTBEAT_KEY = "hilo.worker.heartbeat"
+HEARTBEAT_EVERY_SECONDS = 10.0
+# Huey names a task "<module>.<function>"; ours keep the module they were first declared
+# in, so jobs queued and failures recorded by earlier versions still resolve.
+TASK_NAMESPACE = "workers.tasks"
+TASKS_MODULE = TASK_NAMESPACE + "."
+
+
+def new_task_id(at: float | None = None) -> str:
+    """A UUIDv7: 48 bits of Unix time in ms, then random bits; sorts by creation."""
+    ms = int((time.time() if at is None else at) * 1000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = ((ms << 80) | (0x7 << 76) | (((rand >> 62) & 0xFFF) << 64) | (0b10 << 62)
+             | (rand & ((1 << 62) - 1)))
+    return str(uuid.UUID(int=value))
+
+
+def task_id_time(task_id: Any) -> float | None:
+    """The creation time (Unix seconds) carried by a UUIDv7 task id; None for others."""
+    try:
+        parsed = uuid.UUID(str(task_id))
+    except ValueError:
+        return None
+    if parsed.version != 7:
+        return None
+    return (parsed.int >> 80) / 1000.0
+
+
+def _timed_id(self: Any) -> str:
+    return new_task_id()
+
+
+class TimedTaskWrapper(TaskWrapper):
+    """Huey's TaskWrapper whose task classes create UUIDv7 ids (periodic ones too)."""
+
+    def create_task(self, func: Any, context: bool = False, name: str | None = None,
+                    **settings: Any) -> type:
+        settings.setdefault("create_id", _timed_id)
+        return super().create_task(func, context, name, **settings)
+
+
+_beat_lock = threading.Lock()
+_last_beat: tuple[int, float] = (0, float("-inf"))  # (id of the storage, monotonic time)
+_HOST = socket.gethostname()
+
+
+def heartbeat(huey: Any) -> None:
+    """Record that this process polled the queue; throttled, and never raises."""
+    global _last_beat
+    now = time.monotonic()
+    try:
+        storage = id(huey.storage)
+        with _beat_lock:
+            if _last_beat[0] == storage and now - _last_beat[1] < HEARTBEAT_EVERY_SECONDS:
+                return
+            _last_beat = (storage, now)
+        huey.put(HEARTBEAT_KEY, {"at": time.time(), "pid": os.getpid(), "host": _HOST})
+    except Exception:  # the storage failed right now; the next poll tries again
+        with _beat_lock:
+            _last_beat = (0, float("-inf"))
+
+
+def registry_name(task: Any) -> str:
+    """How Huey's registry names a task class: "workers.tasks.distill"."""
+    cls = task if isinstance(task, type) else type(task)
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def short_name(name: str | None) -> str | None:
+    """A registry name without the tasks module: "distill"."""
+    if name and name.startswith(TASKS_MODULE):
+        return name[len(TASKS_MODULE):]
+    return name
+
+
+def describe_failure(task: Any, metadata: dict, degraded: bool = False) -> dict:
+    """Huey's error metadata plus which task failed, its arguments, attempts and when."""
+    kwargs = {k: v for k, v in dict(task.kwargs or {}).items() if k != "task"}
+    attempt = kwargs.get("attempt", 1)
+    return {
+        **metadata,
+        "task": registry_name(task),
+        "args": list(task.args or ()),
+        "kwargs": kwargs,
+        "attempts": attempt if isinstance(attempt, int) else 1,
+        "failed_at": time.time(),
+        "degraded": degraded,
+    }
