@@ -38,6 +38,7 @@ from app.db import (
     migrate,
     schema_version,
 )
+from app.errors import Conflict, HiloError
 from app.memory import (
     clear_agent_facts,
     clear_agent_profile,
@@ -60,11 +61,11 @@ FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
 REQUIRED_TABLES = ("sessions", "events", "context_cards", "profile", "facts", "diary")
 
 
-class BackupError(RuntimeError):
+class BackupError(HiloError):
     """A backup, restore or rebuild that could not be done; str() says what to do."""
 
 
-class AlreadyRunning(BackupError):
+class AlreadyRunning(BackupError, Conflict):
     """A pid file names a live process."""
 
 

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from app.errors import Misconfigured
+
 ENV_PREFIX = "HILO_"
 # Variables that select the configuration itself rather than a key in it.
 ENV_CONTROL = {"HILO_CONFIG"}
 
 
-class ConfigError(ValueError):
+class ConfigError(Misconfigured, ValueError):
     """A configuration value the program cannot run with; str() is one line."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import apsw
 
+from app.errors import Unavailable
 from app.timeutil import utc_now
 
 MEMORY_DB = "memory.sqlite3"
@@ -31,7 +32,7 @@ class Durability(Enum):
     NORMAL = "NORMAL"
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(Unavailable):
     """A memory database Hilo cannot use; str() says what to do."""
 
 

@@ -21,6 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from app.config import Config
+from app.errors import Unavailable
 from app.llm import ModelClient
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
@@ -35,7 +36,7 @@ MAX_EMBED_CHARS = 8_000
 LOCAL_PASS_SIZE = 16
 
 
-class EmbedderUnavailable(RuntimeError):
+class EmbedderUnavailable(Unavailable):
     """The configured embedder cannot run here; str() says what to install or change."""
 
 

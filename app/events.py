@@ -16,6 +16,7 @@ from typing import Any
 import apsw
 
 from app.config import Config
+from app.errors import InvalidInput
 from app.sanitize import redact_secrets
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
@@ -28,8 +29,10 @@ BINARY_CONTROL_SHARE = 0.30
 BINARY_MIN_LENGTH = 64
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(InvalidInput, ValueError):
     """The event cannot be stored as given; str() says which field and why."""
+
+    code = "invalid_event"
 
 
 @dataclass(frozen=True)

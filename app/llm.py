@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
 
 import httpx
 
+from app.errors import HiloError
+
 if TYPE_CHECKING:
     from app.config import Config
 
@@ -31,9 +33,14 @@ _EXCERPT_CHARS = 300
 # ----------------------------------------------------------------------------- errors
 
 
-class ModelError(Exception):
-    """A model call failed; str() says what failed, where, and what to do next."""
+class ModelError(HiloError):
+    """A model call failed; str() says what failed, where, and what to do next.
 
+    Over HTTP a client gets 502 (the model server failed) unless a subclass says better.
+    """
+
+    http_status = 502
+    code = "model_error"
     # Whether the same call may succeed later: workers retry these, give up on the rest.
     retryable: bool = False
 
@@ -43,6 +50,8 @@ class ModelError(Exception):
 
 
 class ModelUnreachable(ModelError):
+    http_status = 503
+    code = "model_unreachable"
     retryable = True
 
     def __init__(self, url: str, provider: str, detail: str = "") -> None:
@@ -58,6 +67,8 @@ class ModelUnreachable(ModelError):
 
 
 class ModelNotFound(ModelError):
+    http_status = 404
+    code = "model_not_found"
     retryable = False
 
     def __init__(self, model: str, url: str, provider: str, setting: str = "[llm] chat_model") -> None:
@@ -70,6 +81,8 @@ class ModelNotFound(ModelError):
 
 
 class ModelTimeout(ModelError):
+    http_status = 504
+    code = "model_timeout"
     retryable = True
 
     def __init__(self, url: str, seconds: float, phase: str = "read") -> None:
@@ -97,6 +110,10 @@ class ModelHTTPError(ModelError):
         super().__init__(message, url=url)
         self.status = status
         self.server_message = server_message
+        # A request the model server refused is the client's to fix; its own failure,
+        # or our credentials, are a bad gateway.
+        if 400 <= status < 500 and status not in (401, 403):
+            self.http_status, self.code = status, "model_rejected"
         # Server-side trouble and throttling pass; a bad request stays bad.
         self.retryable = status >= 500 or status in (408, 429)
 

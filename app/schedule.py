@@ -37,6 +37,8 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 from cron_descriptor import ExpressionDescriptor, Options
 
+from app.errors import InvalidInput
+
 UTC = timezone.utc
 
 EXAMPLES_EN = (
@@ -86,8 +88,10 @@ _LIST_SEPARATOR = re.compile(r"\s*(?:,|&|\band\b|\by\b|\be\b)\s*")
 _DESCRIBE_OPTIONS = Options(locale_code="en_US", use_24hour_time_format=True)
 
 
-class ScheduleError(ValueError):
+class ScheduleError(InvalidInput, ValueError):
     """A schedule that cannot be understood or can never run; str() shows examples."""
+
+    code = "invalid_task"
 
     def __init__(self, problem: str) -> None:
         super().__init__(f"{problem}. {EXAMPLES_TEXT}")

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import apsw
 
 from app.config import Config, ConfigError
+from app.errors import InvalidInput, NotFound
 from app.events import Event, session_events
 from app.sanitize import redact_secrets
 from app.schedule import (
@@ -57,11 +58,15 @@ STALE_RUN_AFTER = timedelta(hours=1)
 
 
 
-class TaskError(ValueError):
+class TaskError(InvalidInput, ValueError):
     """A request about tasks that cannot be done as asked; str() says why and what to do."""
 
+    code = "invalid_task"
 
-class TaskNotFound(TaskError, LookupError):
+
+class TaskNotFound(TaskError, NotFound):
+    http_status = NotFound.http_status
+    code = NotFound.code
     pass
 
 

@@ -37,6 +37,7 @@ import yaml
 from app.backup import snapshot
 from app.config import Config
 from app.db import Durability, connect_readonly, memory_db_path, schema_version
+from app.errors import InvalidInput
 from app.events import InvalidEvent, insert_event, normalize_text, prepare_event, truncate
 from app.fts import terms
 from app.memory import (
@@ -79,7 +80,7 @@ _SLUG = re.compile(r"[^\w]+", re.UNICODE)
 _PLAIN_KEY = re.compile(r'^[^\s"`:][^:\n]*$')
 
 
-class TransferError(RuntimeError):
+class TransferError(InvalidInput):
     """An export or import that cannot be done; str() says what to do."""
 
 

@@ -26,6 +26,7 @@ import apsw
 import structlog
 
 from app.db import Durability, connect, migrate
+from app.errors import Unavailable
 
 T = TypeVar("T")
 Write = Callable[[apsw.Connection], T]
@@ -37,11 +38,11 @@ _STOP = object()
 LINGER_SECONDS = 0.0002
 
 
-class WriterClosed(RuntimeError):
+class WriterClosed(Unavailable):
     """The writer has shut down; the write was not queued."""
 
 
-class CommitFailed(RuntimeError):
+class CommitFailed(Unavailable):
     """The transaction holding this write could not commit; the write is not stored."""
 
 

@@ -23,6 +23,7 @@ import structlog
 from app.config import Config
 from app.db import Durability, connect_readonly, memory_db_path
 from app.embedders import Embedder, make_embedder
+from app.errors import Unavailable
 from app.vectors import Owner, count_pending, delete_other_models, pending_owners, store_error, store_vectors
 from app.writer import Writer
 
@@ -32,7 +33,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_LIMIT = 512
 
 
-class EmbedFailed(RuntimeError):
+class EmbedFailed(Unavailable):
     """Some owners could not be embedded; their errors are stored and a retry will redo them."""
 
     retryable = True  # the queue's backoff policy retries it like a model error

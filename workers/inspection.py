@@ -32,6 +32,7 @@ from huey.utils import Error
 
 from app.config import Config
 from app.db import QUEUE_DB
+from app.errors import Unavailable
 from workers import jobs  # noqa: F401 — declares the task names retry and revoke resolve
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
@@ -44,7 +45,7 @@ LOCK_PREFIX = "hilo.lock."
 REVOKE_PREFIX = "r:"  # Huey's per-task revoke flag
 
 
-class QueueError(Exception):
+class QueueError(Unavailable):
     """Something the user asked that cannot be done; str() says why and what to do."""
 
 

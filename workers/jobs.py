@@ -28,6 +28,7 @@ from huey import crontab
 from huey.api import Task
 
 from app.config import Config
+from app.errors import Misconfigured
 from workers.queue import huey
 
 
@@ -52,7 +53,7 @@ class Runner(Protocol):
     def run_scheduled_tasks(self) -> None: ...
 
 
-class NoJobRunner(RuntimeError):
+class NoJobRunner(Misconfigured):
     """A job was taken by a process that did not start a consumer."""
 
 

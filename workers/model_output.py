@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.errors import HiloError
 from app.fts import terms
 from app.llm import ModelClient, parse_json_leniently
 from app.memory import CATEGORIES
@@ -49,7 +50,7 @@ MAX_KEYWORDS = 12
 KEY_WORDS = 4
 
 
-class InvalidOutput(ValueError):
+class InvalidOutput(HiloError, ValueError):
     """The model answered, but with nothing usable; worth asking again."""
 
     retryable = True

@@ -27,6 +27,7 @@ from huey.utils import Error
 
 from app.config import Config
 from app.db import QUEUE_DB
+from app.errors import Misconfigured
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.storage import ApswSqliteStorage
 
@@ -37,7 +38,7 @@ ENQUEUE_TIMEOUT_SECONDS = 2.0
 LOCK_PREFIX = f"{QUEUE_NAME}.lock."
 
 
-class QueueNotConfigured(RuntimeError):
+class QueueNotConfigured(Misconfigured):
     """The queue was used before this process bound it to a storage."""
 
 

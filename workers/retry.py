@@ -27,6 +27,7 @@ from typing import Any, Callable, Literal
 import structlog
 
 from app.config import Config
+from app.errors import HiloError
 from app.llm import ModelError
 from workers.model_output import InvalidOutput
 
@@ -35,7 +36,7 @@ log = structlog.get_logger(__name__)
 MAX_DELAY_SECONDS = 300.0
 
 
-class JobDegraded(RuntimeError):
+class JobDegraded(HiloError):
     """A job gave up on the model and wrote its fallback instead; str() says which and why."""
 
 

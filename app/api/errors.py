@@ -2,8 +2,10 @@
 
 Every error a client gets is in the shape of the API it called: OpenAI's
 `{"error": {"message", "type", "param", "code"}}` under /v1, Ollama's `{"error": "..."}`
-everywhere else. Route handlers raise ApiError (or let a ModelError through); the
-handlers installed here turn those, invalid requests and unknown routes into that shape.
+everywhere else. The whole HiloError family (app/errors.py) is mapped here, once: each
+error carries its HTTP status and code, so route handlers raise domain errors (or
+ApiError for what only HTTP knows) and the handlers installed here turn those, invalid
+requests and unknown routes into that shape.
 """
 
 from __future__ import annotations
@@ -13,21 +15,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.llm import (
-    ModelError,
-    ModelHTTPError,
-    ModelNotFound,
-    ModelTimeout,
-    ModelUnreachable,
-)
+from app.errors import HiloError
+from app.llm import ModelError
 
 
-class ApiError(Exception):
-    """A request Hilo answers with an error in the calling API's own shape."""
+class ApiError(HiloError):
+    """An error only HTTP knows (a malformed chat request, an unknown session), answered
+    in the calling API's own shape."""
 
     def __init__(self, status: int, message: str, code: str) -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.http_status, self.code = status, code
 
 
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -50,23 +48,10 @@ def error_response(path: str, status: int, message: str, code: str,
                         headers=headers)
 
 
-def model_error_status(exc: ModelError) -> tuple[int, str]:
-    """The HTTP status and error code a client gets for a model server failure."""
-    if isinstance(exc, ModelNotFound):
-        return 404, "model_not_found"
-    if isinstance(exc, ModelUnreachable):
-        return 503, "model_unreachable"
-    if isinstance(exc, ModelTimeout):
-        return 504, "model_timeout"
-    if isinstance(exc, ModelHTTPError) and 400 <= exc.status < 500 and exc.status not in (401, 403):
-        return exc.status, "model_rejected"
-    return 502, "model_error"
-
-
 def turn_error(exc: ModelError) -> ApiError:
     """A model failure during a chat turn, whose user message is already stored."""
-    status, code = model_error_status(exc)
-    return ApiError(status, f"{exc} (Hilo kept your message: send it again to retry)", code)
+    return ApiError(exc.http_status, f"{exc} (Hilo kept your message: send it again to retry)",
+                    exc.code)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
@@ -83,16 +68,11 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer ApiError, ModelError, invalid requests and unknown routes in the caller's shape."""
+    """Answer the HiloError family, invalid requests and unknown routes in the caller's shape."""
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(request.url.path, exc.status, exc.message, exc.code)
-
-    @app.exception_handler(ModelError)
-    async def model_error(request: Request, exc: ModelError) -> JSONResponse:
-        status, code = model_error_status(exc)
-        return error_response(request.url.path, status, str(exc), code)
+    @app.exception_handler(HiloError)
+    async def hilo_error(request: Request, exc: HiloError) -> JSONResponse:
+        return error_response(request.url.path, exc.http_status, exc.message, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

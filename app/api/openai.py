@@ -91,7 +91,7 @@ def openai_events(opened: OpenedTurn, include_usage: bool) -> Iterator[bytes]:
             yield _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
     except ModelError as exc:
         error = turn_error(exc)
-        yield _sse(error_body("/v1/", error.status, error.message, error.code))
+        yield _sse(error_body("/v1/", error.http_status, error.message, error.code))
         return
     finally:
         pieces.close()

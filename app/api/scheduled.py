@@ -9,9 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who
-from app.api.errors import ApiError
 from app.scheduled_tasks import (
-    TaskNotFound,
     add_task,
     describe_task,
     list_tasks,
@@ -34,16 +32,6 @@ class TaskIn(BaseModel):
     trusted: bool = False
 
 
-def _task_call(fn: Any) -> Any:
-    """Run a task operation; its errors (all ValueErrors saying what to do) become HTTP's."""
-    try:
-        return fn()
-    except TaskNotFound as exc:
-        raise ApiError(404, str(exc), "not_found") from exc
-    except ValueError as exc:  # ScheduleError, TaskError
-        raise ApiError(400, str(exc), "invalid_task") from exc
-
-
 @router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
 def get_tasks(who: Who, service: Service) -> dict:
     tz = service.config.schedule.timezone
@@ -54,34 +42,33 @@ def get_tasks(who: Who, service: Service) -> dict:
 @router.post("", summary="Add a task; the reply echoes the schedule in words",
              status_code=201)
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
-    added = _task_call(lambda: add_task(
+    added = add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
-        name=body.name, oneshot=body.oneshot, trusted=body.trusted))
+        name=body.name, oneshot=body.oneshot, trusted=body.trusted)
     return added.to_json()
 
 
 @router.post("/{ref}/pause", summary="Pause a task")
 def pause_task_route(ref: str, who: Who, service: Service) -> dict:
-    return _task_call(lambda: pause_task(service.writer, who.user_id, ref)).to_json()
+    return pause_task(service.writer, who.user_id, ref).to_json()
 
 
 @router.post("/{ref}/resume", summary="Resume a paused task")
 def resume_task_route(ref: str, who: Who, service: Service) -> dict:
-    return _task_call(lambda: resume_task(service.writer, service.config, who.user_id,
-                                          ref)).to_json()
+    return resume_task(service.writer, service.config, who.user_id, ref).to_json()
 
 
 @router.delete("/{ref}", summary="Remove a task")
 def remove_task_route(ref: str, who: Who, service: Service) -> dict:
-    return _task_call(lambda: remove_task(service.writer, who.user_id, ref)).to_json()
+    return remove_task(service.writer, who.user_id, ref).to_json()
 
 
 @router.post("/{ref}/run", summary="Run a task once, now (queued for the worker)",
              status_code=202)
 def run_task_route(ref: str, who: Who, service: Service) -> dict:
-    return _task_call(lambda: request_run(service.writer, who.user_id, ref)).to_json()
+    return request_run(service.writer, who.user_id, ref).to_json()
 
 
 @router.get("/{ref}/log", summary="A task's runs and the replies in its session")
 def task_log_route(ref: str, who: Who, service: Service) -> dict:
-    return _task_call(lambda: task_log(service.reader(), who.user_id, ref)).to_json()
+    return task_log(service.reader(), who.user_id, ref).to_json()

@@ -28,6 +28,7 @@ from app.backup import hold_pid_file
 from app.chat import ChatService
 from app.config import Config
 from app.datadir import init_data_dir
+from app.errors import Misconfigured
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -63,7 +64,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     return app
 
 
-class BindRefused(Exception):
+class BindRefused(Misconfigured):
     """Listening here would expose the memory without a token."""
 
 

@@ -16,26 +16,10 @@ import click
 
 from app.cli import ops, run
 from app.cli.common import CommandError, Group
+from app.errors import HiloError
 from app.cli.memory import memory
 from app.cli.queue import queue
 from app.cli.tasks import tasks
-
-
-def _user_errors() -> tuple[type[Exception], ...]:
-    """Failures whose message already says what to do: shown as one line, exit status 1.
-    Anything else is a bug and keeps its traceback."""
-    # Imported only when a command failed, for start-up time: app.scheduled_tasks and
-    # app.transfer load cron parsing and most of the store.
-    from app.backup import BackupError
-    from app.db import DatabaseError
-    from app.events import InvalidEvent
-    from app.memory import InvalidMemory
-    from app.schedule import ScheduleError
-    from app.scheduled_tasks import TaskError
-    from app.transfer import TransferError
-
-    return (CommandError, BackupError, DatabaseError, InvalidEvent, InvalidMemory,
-            ScheduleError, TaskError, TransferError)
 
 
 class HiloGroup(Group):
@@ -52,13 +36,11 @@ class HiloGroup(Group):
             status = 0
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # the command line itself: click reports it
-        except Exception as exc:
-            if not isinstance(exc, _user_errors()):
-                raise
+        except HiloError as exc:  # the whole family, mapped here once; anything else is a bug
             named = exc.command if isinstance(exc, CommandError) else None
             command = ctx.invoked_subcommand if named is None else named
             print(f"hilo {command}: {exc}" if command else f"hilo: {exc}", file=sys.stderr)
-            status = exc.exit_code if isinstance(exc, CommandError) else 1
+            status = exc.exit_code
         ctx.exit(status)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from app.config import Config, ConfigError, load_config
+from app.errors import HiloError
 from app.log import configure_logging
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from app.backup import Progress as ProgressCallback
 
 
-class CommandError(Exception):
+class CommandError(HiloError):
     """A failure the user can act on: one line `hilo <command>: <message>` on stderr, then
     exit status `exit_code`.
 

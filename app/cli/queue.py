@@ -21,6 +21,7 @@ from rich.text import Text
 
 from app.cli.common import CommandError, Group, emit, json_option, print_json, with_config
 from app.config import Config
+from app.errors import InvalidInput
 from app.format import ago
 
 if TYPE_CHECKING:
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 100
 
 
-class MalformedRequest(Exception):
+class MalformedRequest(InvalidInput):
     """Arguments that do not make a request (exit status 2)."""
+
+    exit_code = 2
 
 
 @click.group("queue", cls=Group)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from app.errors import InvalidInput
+
 SOURCES = ("agent", "user")
 
 
-class InvalidMemory(ValueError):
+class InvalidMemory(InvalidInput, ValueError):
     """A memory edit that cannot be stored as given; str() says why."""
+
+    code = "invalid_memory"
 
 
 def check_text(name: str, value: str, limit: int) -> str:
