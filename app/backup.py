@@ -5,13 +5,9 @@ online backup API, stepped a few pages at a time for progress, all inside one re
 transaction on the source, so the copy is the snapshot of the moment it began (WAL:
 the writers never wait for it) and the copy is never restarted by their commits.
 `restore` puts a verified backup in place of the live file, keeping the old one;
-it refuses while a worker or server is running. `rebuild` re-derives the full-text
-indexes and, with all_layers, clears every derived layer so the workers redo it from
-the events and the user's own edits (DESIGN §3).
-
-Running processes announce themselves with pid files in the data directory
-(`worker.<pid>.pid`, `serve.<pid>.pid`: the decimal pid and a newline, written by
-`hold_pid_file`); a file whose process is gone is stale and ignored.
+it refuses while a worker or server is running (their pid files, app/datadir.py).
+`rebuild` re-derives the full-text indexes and, with all_layers, clears every derived
+layer so the workers redo it from the events and the user's own edits (DESIGN §3).
 """
 
 from __future__ import annotations
@@ -28,13 +24,13 @@ from typing import Callable
 import apsw
 
 from app.config import Config
+from app.datadir import DataDir
 from app.db import (
     Durability,
     applied_migrations,
     available_migrations,
     connect,
     connect_readonly,
-    memory_db_path,
     migrate,
     schema_version,
 )
@@ -50,8 +46,6 @@ from app.memory import (
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
 
-# Roles of the processes that announce themselves, and how refusals name them.
-PID_ROLES = {"worker": "the worker", "serve": "the server"}
 # 4 MiB of 4 KiB pages per step: fine-grained progress, negligible per-step overhead.
 PAGES_PER_STEP = 1024
 # How rebuild signs its changes in memory_log.
@@ -67,65 +61,6 @@ class BackupError(HiloError):
 
 class AlreadyRunning(BackupError, Conflict):
     """A pid file names a live process."""
-
-
-# -- pid files ------------------------------------------------------------------------------
-
-
-def pid_file_owner(path: Path) -> int | None:
-    """The live process a pid file names, or None (no file, unreadable, or stale)."""
-    try:
-        pid = int(Path(path).read_text(encoding="ascii").split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid  # alive, owned by another user
-    return pid
-
-
-def pid_file_path(data_dir: Path, role: str, pid: int | None = None) -> Path:
-    """`<data_dir>/<role>.<pid>.pid`: one file per process, since several workers may run."""
-    return Path(data_dir) / f"{role}.{pid or os.getpid()}.pid"
-
-
-def live_pids(data_dir: Path, role: str) -> list[int]:
-    """The live processes of a role that announced themselves (stale files are ignored)."""
-    pids = (pid_file_owner(path) for path in sorted(Path(data_dir).glob(f"{role}.*.pid")))
-    return [pid for pid in pids if pid is not None]
-
-
-def worker_is_running(data_dir: Path) -> bool:
-    return bool(live_pids(data_dir, "worker"))
-
-
-def server_is_running(data_dir: Path) -> bool:
-    return bool(live_pids(data_dir, "serve"))
-
-
-@contextmanager
-def hold_pid_file(data_dir: Path, role: str) -> Iterator[Path]:
-    """Announce this process as a `role` ("worker", "serve") in the data directory for
-    the duration, so restore can refuse while it runs."""
-    path = pid_file_path(data_dir, role)
-    temporary = path.with_name(f".{path.name}")
-    temporary.write_text(f"{os.getpid()}\n", encoding="ascii")
-    os.replace(temporary, path)  # atomic: a reader never sees a half-written pid
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def running_processes(data_dir: Path) -> list[str]:
-    """Descriptions of the Hilo processes whose pid files name a live process."""
-    return [f"{what} (pid {pid}, {role}.{pid}.pid)"
-            for role, what in PID_ROLES.items() for pid in live_pids(data_dir, role)]
 
 
 # -- backup ---------------------------------------------------------------------------------
@@ -208,7 +143,7 @@ def backup(config: Config, dest: Path, progress: Progress | None = None, *,
     Safe while the worker and the front-end write. The copy is written next to `dest`,
     checked with PRAGMA integrity_check, and only then renamed into place.
     """
-    source_path = memory_db_path(config.data_dir)
+    source_path = DataDir.of(config).memory_db
     if not source_path.exists():
         raise BackupError(f"no memory database at {source_path}: nothing to back up "
                           "(check --data-dir)")
@@ -330,11 +265,11 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
     touched; the current file is kept as memory.sqlite3.before-restore-<time>, and the
     restored database is migrated to this version's schema.
     """
-    data_dir = config.data_dir
+    data_dir = DataDir.of(config)
     src = Path(src).expanduser()
-    live = memory_db_path(data_dir)
+    live = data_dir.memory_db
     if not force:
-        running = running_processes(data_dir)
+        running = data_dir.running_processes()
         if running:
             raise AlreadyRunning(
                 f"cannot restore while {' and '.join(running)} is running: stop it first "
@@ -344,7 +279,7 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
         raise BackupError(f"{src} is the live memory database itself: pass a backup file")
     verify_backup(src)
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.root.mkdir(parents=True, exist_ok=True)
     incoming = live.with_name(f".{live.name}.restoring")
     try:
         # Copy through SQLite, not the file system: a source with its own -wal is read whole.
@@ -444,7 +379,7 @@ def rebuild(config: Config, all_layers: bool = False,
     transaction; the worker then redoes them (its reconcile sweep finds the undone
     work). Facts and profile keys the user set, and tombstones, are kept.
     """
-    path = memory_db_path(config.data_dir)
+    path = DataDir.of(config).memory_db
     if not path.exists():
         raise BackupError(f"no memory database at {path}: run `hilo init` (or pass the right "
                           "--data-dir)")

@@ -24,8 +24,8 @@ import apsw
 
 from app.config import Config
 from app.context import BuiltContext, build_context, read_bootstrap
-from app.datadir import bootstrap_path
-from app.db import Durability, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
 from app.llm import ChatReply, ChatStream, ModelClient, ModelError
@@ -237,7 +237,7 @@ class ChatService:
         """This thread's read-only connection (a cursor must not cross threads)."""
         con = getattr(self._local, "con", None)
         if con is None:
-            con = connect_readonly(memory_db_path(self.config.data_dir))
+            con = connect_readonly(DataDir.of(self.config).memory_db)
             self._local.con = con
         return con
 
@@ -268,7 +268,7 @@ class ChatService:
                   if before_event_id is None or e.id < before_event_id]
         context = build_context(
             con, self.config, self.tokens, user_id, text, session_id=session_id,
-            window=window, bootstrap=read_bootstrap(bootstrap_path(self.config)),
+            window=window, bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
             client_system=client_system, model=model, query=query)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
         return context

@@ -1,14 +1,38 @@
-"""The data directory: memory.sqlite3, queue.sqlite3, MEMORY.md and logs."""
+"""The data directory: every path in it, its creation, and the pid files of the processes
+that use it.
+
+    memory.sqlite3     the memory (app/db.py opens and migrates it)
+    queue.sqlite3      the job queue, with the SQLite backend (workers/queue.py)
+    MEMORY.md          what the user wants always known, written by the user
+    logs/              log files of front-ends on a terminal (`hilo chat`: chat.log)
+    repl_history       `hilo chat`'s input history
+    <role>.<pid>.pid   one per running worker or server (below)
+
+`DataDir` is the one place this layout is known; everything else asks it for a path.
+
+Running processes announce themselves with pid files (`worker.<pid>.pid`,
+`serve.<pid>.pid`: the decimal pid and a newline, written by `DataDir.hold_pid_file`),
+one per process since several workers may run; `hilo restore` refuses while one names a
+live process. A file whose process is gone is stale and ignored.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config
-from app.db import Durability, connect, memory_db_path, migrate, schema_version
+from app.db import MEMORY_DB, QUEUE_DB, Durability, connect, migrate, schema_version
 
 BOOTSTRAP_FILE = "MEMORY.md"
+LOGS_DIR = "logs"
+CHAT_LOG = "chat.log"
+REPL_HISTORY_FILE = "repl_history"
+# Roles of the processes that announce themselves, and how refusals name them.
+PID_ROLES = {"worker": "the worker", "serve": "the server"}
 
 BOOTSTRAP_TEMPLATE = """\
 <!--
@@ -41,27 +65,113 @@ class InitReport:
     wrote_bootstrap: bool
 
 
-def bootstrap_path(config: Config) -> Path:
-    return config.data_dir / BOOTSTRAP_FILE
+@dataclass(frozen=True)
+class DataDir:
+    """The data directory at `root`: its paths, its creation and its pid files."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, config: Config) -> DataDir:
+        """The data directory `config` names ([data] dir, HILO_DATA_DIR, --data-dir)."""
+        return cls(config.data_dir)
+
+    # -- paths --------------------------------------------------------------------------------
+
+    @property
+    def memory_db(self) -> Path:
+        return self.root / MEMORY_DB
+
+    @property
+    def queue_db(self) -> Path:
+        """The queue file of the SQLite backend (Redis keeps the queue elsewhere)."""
+        return self.root / QUEUE_DB
+
+    @property
+    def bootstrap(self) -> Path:
+        """MEMORY.md."""
+        return self.root / BOOTSTRAP_FILE
+
+    @property
+    def logs(self) -> Path:
+        return self.root / LOGS_DIR
+
+    @property
+    def chat_log(self) -> Path:
+        return self.logs / CHAT_LOG
+
+    @property
+    def repl_history(self) -> Path:
+        return self.root / REPL_HISTORY_FILE
+
+    def pid_file(self, role: str, pid: int) -> Path:
+        """`<root>/<role>.<pid>.pid`."""
+        return self.root / f"{role}.{pid}.pid"
+
+    # -- creation -----------------------------------------------------------------------------
+
+    def init(self) -> InitReport:
+        """Create the directory, migrate the memory database, write the MEMORY.md template.
+
+        Safe to run again: it only adds what is missing and never overwrites MEMORY.md.
+        """
+        created = not self.root.exists()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        con = connect(self.memory_db, Durability.FULL)
+        try:
+            applied = migrate(con)
+            version = schema_version(con)
+        finally:
+            con.close()
+        wrote = not self.bootstrap.exists()
+        if wrote:
+            self.bootstrap.write_text(BOOTSTRAP_TEMPLATE, encoding="utf-8")
+        return InitReport(self.root, created, applied, version, wrote)
+
+    # -- pid files ----------------------------------------------------------------------------
+
+    @contextmanager
+    def hold_pid_file(self, role: str) -> Iterator[Path]:
+        """Announce this process as a `role` ("worker", "serve") for the duration, so
+        restore can refuse while it runs."""
+        path = self.pid_file(role, os.getpid())
+        temporary = path.with_name(f".{path.name}")
+        temporary.write_text(f"{os.getpid()}\n", encoding="ascii")
+        os.replace(temporary, path)  # atomic: a reader never sees a half-written pid
+        try:
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    def live_pids(self, role: str) -> list[int]:
+        """The live processes of a role that announced themselves (stale files are ignored)."""
+        pids = (_pid_file_owner(path) for path in sorted(self.root.glob(f"{role}.*.pid")))
+        return [pid for pid in pids if pid is not None]
+
+    def running_processes(self) -> list[str]:
+        """Descriptions of the Hilo processes whose pid files name a live process."""
+        return [f"{what} (pid {pid}, {self.pid_file(role, pid).name})"
+                for role, what in PID_ROLES.items() for pid in self.live_pids(role)]
 
 
-def init_data_dir(config: Config) -> InitReport:
-    """Create the directory, migrate the memory database, write the MEMORY.md template.
-
-    Safe to run again: it only adds what is missing and never overwrites MEMORY.md.
-    """
-    data_dir = config.data_dir
-    created = not data_dir.exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / "logs").mkdir(exist_ok=True)
-    con = connect(memory_db_path(data_dir), Durability.FULL)
+def _pid_file_owner(path: Path) -> int | None:
+    """The live process a pid file names, or None (no file, unreadable, or stale)."""
     try:
-        applied = migrate(con)
-        version = schema_version(con)
-    finally:
-        con.close()
-    bootstrap = bootstrap_path(config)
-    wrote = not bootstrap.exists()
-    if wrote:
-        bootstrap.write_text(BOOTSTRAP_TEMPLATE, encoding="utf-8")
-    return InitReport(data_dir, created, applied, version, wrote)
+        pid = int(path.read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid  # alive, owned by another user
+    return pid
+
+
+# Until app/cli uses DataDir.of(config).init(): remove then.
+def init_data_dir(config: Config) -> InitReport:
+    return DataDir.of(config).init()

@@ -19,6 +19,7 @@ import apsw
 from app.errors import Unavailable
 from app.timeutil import utc_now
 
+# File names in the data directory; app/datadir.py (DataDir) builds the paths.
 MEMORY_DB = "memory.sqlite3"
 QUEUE_DB = "queue.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
@@ -40,6 +41,7 @@ class SchemaTooNew(DatabaseError):
     pass
 
 
+# Until app/cli and app/transfer use DataDir(...).memory_db: remove then.
 def memory_db_path(data_dir: Path) -> Path:
     return Path(data_dir) / MEMORY_DB
 
@@ -148,23 +150,3 @@ def migrate(con: apsw.Connection) -> list[str]:
             con.execute("ROLLBACK")
             raise
     return applied
-
-
-def open_memory(data_dir: Path, durability: Durability = Durability.NORMAL) -> apsw.Connection:
-    """A migrated read-write connection to the data directory's memory database."""
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise DatabaseError(f"data directory {data_dir} does not exist: run `hilo init`")
-    con = connect(memory_db_path(data_dir), durability)
-    try:
-        migrate(con)
-    except apsw.NotADBError:
-        con.close()
-        raise DatabaseError(
-            f"{memory_db_path(data_dir)} is not a SQLite database (corrupt or overwritten): "
-            "restore it with `hilo restore <backup>` or move it aside and run `hilo init`"
-        ) from None
-    except Exception:
-        con.close()
-        raise
-    return con

@@ -11,8 +11,8 @@ from enum import Enum
 import apsw
 
 from app.config import Config
-from app.datadir import bootstrap_path
-from app.db import available_migrations, connect_readonly, memory_db_path, schema_version
+from app.datadir import DataDir
+from app.db import available_migrations, connect_readonly, schema_version
 
 FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
 LOW_DISK_WARN = 1 << 30
@@ -51,7 +51,7 @@ def check_data_dir(config: Config) -> Check:
 
 def check_database(config: Config) -> list[Check]:
     """Schema version, SQLite integrity and FTS5 index integrity of memory.sqlite3."""
-    path = memory_db_path(config.data_dir)
+    path = DataDir.of(config).memory_db
     if not path.exists():
         return [Check("memory database", Status.FAIL, f"{path} does not exist", "run `hilo init`")]
     try:
@@ -124,7 +124,7 @@ def check_bootstrap(config: Config) -> Check:
     from app.context import read_bootstrap
     from app.tokens import estimate_tokens
 
-    path = bootstrap_path(config)
+    path = DataDir.of(config).bootstrap
     if not path.exists():
         return Check("MEMORY.md", Status.WARN, f"{path} does not exist",
                      "run `hilo init` to write a template, then edit it")

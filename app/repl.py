@@ -23,7 +23,8 @@ from rich.text import Text
 from app.chat import ChatService, Turn
 from app.config import Config
 from app.context import BuiltContext
-from app.db import DatabaseError, memory_db_path
+from app.datadir import DataDir
+from app.db import DatabaseError
 from app.events import InvalidEvent
 from app.format import (
     card_line,
@@ -41,7 +42,6 @@ from app.retrieval import search_memory
 from app.scheduled_tasks import describe_task, list_tasks
 from workers.handoff import queue_handoff
 
-HISTORY_FILE = "repl_history"
 PROMPT = "you> "
 DIARY_SHOWN = 5
 SEARCH_LIMIT = 10
@@ -322,12 +322,13 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     """Chat until the user leaves; returns the exit status."""
     out = Console(highlight=False, soft_wrap=True)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not memory_db_path(config.data_dir).exists():
+    data_dir = DataDir.of(config)
+    if not data_dir.memory_db.exists():
         errors.print(Text(f"No memory database in {config.data_dir}: run `hilo init` first "
                           "(or pass the right --data-dir).", style="red"))
         return 1
     if out.is_terminal:
-        _log_to_file(config, config.data_dir / "logs" / "chat.log")
+        _log_to_file(config, data_dir.chat_log)
     try:
         service = ChatService(config, handoff=queue_handoff(config))
     except (DatabaseError, ValueError) as exc:
@@ -337,7 +338,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with service:
         repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
-        lines = LineInput(config.data_dir / HISTORY_FILE, out)
+        lines = LineInput(data_dir.repl_history, out)
         greet(repl, resuming=session is not None)
         while True:
             try:

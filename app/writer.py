@@ -25,6 +25,7 @@ from typing import Any, Callable, TypeVar
 import apsw
 import structlog
 
+from app.datadir import DataDir
 from app.db import Durability, connect, migrate
 from app.errors import Unavailable
 
@@ -118,10 +119,8 @@ class Writer:
 
     @classmethod
     def from_config(cls, config: Any, durability: Durability) -> Writer:
-        from app.db import memory_db_path
-
         return cls(
-            memory_db_path(config.data_dir),
+            DataDir.of(config).memory_db,
             durability,
             queue_size=config.writer.queue_size,
             max_batch=config.writer.max_batch,

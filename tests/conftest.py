@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.config import Config, load_config
-from app.datadir import init_data_dir
-from app.db import Durability, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability
 from app.writer import Writer
 
 pytest_plugins = ["tests.fake_ollama"]
@@ -35,11 +35,11 @@ def config(tmp_path: Path) -> Config:
 
 @pytest.fixture
 def data_dir(config: Config) -> Path:
-    init_data_dir(config)
+    DataDir.of(config).init()
     return config.data_dir
 
 
 @pytest.fixture
 def writer(config: Config, data_dir: Path):
-    with Writer(memory_db_path(data_dir), Durability.FULL) as w:
+    with Writer(DataDir(data_dir).memory_db, Durability.FULL) as w:
         yield w

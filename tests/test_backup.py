@@ -15,13 +15,11 @@ from app.backup import (
     AlreadyRunning,
     BackupError,
     backup,
-    hold_pid_file,
-    live_pids,
     rebuild,
     restore,
-    worker_is_running,
 )
-from app.db import Durability, connect, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect, connect_readonly
 from app.events import append_event
 from app.fts import build_match_query
 from app.memory import list_facts, list_profile, profile_as_of
@@ -95,7 +93,7 @@ def test_backup_under_concurrent_writes_is_intact_and_has_every_event_committed_
     assert report.integrity == "ok" and integrity(report.dest) == ["ok"]
     copied = uuids(report.dest)
     assert before <= copied
-    assert len(uuids(memory_db_path(config.data_dir))) > len(copied)  # writes went on meanwhile
+    assert len(uuids(DataDir.of(config).memory_db)) > len(copied)  # writes went on meanwhile
     # One snapshot, never restarted by those commits: progress only moves forward.
     assert len(steps) == math.ceil(report.pages / 2) == report.steps
     assert [d for d, _ in steps] == sorted(d for d, _ in steps)
@@ -121,7 +119,7 @@ def test_backup_into_a_directory_writes_a_dated_file_and_never_overwrites(config
 @pytest.fixture
 def backed_up(config, data_dir, tmp_path):
     """A populated memory, a backup of it, then one more event only the live file has."""
-    with Writer(memory_db_path(data_dir), Durability.FULL) as w:
+    with Writer(DataDir(data_dir).memory_db, Durability.FULL) as w:
         populate_memory(w, config)
         copy = backup(config, tmp_path / "good.sqlite3").dest
         later = append_event(w, config, "ana", "s2", "user", "written after the backup").uuid
@@ -130,19 +128,19 @@ def backed_up(config, data_dir, tmp_path):
 
 def test_restore_refuses_while_a_worker_is_running(config, backed_up):
     copy, later = backed_up
-    (config.data_dir / f"worker.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
-    assert worker_is_running(config.data_dir)
+    DataDir.of(config).pid_file("worker", os.getpid()).write_text(f"{os.getpid()}\n")
+    assert DataDir.of(config).live_pids("worker")
     with pytest.raises(AlreadyRunning, match="worker"):
         restore(config, copy)
-    assert later in uuids(memory_db_path(config.data_dir))  # untouched
+    assert later in uuids(DataDir.of(config).memory_db)  # untouched
 
 
 def test_restore_refuses_while_the_server_is_running(config, backed_up):
     copy, later = backed_up
-    (config.data_dir / f"serve.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
+    DataDir.of(config).pid_file("serve", os.getpid()).write_text(f"{os.getpid()}\n")
     with pytest.raises(AlreadyRunning, match="server"):
         restore(config, copy)
-    assert later in uuids(memory_db_path(config.data_dir))
+    assert later in uuids(DataDir.of(config).memory_db)
 
 
 def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
@@ -150,8 +148,8 @@ def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
     # A pid file left by a worker that is gone does not count.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (config.data_dir / f"worker.{dead.pid}.pid").write_text(f"{dead.pid}\n")
-    live = memory_db_path(config.data_dir)
+    DataDir.of(config).pid_file("worker", dead.pid).write_text(f"{dead.pid}\n")
+    live = DataDir.of(config).memory_db
 
     report = restore(config, copy)
 
@@ -167,7 +165,7 @@ def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
 
 def test_restore_replaces_a_damaged_database(config, backed_up):
     copy, _ = backed_up
-    live = memory_db_path(config.data_dir)
+    live = DataDir.of(config).memory_db
     live.write_bytes(b"\0garbage" * 4096)  # what restore is for
     report = restore(config, copy)
     assert uuids(live) == uuids(copy) and integrity(live) == ["ok"]
@@ -188,38 +186,19 @@ def test_restore_refuses_a_damaged_or_foreign_file_and_touches_nothing(config, b
         restore(config, foreign)
     with pytest.raises(BackupError, match="does not exist"):
         restore(config, tmp_path / "missing.sqlite3")
-    assert later in uuids(memory_db_path(config.data_dir))
+    assert later in uuids(DataDir.of(config).memory_db)
     assert not list(config.data_dir.glob("*before-restore*"))
 
 
 def test_restore_refuses_while_another_connection_has_the_database_open(config, backed_up):
     copy, later = backed_up
-    holder = connect(memory_db_path(config.data_dir))  # a `hilo chat` without a pid file
+    holder = connect(DataDir.of(config).memory_db)  # a `hilo chat` without a pid file
     try:
         with pytest.raises(BackupError, match="another process has"):
             restore(config, copy)
     finally:
         holder.close()
-    assert later in uuids(memory_db_path(config.data_dir))
-
-
-def test_pid_file_announces_the_process_and_is_removed_after(data_dir):
-    with hold_pid_file(data_dir, "worker") as pid_file:
-        assert worker_is_running(data_dir)
-        assert pid_file.read_text() == f"{os.getpid()}\n"
-    assert not pid_file.exists() and not worker_is_running(data_dir)
-
-
-def test_any_live_worker_among_several_counts(data_dir):
-    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE)
-    try:
-        (data_dir / f"worker.{other.pid}.pid").write_text(f"{other.pid}\n")
-        with hold_pid_file(data_dir, "worker"):
-            assert sorted(live_pids(data_dir, "worker")) == sorted([other.pid, os.getpid()])
-    finally:
-        other.communicate(b"")
-    assert live_pids(data_dir, "worker") == []  # the other one's file is now stale
+    assert later in uuids(DataDir.of(config).memory_db)
 
 
 # -- rebuild --------------------------------------------------------------------------------
@@ -227,7 +206,7 @@ def test_any_live_worker_among_several_counts(data_dir):
 
 def test_rebuild_restores_a_deleted_full_text_index(config, writer):
     populate_memory(writer, config)
-    path = memory_db_path(config.data_dir)
+    path = DataDir.of(config).memory_db
     assert search(path, "events_fts", "zebra") and search(path, "facts_fts", "Postgres")
     for table in ("events_fts", "cards_fts", "facts_fts"):
         writer.submit(lambda con, t=table: con.execute(f"INSERT INTO {t} ({t}) VALUES ('delete-all')"))
@@ -244,7 +223,7 @@ def test_rebuild_restores_a_deleted_full_text_index(config, writer):
 
 def test_rebuild_all_resets_derived_layers_but_keeps_user_facts(config, writer):
     memory = populate_memory(writer, config)
-    path = memory_db_path(config.data_dir)
+    path = DataDir.of(config).memory_db
     counted: list[tuple[str, int, int]] = []
 
     report = rebuild(config, all_layers=True, progress=lambda *step: counted.append(step))

@@ -17,7 +17,7 @@ import pytest
 
 from app.backup import rebuild
 from app.config import load_config
-from app.datadir import init_data_dir
+from app.datadir import DataDir
 from app.llm import ModelClient
 from app.memory import (
     NewCard,
@@ -248,7 +248,7 @@ def test_an_import_logs_each_record_it_adds_once_and_a_second_import_nothing(
     writer.close()
     export_jsonl(config, "ana", tmp_path / "ana.jsonl")
     other = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "other")
-    init_data_dir(other)
+    DataDir.of(other).init()
     log = Log(other)
 
     report = import_path(other, tmp_path / "ana.jsonl", "ana")

@@ -15,7 +15,7 @@ import pexpect
 import pytest
 
 import tests.fake_ollama as fake_module
-from app.db import memory_db_path
+from app.datadir import DataDir
 from app.memory import set_profile, upsert_fact
 from app.timeutil import utc_now
 from tests.fake_ollama import Fault, FakeOllama, unused_loopback_url
@@ -27,7 +27,7 @@ WAIT = 15  # seconds pexpect waits for an expected output before failing
 
 
 def rows(data_dir: Path, sql: str, *params: Any) -> list[tuple]:
-    con = apsw.Connection(str(memory_db_path(data_dir)), flags=apsw.SQLITE_OPEN_READONLY)
+    con = apsw.Connection(str(DataDir(data_dir).memory_db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         return list(con.execute(sql, params))
     finally:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from app.config import ConfigError
-from app.db import connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import connect_readonly
 from app.schedule import ScheduleError
 from app.scheduled_tasks import (
     TaskError,
@@ -44,7 +45,7 @@ def read(data_dir):
     cons = []
 
     def open_reader():
-        con = connect_readonly(memory_db_path(data_dir))
+        con = connect_readonly(DataDir(data_dir).memory_db)
         cons.append(con)
         return con
 
@@ -175,7 +176,7 @@ def test_run_now_is_queued_for_the_worker_even_when_paused(writer, config):
     assert (claim.task.id, claim.run.kind, claim.run.attempts) == (task.id, "manual", 1)
     assert claim_next_run(writer, config, NOW + timedelta(seconds=30)) is None
     # The schedule itself is untouched.
-    assert get_task(connect_readonly(memory_db_path(config.data_dir)), USER, task.id).next_run_at == task.next_run_at
+    assert get_task(connect_readonly(DataDir.of(config).memory_db), USER, task.id).next_run_at == task.next_run_at
 
 
 def test_log_of_an_unknown_task_says_so(read, data_dir):
@@ -240,7 +241,7 @@ def test_a_pending_retry_gives_way_to_the_next_occurrence(writer, config):
     while (c := claim_next_run(writer, config, much_later)) is not None:
         claims.append(c)
     assert [c.run.kind for c in claims] == ["schedule"]
-    log = task_log(connect_readonly(memory_db_path(config.data_dir)), USER, claim.task.id)
+    log = task_log(connect_readonly(DataDir.of(config).memory_db), USER, claim.task.id)
     assert [r.status for r in log.runs] == ["running", "failed"]
 
 

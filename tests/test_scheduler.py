@@ -16,7 +16,8 @@ from typing import Callable, Iterator
 import pytest
 
 from app.chat import ChatService
-from app.db import Durability, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
 from app.events import session_events
 from app.llm import ModelUnreachable
 from app.scheduled_tasks import (
@@ -79,12 +80,12 @@ def config(config):
 @pytest.fixture
 def fast_writer(data_dir) -> Iterator[Writer]:
     """The worker's kind of writer (synchronous=NORMAL): for tests that tick many times."""
-    with Writer(memory_db_path(data_dir), Durability.NORMAL) as w:
+    with Writer(DataDir(data_dir).memory_db, Durability.NORMAL) as w:
         yield w
 
 
 def reader(config):
-    return connect_readonly(memory_db_path(config.data_dir))
+    return connect_readonly(DataDir.of(config).memory_db)
 
 
 def tick_every_minute(config, writer, chat, start: datetime, end: datetime) -> list:
@@ -255,7 +256,7 @@ def test_two_consumers_racing_run_each_occurrence_once(writer, config, data_dir)
         for tick in range(3):  # both tick three times on the same clock
             results[slot] += run_due_tasks(config, own_writer, chat, at)
 
-    with Writer(memory_db_path(data_dir), Durability.NORMAL) as second:
+    with Writer(DataDir(data_dir).memory_db, Durability.NORMAL) as second:
         threads = [threading.Thread(target=consumer, args=(0, writer)),
                    threading.Thread(target=consumer, args=(1, second))]
         for t in threads:
@@ -272,7 +273,7 @@ def test_two_consumers_racing_run_each_occurrence_once(writer, config, data_dir)
 def test_a_consumer_looking_while_another_runs_the_task_does_not_run_it_again(writer, config, data_dir):
     add_task(writer, config, "every 15 minutes", "slow one", now=NOW)
     at = NOW + timedelta(minutes=15)
-    with Writer(memory_db_path(data_dir), Durability.NORMAL) as second:
+    with Writer(DataDir(data_dir).memory_db, Durability.NORMAL) as second:
         other = FakeChat()
         # While the first consumer is inside the turn, the second one ticks.
         first = FakeChat(during_turn=lambda turn: other.turns.extend(

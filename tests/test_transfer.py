@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from app.config import load_config
-from app.datadir import init_data_dir
-from app.db import connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import connect_readonly
 from app.transfer import (
     TransferError,
     export_jsonl,
@@ -34,12 +34,12 @@ def populated(config, writer):
 def empty(tmp_path):
     """A second, freshly initialised data directory."""
     other = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "other")
-    init_data_dir(other)
+    DataDir.of(other).init()
     return other
 
 
 def db(config) -> Path:
-    return memory_db_path(config.data_dir)
+    return DataDir.of(config).memory_db
 
 
 # -- markdown -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ with mock.patch("redis.Redis.info", side_effect=ConnectionError("not probed")):
     from huey.tests.base import BaseTestCase
     from huey.tests.test_storage import StorageTests
 
-from app.db import QUEUE_DB
+from app.datadir import DataDir
 from tests.test_workers_support import (
     add_turn,
     consumers,  # noqa: F401 — fixture
@@ -61,15 +61,14 @@ def test_queue_file_is_wal_with_synchronous_normal(config, data_dir):
     con = huey.storage.conn
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert con.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
-    assert (config.data_dir / QUEUE_DB).exists()
+    assert DataDir.of(config).queue_db.exists()
 
 
 def test_each_data_dir_gets_its_own_queue(config, data_dir, tmp_path):
-    from app.datadir import init_data_dir
     from workers import jobs
 
     other = config.replace(data={"dir": str(tmp_path / "other")})
-    init_data_dir(other)
+    DataDir.of(other).init()
     configure(config)
     jobs.diary("u", "s1")
     configure(other)
@@ -123,7 +122,7 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
     assert query(cfg, "SELECT value FROM facts") == [("alpha9",)]
     assert query(cfg, "SELECT count(*) FROM diary") == [(1,)]
     assert failed_jobs() == []
-    assert not (config.data_dir / QUEUE_DB).exists()
+    assert not DataDir.of(config).queue_db.exists()
 
 
 def test_a_real_consumer_on_redis_starts_and_learns_from_a_turn(config, data_dir, writer,

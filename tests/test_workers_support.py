@@ -26,7 +26,8 @@ import apsw
 import pytest
 
 from app.config import Config
-from app.db import connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import connect_readonly
 from app.events import append_event
 from app.writer import Writer
 from tests.fake_ollama import FakeOllama
@@ -116,7 +117,7 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval
 
 
 def query(config: Config, sql: str, params: tuple = ()) -> list[tuple]:
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     try:
         return list(con.execute(sql, params))
     finally:
@@ -252,7 +253,7 @@ def consumers() -> Iterator[Callable[..., Consumer]]:
 
 
 def read_only(config: Config) -> apsw.Connection:
-    return connect_readonly(memory_db_path(config.data_dir))
+    return connect_readonly(DataDir.of(config).memory_db)
 
 
 def snapshot(config: Config) -> dict[str, list[tuple]]:

@@ -7,7 +7,8 @@ import threading
 import apsw
 import pytest
 
-from app.db import Durability, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
 from app.writer import Writer, WriterClosed
 
 INSERT = "INSERT INTO writes (producer, seq) VALUES (?, ?)"
@@ -28,7 +29,7 @@ def rows(path) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def path(data_dir):
-    path = memory_db_path(data_dir)
+    path = DataDir(data_dir).memory_db
     with Writer(path) as writer:
         writer.submit(lambda con: con.execute(
             "CREATE TABLE writes (id INTEGER PRIMARY KEY, producer TEXT, seq TEXT)"))

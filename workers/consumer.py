@@ -28,9 +28,8 @@ from typing import Any
 
 import structlog
 
-from app.backup import hold_pid_file
 from app.config import Config, load_config
-from app.datadir import init_data_dir
+from app.datadir import DataDir
 from workers.queue import HiloHuey
 from workers.runner import JobRunner
 
@@ -48,7 +47,7 @@ REFUSED = (
 def start_jobs(config: Config) -> JobRunner:
     """Make this process the one that runs the jobs of `config`'s queue, and queue the
     start-up work (stale locks flushed, config tasks synced, undone work re-enqueued)."""
-    init_data_dir(config)  # idempotent; api and worker may start together
+    DataDir.of(config).init()  # idempotent; api and worker may start together
     runner = JobRunner.start(config)
     try:
         runner.prepare()
@@ -85,7 +84,7 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
         )
         log.info("worker.started", workers=workers, data_dir=str(config.data_dir),
                  backend=config.queue.backend, poll_max_delay=config.queue.poll_max_delay)
-        with hold_pid_file(config.data_dir, "worker"):  # restore refuses while we run
+        with DataDir.of(config).hold_pid_file("worker"):  # restore refuses while we run
             consumer.run()
     finally:
         runner.close()  # the writer commits what it holds

@@ -21,7 +21,8 @@ from typing import Callable
 import structlog
 
 from app.config import Config
-from app.db import Durability, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
 from app.embedders import Embedder, make_embedder
 from app.errors import Unavailable
 from app.vectors import Owner, count_pending, delete_other_models, pending_owners, store_error, store_vectors
@@ -112,7 +113,7 @@ def reembed(config: Config, progress_callback: ProgressCallback | None = None, *
         raise ValueError('[embedder] kind is "none": there is nothing to re-embed; '
                          'set it to "ollama" or "local" first')
     own_writer = writer is None
-    writer = writer or Writer(memory_db_path(config.data_dir), Durability.NORMAL)
+    writer = writer or Writer(DataDir.of(config).memory_db, Durability.NORMAL)
     size = batch_size or config.embedder.batch_size
     try:
         con = connect_readonly(writer.path)

@@ -31,7 +31,7 @@ import apsw
 from huey.utils import Error
 
 from app.config import Config
-from app.db import QUEUE_DB
+from app.datadir import DataDir
 from app.errors import Unavailable
 from workers import jobs  # noqa: F401 — declares the task names retry and revoke resolve
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
@@ -323,7 +323,7 @@ class QueueView:
             self.location = redacted(config.queue.redis_url)
             self.exists = True
         else:
-            path = config.data_dir / QUEUE_DB
+            path = DataDir.of(config).queue_db
             self.location = str(path)
             self.exists = path.exists()
         self._huey: Any = None

@@ -26,7 +26,7 @@ from huey.storage import PriorityRedisStorage
 from huey.utils import Error
 
 from app.config import Config
-from app.db import QUEUE_DB
+from app.datadir import DataDir
 from app.errors import Misconfigured
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.storage import ApswSqliteStorage
@@ -92,7 +92,7 @@ def storage_address(config: Config) -> tuple[str, str]:
     """Where `config` keeps the queue: ("redis", url) or ("sqlite", path)."""
     if config.queue.backend == "redis":
         return ("redis", config.queue.redis_url)
-    return ("sqlite", str(config.data_dir / QUEUE_DB))
+    return ("sqlite", str(DataDir.of(config).queue_db))
 
 
 def make_storage(config: Config) -> Any:

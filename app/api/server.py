@@ -24,10 +24,9 @@ from app.api.errors import install_error_handlers
 from app.api.gate import Gate
 from app.api.health import VERSION
 from app.api.turns import SessionLocks
-from app.backup import hold_pid_file
 from app.chat import ChatService
 from app.config import Config
-from app.datadir import init_data_dir
+from app.datadir import DataDir
 from app.errors import Misconfigured
 from workers.handoff import queue_handoff
 
@@ -41,7 +40,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     """The ASGI app. Without a service, it makes one (and closes it on shutdown)."""
     owned = service is None
     if service is None:
-        init_data_dir(config)
+        DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
     @asynccontextmanager
@@ -103,7 +102,7 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         # quiet handler underneath makes that a clean exit (status 0 under honcho).
         signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        with hold_pid_file(config.data_dir, "serve"):  # restore refuses while we run
+        with DataDir.of(config).hold_pid_file("serve"):  # restore refuses while we run
             server.run()
     except SystemExit:
         pass

@@ -137,9 +137,10 @@ def progress_bar(as_json: bool) -> Iterator[ProgressCallback | None]:
 
 def open_memory(config: Config) -> apsw.Connection:
     """A read-only connection to the memory database; a missing one says to run init."""
-    from app.db import connect_readonly, memory_db_path  # for start-up time, like the commands'
+    from app.datadir import DataDir  # for start-up time, like the commands'
+    from app.db import connect_readonly
 
     try:
-        return connect_readonly(memory_db_path(config.data_dir))
+        return connect_readonly(DataDir.of(config).memory_db)
     except Exception as exc:
         raise CommandError(str(exc)) from None

@@ -18,9 +18,9 @@ from app.config import Config
 @json_option
 def init(config: Config, as_json: bool) -> int:
     """create the data directory, migrate, write a MEMORY.md template"""
-    from app.datadir import init_data_dir
+    from app.datadir import DataDir
 
-    report = init_data_dir(config)
+    report = DataDir.of(config).init()
 
     def human() -> None:
         verb = "Created" if report.created_dir else "Checked"

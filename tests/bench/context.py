@@ -37,8 +37,8 @@ import numpy as np
 
 from app.config import Config, load_config
 from app.context import build_context, read_bootstrap
-from app.datadir import bootstrap_path, init_data_dir
-from app.db import Durability, connect, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect, connect_readonly
 from app.events import session_events
 from app.retrieval import Query, make_query
 from app.tokens import TokenCounter
@@ -148,9 +148,9 @@ def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
                 chunk: int = 50_000) -> Memory:
     """A migrated data directory holding `events` events and 10 % as many facts and cards."""
     config = bench_config(data_dir)
-    init_data_dir(config)
+    DataDir.of(config).init()
     started = time.perf_counter()
-    con = connect(memory_db_path(data_dir), Durability.NORMAL)
+    con = connect(DataDir(data_dir).memory_db, Durability.NORMAL)
     con.execute("PRAGMA synchronous = OFF")  # a fixture: durability is not what is measured
     con.execute("PRAGMA cache_size = -262144")
     sessions = -(-events // SESSION_EVENTS)
@@ -232,7 +232,7 @@ def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
     seconds = time.perf_counter() - started
-    size = memory_db_path(data_dir).stat().st_size / 2**20
+    size = DataDir(data_dir).memory_db.stat().st_size / 2**20
     return Memory(config, events, n_facts, n_cards, seconds, size)
 
 
@@ -254,9 +254,9 @@ def questions(text: TextMaker, count: int) -> list[str]:
 
 def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> dict:
     config = memory.config
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     counter = TokenCounter()
-    bootstrap = read_bootstrap(bootstrap_path(config))
+    bootstrap = read_bootstrap(DataDir.of(config).bootstrap)
     sessions = -(-memory.events // SESSION_EVENTS)
     windows = [session_events(con, USER, f"s{s}", limit=50, include_compacted=False)
                for s in range(max(0, sessions - 8), sessions)]
@@ -292,7 +292,7 @@ def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
     """EXPLAIN QUERY PLAN of the full-text stream's joins, for the report."""
     from app.retrieval import _FTS_SQL  # noqa: PLC2701 — the SQL under test
 
-    con = connect_readonly(memory_db_path(memory.config.data_dir))
+    con = connect_readonly(DataDir.of(memory.config).memory_db)
     query = make_query(USER, text)
     plans = {kind: [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql,
                                                   (query.match, USER, 50))]
@@ -306,7 +306,7 @@ def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
     ranks in its top k (app.retrieval: BM25_ROW_BUDGET)."""
     from app.retrieval import _FTS_SQL, bm25_stream  # noqa: PLC2701
 
-    con = connect_readonly(memory_db_path(memory.config.data_dir))
+    con = connect_readonly(DataDir.of(memory.config).memory_db)
     shares = []
     for text in asked:
         query = make_query(USER, text)
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"sizes": {}, "ttft": {}, "targets": TARGETS}
     with tempfile.TemporaryDirectory(prefix="hilo-bench-context-") as tmp:
         fresh = bench_config(Path(tmp) / "fresh")
-        init_data_dir(fresh)
+        DataDir.of(fresh).init()
         results["ttft"]["fresh"] = time_to_first_token(Memory(fresh, 0, 0, 0, 0, 0), turns, text)
         for size in sizes:
             memory = load_memory(Path(tmp) / f"m{size}", size, vectors=vectors, text=text)

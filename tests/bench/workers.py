@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from app.config import Config, load_config
-from app.datadir import init_data_dir
-from app.db import Durability, connect_readonly, memory_db_path
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
 from app.events import insert_event, prepare_event
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
@@ -59,7 +59,7 @@ class Worker:
 def fresh_config(root: Path, name: str, fake: FakeOllama) -> Config:
     config = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=root / name).replace(
         llm={"url": fake.url}, logging={"level": "warning", "format": "json"})
-    init_data_dir(config)
+    DataDir.of(config).init()
     configure(config)
     return config
 
@@ -71,7 +71,7 @@ def store_turn(writer: Writer, config: Config, session: str, n: int) -> list[int
 
 
 def fact_visible(config: Config, n: int) -> bool:
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     try:
         return con.execute("SELECT 1 FROM facts WHERE user_id = 'bench' AND key = ?",
                            (f"item{n}",)).fetchone() is not None
@@ -85,7 +85,7 @@ def reply_to_fact(root: Path, fake: FakeOllama, turns: int) -> dict:
     rng = random.Random(7)
     latencies = []
     try:
-        with Writer(memory_db_path(config.data_dir), Durability.FULL) as writer:
+        with Writer(DataDir.of(config).memory_db, Durability.FULL) as writer:
             for n in range(turns):
                 time.sleep(rng.uniform(0.2, 0.8))  # the user reads and types; the worker idles
                 ids = store_turn(writer, config, "chat", n)
@@ -108,11 +108,11 @@ def reply_to_fact(root: Path, fake: FakeOllama, turns: int) -> dict:
 def throughput(root: Path, fake: FakeOllama, workers: int, latency_ms: int, jobs: int) -> dict:
     config = fresh_config(root, f"jobs-{workers}w-{latency_ms}ms", fake)
     fake.latency = latency_ms / 1000
-    with Writer(memory_db_path(config.data_dir), Durability.NORMAL) as writer:
+    with Writer(DataDir.of(config).memory_db, Durability.NORMAL) as writer:
         for n in range(jobs):  # one turn per session: distill only, no compaction
             handoff.after_reply("bench", f"s{n}", store_turn(writer, config, f"s{n}", n))
     worker = Worker(config, workers, root / f"jobs-{workers}-{latency_ms}.log")
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     try:
         deadline = time.monotonic() + 60 + jobs * (latency_ms / 1000 + 0.05)
         while con.execute("SELECT count(*) FROM events WHERE role = 'user' AND distilled_at IS NULL"
