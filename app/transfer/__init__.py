@@ -11,10 +11,15 @@ exported: the worker recomputes them.
     records.py       the record vocabulary: reports, Problem, TransferError, field normalisers
     user_records.py  one user's memory read as records, from a snapshot
     markdown.py      the markdown folder: export and reader
-    frontmatter.py   the YAML front matter of its files
+    frontmatter.py   the YAML front matter of its files (no aliases, capped)
+    manifest.py      .hilo-export.json: which files of a folder Hilo wrote
     jsonl.py         JSON lines: export and reader
     kinder_agent.py  the kinder-agent database reader
     importer.py      stores any reader's records, idempotently; import_path
+    files.py         exports through fresh temporary files; imports read no links
+
+Nothing an import reads can stop it: a record or file that cannot be stored is skipped
+and listed in the report with the reason (`ImportReport.summary()`).
 """
 
 from app.transfer.importer import import_path

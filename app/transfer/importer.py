@@ -70,6 +70,15 @@ IMPORT_NAMESPACE = uuidlib.UUID("3f0b6a52-9c1e-4f7e-8d1a-6b2f5e8c4a10")
 WORKER = "import"
 # What a memory write did, as the import report counts it.
 OUTCOMES = {"insert": "added", "update": "updated", "supersede": "updated"}
+# What a bad record can raise while it is stored: the record is rolled back alone and
+# reported, the import goes on. (OverflowError: a number too large for SQLite.)
+RECORD_ERRORS = (InvalidEvent, InvalidMemory, ValueError, TypeError, KeyError, OverflowError,
+                 RecursionError, apsw.ConstraintError, apsw.TooBigError, apsw.MismatchError)
+
+
+def _link_id(value: Any) -> int | str | None:
+    """An id another record links to (an exported row id); None for anything else."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
 
 class RecordImporter:
@@ -105,8 +114,7 @@ class RecordImporter:
             try:
                 with con:  # a savepoint: one bad record is rolled back alone
                     outcome = store(con, record)
-            except (InvalidEvent, InvalidMemory, ValueError, TypeError, KeyError,
-                    apsw.ConstraintError) as exc:
+            except RECORD_ERRORS as exc:
                 detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
                 self.report.problems.append(f"{where}: {kind} skipped: {detail}")
                 continue
@@ -210,7 +218,7 @@ class RecordImporter:
                 card_id = con.execute("SELECT id FROM context_cards WHERE user_id = ? AND "
                                       "session_id IS ? AND first_event_id = ? AND level = 0",
                                       (self.user_id, session_id, first)).fetchone()[0]
-            if r.get("folded_into") is not None:
+            if _link_id(r.get("folded_into")) is not None:
                 self.folds.append((card_id, r["folded_into"]))
         else:
             card_id = row[0]
@@ -261,7 +269,7 @@ class RecordImporter:
             last_accessed_at=record_time(r.get("last_accessed_at"))), worker=WORKER)
         if written.fact_id is not None and r.get("id") is not None:
             self.fact_ids[r["id"]] = written.fact_id
-        if written.action == "insert" and r.get("superseded_by") is not None:
+        if written.action == "insert" and _link_id(r.get("superseded_by")) is not None:
             # Linked once every record is in (a row superseded here is linked already).
             self.supersessions.append((written.fact_id, r["superseded_by"]))
         return OUTCOMES.get(written.action, "unchanged")

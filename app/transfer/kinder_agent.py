@@ -23,7 +23,7 @@ import apsw
 from app.config import Config
 from app.db import connect_readonly
 from app.fts import terms
-from app.memory import CATEGORIES
+from app.memory import CATEGORIES, InvalidMemory
 from app.transfer.importer import IMPORT_NAMESPACE, store_records
 from app.transfer.records import (
     ImportReport,
@@ -81,6 +81,11 @@ def _kinder_key(content: str, category: str, taken: dict[tuple[str, str], str]) 
 # -- the steps ------------------------------------------------------------------------------
 
 
+def _skipped(where: str, exc: ValueError) -> Problem:
+    """A row that cannot be imported (a time that does not parse, an empty key)."""
+    return Problem(where, f"{exc}, skipped")
+
+
 def _message_uuid(m: dict) -> str:
     """Stable across imports: the message's session, id, time and content."""
     content = m["content"]
@@ -102,25 +107,33 @@ def _read_messages(con: apsw.Connection) -> tuple[list[dict], list[Problem]]:
             problems.append(Problem(f"messages row {m['_rowid']}",
                                     f"role {m['role']!r} or content missing, skipped"))
             continue
+        try:
+            m["at"] = record_time(m["at"])
+        except ValueError as exc:
+            problems.append(_skipped(f"messages row {m['_rowid']}", exc))
+            continue
         m["role"] = role
         m["session_id"] = str(m["session_id"] or KINDER_SESSION)
-        m["at"] = record_time(m["at"])
         m["content"] = m["content"] if isinstance(m["content"], (str, bytes)) else str(m["content"])
         m["uuid"] = _message_uuid(m)
         messages.append(m)
     return messages, problems
 
 
-def _read_cards(con: apsw.Connection) -> list[dict]:
-    cards = []
+def _read_cards(con: apsw.Connection) -> tuple[list[dict], list[Problem]]:
+    cards, problems = [], []
     for c in _select(con, "context_cards", {
             "id": ("id", "card_id"), "session_id": ("session_id", "session"),
             "summary": ("summary", "content", "text"), "keywords": ("keywords", "tags"),
             "at": ("created_at", "timestamp", "ts", "time", "date")}, order=("at", "id")):
+        try:
+            c["at"] = record_time(c["at"])
+        except ValueError as exc:
+            problems.append(_skipped(f"context_cards row {c['_rowid']}", exc))
+            continue
         c["id"] = c["id"] if c["id"] is not None else f"row{c['_rowid']}"
-        c["at"] = record_time(c["at"])
         cards.append(c)
-    return cards
+    return cards, problems
 
 
 def _link_compacted_messages(messages: list[dict], cards: list[dict]) -> dict[str, Any]:
@@ -193,13 +206,19 @@ def _card_records(cards: list[dict], links: dict[str, Any]) -> Iterator[dict]:
                "_where": f"context_cards row {c['_rowid']}"}
 
 
-def _profile_records(con: apsw.Connection) -> Iterator[dict]:
+def _profile_records(con: apsw.Connection) -> Iterator[dict | Problem]:
     for p in _select(con, "profile", {"key": ("key", "name", "attribute"),
                                       "value": ("value", "content"),
                                       "at": ("updated_at", "created_at", "timestamp")},
                      order=("key",)):
+        where = f"profile row {p['_rowid']}"
+        try:
+            at = record_time(p["at"])
+        except ValueError as exc:
+            yield _skipped(where, exc)
+            continue
         yield {"type": "profile", "key": p["key"], "value": p["value"], "source": "agent",
-               "updated_at": record_time(p["at"]), "_where": f"profile row {p['_rowid']}"}
+               "updated_at": at, "_where": where}
 
 
 def _fact_category(value: Any) -> str:
@@ -215,17 +234,26 @@ def _fact_records(con: apsw.Connection) -> Iterator[dict | Problem]:
                                     "category": ("category", "type", "kind"),
                                     "importance": ("importance",), "at": _TIME_COLUMNS},
                      order=("at", "id")):
+        where = f"facts row {f['_rowid']}"
         content = clean_text(f["content"])
         if not content:
-            yield Problem(f"facts row {f['_rowid']}", "empty fact, skipped")
+            yield Problem(where, "empty fact, skipped")
+            continue
+        try:
+            at = record_time(f["at"])
+        except ValueError as exc:
+            yield _skipped(where, exc)
             continue
         category = _fact_category(f["category"])
-        key = memory_key(f["key"], "fact") if f["key"] else _kinder_key(content, category, taken)
-        at = record_time(f["at"])
+        try:
+            key = memory_key(f["key"], "fact") if f["key"] else _kinder_key(content, category, taken)
+        except InvalidMemory as exc:
+            yield _skipped(where, exc)
+            continue
         yield {"type": "fact", "id": f["id"], "category": category, "key": key,
                "value": content, "source": "agent", "created_at": at, "updated_at": at,
                "importance": 0.5 if f["importance"] is None else f["importance"],
-               "_where": f"facts row {f['_rowid']}"}
+               "_where": where}
 
 
 def _diary_time(value: Any, session_last: str | None) -> str | None:
@@ -240,16 +268,21 @@ def _diary_time(value: Any, session_last: str | None) -> str | None:
     return at
 
 
-def _diary_records(con: apsw.Connection, spans: SessionSpans) -> Iterator[dict]:
+def _diary_records(con: apsw.Connection, spans: SessionSpans) -> Iterator[dict | Problem]:
     last_event = {sid: span[1] for sid, span in spans.items()}
     for d in _select(con, "diary", {"id": ("id",), "session_id": ("session_id", "session"),
                                     "entry": ("entry", "content", "summary", "text"),
                                     "at": ("created_at", "timestamp", "date", "day")},
                      order=("at", "id")):
+        where = f"diary row {d['_rowid']}"
         session_id = str(d["session_id"]) if d["session_id"] else f"kinder-diary-{d['_rowid']}"
+        try:
+            at = _diary_time(d["at"], last_event.get(session_id))
+        except ValueError as exc:
+            yield _skipped(where, exc)
+            continue
         yield {"type": "diary", "session_id": session_id, "entry": d["entry"],
-               "created_at": _diary_time(d["at"], last_event.get(session_id)),
-               "_where": f"diary row {d['_rowid']}"}
+               "created_at": at, "_where": where}
 
 
 # -- the reader and the import ----------------------------------------------------------------
@@ -269,7 +302,8 @@ def read_kinder_agent(db_path: Path) -> Iterator[dict | Problem]:
             raise TransferError(f"{db_path} has no messages table: is it a kinder-agent database?")
         messages, problems = _read_messages(con)
         yield from problems
-        cards = _read_cards(con) if "context_cards" in tables else []
+        cards, problems = _read_cards(con) if "context_cards" in tables else ([], [])
+        yield from problems
         links = _link_compacted_messages(messages, cards)
         spans = _session_spans(messages)
         yield from _session_records(spans)

@@ -3,12 +3,16 @@
 `profile.md` holds MEMORY.md-style `- key: value` lines (their dates and sources in the
 front matter), `facts/` and `cards/` one file per current fact and per context card
 with YAML front matter, `diary/` the diary by day (each entry under a hilo-diary
-marker). `read_markdown` reads such a folder back, including what a person added.
+marker). `.hilo-export.json` (manifest.py) records what the export wrote, so that exporting
+again into a folder that also holds a person's notes replaces and removes only Hilo's own
+unchanged files. `read_markdown` reads such a folder back, including what a person added,
+and reads nothing through a symbolic link.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -23,7 +27,16 @@ from app.backup import snapshot
 from app.config import Config
 from app.db import memory_db_path
 from app.timeutil import to_rfc3339
+from app.transfer.files import (
+    ImportFile,
+    SkippedFile,
+    files_in,
+    read_import_file,
+    read_own_file,
+    write_file,
+)
 from app.transfer.frontmatter import split_front_matter, with_front_matter
+from app.transfer.manifest import ExportManifest, content_hash
 from app.transfer.records import ExportReport, Problem, TransferError, check_user
 from app.transfer.user_records import (
     card_records,
@@ -34,14 +47,20 @@ from app.transfer.user_records import (
 
 PROFILE_FILE = "profile.md"
 FACTS_DIR, CARDS_DIR, DIARY_DIR = "facts", "cards", "diary"
+# An imported file larger than this is skipped: Hilo's own files hold one value capped
+# at a few KB (a diary day, a few dozen entries; the profile, its keys).
+MAX_FILE_BYTES = 8 * 1024 * 1024
 
 _DIARY_MARKER = re.compile(r"^<!-- hilo-diary (\{.*\}) -->$")
 _SLUG = re.compile(r"[^\w]+", re.UNICODE)
 _PLAIN_KEY = re.compile(r'^[^\s"`:][^:\n]*$')
+# The only files an export may remove as stale: a manifest that names anything else
+# (a path out of the folder) is not obeyed.
+_REMOVABLE = re.compile(r"^(?:facts|cards|diary)/[^/\\]+\.md$")
 
 
 def looks_like_markdown_export(folder: Path) -> bool:
-    return (folder / PROFILE_FILE).exists() or any(
+    return os.path.lexists(folder / PROFILE_FILE) or any(
         (folder / d).is_dir() for d in (FACTS_DIR, CARDS_DIR, DIARY_DIR))
 
 
@@ -122,56 +141,92 @@ def _markdown_files(con: apsw.Connection, user_id: str) -> tuple[dict[str, str],
     return files, written
 
 
-def _written_by_hilo(path: Path) -> bool:
-    """Files an earlier export wrote (and so may remove): never a person's own notes."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        if path.parent.name == DIARY_DIR:
-            return any(_DIARY_MARKER.match(line) for line in text.split("\n"))
-        data, _ = split_front_matter(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
-    return "id" in data
+def _files_to_write(out_dir: Path, contents: dict[str, bytes], manifest: ExportManifest,
+                   overwrite: bool) -> list[str]:
+    """The files of the export that differ from what the folder holds.
+
+    A file already there is replaced only if Hilo wrote it and nobody changed it since
+    (the manifest says so), or with overwrite; otherwise nothing is written.
+    """
+    to_write, refused = [], []
+    for relative, content in contents.items():
+        target = out_dir / relative
+        if not os.path.lexists(target):
+            to_write.append(relative)
+            continue
+        if target.is_dir() and not target.is_symlink():
+            raise TransferError(f"{target} is a folder where the export writes a file: "
+                                "move it away or export into another folder")
+        current = read_own_file(target)
+        if current == content:
+            continue
+        if not overwrite and not manifest.wrote_unchanged(relative, current):
+            refused.append(relative)
+        to_write.append(relative)
+    if refused:
+        shown = ", ".join(refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
+        raise TransferError(f"{out_dir} holds files Hilo did not write or that changed since it "
+                            f"wrote them ({shown}): export into an empty folder, or pass "
+                            "--overwrite to replace them (import the folder first to keep "
+                            "their changes)")
+    return to_write
 
 
-def export_markdown(config: Config, user_id: str, out_dir: Path) -> ExportReport:
+def _remove_stale(out_dir: Path, manifest: ExportManifest,
+                  contents: dict[str, bytes]) -> tuple[int, tuple[str, ...]]:
+    """Remove what the last export wrote for records that are gone, if nobody changed it.
+
+    Returns (files removed, files kept because a person changed them).
+    """
+    removed, kept = 0, []
+    for relative in sorted(manifest.files):
+        if relative in contents or not _REMOVABLE.match(relative) \
+                or os.path.islink(out_dir / relative.split("/")[0]):
+            continue
+        target = out_dir / relative
+        current = read_own_file(target)
+        if current is None:
+            continue  # gone already, or replaced by something that is not Hilo's file
+        if manifest.wrote_unchanged(relative, current):
+            target.unlink()
+            removed += 1
+        else:
+            kept.append(relative)
+    return removed, tuple(kept)
+
+
+def export_markdown(config: Config, user_id: str, out_dir: Path, *,
+                    overwrite: bool = False) -> ExportReport:
     """One user's profile, current facts, cards and diary as a folder of markdown.
 
     Exporting again into the same folder updates it in place: files whose content is
-    unchanged are not rewritten (clean git diffs), and files an earlier export wrote for
-    facts or cards that are gone are removed. Notes a person added are left alone.
+    unchanged are not rewritten (clean git diffs), and files the last export wrote for
+    facts, cards or diary days that are gone are removed, if unchanged since (the
+    manifest, .hilo-export.json, says what Hilo wrote). Anything else in the folder is a
+    person's: never removed, and replaced only with overwrite.
     """
     check_user(user_id)
     out_dir = Path(out_dir).expanduser()
-    profile = out_dir / PROFILE_FILE
-    if profile.exists():
-        try:
-            head, _ = split_front_matter(profile.read_text(encoding="utf-8"))
-        except (ValueError, yaml.YAMLError):
-            head = {}
-        if head.get("hilo") != "profile":
-            raise TransferError(f"{out_dir} has a {PROFILE_FILE} that Hilo did not write: "
-                                "export into an empty folder or an earlier Hilo export")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TransferError(f"{out_dir} is a file: pass a folder to export markdown into")
     with snapshot(memory_db_path(config.data_dir)) as con:
         files, written = _markdown_files(con, user_id)
+    contents = {relative: text.encode("utf-8") for relative, text in files.items()}
+    manifest = ExportManifest.read(out_dir)
+    to_write = _files_to_write(out_dir, contents, manifest, overwrite)
 
     for directory in (FACTS_DIR, CARDS_DIR, DIARY_DIR):
-        (out_dir / directory).mkdir(parents=True, exist_ok=True)
-    for relative, content in files.items():
-        target = out_dir / relative
-        if target.exists() and target.read_text(encoding="utf-8") == content:
-            continue
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(content, encoding="utf-8")
-        partial.replace(target)
-    removed = 0
-    for directory in (FACTS_DIR, CARDS_DIR, DIARY_DIR):
-        for stale in (out_dir / directory).glob("*.md"):
-            relative = f"{directory}/{stale.name}"
-            if relative not in files and _written_by_hilo(stale):
-                stale.unlink()
-                removed += 1
-    return ExportReport(out_dir, user_id, dict(written), removed)
+        try:
+            (out_dir / directory).mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise TransferError(f"{out_dir / directory} is not a folder: move it away or "
+                                "export into another folder") from None
+    for relative in to_write:
+        write_file(out_dir / relative, contents[relative])
+    removed, kept = _remove_stale(out_dir, manifest, contents)
+    ExportManifest(user_id, {relative: content_hash(content)
+                             for relative, content in contents.items()}).write(out_dir)
+    return ExportReport(out_dir, user_id, dict(written), removed, kept)
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -216,7 +271,8 @@ def _parse_profile(text: str, where: str) -> Iterator[dict | Problem]:
         else:
             blank_run, open_entry = 0, False  # a heading or prose ends the entry
     for key, *lines in entries:
-        info = meta.get(" ".join(key.split()).casefold()) or meta.get(key) or {}
+        info = meta.get(" ".join(key.split()).casefold()) or meta.get(key)
+        info = info if isinstance(info, dict) else {}
         # A line a person wrote by hand, without export metadata, is the user's own edit.
         yield {"type": "profile", "key": key, "value": "\n".join(lines).strip(),
                "source": info.get("source", "user"), "created_at": info.get("created_at"),
@@ -229,7 +285,9 @@ def _parse_diary(text: str, where: str) -> Iterator[dict | Problem]:
     for n, start in enumerate(markers):
         try:
             meta = json.loads(_DIARY_MARKER.match(lines[start]).group(1))
-        except json.JSONDecodeError:
+            if not isinstance(meta, dict):
+                raise ValueError("not an object")
+        except (ValueError, RecursionError):
             yield Problem(where, f"line {start + 1}: unreadable hilo-diary marker")
             continue
         end = markers[n + 1] if n + 1 < len(markers) else len(lines)
@@ -245,35 +303,61 @@ def _parse_diary(text: str, where: str) -> Iterator[dict | Problem]:
                "entry": "\n".join(lines[start + 1:end]).strip(), "_where": where}
 
 
+def _problem(where: str, detail: object) -> Problem:
+    return Problem(where, " ".join(str(detail).split()))  # one line in the report
+
+
+def _folder_files(folder: Path, directory: str) -> Iterator[tuple[str, ImportFile] | Problem]:
+    """(where, file) for each markdown file of folder/directory; a Problem for the rest."""
+    try:
+        paths = files_in(folder / directory, ".md")
+    except SkippedFile as exc:
+        yield _problem(f"{directory}/", exc)
+        return
+    for path in paths:
+        where = f"{directory}/{path.name}"
+        try:
+            yield where, read_import_file(path, MAX_FILE_BYTES)
+        except SkippedFile as exc:
+            yield _problem(where, exc)
+
+
 def read_markdown(folder: Path) -> Iterator[dict | Problem]:
     """Records from a folder written by export_markdown (or edited by a person).
 
     A fact or card file a person wrote needs only front-matter with category and key
     (facts) and a body; it is dated by the file's modification time and counts as the
-    user's own.
+    user's own. Symbolic links, files that are not regular and oversized files are
+    skipped and reported, never followed or read.
     """
     folder = Path(folder)
     for directory, kind in ((CARDS_DIR, "card"), (FACTS_DIR, "fact")):
-        for path in sorted((folder / directory).glob("*.md")):
-            where = f"{directory}/{path.name}"
-            try:
-                head, body = split_front_matter(path.read_text(encoding="utf-8", errors="replace"))
-            except (ValueError, yaml.YAMLError) as exc:
-                yield Problem(where, f"unreadable front-matter: {exc}")
+        for item in _folder_files(folder, directory):
+            if isinstance(item, Problem):
+                yield item
                 continue
-            modified = to_rfc3339(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc))
+            where, file = item
+            try:
+                head, body = split_front_matter(file.text)
+            except (ValueError, yaml.YAMLError) as exc:
+                yield _problem(where, f"unreadable front-matter: {exc}")
+                continue
+            modified = to_rfc3339(datetime.fromtimestamp(file.modified, timezone.utc))
             record = {"source": "user", "created_at": modified, **head, "type": kind,
                       "_where": where}
             record.setdefault("updated_at", record["created_at"])
             record["value" if kind == "fact" else "summary"] = body.strip()
             yield record
-    profile = folder / PROFILE_FILE
-    if profile.exists():
+    if os.path.lexists(folder / PROFILE_FILE):
         try:
-            yield from _parse_profile(profile.read_text(encoding="utf-8", errors="replace"),
-                                      PROFILE_FILE)
+            profile = read_import_file(folder / PROFILE_FILE, MAX_FILE_BYTES)
+            yield from _parse_profile(profile.text, PROFILE_FILE)
+        except SkippedFile as exc:
+            yield _problem(PROFILE_FILE, exc)
         except (ValueError, yaml.YAMLError) as exc:
-            yield Problem(PROFILE_FILE, f"unreadable: {exc}")
-    for path in sorted((folder / DIARY_DIR).glob("*.md")):
-        yield from _parse_diary(path.read_text(encoding="utf-8", errors="replace"),
-                                f"{DIARY_DIR}/{path.name}")
+            yield _problem(PROFILE_FILE, f"unreadable: {exc}")
+    for item in _folder_files(folder, DIARY_DIR):
+        if isinstance(item, Problem):
+            yield item
+        else:
+            yield from _parse_diary(item[1].text, item[0])
