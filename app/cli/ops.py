@@ -123,10 +123,13 @@ def rebuild_command(config: Config, all_layers: bool, as_json: bool) -> int:
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["md", "jsonl"]), default="md",
               show_default=True)
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing export (files you changed included)")
 @user_option()
 @with_config
 @json_option
-def export(config: Config, out: Path, fmt: str, user: str | None, as_json: bool) -> int:
+def export(config: Config, out: Path, fmt: str, overwrite: bool, user: str | None,
+           as_json: bool) -> int:
     """your memory as markdown (a readable folder) or JSON lines
 
     OUT: a folder (md) or a file (jsonl)
@@ -135,9 +138,8 @@ def export(config: Config, out: Path, fmt: str, user: str | None, as_json: bool)
 
     user = user or config.memory.user_id
     write = export_markdown if fmt == "md" else export_jsonl
-    report = write(config, user, out)
-    doc = report.to_dict()
-    emit(as_json, doc, lambda: print(f"Exported {user}'s memory to {out}: {doc}"))
+    report = write(config, user, out, overwrite=overwrite)
+    emit(as_json, report.to_dict(), lambda: print(report.summary()))
     return 0
 
 
@@ -163,7 +165,6 @@ def import_command(config: Config, source: str, path: Path | None, user: str | N
         report = import_kinder_agent(config, path, user)
     else:
         report = import_path(config, Path(source), user)
-    doc = report.to_dict()
-    emit(as_json, doc, lambda: print(f"Imported into {user}'s memory: {doc}"))
+    emit(as_json, report.to_dict(), lambda: print(report.summary()))
     return 0
 
