@@ -89,3 +89,18 @@ def test_tasks_run_prints_the_reply_in_words_and_no_log_line(data_dir, fake_olla
     assert done.stderr == ""
     as_json = hilo("tasks", "run", "1", "--json", *d, env=env)
     assert json.loads(as_json.stdout)["reply"] == "Backups look fine again."
+
+
+def test_a_backup_keeps_memory_md_and_restore_puts_it_back(data_dir, tmp_path):
+    d = ["--data-dir", str(data_dir)]
+    (data_dir / "MEMORY.md").write_text("Always answer in Spanish.\n")
+    dest = tmp_path / "backups"
+    dest.mkdir()
+    made = json.loads(hilo("backup", str(dest), "--json", *d).stdout)
+    assert Path(made["memory_md"]).read_text() == "Always answer in Spanish.\n"
+    (data_dir / "MEMORY.md").write_text("changed since\n")
+    restored = hilo("restore", made["dest"], *d)
+    assert restored.returncode == 0, restored.stderr
+    assert (data_dir / "MEMORY.md").read_text() == "Always answer in Spanish.\n"
+    assert [p.read_text() for p in data_dir.glob("MEMORY.md.before-restore-*")] == [
+        "changed since\n"]
