@@ -13,6 +13,7 @@ layer so the workers redo it from the events and the user's own edits (DESIGN §
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from typing import Callable
 import apsw
 
 from app.config import Config
-from app.datadir import DataDir
+from app.datadir import BOOTSTRAP_FILE, DataDir
 from app.db import (
     Durability,
     applied_migrations,
@@ -77,9 +78,17 @@ class BackupReport:
     schema_version: int
     events: int
     integrity: str  # "ok"
+    memory_md: Path | None = None  # the copy of MEMORY.md beside the database
 
     def to_dict(self) -> dict:
-        return {**self.__dict__, "source": str(self.source), "dest": str(self.dest)}
+        return {**self.__dict__, "source": str(self.source), "dest": str(self.dest),
+                "memory_md": str(self.memory_md) if self.memory_md else None}
+
+
+def memory_md_copy(database_copy: Path) -> Path:
+    """Where a backup keeps MEMORY.md: beside its database, named after it, so backups
+    sharing a folder keep their own."""
+    return database_copy.with_name(f"{database_copy.name}.{BOOTSTRAP_FILE}")
 
 
 def _stamp(moment: datetime | None = None) -> str:
@@ -171,10 +180,15 @@ def backup(config: Config, dest: Path, progress: Progress | None = None, *,
     finally:
         for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
             leftover.unlink(missing_ok=True)
+    # The user's own instructions are memory too; the database alone would lose them.
+    memory_md = DataDir.of(config).bootstrap
+    memory_md_backup = memory_md_copy(target) if memory_md.is_file() else None
+    if memory_md_backup is not None:
+        shutil.copyfile(memory_md, memory_md_backup)
     return BackupReport(
         source=source_path, dest=target, pages=pages, bytes=target.stat().st_size,
         steps=steps, seconds=round(time.monotonic() - started, 3), schema_version=version,
-        events=events, integrity=integrity,
+        events=events, integrity=integrity, memory_md=memory_md_backup,
     )
 
 
@@ -189,10 +203,12 @@ class RestoreReport:
     schema_version: int
     migrations_applied: list[str]
     events: int
+    memory_md: Path | None = None  # MEMORY.md restored from beside the backup
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "source": str(self.source), "restored_to": str(self.restored_to),
-                "kept_as": str(self.kept_as) if self.kept_as else None}
+                "kept_as": str(self.kept_as) if self.kept_as else None,
+                "memory_md": str(self.memory_md) if self.memory_md else None}
 
 
 def verify_backup(path: Path) -> tuple[int, int]:
@@ -299,6 +315,14 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
             leftover.unlink(missing_ok=True)
 
+    memory_md = None
+    if memory_md_copy(src).is_file():
+        memory_md = data_dir.bootstrap
+        if memory_md.exists():
+            os.replace(memory_md, _unused(memory_md.with_name(
+                f"{memory_md.name}.before-restore-{_stamp()}")))
+        shutil.copyfile(memory_md_copy(src), memory_md)
+
     con = connect(live, Durability.FULL)
     try:
         applied = migrate(con)
@@ -307,7 +331,7 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
     finally:
         con.close()
     return RestoreReport(source=src, restored_to=live, kept_as=kept_as, schema_version=version,
-                         migrations_applied=applied, events=events)
+                         migrations_applied=applied, events=events, memory_md=memory_md)
 
 
 def _unused(path: Path) -> Path:

@@ -250,3 +250,16 @@ def session_events(
         sql += " LIMIT ?"
         params += (limit,)
     return [_row_to_event(r) for r in reversed(list(con.execute(sql, params)))]
+
+
+def delete_events(con: apsw.Connection, user_id: str, event_ids: list[int]) -> int:
+    """Delete the user's events `event_ids` for good, with their vectors (their FTS rows go
+    by trigger; facts and profile keys that cite them keep the fact, not the link).
+    Run inside the writer's transaction. Returns how many were deleted."""
+    deleted = 0
+    for event_id in sorted(set(event_ids)):
+        con.execute("DELETE FROM embeddings WHERE owner_kind = 'event' AND owner_id = ? "
+                    "AND user_id = ?", (event_id, user_id))
+        con.execute("DELETE FROM events WHERE id = ? AND user_id = ?", (event_id, user_id))
+        deleted += con.changes()
+    return deleted

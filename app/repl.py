@@ -37,7 +37,7 @@ from app.format import (
 )
 from app.llm import ModelError
 from app.log import configure_logging
-from app.memory import delete_fact, get_fact, last_diary, list_cards, list_facts, list_profile
+from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
 from app.scheduled_tasks import describe_task, list_tasks
 from workers.handoff import queue_handoff
@@ -176,7 +176,7 @@ def search(repl: Repl, arg: str) -> None:
         repl.say(hit_line(hit))
 
 
-@command("/forget", "/forget <fact id>   delete a fact; workers will not re-learn it")
+@command("/forget", "/forget <fact id>   forget a fact for good; workers will not re-learn it")
 def forget(repl: Repl, arg: str) -> None:
     if not arg.lstrip("#").isdigit():
         repl.say("Usage: /forget <fact id>  (the ids are in /facts)", "yellow")
@@ -184,7 +184,7 @@ def forget(repl: Repl, arg: str) -> None:
     fact_id = int(arg.lstrip("#"))
     fact = get_fact(repl.service.reader(), repl.user_id, fact_id)
     user_id = repl.user_id
-    if fact is None or not repl.service.edit(lambda con: delete_fact(con, user_id, fact_id)):
+    if fact is None or not repl.service.edit(lambda con: forget_fact(con, user_id, fact_id)):
         repl.say(f"No fact #{fact_id} to forget (see /facts for the current ones).", "yellow")
         return
     repl.say(f"Forgot fact #{fact_id}: {fact_text(fact)}")

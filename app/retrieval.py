@@ -563,16 +563,38 @@ _TEXT_SQL = {
 }
 
 
+# A search a person typed shows what matches: the nearest vectors always exist, so one
+# found only by meaning must be at least this close (cosine) to count as a match.
+SEARCH_MIN_SIMILARITY = 0.6
+
+
 def search_memory(con: apsw.Connection, user_id: str, text: str,
                   limit: int = 10, *, embedder: Embedder | None = None) -> list[SearchHit]:
-    """Facts, then cards, then raw events (compacted ones included) matching the text."""
+    """Facts, then cards, then raw events (compacted ones included) matching the text: a
+    keyword match, or a meaning at least SEARCH_MIN_SIMILARITY close; no match, no hits."""
     hits: list[SearchHit] = []
     query = make_query(user_id, text, embedder)
     for kind in ("fact", "card", "event"):
-        for candidate in search(con, user_id, text, kind, limit - len(hits), query=query):
+        found = search(con, user_id, text, kind, limit - len(hits), query=query)
+        for candidate in _matching(con, query, kind, found):
             row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
             if row:
                 hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate))
         if len(hits) >= limit:
             break
     return hits
+
+
+def _matching(con: apsw.Connection, query: Query, kind: OwnerKind,
+              found: list[Candidate]) -> list[Candidate]:
+    """`found` when some of it matches by keyword or by close meaning; then without what
+    only a distant vector brought. Session neighbours stay beside a match."""
+    close: set[int] = set()
+    if query.vector is not None and query.model is not None:
+        close = {owner_id for owner_id, cosine in VECTOR_INDEX.nearest(
+            con, query.user_id, query.model, kind, query.vector,
+            2 * max(len(found), STREAM_DEPTH)) if cosine >= SEARCH_MIN_SIMILARITY}
+    evident = {c.id for c in found if "bm25" in c.ranks or c.id in close}
+    if not evident:
+        return []
+    return [c for c in found if c.id in evident or "session" in c.ranks]

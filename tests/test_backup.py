@@ -110,7 +110,9 @@ def test_backup_into_a_directory_writes_a_dated_file_and_never_overwrites(config
     with pytest.raises(BackupError, match="already exists"):
         backup(config, report.dest)
     assert backup(config, report.dest, overwrite=True).integrity == "ok"
-    assert [p.name for p in folder.iterdir()] == [report.dest.name]  # no partial files left
+    # No partial files left: the database and the MEMORY.md beside it.
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [report.dest.name, f"{report.dest.name}.MEMORY.md"])
 
 
 # -- restore --------------------------------------------------------------------------------

@@ -95,7 +95,9 @@ def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: C
         bound.exception("scheduler.finish_failed")
         return _result(claim, "failed", run.attempts, reply, f"{error or 'ran'}; then {exc}", None)
     if error is None:
-        bound.info("scheduler.run_done", scheduled_for=run.scheduled_for)
+        # A manual run (`hilo tasks run`) prints its result; the log would only repeat it.
+        done = bound.debug if run.kind == "manual" else bound.info
+        done("scheduler.run_done", scheduled_for=run.scheduled_for)
     else:
         bound.warning("scheduler.run_failed", status=finished.status, error=error,
                       retry_at=finished.retry_at)

@@ -6,13 +6,14 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from app import __version__
 from app.api.deps import Service
 from app.db import schema_version
 from app.metrics import render
 from workers.metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
-VERSION = "0.1.0"
+VERSION = __version__
 
 router = APIRouter(tags=["Health"])
 

@@ -16,9 +16,9 @@ from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     CATEGORIES,
     InvalidMemory,
-    delete_fact,
     delete_profile,
     fact_history,
+    forget_fact,
     get_fact,
     list_facts,
     list_profile,
@@ -170,9 +170,12 @@ def get_one_fact(fact_id: int, who: Who, service: Service) -> dict:
     return {"fact": _fact_dict(fact), "history": fact_history(con, who.user_id, fact_id)}
 
 
-@router.delete("/facts/{fact_id}", summary="Delete a fact (no worker re-creates it)")
-def remove_fact(fact_id: int, who: Who, service: Service) -> dict:
-    if not _edit(service, lambda con: delete_fact(con, who.user_id, fact_id, worker="user")):
+@router.delete("/facts/{fact_id}", summary="Forget a fact for good (no worker re-creates it)")
+def remove_fact(fact_id: int, who: Who, service: Service, with_sources: bool = False) -> dict:
+    """The value, its earlier versions, vectors and log values go; with `with_sources`,
+    the messages it was learned from too."""
+    if not _edit(service, lambda con: forget_fact(con, who.user_id, fact_id, worker="user",
+                                                  with_sources=with_sources)):
         raise ApiError(404, f"no current fact {fact_id}", "not_found")
     return {"id": fact_id, "deleted": True}
 

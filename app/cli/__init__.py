@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import click
 
+from app import __version__
 from app.cli import ops, run
 from app.cli.common import CommandError, Group
 from app.errors import HiloError
@@ -46,6 +47,8 @@ class HiloGroup(Group):
 
 @click.group("hilo", cls=HiloGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", "-V", prog_name="hilo",
+                      message="%(prog)s %(version)s")
 def hilo() -> None:
     """Persistent, layered memory for chat agents on local models."""
 

@@ -85,6 +85,9 @@ def _config(data_dir: Path | None, config_file: Path | None) -> Config:
         config = load_config(path=config_file, data_dir=data_dir)
     except ConfigError as exc:
         raise CommandError(f"configuration error: {exc}", exit_code=2, command="") from None
+    if config.data_dir.exists() and not config.data_dir.is_dir():
+        raise CommandError(f"the data directory {config.data_dir} is a file, not a directory: "
+                           "pass --data-dir with a directory (or set HILO_DATA_DIR)")
     configure_logging(config.logging.level, config.logging.format)
     ctx.obj = config
     return config

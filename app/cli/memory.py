@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from app.cli.common import (
 )
 from app.config import Config
 from app.format import fact_row, hit_row, profile_line
+
+if TYPE_CHECKING:
+    from app.writer import Writer
 
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
@@ -121,4 +125,93 @@ def as_of(config: Config, when: str, user: str | None, as_json: bool) -> int:
     doc = {"profile": profile_as_of(con, user, when),
            "facts": [asdict(f) for f in facts_as_of(con, user, when)]}
     emit(as_json, doc, lambda: print(json.dumps(doc, indent=2, ensure_ascii=False)))
+    return 0
+
+
+# -- the user's own edits: the same memory functions as the HTTP API -----------------------
+
+
+def _writer(config: Config) -> Writer:
+    """A writer for the user's own edits: committed with synchronous=FULL, like events."""
+    from app.db import Durability
+    from app.writer import Writer
+
+    return Writer.from_config(config, Durability.FULL)
+
+
+def _stored(config: Config, user: str, category: str, key: str, value: str,
+            as_json: bool) -> int:
+    from app.memory import get_fact, store_fact
+
+    with _writer(config) as writer:
+        written = writer.submit(lambda con: store_fact(
+            con, user, category, key, value, source="user", worker="user",
+            similarity=config.memory.dedupe_similarity))
+    fact = get_fact(open_memory(config), user, written.fact_id) if written.fact_id else None
+    emit(as_json, {"action": written.action, "fact": asdict(fact) if fact else None},
+         lambda: print(f"{written.action.capitalize()}: {fact_row(fact)}" if fact
+                       else f"Nothing stored ({written.action})"))
+    return 0
+
+
+@memory.command("add")
+@click.argument("category", type=click.Choice(
+    ("fact", "decision", "solution", "preference", "conversation")))
+@click.argument("key")
+@click.argument("value")
+@user_option()
+@with_config
+@json_option
+def add(config: Config, category: str, key: str, value: str, user: str | None,
+        as_json: bool) -> int:
+    """add a fact, or a new value for its key"""
+    return _stored(config, user or config.memory.user_id, category, key, value, as_json)
+
+
+@memory.command("edit")
+@click.argument("fact_id", type=int)
+@click.argument("value")
+@user_option()
+@with_config
+@json_option
+def edit(config: Config, fact_id: int, value: str, user: str | None, as_json: bool) -> int:
+    """correct a fact: a new value under its key (the old one is kept as history)
+
+    FACT_ID: the id shown by `hilo memory facts`
+    """
+    from app.memory import get_fact
+
+    user = user or config.memory.user_id
+    fact = get_fact(open_memory(config), user, fact_id)
+    if fact is None or fact.superseded_at or fact.deleted_at:
+        raise CommandError(f"no current fact #{fact_id} (see: hilo memory facts)",
+                           command="memory edit")
+    return _stored(config, user, fact.category, fact.key, value, as_json)
+
+
+@memory.command("forget")
+@click.argument("fact_id", type=int)
+@click.option("--with-sources", is_flag=True, help="also delete the messages it was learned from")
+@user_option()
+@with_config
+@json_option
+def forget(config: Config, fact_id: int, with_sources: bool, user: str | None,
+           as_json: bool) -> int:
+    """forget a fact for good: its value, earlier versions and vectors; workers will not
+    learn it again
+
+    FACT_ID: the id shown by `hilo memory facts`
+    """
+    from app.memory import forget_fact
+
+    user = user or config.memory.user_id
+    with _writer(config) as writer:
+        gone = writer.submit(lambda con: forget_fact(con, user, fact_id, worker="user",
+                                                     with_sources=with_sources))
+    if gone is None:
+        raise CommandError(f"no current fact #{fact_id} (see: hilo memory facts)",
+                           command="memory forget")
+    emit(as_json, gone.to_json(), lambda: print(
+        f"Forgot #{fact_id} ({gone.category} · {gone.key}): {gone.versions} version(s)"
+        + (f", {gone.events} source message(s)" if with_sources else "")))
     return 0

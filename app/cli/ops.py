@@ -78,7 +78,8 @@ def backup_command(config: Config, dest: Path, overwrite: bool, as_json: bool) -
     doc = report.to_dict()
     emit(as_json, doc, lambda: print(
         f"Backed up to {doc['dest']}: {doc['events']} events, schema {doc['schema_version']}, "
-        f"integrity {doc['integrity']}"))
+        f"integrity {doc['integrity']}"
+        + (f"; MEMORY.md to {doc['memory_md']}" if doc["memory_md"] else "")))
     return 0
 
 
@@ -96,7 +97,7 @@ def restore_command(config: Config, src: Path, force: bool, as_json: bool) -> in
     doc = report.to_dict()
     emit(as_json, doc, lambda: print(
         f"Restored {src} ({doc['events']} events); the previous file is kept as "
-        f"{doc['kept_as']}"))
+        f"{doc['kept_as']}" + ("; MEMORY.md restored" if doc["memory_md"] else "")))
     return 0
 
 

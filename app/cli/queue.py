@@ -62,6 +62,14 @@ def _reading(config: Config, as_json: bool) -> Iterator[QueueView]:
     with --json, an error document)."""
     from workers.inspection import QueueError, QueueView
 
+    if config.queue.backend == "sqlite" and not config.data_dir.is_dir():
+        # Reading a queue that cannot exist would report a healthy empty one.
+        message = (f"the data directory {config.data_dir} does not exist: check --data-dir "
+                   "(or HILO_DATA_DIR), or create it with: hilo init")
+        if as_json:
+            print_json({"ok": False, "error": message})
+        action = click.get_current_context().info_name
+        raise CommandError(message, command=f"queue {action}")
     try:
         yield QueueView(config)
     except (QueueError, MalformedRequest) as exc:

@@ -34,7 +34,8 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
 
 
 @click.command("worker")
-@click.option("--workers", type=int, help="threads (default: [queue] workers)")
+@click.option("--workers", type=click.IntRange(1, 64),
+              help="threads, 1 to 64 (default: [queue] workers)")
 @click.option("-k", "--worker-type", default="thread",
               help="only 'thread' is accepted: one write connection per process")
 @with_config

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Callable
 
 import click
@@ -12,7 +11,7 @@ from app.config import Config
 from app.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
-    from app.scheduled_tasks import ScheduledTask
+    from app.scheduled_tasks import ScheduledTask, TaskRunResult
     from app.writer import Writer
 
 # Every `hilo` run imports every command module, so each command imports the library
@@ -149,9 +148,17 @@ def run(config: Config, ref: str, user: str | None, as_json: bool) -> int:
     with _writer(config) as writer:
         with ChatService(config, writer=writer, handoff=queue_handoff(config)) as service:
             result = run_task_now(config, writer, service, user or config.memory.user_id, ref)
-        emit(as_json, result.to_json(), lambda: print(json.dumps(
-            result.to_json(), indent=2, ensure_ascii=False, default=str)))
-    return 0
+        emit(as_json, result.to_json(), lambda: print(_run_text(result)))
+    return 0 if result.status == "done" else 1
+
+
+def _run_text(result: TaskRunResult) -> str:
+    """One run as a person reads it: which task, then its reply or why it failed."""
+    head = f"#{result.task_id} {result.name}"
+    if result.status == "done":
+        return f"{head}:\n{result.reply or '(no reply)'}"
+    retry = f"; retrying at {result.retry_at}" if result.retry_at else ""
+    return f"{head} {result.status}: {result.error}{retry}"
 
 
 @tasks.command("log")

@@ -8,7 +8,9 @@ Writes are functions of a connection, run inside the writer's transaction
 (`writer.submit(lambda con: store_fact(con, ...))`), and each change is recorded once in
 `memory_log` with its old and new value, source event and worker (log.py). Facts are
 never overwritten: a changed value supersedes the current row, which is kept; a fact or
-profile key the user deleted is tombstoned and no worker re-creates it. A new statement
+profile key the user deleted is tombstoned and no worker re-creates it; a fact the user
+forgot (forget_fact) is gone, value, versions, vectors and log values, but for its key and a
+hash of its value. A new statement
 of a fact, from the user or a worker, goes through one dedupe policy (dedupe.py). Reads
 take any connection (the front-end uses read-only ones).
 
@@ -48,12 +50,14 @@ from app.memory.facts import (
     Fact,
     FactRecord,
     FactWrite,
+    Forgotten,
     clear_agent_facts,
     current_fact,
     delete_fact,
     fact_history,
     facts_as_of,
     facts_by_ids,
+    forget_fact,
     get_fact,
     import_fact,
     link_superseded_fact,
@@ -78,11 +82,11 @@ from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
     "CATEGORIES", "SIMILAR_FACT_THRESHOLD", "SOURCES",
-    "Card", "DiaryEntry", "Fact", "FactRecord", "FactWrite", "ImportanceFloors",
+    "Card", "DiaryEntry", "Fact", "FactRecord", "FactWrite", "Forgotten", "ImportanceFloors",
     "InvalidMemory", "NewCard", "ProfileEntry", "SessionInfo", "WriteAction",
     "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
     "clear_cards", "clear_diary", "current_fact", "decay_unread_importance", "delete_fact",
-    "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids", "fold_cards",
+    "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids", "fold_cards", "forget_fact",
     "get_fact", "import_diary_entry", "import_fact", "import_profile", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
     "list_sessions", "merge_facts", "profile_as_of", "replace_extractive_card",

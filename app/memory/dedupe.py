@@ -17,7 +17,15 @@ from __future__ import annotations
 import apsw
 
 from app.fts import build_match_query
-from app.memory.facts import Fact, FactWrite, check_fact, current_fact, get_fact, upsert_fact
+from app.memory.facts import (
+    Fact,
+    FactWrite,
+    check_fact,
+    current_fact,
+    get_fact,
+    is_forgotten,
+    upsert_fact,
+)
 
 # Share of an existing fact's BM25 weight the new text must cover to be "the same fact";
 # [memory] dedupe_similarity in config.toml, this is its default.
@@ -82,7 +90,9 @@ def store_fact(
         similar = similar_facts(con, user_id, category, f"{key} {value}", threshold=similarity)
         if similar:
             fact = similar[0][0]
-            if fact.deleted_at is not None and source != "user":
+            # A deleted fact blocks similar text; a forgotten one is decided by upsert_fact,
+            # whose value hash and dates tell a new statement from the forgotten one.
+            if fact.deleted_at is not None and source != "user" and not is_forgotten(con, fact):
                 return FactWrite("tombstoned", None)
             key = fact.key
     return upsert_fact(con, user_id, category, key, value, source=source, worker=worker,

@@ -9,12 +9,20 @@ it, only the user setting it again. New statements of a fact arrive through
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import apsw
 
+from app.events import delete_events
 from app.memory.log import WriteAction, log_change, log_deletions
-from app.memory.validation import InvalidMemory, check_source, check_text, same_value
+from app.memory.validation import (
+    InvalidMemory,
+    check_source,
+    check_text,
+    normalise_key,
+    same_value,
+)
 from app.timeutil import utc_now
 
 CATEGORIES = ("fact", "decision", "solution", "preference", "conversation")
@@ -112,7 +120,8 @@ def upsert_fact(
     now = utc_now()
     current = current_fact(con, user_id, category, key)
     if current is not None:
-        if current.deleted_at is not None and source != "user":
+        if (current.deleted_at is not None and source != "user"
+                and not _a_new_statement(con, current, value, source_event_id)):
             return FactWrite("tombstoned", None)
         if current.deleted_at is None and same_value(current.value, value):
             con.execute("UPDATE facts SET updated_at = ?, importance = max(importance, ?) "
@@ -149,6 +158,83 @@ def delete_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
     con.execute("UPDATE facts SET deleted_at = ?, updated_at = ? WHERE id = ?", (now, now, fact_id))
     log_change(con, user_id, "fact", fact_id, "delete", row[0], None, worker=worker, created_at=now)
     return True
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What `forget_fact` removed: the fact's versions, and the source messages if asked."""
+
+    fact_id: int
+    category: str
+    key: str
+    versions: int
+    events: int
+
+    def to_json(self) -> dict:
+        return {"forgotten": self.fact_id, "category": self.category, "key": self.key,
+                "versions": self.versions, "events": self.events}
+
+
+def value_hash(value: str) -> str:
+    """What a forgotten fact keeps of its value: enough to know the same statement again."""
+    return hashlib.sha256(normalise_key(value).encode("utf-8")).hexdigest()
+
+
+def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str = "user",
+                with_sources: bool = False) -> Forgotten | None:
+    """Forget a current fact for good: its value and every earlier version of it, their
+    vectors and FTS rows, and the values in memory_log; with `with_sources`, the messages
+    it was learned from too (app.events.delete_events). None when there is no such fact.
+
+    The (category, key) row stays as a tombstone holding a hash of the value, so no
+    worker learns the same statement again, nor anything from messages older than the
+    forget; a later, different statement is a new fact.
+    """
+    current = con.execute(
+        "SELECT category, key, value FROM facts WHERE id = ? AND user_id = ? "
+        "AND superseded_at IS NULL AND deleted_at IS NULL", (fact_id, user_id)).fetchone()
+    if current is None:
+        return None
+    category, key, value = current
+    versions = [(row[0], row[1]) for row in con.execute(
+        "SELECT id, source_event_id FROM facts WHERE user_id = ? AND category = ? AND key = ?",
+        (user_id, category, key))]
+    ids = [version_id for version_id, _ in versions]
+    now = utc_now()
+    marks = ", ".join("?" * len(ids))
+    con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'fact' AND owner_id IN ({marks})",
+                ids)
+    # memory_log keeps that each change happened, not what it said.
+    con.execute(f"UPDATE memory_log SET old_value = NULL, new_value = NULL WHERE user_id = ? "
+                f"AND owner_kind = 'fact' AND owner_id IN ({marks})",
+                [user_id, *(str(i) for i in ids)])
+    con.execute(f"UPDATE facts SET superseded_by = NULL WHERE superseded_by IN ({marks})", ids)
+    con.execute(f"DELETE FROM facts WHERE id IN ({marks}) AND id != ?", [*ids, fact_id])
+    con.execute("UPDATE facts SET value = '', forgotten_hash = ?, deleted_at = ?, "
+                "updated_at = ?, source_event_id = NULL WHERE id = ?",
+                (value_hash(value), now, now, fact_id))
+    log_change(con, user_id, "fact", fact_id, "delete", None, None, worker=worker, created_at=now)
+    events = 0
+    if with_sources:
+        events = delete_events(con, user_id, [e for _, e in versions if e is not None])
+    return Forgotten(fact_id, category, key, len(ids), events)
+
+
+def is_forgotten(con: apsw.Connection, fact: Fact) -> bool:
+    """Whether `fact` is the tombstone `forget_fact` leaves."""
+    row = con.execute("SELECT forgotten_hash FROM facts WHERE id = ?", (fact.id,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def _a_new_statement(con: apsw.Connection, tombstone: Fact, value: str,
+                     source_event_id: int | None) -> bool:
+    """Whether a worker's statement under a forgotten key is new: another value, said in
+    a message after the forget. A plain tombstone (delete_fact) takes nothing back."""
+    row = con.execute("SELECT forgotten_hash FROM facts WHERE id = ?", (tombstone.id,)).fetchone()
+    if row is None or row[0] in (None, value_hash(value)) or source_event_id is None:
+        return False
+    said = con.execute("SELECT created_at FROM events WHERE id = ?", (source_event_id,)).fetchone()
+    return said is not None and said[0] > (tombstone.deleted_at or "")
 
 
 def merge_facts(con: apsw.Connection, user_id: str, survivor_id: int, duplicate_ids: list[int],

@@ -1,0 +1,47 @@
+"""A search a person types shows what matches, and says so when nothing does."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.db import connect_readonly
+from app.events import append_event
+from app.retrieval import search_memory
+from app.vectors import VECTOR_INDEX
+from tests.embedding_fixtures import ConceptEmbedder
+from workers.embed import embed_pending
+
+TEXTS = [
+    "I adopted a golden retriever puppy last weekend",
+    "My neighbour has two pets, a cat and a parrot",
+    "We cooked pasta for dinner on Friday",
+    "The flight to Lisbon was delayed by two hours",
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_index():
+    VECTOR_INDEX.clear()
+    yield
+    VECTOR_INDEX.clear()
+
+
+@pytest.fixture
+def seeded(writer, config):
+    embedder = ConceptEmbedder()
+    for text in TEXTS:
+        append_event(writer, config, "ana", "s1", "user", text)
+    embed_pending(writer, embedder)
+    return connect_readonly(writer.path), embedder
+
+
+def test_a_search_nothing_matches_finds_nothing_even_with_vectors(seeded):
+    con, embedder = seeded
+    assert search_memory(con, "ana", "zzzqqq", 10, embedder=embedder) == []
+
+
+def test_a_search_still_finds_by_keyword_and_by_close_meaning(seeded):
+    con, embedder = seeded
+    hits = search_memory(con, "ana", "pasta", 10, embedder=embedder)
+    assert hits[0].text == "user: We cooked pasta for dinner on Friday"
+    assert any("puppy" in h.text for h in search_memory(con, "ana", "dog", 10, embedder=embedder))
