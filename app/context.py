@@ -10,12 +10,11 @@ taking whole items while they fit, so the same inputs always give the same conte
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import apsw
 
+from app.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
 from app.config import Config
 from app.events import Event
 from app.memory import (
@@ -45,7 +44,6 @@ HEADERS = {
     "diary": "## The previous session",
 }
 TRUNCATION_MARKER = " […]"
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
 @dataclass
@@ -78,15 +76,6 @@ class BuiltContext:
     @property
     def system_prompt(self) -> str:
         return self.messages[0]["content"]
-
-
-def read_bootstrap(path: Path) -> str:
-    """MEMORY.md without its HTML comments (the template's instructions)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    return _HTML_COMMENT.sub("", text).strip()
 
 
 def _fact_line(fact: Fact) -> str:

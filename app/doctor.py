@@ -6,13 +6,20 @@ Each check returns OK, WARN or FAIL with a one-line detail and, when not OK, the
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from enum import Enum
 import apsw
 
 from app.config import Config
+from app.bootstrap import read_bootstrap
 from app.datadir import DataDir
 from app.db import available_migrations, connect_readonly, schema_version
+from app.llm import ModelClient, ModelError
+from app.tokens import estimate_tokens
+from workers.inspection import QueueError, QueueView
+from workers.queue import configure as bind_queue
+from workers.queue import held_locks
 
 FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
 LOW_DISK_WARN = 1 << 30
@@ -121,9 +128,6 @@ def check_disk(config: Config) -> Check:
 
 
 def check_bootstrap(config: Config) -> Check:
-    from app.context import read_bootstrap
-    from app.tokens import estimate_tokens
-
     path = DataDir.of(config).bootstrap
     if not path.exists():
         return Check("MEMORY.md", Status.WARN, f"{path} does not exist",
@@ -137,8 +141,6 @@ def check_bootstrap(config: Config) -> Check:
 
 
 def check_model_server(config: Config) -> list[Check]:
-    from app.llm import ModelClient, ModelError
-
     client = ModelClient.from_config(config)
     try:
         models = client.list_models()
@@ -187,16 +189,11 @@ def _ago(seconds: float) -> str:
 def check_queue(config: Config, now: float | None = None) -> list[Check]:
     """The job queue, read from Huey's storage: reachable, a worker polling while jobs
     are due, no deep or old backlog, no failure left unattended for a day."""
-    from workers.inspection import QueueError, QueueView
-
     view = QueueView(config)
     try:
         status = view.status(now)
     except QueueError as exc:
-        return [Check("queue", Status.FAIL, str(exc),
-                      "start redis-server or fix [queue] redis_url" if view.backend == "redis"
-                      else "stop the worker, move queue.sqlite3 aside and start the worker "
-                      "(the reconcile sweep re-enqueues undone work)")]
+        return [Check("queue", Status.FAIL, str(exc), _queue_fix(config, view.backend, exc))]
     checks = [Check("queue", Status.OK, f"{status.backend}: {status.pending} pending, "
                     f"{status.scheduled} scheduled, {status.failed} failed")]
 
@@ -242,6 +239,51 @@ def check_queue(config: Config, now: float | None = None) -> list[Check]:
     return checks
 
 
+def _queue_fix(config: Config, backend: str, exc: Exception) -> str:
+    if backend == "redis":
+        return "start redis-server or fix [queue] redis_url"
+    if "full" in str(exc).lower() or check_disk(config).status is Status.FAIL:
+        return (f"free disk space where {config.data_dir} is: the queue cannot write; "
+                "the worker goes on by itself once there is room")
+    return ("stop the worker, move queue.sqlite3 aside and start the worker "
+            "(the reconcile sweep re-enqueues undone work)")
+
+
+# A lock is held for one run of a compact or embed job: a model call per chunk, each
+# bounded by [llm] timeout_seconds. Held longer than this many of those, it is stuck.
+LOCK_STUCK_MODEL_CALLS = 10
+
+
+def check_queue_locks(config: Config, now: float | None = None) -> list[Check]:
+    """Locks held by a worker that is gone, or held longer than their job could run."""
+    view = QueueView(config)
+    if not view.exists:
+        return []
+    try:
+        bind_queue(config)
+        locks = held_locks()
+    except Exception as exc:  # reported by check_queue
+        return [Check("queue locks", Status.WARN, f"cannot read the locks: {exc}")]
+    now = time.time() if now is None else now
+    bound = LOCK_STUCK_MODEL_CALLS * config.llm.timeout_seconds
+    orphaned = [lock.name for lock in locks if not lock.owner_alive]
+    stuck = [lock.name for lock in locks if lock.owner_alive and lock.taken_at is not None
+             and now - lock.taken_at > bound]
+    checks = []
+    if orphaned:
+        checks.append(Check("queue locks", Status.WARN,
+                            f"{len(orphaned)} held by a worker that is gone: {', '.join(orphaned[:5])}",
+                            "start the worker: it flushes them (other workers take them over)"))
+    if stuck:
+        checks.append(Check("queue locks", Status.FAIL,
+                            f"{len(stuck)} held longer than their job could run ({_ago(bound)}): "
+                            f"{', '.join(stuck[:5])}",
+                            "restart the worker holding them (`hilo queue status` shows it)"))
+    if not checks:
+        checks.append(Check("queue locks", Status.OK, f"{len(locks)} held"))
+    return checks
+
+
 def run_checks(config: Config) -> list[Check]:
     checks = [check_data_dir(config)]
     if checks[0].status is Status.OK:
@@ -249,5 +291,6 @@ def run_checks(config: Config) -> list[Check]:
         checks.append(check_bootstrap(config))
     checks.append(check_disk(config))
     checks += check_queue(config)
+    checks += check_queue_locks(config)
     checks += check_model_server(config)
     return checks

@@ -27,7 +27,7 @@ import structlog
 
 from app.datadir import DataDir
 from app.db import Durability, connect, migrate
-from app.errors import Unavailable
+from app.errors import InsufficientStorage, Unavailable
 
 T = TypeVar("T")
 Write = Callable[[apsw.Connection], T]
@@ -45,6 +45,16 @@ class WriterClosed(Unavailable):
 
 class CommitFailed(Unavailable):
     """The transaction holding this write could not commit; the write is not stored."""
+
+
+class DiskFull(CommitFailed, InsufficientStorage):
+    """The disk holding the database is full (SQLITE_FULL); the write is not stored."""
+
+
+def disk_full(path: Any, exc: BaseException) -> DiskFull:
+    """SQLite's "database or disk is full" as the error a person can act on."""
+    return DiskFull(f"could not store to {path}: the disk is full ({exc}); nothing was "
+                    "stored: free space on that disk, then send it again")
 
 
 @dataclass
@@ -231,7 +241,8 @@ class Writer:
                 self._con.execute("ROLLBACK")
             log.error("writer.commit_failed", batch=len(batch), error=str(exc))
             for job in batch:
-                job.finish(False, CommitFailed(f"could not commit to {self.path}: {exc}"))
+                job.finish(False, disk_full(self.path, exc) if isinstance(exc, apsw.FullError)
+                           else CommitFailed(f"could not commit to {self.path}: {exc}"))
             return
         self.stats.commits += 1
         self.stats.last_batch_size = len(batch)
@@ -247,5 +258,7 @@ class Writer:
         try:
             with self._con:  # a SAVEPOINT inside the batch's transaction
                 return True, job.write(self._con)
+        except apsw.FullError as exc:
+            return False, disk_full(self.path, exc)
         except Exception as exc:
             return False, exc

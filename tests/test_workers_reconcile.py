@@ -113,10 +113,18 @@ def test_the_sweep_queries_use_indexes(cfg, writer):
 
 
 def test_worker_start_flushes_stale_locks_and_reconciles_without_grace(cfg, writer, bound_queue):
-    from workers.queue import lock_key, try_lock
+    import socket
+    import subprocess
+    import sys
+
+    from workers.locks import LockOwner
+    from workers.queue import lock_key
 
     ids = add_turn(writer, cfg, "ana", "s1", "Remember code alpha5")
-    assert try_lock("compact:ana:s1")  # left by a killed worker
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait(timeout=30)
+    # Left by a killed worker: its owner's process is gone.
+    huey.put(lock_key("compact:ana:s1"), LockOwner(socket.gethostname(), killed.pid, "gone").to_value(0))
     bound_queue.runner.prepare()
     assert not huey.storage.has_data_for_key(lock_key("compact:ana:s1"))
     assert bound_queue.runner.config == cfg

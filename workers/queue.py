@@ -17,11 +17,14 @@ Jobs are named `workers.tasks.<job>` in the storage whichever module declares th
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import structlog
 from huey import Huey
+from huey.constants import EmptyData
 from huey.storage import PriorityRedisStorage
 from huey.utils import Error
 
@@ -29,6 +32,14 @@ from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
+from workers.locks import (
+    OWNER_BEAT_PREFIX,
+    OWNER_SILENT_SECONDS,
+    LockOwner,
+    OwnerBeat,
+    owner_alive,
+    this_process,
+)
 from workers.storage import ApswSqliteStorage
 
 QUEUE_NAME = "hilo"
@@ -36,6 +47,8 @@ QUEUE_NAME = "hilo"
 # than the 1 s a blocking Redis dequeue waits).
 ENQUEUE_TIMEOUT_SECONDS = 2.0
 LOCK_PREFIX = f"{QUEUE_NAME}.lock."
+
+log = structlog.get_logger(__name__)
 
 
 class QueueNotConfigured(Misconfigured):
@@ -158,16 +171,66 @@ def lock_key(name: str) -> str:
 
 
 def try_lock(name: str) -> bool:
-    return bool(huey.put_if_empty(lock_key(name), "1"))
+    """Take the named lock for this process if no live process holds it.
+
+    A lock left by a process that is gone (workers/locks.py) is taken over; so is one of
+    this process's own that no thread holds any more (its release failed, on a full disk)."""
+    _retry_releases()
+    key, held = lock_key(name), (_bound_to, name)
+    owner = this_process()
+    with _held_lock:
+        if held in _held:
+            return False  # another thread of this process holds it
+        if huey.put_if_empty(key, owner.to_value(time.time())):
+            _held.add(held)
+            return True
+        raw = huey.storage.peek_data(key)
+        if raw is EmptyData:  # released in between; the next attempt takes it
+            return False
+        holder = LockOwner.from_value(_deserialize(raw))
+        if holder == owner:  # ours, with no thread holding it: its release failed
+            huey.put(key, owner.to_value(time.time()))
+            _held.add(held)
+            _unreleased.discard(held)
+            return True
+        if _holder_alive(holder):
+            return False
+        if _delete_if_unchanged(key, raw) and huey.put_if_empty(key, owner.to_value(time.time())):
+            log.warning("queue.lock_taken_over", lock=name, owner=holder.key if holder else None)
+            _held.add(held)
+            return True
+    return False
 
 
 def release_lock(name: str) -> None:
-    huey.delete(lock_key(name))
+    """Release the named lock; if the storage refuses (a full disk), the release is retried
+    at this process's next try_lock, and the lock stays this process's to take again."""
+    held = (_bound_to, name)
+    with _held_lock:
+        _held.discard(held)
+        try:
+            huey.delete(lock_key(name))
+        except Exception as exc:
+            _unreleased.add(held)
+            log.warning("queue.lock_release_failed", lock=name, error=repr(exc))
+        else:
+            _unreleased.discard(held)
+
+
+def _retry_releases() -> None:
+    with _held_lock:
+        for held in [h for h in _unreleased if h[0] == _bound_to and h not in _held]:
+            try:
+                _delete_if_unchanged_owner(lock_key(held[1]), this_process())
+            except Exception:  # still refused; the next try_lock retries
+                return
+            _unreleased.discard(held)
 
 
 @contextmanager
 def exclusive(name: str) -> Iterator[bool]:
-    """Hold the named lock for the block if no one else does; yields whether we got it."""
+    """Hold the named lock for the block if no one else does; yields whether we got it.
+    The lock is released however the block ends (a failed commit included)."""
     if not try_lock(name):
         yield False
         return
@@ -177,12 +240,98 @@ def exclusive(name: str) -> Iterator[bool]:
         release_lock(name)
 
 
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock in the queue's storage, its owner and whether that owner still runs."""
+
+    name: str
+    owner: str | None  # "host:pid:start", None for a lock without an owner (legacy)
+    taken_at: float | None
+    owner_alive: bool
+
+
+def held_locks() -> list[HeldLock]:
+    """Every lock in the storage, with its owner's liveness."""
+    locks = []
+    for key, raw in huey.all_results().items():
+        if not key.startswith(LOCK_PREFIX):
+            continue
+        value = _deserialize(raw)
+        holder = LockOwner.from_value(value)
+        taken_at = value.get("at") if isinstance(value, dict) else None
+        locks.append(HeldLock(key[len(LOCK_PREFIX):], holder.key if holder else None,
+                              taken_at if isinstance(taken_at, (int, float)) else None,
+                              _holder_alive(holder)))
+    return sorted(locks, key=lambda lock: lock.name)
+
+
 def flush_stale_locks() -> list[str]:
-    """Delete every lock left by a killed worker (Huey's flush_locks only knows static ones)."""
-    names = [key[len(LOCK_PREFIX):] for key in huey.all_results() if key.startswith(LOCK_PREFIX)]
-    for name in names:
-        release_lock(name)
-    return names
+    """Delete the locks whose owner is gone (a killed worker); a live worker's stay.
+    Huey's flush_locks only knows static locks. Owner heartbeats of gone owners go too."""
+    flushed = []
+    for key, raw in huey.all_results().items():
+        if key.startswith(LOCK_PREFIX):
+            holder = LockOwner.from_value(_deserialize(raw))
+            if not _holder_alive(holder) and _delete_if_unchanged(key, raw):
+                flushed.append(key[len(LOCK_PREFIX):])
+        elif key.startswith(OWNER_BEAT_PREFIX):
+            beat = _deserialize(raw)
+            if not (isinstance(beat, (int, float)) and time.time() - beat < OWNER_SILENT_SECONDS):
+                _delete_if_unchanged(key, raw)
+    return sorted(flushed)
+
+
+def owner_beat() -> OwnerBeat:
+    """This process's owner heartbeat (a worker runs one while it may hold locks)."""
+    return OwnerBeat(huey.put, huey.delete)
+
+
+_held_lock = threading.RLock()
+# (storage address, lock name): locks a thread of this process holds right now, and
+# locks whose release the storage refused.
+_held: set[tuple[tuple[str, str] | None, str]] = set()
+_unreleased: set[tuple[tuple[str, str] | None, str]] = set()
+
+
+def _deserialize(raw: Any) -> Any:
+    try:
+        return huey.serializer.deserialize(raw)
+    except Exception:  # a legacy "1" written raw, or garbage: no owner
+        return None
+
+
+def _holder_alive(holder: LockOwner | None) -> bool:
+    beat = None
+    if holder is not None and holder.host != this_process().host:
+        beat = huey.get(holder.beat_key, peek=True)
+    return owner_alive(holder, beat)
+
+
+_REDIS_DELETE_IF_EQUAL = (
+    "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then "
+    "return redis.call('hdel', KEYS[1], ARGV[1]) end return 0")
+
+
+def _delete_if_unchanged(key: str, raw: Any) -> bool:
+    """Delete `key` only if it still holds `raw`: two workers flushing the same stale lock
+    must not delete the lock the first one took after it."""
+    storage = huey.storage
+    if isinstance(storage, ApswSqliteStorage):
+        with storage.db(commit=True) as cursor:
+            cursor.execute("DELETE FROM kv WHERE queue = ? AND key = ? AND value = ?",
+                           (storage.name, key, storage.to_blob(raw)))
+            return cursor.rowcount == 1
+    if isinstance(storage, PriorityRedisStorage):
+        return bool(storage.conn.eval(_REDIS_DELETE_IF_EQUAL, 1, storage.result_key, key, raw))
+    if storage.peek_data(key) == raw:  # another storage: not atomic, but close
+        return bool(storage.delete_data(key))
+    return False
+
+
+def _delete_if_unchanged_owner(key: str, owner: LockOwner) -> None:
+    raw = huey.storage.peek_data(key)
+    if raw is not EmptyData and LockOwner.from_value(_deserialize(raw)) == owner:
+        _delete_if_unchanged(key, raw)
 
 
 def record_failure(task_id: str | None, error: Exception, task: Any = None) -> None:

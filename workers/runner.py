@@ -36,7 +36,14 @@ from workers.diary import write_diary
 from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.embed import embed_pending
 from workers.handoff import QueueHandoff
-from workers.queue import HiloHuey, configure, exclusive, flush_stale_locks, record_failure
+from workers.queue import (
+    HiloHuey,
+    configure,
+    exclusive,
+    flush_stale_locks,
+    owner_beat,
+    record_failure,
+)
 from workers.reading import reading
 from workers.reconcile import find_undone_work
 from workers.retry import attempt_job
@@ -81,6 +88,8 @@ class JobRunner:
         self.chat_service = ChatService(config, writer=self.writer, model=self.model,
                                         handoff=QueueHandoff(queue))
         self._stop_counting: Callable[[], None] | None = None
+        # "This process is alive", for workers on other hosts judging its locks.
+        self._owner_beat = owner_beat()
 
     @classmethod
     def start(cls, config: Config) -> JobRunner:
@@ -93,6 +102,7 @@ class JobRunner:
     def close(self) -> None:
         """Stop running jobs here; the writer commits what it holds, then closes."""
         jobs.detach(self)
+        self._owner_beat.stop()
         if self._stop_counting is not None:
             self._stop_counting()
         self.chat_service.close()  # leaves the shared writer and model client open
@@ -100,9 +110,11 @@ class JobRunner:
         self.model.close()
 
     def prepare(self) -> None:
-        """At worker start, before any job runs: stale locks flushed, the config.toml tasks
-        synced into the database, undone work re-enqueued, and what came due while no
-        worker ran queued to run now."""
+        """At worker start, before any job runs: this process's owner heartbeat started,
+        the locks of workers that are gone flushed (a live worker's are kept), the
+        config.toml tasks synced into the database, undone work re-enqueued, and what came
+        due while no worker ran queued to run now."""
+        self._owner_beat.start()
         flushed = flush_stale_locks()
         if flushed:
             log.warning("worker.stale_locks_flushed", locks=flushed)

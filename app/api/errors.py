@@ -10,13 +10,18 @@ requests and unknown routes into that shape.
 
 from __future__ import annotations
 
+import apsw
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import HiloError
+from app.errors import HiloError, InsufficientStorage
 from app.llm import ModelError
+from app.writer import disk_full
+
+# How long a client should wait before retrying after a full disk (507).
+DISK_FULL_RETRY_AFTER_SECONDS = "60"
 
 
 class ApiError(HiloError):
@@ -72,7 +77,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HiloError)
     async def hilo_error(request: Request, exc: HiloError) -> JSONResponse:
-        return error_response(request.url.path, exc.http_status, exc.message, exc.code)
+        headers = ({"Retry-After": DISK_FULL_RETRY_AFTER_SECONDS}
+                   if isinstance(exc, InsufficientStorage) else None)
+        return error_response(request.url.path, exc.http_status, exc.message, exc.code, headers)
+
+    @app.exception_handler(apsw.FullError)
+    async def full_disk(request: Request, exc: apsw.FullError) -> JSONResponse:
+        # A read or a connection outside the writer (temporary files, the queue) ran out
+        # of room: the same answer as a write the writer could not store.
+        return await hilo_error(request, disk_full(request.app.state.config.data_dir, exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

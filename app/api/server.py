@@ -23,6 +23,7 @@ from app.api import health, memory, ollama, openai, scheduled
 from app.api.errors import install_error_handlers
 from app.api.gate import Gate
 from app.api.health import VERSION
+from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
 from app.chat import ChatService
 from app.config import Config
@@ -94,7 +95,8 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         return 2
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(
-        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3))
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3,
+        **timeout_settings()))
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
              openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
     if threading.current_thread() is threading.main_thread():

@@ -1,0 +1,1 @@
+"""Fixtures shared by the reliability tests come from tests/conftest.py."""

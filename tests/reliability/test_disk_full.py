@@ -1,0 +1,89 @@
+"""A full disk (SQLite's own size limit on the server's write connection): every request
+gets a JSON error with what to do, the connection stays usable, nothing half-stored, and
+once there is room again the server works without a restart."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from app import doctor
+from app.doctor import LOCK_STUCK_MODEL_CALLS, Status, check_queue_locks
+from tests.test_api_support import HiloServer, hilo  # noqa: F401 — the fixture
+from workers.inspection import QueueUnavailable, QueueView
+from workers.locks import LockOwner, this_process
+from workers.queue import configure, huey, lock_key, release_lock, try_lock
+
+MODEL = "gemma3:4b"
+ROOM = 1 << 30  # pages: SQLite's default limit
+
+
+def chat(server: HiloServer, text: str, path: str = "/api/chat"):
+    body = {"model": MODEL, "stream": False, "messages": [{"role": "user", "content": text}]}
+    return server.client().post(path, json=body, headers={"X-Hilo-Session": "s1"})
+
+
+def limit_pages(server: HiloServer, pages: int | None) -> None:
+    """Cap the database at its current size (None: lift the cap), as a full disk would."""
+    con = server.app.state.service.writer._con
+    if pages is None:
+        (pages,) = con.execute("PRAGMA page_count").fetchone()
+    con.execute(f"PRAGMA max_page_count = {pages}")
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])
+def test_a_full_disk_answers_507_in_json_and_recovers_without_restart(hilo, path):
+    assert chat(hilo, "remember code alpha1", path).status_code == 200
+    before = hilo.events("s1")
+    limit_pages(hilo, None)
+
+    response = chat(hilo, "x" * 200_000, path)
+    assert response.status_code == 507, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers.get("connection") != "close"
+    assert response.headers["retry-after"]
+    message = (response.json()["error"]["message"] if path.startswith("/v1/")
+               else response.json()["error"])
+    assert "disk is full" in message and "free space" in message
+    assert "Traceback" not in response.text
+    # The same keep-alive connection still answers.
+    assert hilo.client().get("/health").status_code == 200
+    assert hilo.events("s1") == before  # nothing half-stored
+
+    limit_pages(hilo, ROOM)  # space freed
+    assert chat(hilo, "remember code alpha2", path).status_code == 200
+    assert len(hilo.events("s1")) == len(before) + 2
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+
+def test_doctor_flags_locks_of_gone_workers_and_locks_held_too_long(config, data_dir):
+    configure(config)
+    assert try_lock("embed:ana")
+    assert [c.status for c in check_queue_locks(config)] == [Status.OK]
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    huey.put(lock_key("compact:ana:s1"),
+             LockOwner(socket.gethostname(), gone.pid, "gone").to_value(time.time()))
+    old = time.time() - LOCK_STUCK_MODEL_CALLS * config.llm.timeout_seconds - 1
+    huey.put(lock_key("compact:ana:s2"), this_process().to_value(old))
+    checks = {c.status: c for c in check_queue_locks(config)}
+    assert "compact:ana:s1" in checks[Status.WARN].detail
+    assert "compact:ana:s2" in checks[Status.FAIL].detail
+    release_lock("embed:ana")
+
+
+def test_doctor_says_to_free_space_when_the_queue_cannot_write_on_a_full_disk(config, data_dir,
+                                                                              monkeypatch):
+    def full(self, now=None):
+        raise QueueUnavailable("cannot read queue.sqlite3: database or disk is full")
+
+    monkeypatch.setattr(QueueView, "status", full)
+    [check] = doctor.check_queue(config)
+    assert "free disk space" in check.fix and "aside" not in check.fix

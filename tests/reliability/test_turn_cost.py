@@ -1,0 +1,50 @@
+"""The cost of a turn is bounded: MEMORY.md is read once per change, capped, and its
+comments are stripped in linear time."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from app import bootstrap
+from app.bootstrap import MAX_BOOTSTRAP_BYTES, read_bootstrap, strip_html_comments
+
+
+def test_unclosed_comments_cost_linear_time(tmp_path):
+    path = tmp_path / "MEMORY.md"
+    path.write_text("<!--" * 16_384)  # 64 KB: seconds with a lazy regex
+    started = time.perf_counter()
+    assert read_bootstrap(path) == "<!--" * 16_384
+    assert time.perf_counter() - started < 0.5
+
+
+def test_comments_are_stripped_as_the_regex_did():
+    regex = re.compile(r"<!--.*?-->", re.DOTALL)
+    for text in ["a<!-- x -->b", "<!--a-->-->b<!--", "x<!--<!-- y -->z-->", "<!---->", "<!-->",
+                 "a <!-- 1 --> b <!-- 2\n3 --> c <!-- open", "-->", ""]:
+        assert strip_html_comments(text) == regex.sub("", text), text
+
+
+def test_a_huge_file_is_read_once_per_change_and_capped(tmp_path, monkeypatch):
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"remember this\n" * (4 * MAX_BOOTSTRAP_BYTES // 14))  # 4 MiB
+    first = read_bootstrap(path)
+    assert len(first.encode()) <= MAX_BOOTSTRAP_BYTES
+    reads = []
+    real_open = type(path).open
+    monkeypatch.setattr(type(path), "open", lambda self, *a, **k: reads.append(self) or
+                        real_open(self, *a, **k))
+    for _ in range(100):
+        assert read_bootstrap(path) == first
+    assert reads == []  # served from the cache
+    path.write_text("<!-- note -->changed")
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    reads.clear()  # writing it opened it too
+    assert read_bootstrap(path) == "changed"
+    assert len(reads) == 1
+
+
+def test_a_missing_file_is_empty(tmp_path):
+    assert read_bootstrap(tmp_path / "absent.md") == ""
+    assert bootstrap.read_bootstrap is read_bootstrap
