@@ -14,6 +14,7 @@ from fastapi import Depends, Header, Request
 
 from app.api.errors import ApiError
 from app.chat import ChatService
+from app.config import Config
 from app.events import MAX_ID_LENGTH
 
 
@@ -35,11 +36,15 @@ UserHeader = Annotated[str | None, Header(description="The user, else [memory] u
 SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]
 
 
+def user_of(x_hilo_user: str | None, config: Config) -> str:
+    """The calling user: the X-Hilo-User header, else [memory] user_id (also for /mcp)."""
+    return check_id("user", x_hilo_user if x_hilo_user is not None else config.memory.user_id)
+
+
 def caller(request: Request, x_hilo_user: UserHeader = None,
            x_hilo_session: SessionHeader = None) -> Caller:
-    user_id = x_hilo_user if x_hilo_user is not None else request.app.state.config.memory.user_id
     session = check_id("session", x_hilo_session) if x_hilo_session is not None else None
-    return Caller(check_id("user", user_id), session)
+    return Caller(user_of(x_hilo_user, request.app.state.config), session)
 
 
 def service_of(request: Request) -> ChatService:

@@ -14,7 +14,7 @@ from app.api.errors import ApiError
 from app.chat import ChatService
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
-    CATEGORIES,
+    Category,
     InvalidMemory,
     delete_profile,
     fact_history,
@@ -23,8 +23,8 @@ from app.memory import (
     list_facts,
     list_profile,
     list_sessions,
+    remember_fact,
     set_profile,
-    store_fact,
 )
 from app.retrieval import search_memory
 
@@ -49,10 +49,6 @@ class ContextRequest(BaseModel):
 
 class ProfileValue(BaseModel):
     value: str
-
-
-Category = Literal["fact", "decision", "solution", "preference", "conversation"]
-assert set(Category.__args__) == set(CATEGORIES)  # the same as app.memory's
 
 
 class FactIn(BaseModel):
@@ -154,11 +150,10 @@ def get_facts(who: Who, service: Service,
 def add_fact(body: FactIn, who: Who, service: Service) -> dict:
     """One current fact per (category, key), and the workers' dedupe: a new value, or a
     similar text under another key, supersedes the old fact, which is kept."""
-    written = _edit(service, lambda con: store_fact(
-        con, who.user_id, body.category, body.key, body.value, source="user", worker="user",
-        importance=body.importance, similarity=service.config.memory.dedupe_similarity))
-    fact = get_fact(service.reader(), who.user_id, written.fact_id) if written.fact_id else None
-    return {"action": written.action, "fact": _fact_dict(fact) if fact else None}
+    edited = _edit(service, lambda con: remember_fact(
+        con, who.user_id, body.category, body.key, body.value, importance=body.importance,
+        similarity=service.config.memory.dedupe_similarity))
+    return {"action": edited.action, "fact": _fact_dict(edited.fact) if edited.fact else None}
 
 
 @router.get("/facts/{fact_id}", summary="One fact and the history of its key")

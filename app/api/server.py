@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from app.api import health, memory, ollama, openai, scheduled
+from app.api.deps import user_of
 from app.api.errors import install_error_handlers
 from app.api.gate import Gate
 from app.api.health import VERSION
@@ -29,6 +30,7 @@ from app.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
+from app.mcp import http_endpoint
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -44,9 +46,12 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
+    mcp = http_endpoint(service, lambda header: user_of(header, config))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp.running():
+            yield
         if owned:
             await run_in_threadpool(app.state.service.close)
 
@@ -60,6 +65,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     install_error_handlers(app)
     for routes in (ollama, openai, scheduled, memory, health):
         app.include_router(routes.router)
+    app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp.py)
     app.add_middleware(Gate, token=config.server.token, max_body=MAX_BODY_BYTES)
     return app
 

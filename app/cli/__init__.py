@@ -1,8 +1,8 @@
 """The `hilo` command. Thin: each command parses, calls the library, prints.
 
 One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
-rebuild, export, import), run.py (chat, serve, worker), queue.py, tasks.py and memory.py;
-what they share (options, the Config, output, CommandError) is in common.py. A domain
+rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py and
+memory.py; what they share (options, the Config, output, CommandError) is in common.py. A domain
 error becomes its one-line message and exit status in one place, `HiloGroup.invoke`.
 """
 
@@ -53,9 +53,9 @@ def hilo() -> None:
     """Persistent, layered memory for chat agents on local models."""
 
 
-for command in (ops.init, ops.doctor, run.chat, run.serve, run.worker, ops.backup_command,
-                ops.restore_command, ops.rebuild_command, ops.export, ops.import_command, queue,
-                tasks, memory):
+for command in (ops.init, ops.doctor, run.chat, run.serve, run.mcp, run.worker,
+                ops.backup_command, ops.restore_command, ops.rebuild_command, ops.export,
+                ops.import_command, queue, tasks, memory):
     hilo.add_command(command)
 
 

@@ -1,4 +1,5 @@
-"""The long-running processes: chat (the REPL), serve (HTTP), worker (the queue's consumer)."""
+"""The long-running processes: chat (the REPL), serve (HTTP), mcp (stdio),
+worker (the queue's consumer)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
     from app.api import run_server  # FastAPI and the turn
 
     return run_server(config, host, port)
+
+
+@click.command("mcp")
+@user_option()
+@with_config
+def mcp(config: Config, user: str | None) -> int:
+    """MCP on stdin/stdout: memory tools for Claude, Cursor, Continue, …"""
+    from app.mcp import serve_stdio  # the MCP SDK and the turn
+
+    return serve_stdio(config, user)
 
 
 @click.command("worker")

@@ -19,6 +19,7 @@ take any connection (the front-end uses read-only ones).
     dedupe.py      store_fact: similar text updates the fact it repeats
     cards.py       layer 2: context cards, folding
     diary.py       layer 5: one entry per session
+    edits.py       the edits a person makes by hand: remember, correct, a diary entry
     importance.py  decay of what is not read
     log.py         memory_log, the provenance of every change
     sessions.py    sessions as listed to the user, and ending one
@@ -45,8 +46,16 @@ from app.memory.diary import (
     last_diary,
     replace_extractive_diary,
 )
+from app.memory.edits import (
+    EditedFact,
+    FactNotFound,
+    correct_fact,
+    remember_fact,
+    write_diary_entry,
+)
 from app.memory.facts import (
     CATEGORIES,
+    Category,
     Fact,
     FactRecord,
     FactWrite,
@@ -82,14 +91,16 @@ from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
     "CATEGORIES", "SIMILAR_FACT_THRESHOLD", "SOURCES",
-    "Card", "DiaryEntry", "Fact", "FactRecord", "FactWrite", "Forgotten", "ImportanceFloors",
-    "InvalidMemory", "NewCard", "ProfileEntry", "SessionInfo", "WriteAction",
+    "Card", "Category", "DiaryEntry", "EditedFact", "Fact", "FactNotFound", "FactRecord",
+    "FactWrite", "Forgotten", "ImportanceFloors", "InvalidMemory", "NewCard", "ProfileEntry",
+    "SessionInfo", "WriteAction",
     "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
-    "clear_cards", "clear_diary", "current_fact", "decay_unread_importance", "delete_fact",
-    "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids", "fold_cards", "forget_fact",
-    "get_fact", "import_diary_entry", "import_fact", "import_profile", "last_diary",
+    "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
+    "delete_fact", "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids",
+    "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
+    "import_profile", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
-    "list_sessions", "merge_facts", "profile_as_of", "replace_extractive_card",
+    "list_sessions", "merge_facts", "profile_as_of", "remember_fact", "replace_extractive_card",
     "replace_extractive_diary", "restore_user_facts", "set_profile", "similar_facts",
-    "store_fact", "upsert_fact",
+    "store_fact", "upsert_fact", "write_diary_entry",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import apsw
 
@@ -25,7 +26,8 @@ from app.memory.validation import (
 )
 from app.timeutil import utc_now
 
-CATEGORIES = ("fact", "decision", "solution", "preference", "conversation")
+Category = Literal["fact", "decision", "solution", "preference", "conversation"]
+CATEGORIES: tuple[str, ...] = get_args(Category)
 KEY_CHARS = 200
 VALUE_CHARS = 2000
 

@@ -1,0 +1,64 @@
+"""The memory edits a person makes by hand, one function each, so every front-end (the
+HTTP memory API, MCP clients) makes them the same way: as source and worker "user",
+through the dedupe policy, and answering with the row as it was stored, read in the same
+transaction. Run them on the front-end's writer (`service.edit(lambda con: ...)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from app.errors import NotFound
+from app.events import MAX_ID_LENGTH
+from app.memory.dedupe import SIMILAR_FACT_THRESHOLD, store_fact
+from app.memory.diary import add_diary_entry
+from app.memory.facts import Fact, get_fact, upsert_fact
+from app.memory.log import WriteAction
+from app.memory.validation import InvalidMemory, check_text
+
+# A hand-written diary entry is a summary for the next session, not a transcript.
+DIARY_ENTRY_CHARS = 8000
+
+
+class FactNotFound(NotFound):
+    """No current fact with that id for this user."""
+
+
+@dataclass(frozen=True)
+class EditedFact:
+    action: WriteAction
+    fact: Fact | None  # None when nothing was stored ("tombstoned")
+
+
+def remember_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
+                  importance: float = 0.5,
+                  similarity: float = SIMILAR_FACT_THRESHOLD) -> EditedFact:
+    """The user states a fact: a new value, or a similar text under another key, supersedes
+    the current fact (kept as history). `similarity` is [memory] dedupe_similarity."""
+    written = store_fact(con, user_id, category, key, value, source="user", worker="user",
+                         importance=importance, similarity=similarity)
+    fact = get_fact(con, user_id, written.fact_id) if written.fact_id else None
+    return EditedFact(written.action, fact)
+
+
+def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str) -> EditedFact:
+    """A new value for a current fact, under its category and key: the old row is kept as
+    superseded history. FactNotFound when the user has no such current fact."""
+    fact = get_fact(con, user_id, fact_id)
+    if fact is None or fact.superseded_at is not None or fact.deleted_at is not None:
+        raise FactNotFound(f"no current fact {fact_id}: list the facts to see the current ids")
+    written = upsert_fact(con, user_id, fact.category, fact.key, value, source="user",
+                          worker="user", importance=fact.importance)
+    return EditedFact(written.action, get_fact(con, user_id, written.fact_id))
+
+
+def write_diary_entry(con: apsw.Connection, user_id: str, session_id: str,
+                      entry: str) -> WriteAction:
+    """The session's diary entry written by hand (a client's hand-off note for the next
+    session), replacing the one it had: "insert" or "update"."""
+    if not session_id.strip() or len(session_id) > MAX_ID_LENGTH or not session_id.isprintable():
+        raise InvalidMemory(f"session_id must be 1 to {MAX_ID_LENGTH} printable characters")
+    entry = check_text("value", entry, DIARY_ENTRY_CHARS)
+    return add_diary_entry(con, user_id, session_id, entry, is_extractive=False, worker="user")
