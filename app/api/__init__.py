@@ -4,8 +4,8 @@ Hilo speaks Ollama's API (`POST /api/chat`, with `GET /api/tags`, `POST /api/sho
 `GET /api/version` passed through to the model server) and OpenAI's
 (`POST /v1/chat/completions`, `GET /v1/models`), so a client pointed at Hilo instead of
 the model server gets memory without changing anything else. Beside them: a JSON
-memory API under `/memory/...`, MCP at `/mcp`
-(app/mcp.py) and `GET /health`; the OpenAPI document is /openapi.json.
+memory API under `/memory/...`, MCP at `/mcp` (app/mcp.py, mounted by server.py) and
+`GET /health`; the OpenAPI document is /openapi.json.
 
 The rooms, each one concept:
 - server.py: `create_app` (routes, error shapes, gate, the app's state) and `run_server`,
