@@ -40,8 +40,8 @@ from app.memory import (
     Category,
     Fact,
     correct_fact,
-    delete_fact,
     delete_profile,
+    forget_fact,
     last_diary,
     list_facts,
     list_profile,
@@ -148,19 +148,25 @@ class MemoryTools:
         profile_key: Annotated[str | None, Field(description="a profile key (from "
                                                              "get_profile)",
                                                  examples=["name"])] = None,
+        with_sources: Annotated[bool, Field(description="a fact's: also delete the messages "
+                                                        "it was learned from")] = False,
     ) -> dict[str, Any]:
-        """Delete a fact or a profile key; no background worker learns it again. Give
-        exactly one of fact_id and profile_key.
+        """Forget a fact for good (its value, earlier versions and vectors) or delete a
+        profile key; no background worker learns either again. Give exactly one of fact_id
+        and profile_key.
 
-        Examples: forget(fact_id=42); forget(profile_key="city")
+        Examples: forget(fact_id=42); forget(fact_id=42, with_sources=true);
+        forget(profile_key="city")
         """
         if (fact_id is None) == (profile_key is None):
             raise InvalidInput("give exactly one of fact_id and profile_key")
         user = self.user()
         if fact_id is not None:
-            if not self.service.edit(lambda con: delete_fact(con, user, fact_id, worker="user")):
+            gone = self.service.edit(lambda con: forget_fact(
+                con, user, fact_id, worker="user", with_sources=with_sources))
+            if gone is None:
                 raise NotFound(f"no current fact {fact_id}: list_facts shows the current ids")
-            return {"fact_id": fact_id, "deleted": True}
+            return gone.to_json()
         assert profile_key is not None
         if not self.service.edit(lambda con: delete_profile(con, user, profile_key,
                                                             worker="user")):

@@ -145,7 +145,9 @@ def test_stdio_memory_tools_write_and_read_the_users_memory(data_dir, fake_ollam
     system = seen["context_for"]["messages"][0]["content"]
     assert "Uses Zed daily" in system and "Lisbon" in system
     assert seen["context_for"]["tokens"] <= seen["context_for"]["budget"]
-    assert con.execute("SELECT deleted_at IS NOT NULL FROM facts WHERE key = 'tabs'").fetchone() == (1,)
+    assert seen["forget"]["key"] == "tabs" and seen["forget"]["versions"] == 1
+    assert con.execute("SELECT value, deleted_at IS NOT NULL FROM facts WHERE key = 'tabs'"
+                       ).fetchone() == ("", 1)
     assert json.loads(seen["profile_resource"].text)[0]["value"] == "Lisbon"
     assert seen["memory_md"].mime_type == "text/markdown"
     # Every edit is on record, as the user's.
