@@ -139,11 +139,13 @@ def progress_bar(as_json: bool) -> Iterator[ProgressCallback | None]:
 
 
 def open_memory(config: Config) -> apsw.Connection:
-    """A read-only connection to the memory database; a missing one says to run init."""
+    """A read-only connection to the memory database; a missing one says to run init, a
+    damaged one to restore a backup."""
     from app.datadir import DataDir  # for start-up time, like the commands'
     from app.db import connect_readonly
 
     try:
+        DataDir.of(config).check_memory()
         return connect_readonly(DataDir.of(config).memory_db)
     except Exception as exc:
         raise CommandError(str(exc)) from None
