@@ -93,6 +93,9 @@ def _config(data_dir: Path | None, config_file: Path | None) -> Config:
     return config
 
 
+# A fact's id: SQLite's ids are positive signed 64-bit integers.
+FACT_ID = click.IntRange(1, 2**63 - 1)
+
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 
 
