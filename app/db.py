@@ -4,6 +4,10 @@ Every connection is APSW, WAL, with a busy timeout and foreign keys on. The conn
 that writes events (the user's own words, the source of truth) commits with
 synchronous=FULL; the worker's connection, whose writes can all be re-derived, uses
 NORMAL. Readers get read-only connections and never block the writer (WAL).
+
+A memory database is created whole (`create_memory_database`), so one that exists but
+is empty, not SQLite, without its schema or failing a quick check has been damaged:
+`check_memory_database` refuses it with what to do, and nothing opens it for writing.
 """
 
 from __future__ import annotations
