@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config
-from app.db import MEMORY_DB, QUEUE_DB, Durability, connect, migrate, schema_version
+from app.db import (
+    MEMORY_DB,
+    QUEUE_DB,
+    Durability,
+    check_memory_database,
+    connect,
+    create_memory_database,
+    migrate,
+    schema_version,
+)
 
 BOOTSTRAP_FILE = "MEMORY.md"
 LOGS_DIR = "logs"
@@ -118,9 +127,12 @@ class DataDir:
         created = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
+        # An existing file is checked, never overwritten; a missing one is created whole.
+        self.check_memory()
+        created_with = create_memory_database(self.memory_db)
         con = connect(self.memory_db, Durability.FULL)
         try:
-            applied = migrate(con)
+            applied = created_with + migrate(con)
             version = schema_version(con)
         finally:
             con.close()
@@ -128,6 +140,11 @@ class DataDir:
         if wrote:
             self.bootstrap.write_text(BOOTSTRAP_TEMPLATE, encoding="utf-8")
         return InitReport(self.root, created, applied, version, wrote)
+
+    def check_memory(self) -> None:
+        """Refuse a memory database that lost its schema or fails a quick check, with the
+        one line that says what to do (CorruptDatabase); a missing one passes."""
+        check_memory_database(self.memory_db)
 
     # -- pid files ----------------------------------------------------------------------------
 

@@ -14,7 +14,13 @@ import apsw
 from app.config import Config
 from app.bootstrap import read_bootstrap
 from app.datadir import DataDir
-from app.db import available_migrations, connect_readonly, schema_version
+from app.db import (
+    MIGRATIONS_TABLE,
+    available_migrations,
+    connect_readonly,
+    file_damage,
+    schema_version,
+)
 from app.llm import ModelClient, ModelError
 from app.tokens import estimate_tokens
 from workers.inspection import QueueError, QueueView
@@ -44,8 +50,8 @@ class Check:
 
 
 RESTORE_FIX = (
-    "stop the worker and the server, copy your last good backup over memory.sqlite3; "
-    "without one, move the file aside and run `hilo init` to start a new memory"
+    "stop the worker and the server, then `hilo restore <your last good backup>`; "
+    "without one, move memory.sqlite3 aside and run `hilo init` to start a new memory"
 )
 
 
@@ -61,6 +67,9 @@ def check_database(config: Config) -> list[Check]:
     path = DataDir.of(config).memory_db
     if not path.exists():
         return [Check("memory database", Status.FAIL, f"{path} does not exist", "run `hilo init`")]
+    damage = file_damage(path, MIGRATIONS_TABLE)
+    if damage is not None:
+        return [Check("memory database", Status.FAIL, f"{path} {damage}", RESTORE_FIX)]
     try:
         con = connect_readonly(path)
         try:

@@ -83,9 +83,12 @@ class LineInput:
     def _read_once(self) -> str:
         if self._session is not None:
             return self._session.prompt(PROMPT)
-        line = sys.stdin.readline()
-        if not line:
+        # Bytes, decoded here: input that is not UTF-8 is replaced (U+FFFD), not fatal.
+        stream = getattr(sys.stdin, "buffer", None)
+        raw = stream.readline() if stream is not None else sys.stdin.readline()
+        if not raw:
             raise EOFError
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         return line.rstrip("\r\n")
 
 

@@ -262,7 +262,7 @@ def _resolve(con: apsw.Connection, user_id: str, ref: int | str) -> ScheduledTas
     task_id = _as_id(ref)
     if task_id is not None:
         row = con.execute(f"{_TASK_SELECT} WHERE t.user_id = ? AND t.id = ?",
-                          (user_id, task_id)).fetchone()
+                          (user_id, task_id)).fetchone() if task_id <= MAX_ROWID else None
         if row is None:
             raise TaskNotFound(f"no scheduled task #{task_id}: `hilo tasks list` shows the ids")
         return _row_to_task(row)
@@ -276,11 +276,16 @@ def _resolve(con: apsw.Connection, user_id: str, ref: int | str) -> ScheduledTas
     return _row_to_task(rows[0])
 
 
+# SQLite's ids are signed 64-bit: a larger number names no task (and would not bind).
+MAX_ROWID = 2**63 - 1
+
+
 def _as_id(ref: int | str) -> int | None:
     if isinstance(ref, int) and not isinstance(ref, bool):
-        return ref
+        return ref if ref >= 0 else None
     text = str(ref).strip().lstrip("#")
-    return int(text) if text.isdigit() else None
+    # ASCII digits only: "²" is a digit to str.isdigit but not to int().
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def task_runs(con: apsw.Connection, user_id: str, task_id: int, limit: int = 20) -> list[TaskRun]:
@@ -301,7 +306,7 @@ def task_log(con: apsw.Connection, user_id: str, ref: int | str, *, runs: int = 
         task_id = task.id
     except TaskNotFound:
         task_id_or_none = _as_id(ref)
-        if task_id_or_none is None:
+        if task_id_or_none is None or task_id_or_none > MAX_ROWID:
             raise
         task, task_id = None, task_id_or_none
     found_runs = task_runs(con, user_id, task_id, runs)

@@ -26,7 +26,7 @@ import apsw
 import structlog
 
 from app.datadir import DataDir
-from app.db import Durability, connect, migrate
+from app.db import Durability, check_memory_database, connect, create_memory_database, migrate
 from app.errors import InsufficientStorage, Unavailable
 
 T = TypeVar("T")
@@ -129,8 +129,13 @@ class Writer:
 
     @classmethod
     def from_config(cls, config: Any, durability: Durability) -> Writer:
+        """The writer of `config`'s memory database; a damaged one is refused
+        (CorruptDatabase), a missing one created whole."""
+        path = DataDir.of(config).memory_db
+        check_memory_database(path)
+        create_memory_database(path)
         return cls(
-            DataDir.of(config).memory_db,
+            path,
             durability,
             queue_size=config.writer.queue_size,
             max_batch=config.writer.max_batch,

@@ -30,7 +30,7 @@ import structlog
 
 from app.config import Config, load_config
 from app.datadir import DataDir
-from workers.queue import HiloHuey
+from workers.queue import HiloHuey, check_queue_file
 from workers.runner import JobRunner
 
 log = structlog.get_logger(__name__)
@@ -48,6 +48,7 @@ def start_jobs(config: Config) -> JobRunner:
     """Make this process the one that runs the jobs of `config`'s queue, and queue the
     start-up work (stale locks flushed, config tasks synced, undone work re-enqueued)."""
     DataDir.of(config).init()  # idempotent; api and worker may start together
+    check_queue_file(config)
     runner = JobRunner.start(config)
     try:
         runner.prepare()

@@ -15,7 +15,7 @@ from huey.api import Task
 
 from app.config import Config
 from workers import jobs
-from workers.queue import HiloHuey, configure
+from workers.queue import HiloHuey, check_queue_file, configure
 
 log = structlog.get_logger(__name__)
 
@@ -48,5 +48,7 @@ class QueueHandoff:
 
 
 def queue_handoff(config: Config) -> QueueHandoff:
-    """A front-end's start: bind this process's queue to `config` and hand off through it."""
+    """A front-end's start: bind this process's queue to `config` and hand off through it.
+    A damaged queue file is refused here (CorruptQueue), before the first turn."""
+    check_queue_file(config)
     return QueueHandoff(configure(config))

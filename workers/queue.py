@@ -20,6 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import structlog
@@ -30,6 +31,7 @@ from huey.utils import Error
 
 from app.config import Config
 from app.datadir import DataDir
+from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.locks import (
@@ -53,6 +55,28 @@ log = structlog.get_logger(__name__)
 
 class QueueNotConfigured(Misconfigured):
     """The queue was used before this process bound it to a storage."""
+
+
+class CorruptQueue(CorruptDatabase):
+    """queue.sqlite3 is damaged; the worker and the front-ends refuse to use it."""
+
+
+def check_queue_file(config: Config) -> None:
+    """Refuse a queue.sqlite3 that is not a SQLite file or fails a quick check (CorruptQueue).
+
+    A missing or empty file is an empty queue: Huey creates its tables on first use, and
+    the worker's reconcile re-enqueues whatever work the memory database says is undone.
+    """
+    backend, location = storage_address(config)
+    path = Path(location)
+    if backend != "sqlite" or not path.exists() or path.stat().st_size == 0:
+        return
+    damage = file_damage(path)
+    if damage is not None:
+        raise CorruptQueue(
+            f"the job queue {path} {damage}: Hilo has not changed it; stop the worker and the "
+            f"server, move {path.name} aside and start again — the queue holds only hints, "
+            "and the worker re-enqueues undone work from the memory database")
 
 
 class HiloTaskWrapper(TimedTaskWrapper):

@@ -16,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.datadir import DataDir
+from app.db import corrupt_memory
 from app.errors import HiloError, InsufficientStorage
 from app.llm import ModelError
 from app.writer import disk_full
@@ -86,6 +88,13 @@ def install_error_handlers(app: FastAPI) -> None:
         # A read or a connection outside the writer (temporary files, the queue) ran out
         # of room: the same answer as a write the writer could not store.
         return await hilo_error(request, disk_full(request.app.state.config.data_dir, exc))
+
+    @app.exception_handler(apsw.CorruptError)
+    @app.exception_handler(apsw.NotADBError)
+    async def corrupt_database(request: Request, exc: apsw.Error) -> JSONResponse:
+        # Pages garbled under a running server: 503 with what to do, not a bare 500.
+        memory_db = DataDir.of(request.app.state.config).memory_db
+        return await hilo_error(request, corrupt_memory(memory_db, f"is damaged ({exc})"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,31 +1,42 @@
-"""Slow clients are timed out: uvicorn's h11 protocol with a deadline for a request's headers.
+"""Slow clients are timed out: uvicorn's h11 protocol with deadlines for a request's headers
+and for its body.
 
 uvicorn times out only idle keep-alive connections, and cancels that timer on the first
 byte: a client that opens a connection and sends headers a byte at a time (or never
-finishes them) holds the connection for ever. `HeaderTimeoutProtocol` closes a
-connection whose request headers have not all arrived HEADER_TIMEOUT_SECONDS after it
-opened, or after its previous response ended.
+finishes them), or sends its headers and then trickles or stops its body, holds the
+connection (and a request handler waiting for the body) for ever. `DeadlineProtocol`
+closes a connection whose request headers have not all arrived HEADER_TIMEOUT_SECONDS
+after it opened or after its previous response ended, and answers 408 and closes one
+whose body has not all arrived BODY_TIMEOUT_SECONDS after its headers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from app.api.errors import error_body
+
 HEADER_TIMEOUT_SECONDS = 10.0
+# Time for a whole request body after its headers: 32 MB (the cap) at about 4 Mbit/s.
+BODY_TIMEOUT_SECONDS = 60.0
 KEEP_ALIVE_SECONDS = 5
 # Connections and requests served at once; beyond, uvicorn answers 503 at once.
 LIMIT_CONCURRENCY = 1000
 
 
-class HeaderTimeoutProtocol(H11Protocol):
+class DeadlineProtocol(H11Protocol):
     header_timeout: float = HEADER_TIMEOUT_SECONDS
+    body_timeout: float = BODY_TIMEOUT_SECONDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._body_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -33,6 +44,7 @@ class HeaderTimeoutProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_deadline()
+        self._cancel_body_deadline()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -40,14 +52,25 @@ class HeaderTimeoutProtocol(H11Protocol):
         if self._waiting_for_headers():
             return
         self._cancel_header_deadline()  # a request is being served
+        if self._waiting_for_body():
+            if self._body_deadline is None:
+                self._body_deadline = self.loop.call_later(self.body_timeout, self._body_too_slow)
+        else:
+            self._cancel_body_deadline()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._cancel_body_deadline()
         if not self.transport.is_closing():
             self._arm_header_deadline()  # the next request's headers
 
     def _waiting_for_headers(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
+
+    def _waiting_for_body(self) -> bool:
+        cycle = self.cycle
+        return (cycle is not None and cycle.more_body and not cycle.disconnected
+                and not self.transport.is_closing())
 
     def _arm_header_deadline(self) -> None:
         self._cancel_header_deadline()
@@ -58,13 +81,47 @@ class HeaderTimeoutProtocol(H11Protocol):
             self._header_deadline.cancel()
             self._header_deadline = None
 
+    def _cancel_body_deadline(self) -> None:
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
         if self._waiting_for_headers() and not self.transport.is_closing():
             self.transport.close()
 
+    def _body_too_slow(self) -> None:
+        self._body_deadline = None
+        if not self._waiting_for_body():
+            return
+        if self.flow.read_paused:  # the app is not reading yet: the wait is ours
+            self._body_deadline = self.loop.call_later(self.body_timeout, self._body_too_slow)
+            return
+        cycle = self.cycle
+        if not cycle.response_started:
+            self._send_408(cycle.scope["path"])
+        # The app waiting for the rest of the body hears that the client went away.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self.transport.close()
+
+    def _send_408(self, path: str) -> None:
+        message = (f"the request body did not arrive within {self.body_timeout:g} seconds "
+                   "of its headers: send the whole body at once")
+        body = json.dumps(error_body(path, 408, message, "request_timeout")).encode()
+        try:
+            for event in (h11.Response(status_code=408, reason=b"Request Timeout", headers=[
+                              (b"content-type", b"application/json"),
+                              (b"content-length", str(len(body)).encode()),
+                              (b"connection", b"close")]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # h11 will not answer now: closing says enough
+            pass
+
 
 def timeout_settings() -> dict[str, Any]:
     """The uvicorn.Config settings that bound what a slow or idle client can hold."""
-    return {"http": HeaderTimeoutProtocol, "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+    return {"http": DeadlineProtocol, "timeout_keep_alive": KEEP_ALIVE_SECONDS,
             "limit_concurrency": LIMIT_CONCURRENCY}

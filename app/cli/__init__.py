@@ -27,6 +27,16 @@ class HiloGroup(Group):
     """The top-level group: its commands return their exit status, and it turns the
     failures a user can act on into `hilo <command>: <message>` on stderr."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8 on the command line
+                raise click.UsageError(
+                    f"the argument {arg!r} is not valid UTF-8 text: pass it in UTF-8", ctx
+                ) from None
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> NoReturn:
         try:
             status = super().invoke(ctx)

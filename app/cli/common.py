@@ -93,6 +93,9 @@ def _config(data_dir: Path | None, config_file: Path | None) -> Config:
     return config
 
 
+# A fact's id: SQLite's ids are positive signed 64-bit integers.
+FACT_ID = click.IntRange(1, 2**63 - 1)
+
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 
 
@@ -139,11 +142,13 @@ def progress_bar(as_json: bool) -> Iterator[ProgressCallback | None]:
 
 
 def open_memory(config: Config) -> apsw.Connection:
-    """A read-only connection to the memory database; a missing one says to run init."""
+    """A read-only connection to the memory database; a missing one says to run init, a
+    damaged one to restore a backup."""
     from app.datadir import DataDir  # for start-up time, like the commands'
     from app.db import connect_readonly
 
     try:
+        DataDir.of(config).check_memory()
         return connect_readonly(DataDir.of(config).memory_db)
     except Exception as exc:
         raise CommandError(str(exc)) from None

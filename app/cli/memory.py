@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from app.cli.common import (
+    FACT_ID,
     CommandError,
     Group,
     emit,
@@ -67,7 +68,7 @@ def facts(config: Config, category: str | None, history: bool, user: str | None,
 
 @memory.command("search")
 @click.argument("query", nargs=-1, required=True)
-@click.option("--limit", type=int, default=10, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
 @click.option("--explain", is_flag=True, help="each hit's rank per stream")
 @user_option()
 @with_config
@@ -169,7 +170,7 @@ def add(config: Config, category: str, key: str, value: str, user: str | None,
 
 
 @memory.command("edit")
-@click.argument("fact_id", type=int)
+@click.argument("fact_id", type=FACT_ID)
 @click.argument("value")
 @user_option()
 @with_config
@@ -190,7 +191,7 @@ def edit(config: Config, fact_id: int, value: str, user: str | None, as_json: bo
 
 
 @memory.command("forget")
-@click.argument("fact_id", type=int)
+@click.argument("fact_id", type=FACT_ID)
 @click.option("--with-sources", is_flag=True, help="also delete the messages it was learned from")
 @user_option()
 @with_config

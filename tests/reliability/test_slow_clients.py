@@ -1,27 +1,30 @@
-"""Slow clients are timed out: a connection whose headers never finish is closed."""
+"""Slow clients are timed out: a connection whose headers never finish is closed; one whose
+body stops or trickles is answered 408 and closed."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import uvicorn
 
 from app.api import create_app
-from app.api.timeouts import HeaderTimeoutProtocol, timeout_settings
+from app.api.timeouts import DeadlineProtocol, timeout_settings
 
 DEADLINE = 0.5
 
 
-class QuickHeaderTimeout(HeaderTimeoutProtocol):
+class QuickDeadlines(DeadlineProtocol):
     header_timeout = DEADLINE
+    body_timeout = DEADLINE
 
 
 def serve(config):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    settings = {**timeout_settings(), "http": QuickHeaderTimeout}
+    settings = {**timeout_settings(), "http": QuickDeadlines}
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_config=None, lifespan="on",
                                            **settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -50,6 +53,56 @@ def test_incomplete_headers_are_timed_out_and_a_full_request_is_served(config, d
             good.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             good.settimeout(10)
             assert good.recv(1024).startswith(b"HTTP/1.1 200")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def answer_within(conn: socket.socket, seconds: float) -> bytes:
+    """Everything the server sends until it closes the connection (or `seconds` pass)."""
+    conn.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := conn.recv(4096):
+            received += chunk
+    except socket.timeout:
+        return received + b"<still open>"
+    return received
+
+
+def body_request(length: int, path: str = "/api/chat") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
+def test_a_body_that_stops_or_trickles_is_answered_408_and_closed(config, data_dir):
+    server, thread, sock = serve(config)
+    try:
+        port = sock.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as stopped:
+            stopped.sendall(body_request(1000) + b'{"model": ')  # and nothing more
+            answer = answer_within(stopped, 10 * DEADLINE)
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert b"did not arrive within" in answer and answer.endswith(b"}")
+        with socket.create_connection(("127.0.0.1", port)) as trickle:
+            trickle.sendall(body_request(1000, "/v1/chat/completions"))
+            started = time.monotonic()
+            try:
+                while time.monotonic() - started < 20 * DEADLINE:
+                    trickle.sendall(b" ")  # a byte at a time, for ever
+                    time.sleep(DEADLINE / 10)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            assert time.monotonic() - started < 10 * DEADLINE, "the trickle was never cut off"
+        with socket.create_connection(("127.0.0.1", port)) as chunked:
+            chunked.sendall(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n")
+            assert answer_within(chunked, 10 * DEADLINE).startswith(b"HTTP/1.1 408")
+        with socket.create_connection(("127.0.0.1", port)) as good:
+            good.sendall(body_request(2) + b"{}")
+            good.settimeout(10)
+            assert good.recv(1024).startswith(b"HTTP/1.1 4")  # the body arrived: {} is no chat
     finally:
         server.should_exit = True
         thread.join(timeout=30)
