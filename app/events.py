@@ -10,6 +10,7 @@ a secret are refused, since an id is stored, queued and logged as it is.
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -104,7 +105,7 @@ def _tool_field(name: str, value: Any, limit: int) -> str | None:
         raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
     if len(value) > limit:
         raise InvalidEvent(f"{name} is {len(value)} characters; at most {limit} are allowed")
-    cleaned = "".join(ch for ch in clean_text(value) if ch.isprintable()).strip()
+    cleaned = "".join(ch for ch in clean_text(value) if unicodedata.category(ch) != "Cc").strip()
     return redact_secrets(cleaned).text or None
 
 

@@ -7,6 +7,8 @@ redacted, and wholly redacted when its key names a secret ("wifi password").
 
 from __future__ import annotations
 
+import unicodedata
+
 from app.errors import InvalidInput
 from app.sanitize import clean_text, redact_named_value
 
@@ -28,7 +30,7 @@ def check_text(name: str, value: str, limit: int) -> str:
         raise InvalidMemory(f"{name} must be non-empty text")
     if name != "value":
         value = " ".join(value.split())
-        if not value.isprintable():
+        if any(unicodedata.category(ch) == "Cc" for ch in value):
             raise InvalidMemory(f"{name} must be printable text, without control characters")
     else:
         value = value.strip()
