@@ -132,6 +132,8 @@ class ServerConfig:
     host: str = setting("127.0.0.1")
     port: int = setting(11435, between(1, 65535))
     token: str = setting("")
+    allowed_hosts: str = setting("")
+    allowed_origins: str = setting("")
 
 
 @dataclass(frozen=True)

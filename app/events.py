@@ -3,11 +3,14 @@
 `prepare_event` turns whatever a client sent into storable text — valid UTF-8, no NUL
 bytes, secrets redacted, truncated to the size cap with a visible marker — and
 `append_event` stores it through the writer in one transaction with its session row.
+The tool fields are cleaned and redacted the same way, and capped; ids that look like
+a secret are refused, since an id is stored, queued and logged as it is.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,12 +20,16 @@ import apsw
 
 from app.config import Config
 from app.errors import InvalidInput
-from app.sanitize import redact_secrets
+from app.sanitize import clean_text, redact_secrets, secret_kind
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
 ROLES = ("user", "assistant", "tool", "system")
 MAX_ID_LENGTH = 200
+# Tool names are identifiers (OpenAI allows 64 characters); anything longer is not one.
+MAX_TOOL_NAME_LENGTH = 256
+# The JSON of an assistant message's tool calls (their arguments can hold a whole file).
+MAX_TOOL_CALLS_CHARS = 1_000_000
 # A message with more control or undecodable characters than this share is not text a
 # person wrote; short messages are always kept as (cleaned) text.
 BINARY_CONTROL_SHARE = 0.30
@@ -78,6 +85,38 @@ def _check_id(name: str, value: Any) -> str:
         raise InvalidEvent(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > MAX_ID_LENGTH or "\x00" in value:
         raise InvalidEvent(f"{name} must be at most {MAX_ID_LENGTH} printable characters")
+    refuse_secret_id(name, value)
+    return value
+
+
+def refuse_secret_id(name: str, value: str) -> None:
+    """An id that looks like a credential is refused: ids are stored, queued and logged."""
+    kind = secret_kind(value)
+    if kind is not None:
+        raise InvalidEvent(f"{name} looks like a secret ({kind}); ids are stored and logged "
+                           "as they are: use an opaque id such as a UUID")
+
+
+def _tool_field(name: str, value: Any, limit: int) -> str | None:
+    """A tool name or call id: text within `limit`, cleaned and redacted; None if empty."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidEvent(f"{name} is {len(value)} characters; at most {limit} are allowed")
+    cleaned = "".join(ch for ch in clean_text(value) if unicodedata.category(ch) != "Cc").strip()
+    return redact_secrets(cleaned).text or None
+
+
+def _clean_json_strings(value: Any) -> Any:
+    """`value` with every string in it cleaned (NUL bytes, lone surrogates)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean_json_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_json_strings(v) for v in value]
     return value
 
 
@@ -96,13 +135,12 @@ def normalize_text(content: str | bytes) -> str:
         if _looks_binary(text):
             return f"[binary content omitted: {size} bytes]"
     elif isinstance(content, str):
-        # Lone surrogates (from surrogateescape'd input) cannot be encoded as UTF-8.
-        text = content.encode("utf-8", errors="replace").decode("utf-8")
+        text = content
         if _looks_binary(text):
             return f"[binary content omitted: {len(content)} characters]"
     else:
         raise InvalidEvent(f"content must be text, got {type(content).__name__}")
-    return text.replace("\x00", "")
+    return clean_text(text)
 
 
 def truncate(text: str, max_chars: int, original_length: int) -> str:
@@ -136,6 +174,12 @@ def prepare_event(
         raise InvalidEvent(f"importance must be between 0 and 1, got {importance}")
 
     text = normalize_text(content)
+    if not text.strip() and content.strip():  # it held only NUL bytes
+        raise InvalidEvent("content has no text once NUL bytes and invalid characters are "
+                           "removed: send the message as text")
+    # A tool may print nothing, and an assistant message may be only its tool calls.
+    if not text.strip() and (role in ("user", "system") or (role == "assistant" and not tool_calls)):
+        raise InvalidEvent(f"content is empty: a {role} message needs text")
     length = len(text)
     cap = config.memory.max_message_chars
     # Redact a margin past the cap so a secret straddling the cut is caught whole;
@@ -149,9 +193,13 @@ def prepare_event(
     tool_calls_json = None
     if tool_calls is not None:
         try:
-            tool_calls_json = redact_secrets(json.dumps(tool_calls, ensure_ascii=False)).text
+            tool_calls_json = json.dumps(_clean_json_strings(tool_calls), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise InvalidEvent(f"tool_calls must be JSON-serialisable: {exc}") from None
+        if len(tool_calls_json) > MAX_TOOL_CALLS_CHARS:
+            raise InvalidEvent(f"tool_calls is {len(tool_calls_json)} characters of JSON; at "
+                               f"most {MAX_TOOL_CALLS_CHARS} are allowed")
+        tool_calls_json = redact_secrets(tool_calls_json).text
     return PreparedEvent(
         uuid=str(uuidlib.uuid4()),
         user_id=user_id,
@@ -162,8 +210,8 @@ def prepare_event(
         importance=float(importance),
         original_length=original_length,
         redactions=redacted.kinds,
-        tool_call_id=tool_call_id,
-        tool_name=tool_name,
+        tool_call_id=_tool_field("tool_call_id", tool_call_id, MAX_ID_LENGTH),
+        tool_name=_tool_field("tool_name", tool_name, MAX_TOOL_NAME_LENGTH),
         tool_calls_json=tool_calls_json,
     )
 

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("app.errors", "app.config", "app.datadir", "app.db", "app.writer",
                "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors",
                "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
-               "app.metrics")),
+               "app.metrics", "app.access")),
     ("recall", ("app.embedders", "app.retrieval", "app.context", "app.bootstrap", "app.tokens",
                 "app.llm")),
     ("turn", ("app.chat",)),

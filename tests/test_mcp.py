@@ -240,10 +240,10 @@ def test_http_each_user_sees_and_changes_only_their_own_memory(hilo: HiloServer,
     async def as_ana(client: Client) -> dict:
         await call(client, "set_profile", key="name", value="Ana")
         await call(client, "session_handoff", action="write", session_id="s1", entry="Ana's note")
-        return await call(client, "remember", key="secret", value="Ana's locker code is 1234")
+        return await call(client, "remember", key="locker", value="Ana keeps her bike in locker 12")
 
     async def as_bob(client: Client) -> dict:
-        return {"recall": await call(client, "recall", query="locker code"),
+        return {"recall": await call(client, "recall", query="locker"),
                 "facts": await call(client, "list_facts"),
                 "profile": await call(client, "get_profile"),
                 "diary": await call(client, "session_handoff", action="read"),
@@ -259,7 +259,7 @@ def test_http_each_user_sees_and_changes_only_their_own_memory(hilo: HiloServer,
     assert json.loads(bob["resource"]) == []
     con = memory(data_dir)
     assert con.execute("SELECT user_id, value, superseded_at, deleted_at FROM facts").fetchall() == [
-        ("ana", "Ana's locker code is 1234", None, None)]
+        ("ana", "Ana keeps her bike in locker 12", None, None)]
     assert {u for (u,) in con.execute("SELECT user_id FROM profile UNION SELECT user_id FROM diary")
             } == {"ana"}
 

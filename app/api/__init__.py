@@ -10,7 +10,9 @@ memory API under `/memory/...`, MCP at `/mcp` (app/mcp.py, mounted by server.py)
 The rooms, each one concept:
 - server.py: `create_app` (routes, error shapes, gate, the app's state) and `run_server`,
   which refuses to listen off loopback without `[server] token`.
-- gate.py: the bearer token on every route but /health, and the cap on request bodies.
+- gate.py: what every request passes first: the Host and Origin checks (DNS rebinding,
+  cross-site requests), the bearer token (shared, or a user's own), the body cap.
+- access_log.py: uvicorn's access log with paths only, never query strings.
 - errors.py: the one place HTTP errors are shaped, in the calling API's own shape.
 - deps.py: what a route is handed: who is asking (user, session header), the service.
 - turns.py: the chat turn both chat APIs share: which session, whether the message is a

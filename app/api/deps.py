@@ -1,8 +1,11 @@
 """What a route handler is handed: who is asking, and the service that answers.
 
-The user is the `X-Hilo-User` header, else `[memory] user_id`; every read and write is
-filtered by it, so one user never sees another's rows. The `X-Hilo-Session` header names
-the session on the chat routes (app/api/turns.py says what happens without it).
+The user is the per-user token's (app/access.py, checked by the gate), else the
+`X-Hilo-User` header, else `[memory] user_id`; every read and write is filtered by it,
+so one user never sees another's rows. A request with a per-user token that names
+another user in `X-Hilo-User` is refused. The `X-Hilo-Session` header names the session
+on the chat routes (app/api/turns.py says what happens without it). Ids that look like a
+secret are refused: an id is stored, queued and logged as it is.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from app.api.errors import ApiError
+from app.api.gate import TOKEN_USER
 from app.chat import ChatService
 from app.config import Config
-from app.events import MAX_ID_LENGTH
+from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
 
 
 @dataclass(frozen=True)
@@ -29,10 +33,15 @@ def check_id(name: str, value: str) -> str:
     if not value.strip() or len(value) > MAX_ID_LENGTH or not value.isprintable():
         raise ApiError(400, f"{name} must be 1 to {MAX_ID_LENGTH} printable characters",
                        f"bad_{name}")
+    try:
+        refuse_secret_id(name, value)
+    except InvalidEvent as exc:
+        raise ApiError(400, str(exc), f"bad_{name}") from None
     return value
 
 
-UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id")]
+UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id "
+                                                      "(a per-user token fixes it)")]
 SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]
 
 
@@ -43,8 +52,19 @@ def user_of(x_hilo_user: str | None, config: Config) -> str:
 
 def caller(request: Request, x_hilo_user: UserHeader = None,
            x_hilo_session: SessionHeader = None) -> Caller:
+    token_user = request.scope.get(TOKEN_USER)
+    if token_user is not None:
+        if x_hilo_user is not None and x_hilo_user != token_user:
+            raise ApiError(403, f"this token belongs to user {token_user!r} and cannot act as "
+                           "another user: drop X-Hilo-User, or use that user's own token",
+                           "wrong_user")
+        user_id = token_user
+    elif x_hilo_user is not None:
+        user_id = x_hilo_user
+    else:
+        user_id = request.app.state.config.memory.user_id
     session = check_id("session", x_hilo_session) if x_hilo_session is not None else None
-    return Caller(user_of(x_hilo_user, request.app.state.config), session)
+    return Caller(check_id("user", user_id), session)
 
 
 def service_of(request: Request) -> ChatService:

@@ -36,7 +36,8 @@ class ApiError(HiloError):
 
 
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                       404: "not_found_error", 413: "invalid_request_error",
+                       403: "permission_error", 404: "not_found_error",
+                       413: "invalid_request_error",
                        422: "invalid_request_error"}
 
 

@@ -1,25 +1,89 @@
-"""The gate every request passes first: the bearer token and the cap on request bodies.
+"""The gate every request passes first: where it comes from, who sends it, and its size.
 
-With `[server] token` set, every route but /health needs `Authorization: Bearer
-<token>`. A pure ASGI middleware, so streamed replies pass through untouched.
+In order:
+- Host (DNS rebinding): on a loopback connection, the Host header must be an IP address,
+  localhost, or a name in `[server] allowed_hosts`, as Ollama does. A web page whose name
+  an attacker re-points at 127.0.0.1 sends its own name and is refused. Off loopback the
+  token (required there) is the guard.
+- Origin (CSRF, whatever the Content-Type): a browser's request from a page on another
+  site is refused unless `[server] allowed_origins` names it; pages on localhost and the
+  request's own origin are allowed. Clients that are not browsers send no Origin.
+- Token: with `[server] token`, or once any per-user token exists (app/access.py), every
+  route but /health needs `Authorization: Bearer <token>`. A per-user token fixes the
+  user (deps.caller reads it from the scope); the shared token lets the header choose.
+- Body: at most `max_body` bytes, chunked bodies included.
+
+A pure ASGI middleware, so streamed replies pass through untouched.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hmac
+import ipaddress
+import threading
 from typing import Any
+from urllib.parse import urlsplit
 
+import apsw
+
+from app.access import TOKEN_PREFIX, token_user, tokens_in_use
 from app.api.errors import error_response
+from app.config import Config
+from app.db import connect_readonly, memory_db_path
 
 # Routes open without the token.
 OPEN_PATHS = frozenset({"/health"})
+# Where the gate leaves the user a per-user token belongs to (read by deps.caller).
+TOKEN_USER = "hilo.token_user"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header or an origin's netloc: no port, no brackets, lower case."""
+    header = header.strip().lower()
+    if header.startswith("[") and "]" in header:
+        return header[1:header.index("]")]
+    if header.count(":") == 1:
+        header = header.partition(":")[0]
+    return header.rstrip(".")
+
+
+def _patterns(setting: str) -> tuple[str, ...]:
+    return tuple(p.strip().lower().rstrip("/") for p in setting.split(",") if p.strip())
+
+
+def _matches(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
 
 
 class Gate:
-    """Bearer token on every route but /health, and a cap on request bodies."""
+    """Host and Origin checks, the bearer token (shared or per-user), the body cap."""
 
-    def __init__(self, app: Any, token: str, max_body: int) -> None:
-        self.app, self.token, self.max_body = app, token.encode(), max_body
+    def __init__(self, app: Any, config: Config, max_body: int) -> None:
+        self.app, self.max_body = app, max_body
+        self.token = config.server.token.encode()
+        self.allowed_hosts = _patterns(config.server.allowed_hosts)
+        self.allowed_origins = _patterns(config.server.allowed_origins)
+        self.db_path = memory_db_path(config.data_dir)
+        self._local = threading.local()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -27,14 +91,23 @@ class Gate:
             return
         path = scope["path"]
         headers = dict(scope["headers"])
-        if self.token and path not in OPEN_PATHS and not self._authorized(headers):
+        refusal = self._refuse_host(scope, headers) or self._refuse_origin(scope, headers)
+        if refusal is not None:
+            await error_response(path, 403, refusal, "forbidden")(scope, receive, send)
+            return
+        if path not in OPEN_PATHS and not self._authenticate(scope, headers):
             await error_response(
                 path, 401, "missing or wrong bearer token: send the header "
-                "`Authorization: Bearer <token>` with Hilo's [server] token", "unauthorized",
+                "`Authorization: Bearer <token>` with Hilo's [server] token or your own "
+                "per-user token", "unauthorized",
                 {"WWW-Authenticate": "Bearer"})(scope, receive, send)
             return
         length = headers.get(b"content-length")
         if length is not None:
+            if not length.isdigit():
+                await error_response(path, 400, "the Content-Length header is not a number",
+                                     "bad_content_length")(scope, receive, send)
+                return
             if int(length) > self.max_body:
                 await self._too_large(scope, receive, send, int(length))
                 return
@@ -54,9 +127,78 @@ class Gate:
             receive = _replay(bytes(body), receive)
         await self.app(scope, receive, send)
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.token)
+    # -- where the request comes from
+
+    def _refuse_host(self, scope: dict, headers: dict[bytes, bytes]) -> str | None:
+        server = scope.get("server")
+        if not server or not is_loopback(str(server[0])):
+            return None
+        header = headers.get(b"host")
+        if header is None:
+            return None  # HTTP/1.0; every browser sends Host
+        name = host_name(header.decode("latin-1"))
+        if (_is_ip_address(name) or name == "localhost" or name.endswith(".localhost")
+                or _matches(name, self.allowed_hosts)):
+            return None
+        return (f"Host {name!r} is not served here: Hilo answers on this machine to localhost "
+                "and IP addresses only (a web page can point any name at 127.0.0.1). To use "
+                "this name, add it to [server] allowed_hosts (HILO_SERVER_ALLOWED_HOSTS)")
+
+    def _refuse_origin(self, scope: dict, headers: dict[bytes, bytes]) -> str | None:
+        origin = headers.get(b"origin")
+        if origin is None:
+            # Browsers send Origin with every cross-site request that can change anything;
+            # without it, only a cross-site fetch that says so is refused.
+            if (headers.get(b"sec-fetch-site") == b"cross-site"
+                    and scope["method"] not in SAFE_METHODS):
+                return ("a cross-site request from a browser: Hilo refuses those unless "
+                        "their origin is in [server] allowed_origins")
+            return None
+        origin_text = origin.decode("latin-1").strip().lower().rstrip("/")
+        if _matches(origin_text, self.allowed_origins):
+            return None
+        parts = urlsplit(origin_text)
+        if parts.scheme in ("http", "https"):
+            name = host_name(parts.netloc)
+            if is_loopback(name) or name.endswith(".localhost"):
+                return None
+            host = headers.get(b"host")
+            if host is not None and parts.netloc == host.decode("latin-1").strip().lower():
+                return None  # the same origin: a page Hilo served (the /docs UI)
+        return (f"a browser page at {origin_text!r} may not call Hilo: only pages on this "
+                "machine may. To allow that site, add its origin to [server] allowed_origins "
+                "(HILO_SERVER_ALLOWED_ORIGINS)")
+
+    # -- who sends it
+
+    def _authenticate(self, scope: dict, headers: dict[bytes, bytes]) -> bool:
+        """True when the request may go on; a per-user token's user goes in the scope."""
+        scheme, _, presented = headers.get(b"authorization", b"").partition(b" ")
+        presented = presented.strip() if scheme.lower() == b"bearer" else b""
+        if self.token and presented and hmac.compare_digest(presented, self.token):
+            return True
+        if presented.startswith(TOKEN_PREFIX.encode()):
+            user = token_user(self._reader(), presented.decode("latin-1"))
+            if user is not None:
+                scope[TOKEN_USER] = user
+                if scope["path"].startswith("/mcp"):
+                    # The MCP mount reads the user from X-Hilo-User: a per-user token's
+                    # user replaces whatever the request named (routes refuse a mismatch
+                    # in deps.caller).
+                    scope["headers"] = [(k, v) for k, v in scope["headers"]
+                                        if k.lower() != b"x-hilo-user"]
+                    scope["headers"].append((b"x-hilo-user", user.encode()))
+                return True
+        return not self.token and not tokens_in_use(self._reader())
+
+    def _reader(self) -> apsw.Connection:
+        # Requests are gated on the event loop's thread; one read-only connection each.
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = self._local.con = connect_readonly(self.db_path)
+        return con
+
+    # -- its size
 
     async def _too_large(self, scope: dict, receive: Any, send: Any, size: int | None) -> None:
         size_text = f"{size} bytes" if size is not None else "larger than that"

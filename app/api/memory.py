@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who, check_id
@@ -26,7 +26,16 @@ from app.memory import (
     remember_fact,
     set_profile,
 )
+from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
+from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
+from app.memory.validation import check_entry
 from app.retrieval import search_memory
+from app.sanitize import clean_text, redact_secrets
+
+# SQLite's row ids are signed 64-bit integers: a larger id names no row.
+MAX_ROW_ID = 2**63 - 1
+FactId = Annotated[int, Path(le=MAX_ROW_ID, description="a fact's id")]
+
 
 class EventIn(BaseModel):
     role: Literal["user", "assistant", "tool", "system"]
@@ -101,8 +110,12 @@ def get_context(body: ContextRequest, who: Who, service: Service) -> dict:
     """The messages the model would receive for `text` in this session — nothing is
     stored — and `explain`: each layer's status and tokens, and why each fact and card
     was chosen."""
-    built = service.build_context(who.user_id, check_id("session", body.session_id), body.text,
-                                  client_system=body.system, model=body.model)
+    # Cleaned and redacted as a stored message would be: the text is embedded by the
+    # model server and shown in the messages.
+    system = clean_text(body.system) if body.system is not None else None
+    built = service.build_context(who.user_id, check_id("session", body.session_id),
+                                  redact_secrets(clean_text(body.text)).text,
+                                  client_system=system, model=body.model)
     return {"messages": built.messages, "tokens": built.tokens, "budget": built.budget,
             "explain": built.explain}
 
@@ -112,7 +125,9 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
            limit: Annotated[int, Query(ge=1, le=100)] = 10, explain: bool = False) -> dict:
     """Facts, then cards, then raw events matching `q`; with `explain`, each hit's rank
     in every retrieval stream and its fused score."""
-    hits = search_memory(service.reader(), who.user_id, q, limit, embedder=service.embedder)
+    # Stored text holds no secret to find, and the query is embedded by the model server.
+    hits = search_memory(service.reader(), who.user_id, redact_secrets(q).text, limit,
+                         embedder=service.embedder)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
 
 
@@ -125,7 +140,11 @@ def get_profile(who: Who, service: Service) -> dict:
 def put_profile(key: str, body: ProfileValue, who: Who, service: Service) -> dict:
     action = _edit(service, lambda con: set_profile(con, who.user_id, key, body.value,
                                                     source="user", worker="user"))
-    return {"key": key.strip().casefold(), "value": body.value.strip(), "action": action}
+    # The entry as stored: cleaned, and redacted when it holds or is a secret.
+    stored_key, _ = check_entry(key, body.value, PROFILE_KEY_CHARS, PROFILE_VALUE_CHARS)
+    value = next((e.value for e in list_profile(service.reader(), who.user_id)
+                  if e.key == stored_key), None)
+    return {"key": stored_key, "value": value, "action": action}
 
 
 @router.delete("/profile/{key}", summary="Delete a profile key (no worker re-creates it)")
@@ -157,7 +176,7 @@ def add_fact(body: FactIn, who: Who, service: Service) -> dict:
 
 
 @router.get("/facts/{fact_id}", summary="One fact and the history of its key")
-def get_one_fact(fact_id: int, who: Who, service: Service) -> dict:
+def get_one_fact(fact_id: FactId, who: Who, service: Service) -> dict:
     con = service.reader()
     fact = get_fact(con, who.user_id, fact_id)
     if fact is None:
@@ -166,7 +185,7 @@ def get_one_fact(fact_id: int, who: Who, service: Service) -> dict:
 
 
 @router.delete("/facts/{fact_id}", summary="Forget a fact for good (no worker re-creates it)")
-def remove_fact(fact_id: int, who: Who, service: Service, with_sources: bool = False) -> dict:
+def remove_fact(fact_id: FactId, who: Who, service: Service, with_sources: bool = False) -> dict:
     """The value, its earlier versions, vectors and log values go; with `with_sources`,
     the messages it was learned from too."""
     if not _edit(service, lambda con: forget_fact(con, who.user_id, fact_id, worker="user",

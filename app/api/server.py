@@ -7,7 +7,6 @@ who could reach it could read the memory.
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 import sys
 import threading
@@ -20,9 +19,10 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from app.api import health, memory, ollama, openai, scheduled
+from app.api.access_log import log_paths_without_queries
 from app.api.deps import user_of
 from app.api.errors import install_error_handlers
-from app.api.gate import Gate
+from app.api.gate import Gate, is_loopback
 from app.api.health import VERSION
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
@@ -66,21 +66,13 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     for routes in (ollama, openai, scheduled, memory, health):
         app.include_router(routes.router)
     app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp.py)
-    app.add_middleware(Gate, token=config.server.token, max_body=MAX_BODY_BYTES)
+    app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
+    log_paths_without_queries()
     return app
 
 
 class BindRefused(Misconfigured):
     """Listening here would expose the memory without a token."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, token: str) -> None:

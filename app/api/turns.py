@@ -40,6 +40,7 @@ from app.api.errors import ApiError, turn_error
 from app.chat import INTERRUPTED_MARKER, ChatService, Turn
 from app.events import Event, InvalidEvent, prepare_event, session_events
 from app.llm import ModelError
+from app.sanitize import clean_text
 from app.tokens import estimate_tokens
 
 log = structlog.get_logger(__name__)
@@ -59,13 +60,16 @@ class ChatMessage(BaseModel):
 
 
 def message_text(content: str | list[dict[str, Any]] | None) -> str:
-    """A message's text; of OpenAI's content parts, only the text parts."""
+    """A message's text, cleaned (clean_text); of OpenAI's content parts, the text parts."""
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
-    return "".join(str(part.get("text", "")) for part in content
-                   if part.get("type", "text") == "text")
+        return clean_text(content)
+    texts = [part.get("text", "") for part in content if part.get("type", "text") == "text"]
+    if not all(isinstance(text, str) for text in texts):
+        raise ApiError(400, 'the "text" of a text content part must be a string',
+                       "invalid_content")
+    return clean_text("".join(texts))
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from app.events import delete_events
 from app.memory.log import WriteAction, log_change, log_deletions
 from app.memory.validation import (
     InvalidMemory,
+    check_entry,
     check_source,
-    check_text,
     normalise_key,
     same_value,
 )
@@ -93,7 +93,7 @@ def check_fact(category: str, source: str, key: str, value: str) -> tuple[str, s
     if category not in CATEGORIES:
         raise InvalidMemory(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
     check_source(source)
-    return check_text("key", key, KEY_CHARS).casefold(), check_text("value", value, VALUE_CHARS)
+    return check_entry(key, value, KEY_CHARS, VALUE_CHARS)
 
 
 # -- writes --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import apsw
 
 from app.memory.log import WriteAction, log_change, log_deletions
-from app.memory.validation import check_text, same_value
+from app.memory.validation import check_entry, same_value
 from app.timeutil import utc_now
 
 KEY_CHARS = 100
@@ -38,8 +38,7 @@ def set_profile(
     source_event_id: int | None = None,
 ) -> WriteAction:
     """Upsert one profile key. A key the user deleted is not re-created by a worker."""
-    key = check_text("key", key, KEY_CHARS).casefold()
-    value = check_text("value", value, VALUE_CHARS)
+    key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)
     now = utc_now()
     row = con.execute(
         "SELECT value, deleted_at FROM profile WHERE user_id = ? AND key = ?", (user_id, key)

@@ -1,0 +1,251 @@
+"""End to end: every secret of the corpus, planted through every door of `hilo serve`, is
+found nowhere afterwards — not in the data directory (memory and queue databases, their
+WAL files, full-text indexes), the server's and the worker's logs (access log included),
+what the model server was sent (chat, distillation, embeddings), exports or backups.
+
+Real processes: `hilo serve` and `hilo worker` in front of the fake model server, which
+runs in this process and records every request. The fake model "remembers" whatever it
+is shown as facts, so anything that reached it would come back into the database.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import apsw
+import httpx
+import pytest
+
+from app.db import QUEUE_DB
+from app.sanitize import secret_kind
+from tests.fake_ollama import FakeOllama
+from tests.reliability.secrets_corpus import Planted, secrets
+from tests.test_workers_support import REPO_ROOT, consumer_env, hilo_command, query, wait_until
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 60.0
+MODEL = "gemma3:4b"
+# Secrets shorter than this (a PIN) are looked for as whole words only: four digits turn
+# up by chance in any binary file.
+WHOLE_WORD_BELOW = 8
+# The full-text index keeps words lower-cased and stemmed: a secret's longest run of
+# letters and digits is looked for there by its first characters.
+FRAGMENT_CHARS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _remembering_model(body: dict) -> Any:
+    """Distillation stores every USER line it is shown as a fact; anything else: default."""
+    fmt = body.get("format")
+    props = fmt.get("properties", {}) if isinstance(fmt, dict) else {}
+    if "facts" not in props:
+        return None
+    lines = [line for line in (body.get("prompt") or "").splitlines() if line.startswith("USER")]
+    return {"profile": {}, "facts": [{"category": "fact", "key": f"said {n}", "value": line[:500]}
+                                     for n, line in enumerate(lines)]}
+
+
+class Processes:
+    """`hilo serve` and `hilo worker` on this test's data directory, logs in tmp_path."""
+
+    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+        self.env, self.tmp_path = env, tmp_path
+        self.running: list[subprocess.Popen] = []
+
+    def start(self, name: str, *argv: str) -> None:
+        log = (self.tmp_path / f"{name}.log").open("wb")
+        self.running.append(subprocess.Popen(hilo_command(*argv), cwd=REPO_ROOT, env=self.env,
+                                             stdout=log, stderr=subprocess.STDOUT))
+
+    def run(self, *argv: str) -> str:
+        done = subprocess.run(hilo_command(*argv), cwd=REPO_ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    def stop(self) -> None:
+        for process in self.running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.running:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture
+def hilo_processes(config, data_dir, fake_ollama: FakeOllama, tmp_path) -> Iterator[tuple[str, Processes]]:
+    fake_ollama.responder = _remembering_model
+    port = _free_port()
+    cfg = config.replace(llm={"url": fake_ollama.url, "timeout_seconds": 10.0},
+                         queue={"backoff_base_seconds": 0.0, "max_attempts": 2})
+    env = consumer_env(cfg)
+    env.update({"HILO_SERVER_PORT": str(port), "HILO_LOGGING_LEVEL": "debug"})
+    processes = Processes(env, tmp_path)
+    processes.start("serve", "serve")
+    processes.start("worker", "worker")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url), DEADLINE, "hilo serve to answer /health")
+        yield url, processes
+    finally:
+        processes.stop()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _chunks(items: list[Planted], size: int) -> Iterator[list[Planted]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def plant_everywhere(url: str, planted: list[Planted]) -> dict[str, int]:
+    """Send every secret through every door; returns how many requests each door took.
+
+    Where a secret arrives alone (a tool's name, an id) only the secrets recognisable by
+    their shape are sent: "hunter2" is a password only in "my password is hunter2".
+    """
+    doors: dict[str, int] = {}
+    shaped = [p for p in planted if secret_kind(p.value) is not None]
+    by_name = {p.name: p for p in planted}
+
+    def sent(door: str, response: httpx.Response, *expected: int) -> None:
+        assert response.status_code in (expected or (200, 201)), (door, response.text)
+        doors[door] = doors.get(door, 0) + 1
+
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for n, chunk in enumerate(_chunks(planted, 8)):
+            text = "\n".join(p.text for p in chunk)
+            sent("ollama chat", client.post("/api/chat", headers={"X-Hilo-Session": f"chat-{n}"},
+                 json={"model": MODEL, "stream": False,
+                       "messages": [{"role": "user", "content": text}]}))
+            sent("openai chat", client.post("/v1/chat/completions",
+                 headers={"X-Hilo-Session": f"openai-{n}"},
+                 json={"model": MODEL, "messages": [
+                     {"role": "system", "content": "be brief"},
+                     {"role": "user", "content": [{"type": "text", "text": text}]}]}))
+        events = [{"role": "tool", "content": p.text} for p in planted]
+        events += [{"role": "tool", "content": "done",
+                    "tool_name": p.value if len(p.value) <= 256 else "lookup",
+                    "tool_call_id": p.value if len(p.value) <= 200 else "call-1"}
+                   for p in shaped]
+        sent("memory events and tool fields", client.post(
+            "/memory/events", json={"session_id": "tools", "events": events}))
+        for n, p in enumerate(planted):
+            sent("memory context preview", client.post("/memory/context", json={
+                "session_id": "tools", "text": p.text}))
+        for n, p in enumerate(planted):
+            sent("memory facts", client.post("/memory/facts", json={
+                "category": "fact", "key": f"note {n}", "value": p.text}))
+            sent("memory profile", client.put(f"/memory/profile/detail {n}",
+                                              json={"value": p.text}))
+            sent("memory search", client.get("/memory/search", params={"q": p.text}))
+        # Values that are secrets only because of the name they are stored under.
+        sent("memory facts", client.post("/memory/facts", json={
+            "key": "wifi password", "value": by_name["en_plain_word"].value}))
+        sent("memory profile", client.put("/memory/profile/bank pin", json={
+            "value": by_name["en_pin"].value}))
+        # Ids that are secrets are refused, so they are never stored, queued or logged.
+        for p in shaped:
+            if p.value.isprintable() and len(p.value) <= 200 and p.value.isascii():
+                sent("session header", client.post(
+                    "/api/chat", headers={"X-Hilo-Session": p.value},
+                    json={"model": MODEL, "stream": False,
+                          "messages": [{"role": "user", "content": "hello"}]}), 400)
+                sent("user header", client.get("/memory/facts",
+                                               headers={"X-Hilo-User": p.value}), 400)
+                sent("openai user field", client.post("/v1/chat/completions", json={
+                    "model": MODEL, "user": p.value,
+                    "messages": [{"role": "user", "content": "hello"}]}), 400)
+    return doors
+
+
+def _all_done(config) -> bool:
+    undistilled = query(config, "SELECT count(*) FROM events WHERE role = 'user' "
+                                "AND distilled_at IS NULL")[0][0]
+    return undistilled == 0 and _queue_empty(config)
+
+
+def _queue_empty(config) -> bool:
+    con = apsw.Connection(str(config.data_dir / QUEUE_DB), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return con.execute("SELECT count(*) FROM task").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+class Haystack:
+    """Every byte Hilo wrote or sent, by where it was found."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, bytes] = {}
+
+    def add_tree(self, root: Path) -> None:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                self.places[str(path)] = path.read_bytes()
+
+    def add(self, name: str, data: bytes) -> None:
+        self.places[name] = data
+
+    def where(self, secret: str) -> list[str]:
+        needles = [secret.encode()]
+        fragment = max(re.findall(r"[A-Za-z0-9]+", secret), key=len, default="")
+        if len(fragment) >= FRAGMENT_CHARS:
+            needles.append(fragment[:FRAGMENT_CHARS].lower().encode())
+        if len(secret) < WHOLE_WORD_BELOW:
+            word = re.compile(rb"(?<![A-Za-z0-9])" + re.escape(secret.encode()) + rb"(?![A-Za-z0-9])")
+            return [place for place, data in self.places.items() if word.search(data)]
+        return [place for place, data in self.places.items()
+                if any(needle in data for needle in needles)]
+
+
+def test_no_planted_secret_is_found_anywhere(hilo_processes, config, fake_ollama, tmp_path):
+    url, processes = hilo_processes
+    planted = secrets()
+    doors = plant_everywhere(url, planted)
+    cfg = config.replace(llm={"url": fake_ollama.url})
+    wait_until(lambda: _all_done(cfg), DEADLINE, "the worker to distill every turn")
+    assert query(cfg, "SELECT count(*) FROM facts WHERE key LIKE 'said %'")[0][0] > 0, \
+        "the worker distilled nothing: the test would prove nothing about the model's path"
+    assert query(cfg, "SELECT count(*) FROM embeddings")[0][0] > 0
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    processes.run("export", str(exports / "memory.jsonl"), "--format", "jsonl")
+    processes.run("export", str(exports / "vault"), "--format", "md")
+    processes.run("backup", str(exports / "backup.sqlite3"))
+    processes.stop()  # logs flushed, WAL files as the processes left them
+
+    haystack = Haystack()
+    haystack.add_tree(config.data_dir)
+    haystack.add_tree(exports)
+    haystack.add("serve.log", (tmp_path / "serve.log").read_bytes())
+    haystack.add("worker.log", (tmp_path / "worker.log").read_bytes())
+    haystack.add("sent to the model server", json.dumps(
+        [(r.path, r.body) for r in fake_ollama.requests], ensure_ascii=False).encode())
+    assert b"GET /memory/search" in haystack.places["serve.log"], "no access log to check"
+    assert len(fake_ollama.bodies("/api/embed")) > 0, "no embeddings request to check"
+
+    leaks = {p.name: haystack.where(p.value) for p in planted}
+    leaks = {name: places for name, places in leaks.items() if places}
+    print(f"planted {len(planted)} secrets through {doors}; "
+          f"searched {len(haystack.places)} files and streams; leaks: {leaks}")
+    assert leaks == {}
