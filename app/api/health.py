@@ -1,8 +1,14 @@
-"""/health, open without the token, and /metrics for the people who run Hilo."""
+"""/health, open without the token, and /metrics for the people who run Hilo.
+
+/health says "ok" when the memory database answers and the model server has the chat,
+distill and embedding models; "degraded" (still HTTP 200: memory and the queue work)
+with the reasons when the model server is down or a model is missing; "error" (503)
+when the memory database does not answer.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -10,6 +16,7 @@ from app import __version__
 from app.api.deps import Service
 from app.db import schema_version
 from app.metrics import render
+from app.probe import CachedProbe
 from workers.metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
@@ -19,13 +26,26 @@ router = APIRouter(tags=["Health"])
 
 
 @router.get("/health", summary="Is Hilo up (open without the token)")
-def get_health(service: Service) -> Response:
+def get_health(request: Request, service: Service) -> Response:
     try:
         version = schema_version(service.reader())
     except Exception as exc:  # noqa: BLE001 — health reports, it does not raise
         return JSONResponse({"status": "error", "error": f"memory database: {exc}"},
                             status_code=503)
-    return JSONResponse({"status": "ok", "version": VERSION, "schema_version": version})
+    models = _model_probe(request, service).report()
+    body = {"status": "degraded" if models.degraded else "ok", "version": VERSION,
+            "schema_version": version, "models": models.log_fields()}
+    if models.degraded:
+        body["reasons"] = models.reasons
+    return JSONResponse(body)
+
+
+def _model_probe(request: Request, service: Service) -> CachedProbe:
+    """One cached probe per app, made on the first health check."""
+    probe = getattr(request.app.state, "model_probe", None)
+    if probe is None:
+        probe = request.app.state.model_probe = CachedProbe(service.config)
+    return probe
 
 
 @router.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
