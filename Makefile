@@ -24,9 +24,13 @@ $(VENV)/.test-installed: pyproject.toml | $(PYTHON)
 	touch $@
 
 # The embedded default: SQLite memory, SQLite queue; the API and the worker under honcho.
+# Ctrl-C or SIGTERM is how `make run` ends: honcho then stops both processes and exits
+# 130 or 143, which is a clean stop, not an error for make to report. The trap keeps the
+# recipe's shell alive through Ctrl-C until honcho has finished.
 run: $(VENV)/.run-installed
 	$(HILO) init
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho start
+	trap : INT; PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/honcho start; \
+	status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
 
 test: $(VENV)/.test-installed
 	$(PYTHON) -m pytest

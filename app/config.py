@@ -1,9 +1,15 @@
 """Configuration: read once at start into a typed, frozen object.
 
-Sources, later wins: the defaults below, `config.toml`, then `HILO_<SECTION>_<KEY>`
+Sources, later wins: the defaults below, a config file, then `HILO_<SECTION>_<KEY>`
 environment variables (e.g. `HILO_LLM_URL`, `HILO_MEMORY_WINDOW_EVENTS`,
-`HILO_DATA_DIR`). A wrong type, an unknown key or an out-of-range value stops the
-program with one line naming the key, its source and what is allowed.
+`HILO_DATA_DIR`). Every invalid value (a wrong type, an unknown key, an out-of-range
+number, a URL that is not one) stops the program with one line naming the key, its
+source and what is allowed.
+
+The file is the first of: `--config` or `HILO_CONFIG`, `./config.toml`, the user's
+config folder (`$XDG_CONFIG_HOME/hilo/config.toml`, else `~/.config/hilo/config.toml`);
+with none, the defaults. `Config.origin` records which file and where the data
+directory came from, for `hilo doctor` to say.
 
 The defaults here and the repository's `config.toml` are kept identical by a test, so
 the file documents every key and the program still runs without it.
@@ -14,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app.errors import Misconfigured
@@ -25,6 +33,10 @@ from app.errors import Misconfigured
 ENV_PREFIX = "HILO_"
 # Variables that select the configuration itself rather than a key in it.
 ENV_CONTROL = {"HILO_CONFIG"}
+# Ollama's own port: a bare host in [llm] url gets it, as OLLAMA_HOST does.
+OLLAMA_PORT = 11434
+# [schedule] timezone's value for "this machine's zone".
+LOCAL_ZONE = "local"
 
 
 class ConfigError(Misconfigured, ValueError):
@@ -55,13 +67,108 @@ def _is_timezone(name: str) -> bool:
     return True
 
 
-def setting(default: Any, allowed: Allowed | None = None) -> Any:
-    return field(default=default, metadata={"allowed": allowed})
+NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
+# Control characters break HTTP headers (an API key is sent as one) and log lines.
+NO_CONTROL_CHARACTERS = Allowed(lambda v: v.isprintable(), "printable characters only")
+
+
+def setting(default: Any, allowed: Allowed | None = None,
+            parse: Callable[[str], str] | None = None) -> Any:
+    """A key: its default, what it accepts, and how its text is normalised (`parse`
+    raises ValueError saying what was expected)."""
+    return field(default=default, metadata={"allowed": allowed, "parse": parse})
+
+
+def model_server_url(text: str) -> str:
+    """[llm] url read as Ollama reads OLLAMA_HOST: with a scheme (http or https) it is
+    kept as written; without one, http:// is assumed, a missing host is 127.0.0.1 and
+    a missing port 11434 ("localhost:11434", ":11434", "0.0.0.0", "gpu-box/ollama").
+    Raises ValueError saying what a URL here looks like."""
+    value = text.strip()
+    expected = "expected a URL such as http://127.0.0.1:11434, or host:port as in OLLAMA_HOST"
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        raise ValueError(f"{expected} (no spaces)")
+    scheme, has_scheme, rest = value.partition("://")
+    if not has_scheme:
+        scheme, rest = "http", value
+    elif scheme.lower() not in ("http", "https"):
+        raise ValueError(f"{expected} (http:// or https://, not {scheme}://)")
+    try:
+        split = urlsplit(f"{scheme}://{rest}")
+        port = split.port
+    except ValueError:
+        raise ValueError(f"{expected} (the port is a number from 1 to 65535)") from None
+    if port == 0:
+        raise ValueError(f"{expected} (the port is a number from 1 to 65535)")
+    if split.query or split.fragment:
+        raise ValueError(f"{expected} (no ?query or #fragment)")
+    if has_scheme:
+        if not split.hostname:
+            raise ValueError(f"{expected} (it names no host)")
+        return value.rstrip("/")
+    host = split.hostname or "127.0.0.1"
+    if ":" in host:  # an IPv6 address goes back in brackets
+        host = f"[{host}]"
+    path = split.path.strip("/")
+    return f"http://{host}:{port or OLLAMA_PORT}" + (f"/{path}" if path else "")
+
+
+def redis_url(text: str) -> str:
+    """[queue] redis_url: redis://, rediss:// or unix://, with a valid port if any."""
+    expected = "expected a URL such as redis://127.0.0.1:6379/0 (redis://, rediss:// or unix://)"
+    try:
+        split = urlsplit(text.strip())
+        split.port  # raises on a port that is not a number from 0 to 65535
+    except ValueError:
+        raise ValueError(expected) from None
+    if split.scheme not in ("redis", "rediss", "unix") or not (split.netloc or split.path):
+        raise ValueError(expected)
+    return text.strip()
+
+
+# Ollama reads keep_alive as seconds (a number; negative: forever) or a Go duration.
+_GO_DURATION = re.compile(r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
+KEEP_ALIVE = Allowed(
+    lambda v: bool(re.fullmatch(r"\s*-?\d+\s*", v) or _GO_DURATION.fullmatch(v.strip())),
+    'seconds ("300", "-1" for ever) or a duration such as "5m", "1h30m"')
+TIMEZONE = Allowed(lambda v: v == LOCAL_ZONE or _is_timezone(v),
+                   'an IANA time zone such as Europe/Madrid, or "local" for this machine\'s')
+
+
+def system_timezone(env: Mapping[str, str] | None = None, root: Path = Path("/")) -> str:
+    """This machine's IANA time zone name: from TZ, else /etc/timezone, else where the
+    /etc/localtime link points; UTC when none names a zone Python knows.
+
+    (`datetime.now().astimezone()` gives only an offset, which cannot say when
+    daylight-saving time changes it.)"""
+    env = os.environ if env is None else env
+    candidates = [_zone_in_path(env.get("TZ", "").strip().lstrip(":"))]
+    try:
+        candidates.append((root / "etc" / "timezone").read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        pass
+    localtime = root / "etc" / "localtime"
+    if localtime.is_symlink():
+        candidates.append(_zone_in_path(str(localtime.resolve())))
+    for name in candidates:
+        if name and _is_timezone(name):
+            return "UTC" if name in _UTC_NAMES else name
+    return "UTC"
+
+
+# What /etc/localtime often points at on a machine kept in UTC: said as "UTC".
+_UTC_NAMES = {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"}
+
+
+def _zone_in_path(text: str) -> str:
+    """"/usr/share/zoneinfo/Europe/Lisbon" -> "Europe/Lisbon"; other text unchanged."""
+    _, found, name = text.rpartition("zoneinfo/")
+    return name if found else text
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    dir: str = setting("~/.local/share/hilo")
+    dir: str = setting("~/.local/share/hilo", NON_EMPTY)
 
 
 @dataclass(frozen=True)
@@ -78,7 +185,7 @@ class MemoryConfig:
     max_message_chars: int = setting(32_000, between(100, 10_000_000))
     bootstrap_max_tokens: int = setting(500, between(0, 100_000))
     dedupe_similarity: float = setting(0.75, between(0.1, 1))
-    user_id: str = setting("default")
+    user_id: str = setting("default", NON_EMPTY)
 
 
 @dataclass(frozen=True)
@@ -92,13 +199,13 @@ class ImportanceConfig:
 @dataclass(frozen=True)
 class LLMConfig:
     provider: str = setting("ollama", one_of("ollama", "openai"))
-    url: str = setting("http://127.0.0.1:11434")
-    chat_model: str = setting("gemma3:4b")
-    distill_model: str = setting("gemma3:4b")
-    api_key: str = setting("")
+    url: str = setting("http://127.0.0.1:11434", parse=model_server_url)
+    chat_model: str = setting("gemma3:4b", NON_EMPTY)
+    distill_model: str = setting("gemma3:4b", NON_EMPTY)
+    api_key: str = setting("", NO_CONTROL_CHARACTERS)
     num_ctx: int = setting(4096, between(512, 1_048_576))
     reply_reserve: int = setting(1024, between(64, 1_000_000))
-    keep_alive: str = setting("5m")
+    keep_alive: str = setting("5m", KEEP_ALIVE)
     temperature: float = setting(0.7, between(0, 2))
     timeout_seconds: float = setting(120.0, between(1, 3600))
     connect_timeout_seconds: float = setting(3.0, between(0.1, 120))
@@ -107,14 +214,14 @@ class LLMConfig:
 @dataclass(frozen=True)
 class EmbedderConfig:
     kind: str = setting("ollama", one_of("ollama", "local", "none"))
-    model: str = setting("nomic-embed-text")
+    model: str = setting("nomic-embed-text", NON_EMPTY)
     batch_size: int = setting(32, between(1, 4096))
 
 
 @dataclass(frozen=True)
 class QueueConfig:
     backend: str = setting("sqlite", one_of("sqlite", "redis"))
-    redis_url: str = setting("redis://127.0.0.1:6379/0")
+    redis_url: str = setting("redis://127.0.0.1:6379/0", parse=redis_url)
     workers: int = setting(4, between(1, 64))
     poll_max_delay: float = setting(0.5, between(0.01, 60))
     max_attempts: int = setting(5, between(1, 100))
@@ -129,22 +236,37 @@ class WriterConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    host: str = setting("127.0.0.1")
+    host: str = setting("127.0.0.1", NON_EMPTY)
     port: int = setting(11435, between(1, 65535))
-    token: str = setting("")
+    token: str = setting("", NO_CONTROL_CHARACTERS)
     allowed_hosts: str = setting("")
     allowed_origins: str = setting("")
 
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    timezone: str = setting("UTC", Allowed(_is_timezone, "an IANA time zone such as Europe/Madrid"))
+    timezone: str = setting(LOCAL_ZONE, TIMEZONE)
+
+    def __post_init__(self) -> None:
+        # Resolved here, once, so every reader of the key gets a name ZoneInfo accepts.
+        if self.timezone == LOCAL_ZONE:
+            object.__setattr__(self, "timezone", system_timezone())
 
 
 @dataclass(frozen=True)
 class LoggingConfig:
     level: str = setting("info", one_of("debug", "info", "warning", "error"))
     format: str = setting("auto", one_of("auto", "json", "console"))
+
+
+@dataclass(frozen=True)
+class ConfigOrigin:
+    """Where a Config came from, for `hilo doctor` to say."""
+
+    file: Path | None = None      # None: no file, the built-in defaults
+    file_found_by: str = ""       # "--config", "HILO_CONFIG", "the current folder", ...
+    data_dir_from: str = "the built-in default"
+    searched: tuple[Path, ...] = ()  # the places looked in, when no file was named
 
 
 @dataclass(frozen=True)
@@ -161,6 +283,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     # `[[scheduled_tasks]]` entries, synced into the database at every worker start.
     scheduled_tasks: tuple[Mapping[str, Any], ...] = ()
+    origin: ConfigOrigin = field(default_factory=ConfigOrigin, compare=False)
 
     @property
     def data_dir(self) -> Path:
@@ -178,7 +301,8 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {
-    f.name: f.type for f in dataclasses.fields(Config) if f.name != "scheduled_tasks"
+    f.name: f.type for f in dataclasses.fields(Config)
+    if f.name not in ("scheduled_tasks", "origin")
 }
 # `from __future__ import annotations` turns field types into strings; resolve them here.
 SECTIONS = {name: globals()[typ] if isinstance(typ, str) else typ for name, typ in SECTIONS.items()}
@@ -221,6 +345,12 @@ def _check(section: str, name: str, value: Any, source: str) -> Any:
     f = _fields(section)[name]
     key = f"{section}.{name}"
     value = _coerce(value, _field_type(f), key, source, from_env=source.startswith("environment"))
+    parse: Callable[[str], str] | None = f.metadata.get("parse")
+    if parse is not None:
+        try:
+            value = parse(value)
+        except ValueError as exc:
+            raise ConfigError(f"{key} = {value!r} from {source}: {exc}") from None
     allowed: Allowed | None = f.metadata.get("allowed")
     if allowed is not None and not allowed.check(value):
         raise ConfigError(f"{key} = {value!r} from {source}: expected {allowed.describe}")
@@ -232,6 +362,12 @@ def _from_file(path: Path) -> tuple[dict[str, dict[str, Any]], tuple[Mapping[str
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory: name the file in it") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     source = f"file {path}"
@@ -284,13 +420,27 @@ def _from_env(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     return values
 
 
-def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
-    """`HILO_CONFIG`, else ./config.toml when present, else none (defaults only)."""
+def user_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """The user's config file: $XDG_CONFIG_HOME/hilo/config.toml, else ~/.config/hilo/."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME", "")
+    # The XDG spec ignores a relative XDG_CONFIG_HOME.
+    folder = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return folder / "hilo" / "config.toml"
+
+
+def find_config_file(env: Mapping[str, str] | None = None) -> ConfigOrigin:
+    """The file to read when none is given on the command line: `HILO_CONFIG`, else
+    ./config.toml, else the user's config folder; else none (the defaults)."""
     env = os.environ if env is None else env
     if env.get("HILO_CONFIG"):
-        return Path(env["HILO_CONFIG"])
-    local = Path("config.toml")
-    return local if local.is_file() else None
+        return ConfigOrigin(Path(env["HILO_CONFIG"]), "HILO_CONFIG")
+    places = ((Path("config.toml"), "the current folder"),
+              (user_config_path(env), "the user's config folder"))
+    for path, found_by in places:
+        if path.is_file():
+            return ConfigOrigin(path.absolute(), found_by)
+    return ConfigOrigin(searched=tuple(p.absolute() for p, _ in places))
 
 
 def load_config(
@@ -300,17 +450,25 @@ def load_config(
 ) -> Config:
     """Defaults, then the file, then the environment, then an explicit --data-dir."""
     env = os.environ if env is None else env
-    path = path if path is not None else default_config_path(env)
-    file_values, tasks = _from_file(path) if path is not None else ({}, ())
+    origin = ConfigOrigin(Path(path), "--config") if path is not None else find_config_file(env)
+    file_values, tasks = _from_file(origin.file) if origin.file is not None else ({}, ())
     env_values = _from_env(env)
 
     sections = {}
     for section, cls in SECTIONS.items():
         merged = {**file_values.get(section, {}), **env_values.get(section, {})}
         sections[section] = cls(**merged)
-    config = Config(**sections, scheduled_tasks=tasks)
     if data_dir is not None:
-        config = config.replace(data={"dir": str(data_dir)})
+        sections["data"] = DataConfig(dir=_check("data", "dir", str(data_dir), "--data-dir"))
+        data_dir_from = "--data-dir"
+    elif "dir" in env_values.get("data", {}):
+        data_dir_from = "environment variable HILO_DATA_DIR"
+    elif "dir" in file_values.get("data", {}):
+        data_dir_from = f"file {origin.file}"
+    else:
+        data_dir_from = "the built-in default"
+    origin = dataclasses.replace(origin, data_dir_from=data_dir_from)
+    config = Config(**sections, scheduled_tasks=tasks, origin=origin)
     _check_consistency(config)
     return config
 

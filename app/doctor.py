@@ -16,12 +16,14 @@ from app.bootstrap import read_bootstrap
 from app.datadir import DataDir
 from app.db import (
     MIGRATIONS_TABLE,
+    applied_migrations,
     available_migrations,
     connect_readonly,
     file_damage,
     schema_version,
 )
 from app.llm import ModelClient, ModelError
+from app.probe import ModelStatus, probe_embedder, probe_models
 from app.tokens import estimate_tokens
 from workers.inspection import QueueError, QueueView
 from workers.queue import configure as bind_queue
@@ -55,10 +57,25 @@ RESTORE_FIX = (
 )
 
 
+def check_configuration(config: Config) -> list[Check]:
+    """Which config file was read (or that none was), and the time zone tasks run in."""
+    origin = config.origin
+    if origin.file is not None:
+        found = Check("configuration", Status.OK,
+                      f"{origin.file} (from {origin.file_found_by})")
+    else:
+        looked = " or ".join(str(p) for p in origin.searched) or "the usual places"
+        found = Check("configuration", Status.OK,
+                      f"built-in defaults and HILO_* variables (no {looked})")
+    return [found, Check("time zone", Status.OK,
+                         f"{config.schedule.timezone} (scheduled tasks run in it)")]
+
+
 def check_data_dir(config: Config) -> Check:
+    where = f"{config.data_dir} (from {config.origin.data_dir_from})"
     if config.data_dir.is_dir():
-        return Check("data directory", Status.OK, str(config.data_dir))
-    return Check("data directory", Status.FAIL, f"{config.data_dir} does not exist",
+        return Check("data directory", Status.OK, where)
+    return Check("data directory", Status.FAIL, f"{where} does not exist",
                  "run `hilo init` (or pass the right --data-dir)")
 
 
@@ -82,13 +99,19 @@ def check_database(config: Config) -> list[Check]:
 
 def _check_schema(con: apsw.Connection) -> Check:
     have = schema_version(con)
-    want = available_migrations()[-1].number
-    if have == want:
-        return Check("schema version", Status.OK, f"{have}")
+    shipped = available_migrations()
+    want = shipped[-1].number
     if have > want:
         return Check("schema version", Status.FAIL, f"{have}, newer than this Hilo ({want})",
                      "upgrade Hilo, or restore a backup made by this version")
-    return Check("schema version", Status.WARN, f"{have}, this Hilo has {want}",
+    # By name, not by the highest number: migrations are numbered apart and a lower one
+    # may arrive after a higher one was applied.
+    applied = set(applied_migrations(con))
+    pending = [m.name for m in shipped if m.name not in applied]
+    if not pending:
+        return Check("schema version", Status.OK, f"{have}")
+    return Check("schema version", Status.WARN,
+                 f"{have}, and {len(pending)} to apply: {', '.join(pending)}",
                  "run `hilo init` to migrate")
 
 
@@ -150,24 +173,28 @@ def check_bootstrap(config: Config) -> Check:
 
 
 def check_model_server(config: Config) -> list[Check]:
-    client = ModelClient.from_config(config)
-    try:
-        models = client.list_models()
-    except ModelError as exc:
-        return [Check("model server", Status.WARN, str(exc),
+    """The model server, the chat and distill models (app/probe.py), and the embedder,
+    asked to embed a word: a missing embedding model leaves search to keywords."""
+    report = probe_models(config, timeout=config.llm.connect_timeout_seconds)
+    if not report.server_ok:
+        return [Check("model server", Status.WARN, report.server_problem,
                       "chat needs it; memory and the queue keep working without it")]
-    finally:
-        client.close()
-    checks = [Check("model server", Status.OK, f"{config.llm.url} answers ({len(models)} models)")]
-    if config.llm.provider == "ollama":
-        for role, name in (("chat model", config.llm.chat_model),
-                           ("distill model", config.llm.distill_model)):
-            if name in models or f"{name}:latest" in models:
-                checks.append(Check(role, Status.OK, name))
-            else:
-                checks.append(Check(role, Status.WARN, f"{name} is not pulled",
-                                    f"run `ollama pull {name}`"))
+    checks = [Check("model server", Status.OK, f"{config.llm.url} answers")]
+    checks += [_model_check(m) for m in report.models if m.role != "embedding"]
+    embedder = probe_embedder(config)
+    if embedder is None:
+        checks.append(Check("embedder", Status.OK,
+                            'none ([embedder] kind = "none"): search by keywords only'))
+    else:
+        checks.append(_model_check(embedder))
     return checks
+
+
+def _model_check(model: ModelStatus) -> Check:
+    name = "embedder" if model.role == "embedding" else f"{model.role} model"
+    if model.ready:
+        return Check(name, Status.OK, model.name)
+    return Check(name, Status.WARN, f"{model.name}: {model.problem}", model.fix)
 
 
 # The queue: a worker that has not polled for this long while jobs are due is stalled; a
@@ -294,8 +321,9 @@ def check_queue_locks(config: Config, now: float | None = None) -> list[Check]:
 
 
 def run_checks(config: Config) -> list[Check]:
-    checks = [check_data_dir(config)]
-    if checks[0].status is Status.OK:
+    checks = check_configuration(config)
+    checks.append(check_data_dir(config))
+    if checks[-1].status is Status.OK:
         checks += check_database(config)
         checks.append(check_bootstrap(config))
     checks.append(check_disk(config))

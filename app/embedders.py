@@ -10,6 +10,10 @@ Chosen by `[embedder] kind` in config.toml:
 
 Every embedder names its `model`: stored vectors carry it, and a query is only ever
 compared with vectors of the same model.
+
+An embedder that cannot run (its model not pulled, the local extra not installed) raises
+EmbedderUnavailable and logs so once per process: search then goes on by keywords, and
+every turn saying it again would bury the one line that says what to do.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ import threading
 from typing import Protocol, Sequence
 
 import numpy as np
+import structlog
 
 from app.config import Config
 from app.errors import Unavailable
-from app.llm import ModelClient
+from app.llm import ModelClient, ModelNotFound
+
+log = structlog.get_logger(__name__)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384
@@ -38,6 +45,22 @@ LOCAL_PASS_SIZE = 16
 
 class EmbedderUnavailable(Unavailable):
     """The configured embedder cannot run here; str() says what to install or change."""
+
+
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def _unavailable(model: str, problem: str) -> EmbedderUnavailable:
+    """The error to raise, after logging it the first time this process meets it."""
+    with _reported_lock:
+        first = (model, problem) not in _reported
+        _reported.add((model, problem))
+    if first:
+        log.warning("embedder.unavailable", model=model, error=problem,
+                    effect="search uses keywords, importance and recency only; "
+                           "said once per process")
+    return EmbedderUnavailable(problem)
 
 
 class Embedder(Protocol):
@@ -68,7 +91,11 @@ class OllamaEmbedder:
         texts = [t[:MAX_EMBED_CHARS] for t in texts]
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            rows.extend(self.client.embed(texts[start:start + self.batch_size], model=self.model))
+            try:
+                rows.extend(self.client.embed(texts[start:start + self.batch_size],
+                                              model=self.model))
+            except ModelNotFound as exc:
+                raise _unavailable(self.model, str(exc)) from exc
         if not rows:
             return np.zeros((0, 0), dtype=np.float32)
         return _as_matrix(rows, len(texts), self.model)
@@ -134,7 +161,10 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, LOCAL_DIM), dtype=np.float32)
-        model = _load_local_model()
+        try:
+            model = _load_local_model()
+        except EmbedderUnavailable as exc:
+            raise _unavailable(self.model, str(exc)) from None
         import torch
 
         # sentence-transformers sorts the whole call by length before cutting passes.

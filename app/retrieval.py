@@ -25,6 +25,7 @@ import apsw
 import numpy as np
 import structlog
 
+from app.embedders import EmbedderUnavailable
 from app.fts import build_match_query, terms
 from app.vectors import VECTOR_INDEX
 
@@ -95,6 +96,8 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None) -> Que
         try:
             query.vector = embedder.embed([text])[0]
             query.model = embedder.model
+        except EmbedderUnavailable:
+            pass  # the embedder has said so, once
         except Exception as exc:  # noqa: BLE001 - any embedder failure degrades to keywords
             log.warning("query_embedding_failed", model=embedder.model, error=str(exc))
     return query

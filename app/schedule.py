@@ -8,11 +8,19 @@ What is understood (accents and case do not matter):
     on the 1st of every month at noon · on the last day of every month at 18:00
     cada día a las 9 · cada lunes a las 8 · todos los días laborables a las 18:30 ·
     de lunes a viernes a las 9 y media · cada 15 minutos · el día 1 de cada mes a mediodía
-    one-shots: in 10 minutes · tomorrow at 9 · today at 17:30 · en 10 minutos ·
-    mañana a las 9 · pasado mañana a las 8 de la tarde · 2026-12-01 09:00 (ISO 8601)
+    daily · every morning · every monday evening at 7 · cada mañana · todas las noches ·
+    todos los lunes por la tarde
+    one-shots: in 10 minutes · in 30 seconds · at noon · tomorrow at 9 · today at 17:30 ·
+    tonight · next tuesday · next friday at 18:00 · en 10 minutos · a mediodía ·
+    mañana a las 9 · el próximo martes · pasado mañana a las 8 de la tarde ·
+    2026-12-01 09:00 (ISO 8601)
 
-Anything else is refused with examples, never guessed — "on monday at 9" too, which could
-mean once or every week. A cron expression must have
+A day without a time runs at 09:00 ("daily", "tomorrow", "next tuesday"); a part of the
+day stands for a time (morning/mañana 09:00, afternoon 15:00, tarde 16:00, evening
+18:00, night/noche 21:00) and reads an hour said with it ("every evening at 7" is
+19:00); a time without a day is its next occurrence, once ("at noon"). The echo shows
+what was understood. Anything else is refused with examples, never guessed — "on monday
+at 9" too, which could mean once or every week. A cron expression must have
 exactly 5 fields (a sixth would mean seconds) and pass croniter's strict check; day of
 month and day of week combine as in cron (either matches), not as in huey's crontab.
 
@@ -32,7 +40,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 from cron_descriptor import ExpressionDescriptor, Options
@@ -41,19 +49,33 @@ from app.errors import InvalidInput
 
 UTC = timezone.utc
 
+# Every example here parses (a test says so), whenever it is read.
 EXAMPLES_EN = (
-    "every day at 9", "every weekday at 18:30", "every monday and thursday at 8am",
-    "every 15 minutes", "on the 1st of every month at noon", "in 10 minutes", "tomorrow at 9",
+    "every day at 9", "daily", "every weekday at 18:30", "every monday and thursday at 8am",
+    "every morning", "every 15 minutes", "on the 1st of every month at noon", "at noon",
+    "in 10 minutes", "tomorrow at 9", "next tuesday",
 )
 EXAMPLES_ES = (
-    "cada día a las 9", "cada lunes a las 8", "todos los días laborables a las 18:30",
-    "cada 15 minutos", "en 10 minutos", "mañana a las 9",
+    "cada día a las 9", "todos los días", "cada lunes a las 8",
+    "todos los días laborables a las 18:30", "cada mañana", "cada 15 minutos", "a mediodía",
+    "en 10 minutos", "mañana a las 9", "el próximo martes",
 )
-EXAMPLES_OTHER = ("2026-12-01 09:00", "30 18 * * 1-5 (cron: minute hour day month weekday)")
+# An ISO example in the future: a fixed date would turn into a refused one-shot.
+EXAMPLES_OTHER = (f"{date.today().year + 1}-12-01 09:00", "30 18 * * 1-5")
 EXAMPLES_TEXT = (
     "Write it like: " + " · ".join(EXAMPLES_EN) + "; or: " + " · ".join(EXAMPLES_ES)
-    + "; or an ISO date-time or a cron expression: " + " · ".join(EXAMPLES_OTHER) + "."
+    + "; or an ISO date-time, or a cron expression (minute hour day month weekday): "
+    + " · ".join(EXAMPLES_OTHER) + "."
 )
+# A day named without a time ("daily", "tomorrow", "next tuesday") runs at this hour.
+DEFAULT_HOUR = 9
+# The time a part of the day stands for, said alone ("every morning")...
+_PART_HOURS = {"morning": 9, "afternoon": 15, "evening": 18, "night": 21,
+               "manana": 9, "tarde": 16, "noche": 21}
+# ...and how it reads an hour said with it ("every evening at 7" is 19:00), in the
+# words _TIME understands ("7 de la tarde").
+_PART_READING = {"morning": "manana", "afternoon": "tarde", "evening": "tarde",
+                 "night": "noche", "manana": "manana", "tarde": "tarde", "noche": "noche"}
 
 # Cron's day-of-week numbers.
 _WEEKDAY_NUMBERS = {
@@ -72,6 +94,7 @@ _NUMBER_WORDS = {
     "ten": 10, "diez": 10, "eleven": 11, "once": 11, "twelve": 12, "doce": 12,
     "fifteen": 15, "quince": 15, "twenty": 20, "veinte": 20, "thirty": 30, "treinta": 30,
 }
+_SECOND_UNITS = {"s", "sec", "secs", "second", "seconds", "segundo", "segundos"}
 _MINUTE_UNITS = {"m", "min", "mins", "minute", "minutes", "minuto", "minutos"}
 _HOUR_UNITS = {"h", "hr", "hrs", "hour", "hours", "hora", "horas"}
 _DAY_UNITS = {"d", "day", "days", "dia", "dias"}
@@ -135,13 +158,14 @@ def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: boo
     run already). Raises ScheduleError, whose message shows examples.
     """
     _require_aware(now)
-    zone = ZoneInfo(timezone_name)
+    zone = _zone(timezone_name)
     original = " ".join(str(text).split())
     if not original:
         raise ScheduleError("the schedule is empty")
     local_now = now.astimezone(zone)
+    words = _parts_of_day(_normalise(original))
 
-    moment = _parse_iso(original, zone) or _parse_oneshot(_normalise(original), local_now)
+    moment = _parse_iso(original, zone) or _parse_oneshot(words, local_now)
     if moment is not None:
         if moment <= now and not allow_past:
             raise ScheduleError(
@@ -150,7 +174,7 @@ def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: boo
 
     cron_expr = _parse_cron(original)
     if cron_expr is None:
-        cron_expr = _parse_recurring(_normalise(original))
+        cron_expr = _parse_recurring(words)
     if cron_expr is None:
         raise ScheduleError(f'could not understand the schedule "{original}"')
     cron_expr = validate_cron(cron_expr)
@@ -226,6 +250,14 @@ def is_fixed_moment(text: str) -> bool:
 # ----------------------------------------------------------------------------- helpers
 
 
+def _zone(timezone_name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(timezone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(f'"{timezone_name}" is not a time zone: name one as in '
+                            '"Europe/Madrid" or "America/New_York"') from None
+
+
 def _require_aware(moment: datetime) -> None:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("naive datetime: pass a timezone-aware one")
@@ -238,7 +270,8 @@ def _is_second_pass(local: datetime) -> bool:
 
 def _local_text(moment: datetime, zone: ZoneInfo) -> str:
     local = moment.astimezone(zone)
-    return f"{local:%Y-%m-%d %H:%M} ({local:%A})"
+    seconds = f":{local:%S}" if local.second else ""  # "in 30 seconds"
+    return f"{local:%Y-%m-%d %H:%M}{seconds} ({local:%A})"
 
 
 def _oneshot(original: str, timezone_name: str, moment: datetime) -> Schedule:
@@ -326,7 +359,9 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
         if amount is None or amount <= 0:
             raise ScheduleError(
                 f'"{text}": say how long from now with a number, like "in 10 minutes"')
-        if unit in _MINUTE_UNITS:
+        if unit in _SECOND_UNITS:
+            delta = timedelta(seconds=amount)
+        elif unit in _MINUTE_UNITS:
             delta = timedelta(minutes=amount)
         elif unit in _HOUR_UNITS:
             delta = timedelta(hours=amount)
@@ -335,11 +370,15 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
         elif unit in _WEEK_UNITS:
             delta = timedelta(weeks=amount)
         else:
-            raise ScheduleError(f'"{text}": the unit "{unit}" is not minutes, hours, days or weeks')
+            raise ScheduleError(
+                f'"{text}": the unit "{unit}" is not seconds, minutes, hours, days or weeks')
         return local_now.astimezone(UTC) + delta
 
+    bare = _next_time_of_day(text, local_now)
+    if bare is not None:
+        return bare
     for day_part, time_part in _split_at_time(text):
-        offset = _DAY_WORDS.get(day_part)
+        offset = _day_offset(day_part, local_now.date())
         if offset is None:
             continue
         evening = day_part in ("tonight", "esta noche", "esta tarde")
@@ -348,10 +387,108 @@ def _parse_oneshot(text: str, local_now: datetime) -> datetime | None:
             raise ScheduleError(f'"{text}" names more than one time; a one-shot runs once')
         day = local_now.date() + timedelta(days=offset)
         return _wall_time(day, hours[0], minute, local_now.tzinfo).astimezone(UTC)
-    if text in _DAY_WORDS:
-        raise ScheduleError(
-            f'"{text}": say at what time, like "tomorrow at 9" or "mañana a las 9"')
+    offset = _day_offset(text, local_now.date())
+    if offset is not None:
+        day = local_now.date() + timedelta(days=offset)
+        return _wall_time(day, DEFAULT_HOUR, 0, local_now.tzinfo).astimezone(UTC)
     return None
+
+
+# "next tuesday", "el próximo martes", "el martes que viene": the first one after today;
+# "this friday", "este viernes": the first one from today.
+_NEXT_WEEKDAY = re.compile(
+    r"^(?:next|el proximo|proximo|el (?P<a>[a-z]+) (?:que viene|proximo))(?: (?P<b>[a-z]+))?$")
+_THIS_WEEKDAY = re.compile(r"^(?:this|este) (?P<day>[a-z]+)$")
+
+
+def _day_offset(text: str, today: date) -> int | None:
+    """Days from today to the day `text` names ("tomorrow", "next tuesday"), or None."""
+    if text in _DAY_WORDS:
+        return _DAY_WORDS[text]
+    following, this = _NEXT_WEEKDAY.match(text), _THIS_WEEKDAY.match(text)
+    if following and not (following["a"] and following["b"]):
+        name = following["a"] or following["b"]
+    elif this:
+        name = this["day"]
+    else:
+        return None
+    cron_day = _WEEKDAY_NUMBERS.get(name)
+    if cron_day is None:
+        return None
+    ahead = ((cron_day - 1) % 7 - today.weekday()) % 7  # cron's 0 is Sunday, Python's 6
+    return ahead or (7 if following else 0)
+
+
+_BARE_TIME = re.compile(r"^(?:(?:at|@|a las|a la|al|a) )?(?P<time>.+)$")
+
+
+def _next_time_of_day(text: str, local_now: datetime) -> datetime | None:
+    """"at noon", "a las 9", "midnight": that time's next occurrence, or None."""
+    match = _BARE_TIME.match(text)
+    if match is None or (match["time"] == text and text not in _NAMED_TIMES):
+        return None  # a bare number is not a time without "at": it may be cron
+    try:
+        hours, minute = _parse_times(match["time"])
+    except ScheduleError:
+        return None
+    if len(hours) != 1:
+        return None
+    moment = _wall_time(local_now.date(), hours[0], minute, local_now.tzinfo)
+    if moment <= local_now:
+        moment = _wall_time(local_now.date() + timedelta(days=1), hours[0], minute,
+                            local_now.tzinfo)
+    return moment.astimezone(UTC)
+
+
+# -- parts of the day ----------------------------------------------------------------------
+
+
+_PART = r"(?P<part>morning|afternoon|evening|night|manana|tarde|noche)s?"
+_AT_TIME = r"(?: (?:at|@|a las|a la|a) (?P<time>.+))?"
+# "every morning", "cada mañana", "todas las noches a las 10"
+_EVERY_PART = re.compile(rf"^(?:every|each|cada|todas las) {_PART}{_AT_TIME}$")
+# "tomorrow morning", "every monday evening at 7", "next tuesday in the afternoon"
+_DAYS_THEN_PART_EN = re.compile(
+    r"^(?P<lead>.+?) (?:in the )?(?P<part>morning|afternoon|evening|night)"
+    r"(?: (?:at|@) (?P<time>.+))?$")
+# "mañana por la mañana", "todos los lunes por la tarde a las 5"
+_DAYS_THEN_PART_ES = re.compile(
+    r"^(?P<lead>.+?) (?:por|en|de) la (?P<part>manana|tarde|noche)"
+    r"(?: (?:a las|a la|a) (?P<time>.+))?$")
+# "tonight", "esta mañana", "this evening"
+_THIS_PART = re.compile(rf"^(?:tonight|(?:this|esta) {_PART}){_AT_TIME}$")
+# A lead that ends in a time ("todos los sábados a las 8" + "de la tarde") is not a day.
+_ENDS_IN_TIME = re.compile(
+    r"(?:(?:^|\s)(?:at|@|a las|a la|al) \S+|(?:^|\s)a (?:mediodia|medianoche)|\d(?:am|pm)?"
+    r"|\sat)$")
+
+
+def _parts_of_day(text: str) -> str:
+    """Say a part of the day as a time: "every morning" → "every day at 9", "tomorrow
+    evening at 7" → "tomorrow at 7 de la tarde"; other text unchanged."""
+    match = _EVERY_PART.match(text)
+    if match:
+        return f"every day at {_part_time(match['part'], match['time'])}"
+    match = _THIS_PART.match(text)
+    if match:
+        part = match["part"] or "night"  # "tonight"
+        return f"today at {_part_time(part, match['time'])}"
+    for pattern in (_DAYS_THEN_PART_EN, _DAYS_THEN_PART_ES):
+        match = pattern.match(text)
+        if match and not _ENDS_IN_TIME.search(match["lead"]):
+            return f"{match['lead']} at {_part_time(match['part'], match['time'])}"
+    return text
+
+
+def _part_time(part: str, time_text: str | None) -> str:
+    """The time to write for `part`: its own hour, or the hour said read in that part
+    ("7" in the evening → "7 de la tarde"); an hour already past noon stays as it is."""
+    if time_text is None:
+        return str(_PART_HOURS[part])
+    clock = re.fullmatch(r"(\d{1,2})(?:[:.h]\d{2})?", time_text)
+    if clock and 1 <= int(clock.group(1)) <= 12:
+        return f"{time_text} de la {_PART_READING[part]}"
+    return time_text
 
 
 # -- times of day ------------------------------------------------------------------------
@@ -381,6 +518,11 @@ def _parse_times(text: str, *, evening: bool = False) -> tuple[list[int], int]:
 
 
 def _spanish_time_phrases(text: str) -> str:
+    """Spanish ways of saying a time (and the English "in the evening") in _TIME's words."""
+    for english, spanish in ((" in the morning", " de la manana"),
+                             (" in the afternoon", " de la tarde"),
+                             (" in the evening", " de la tarde"), (" at night", " de la noche")):
+        text = text.replace(english, spanish)
     words = {w: str(n) for w, n in _NUMBER_WORDS.items() if 1 <= n <= 12 and len(w) > 2}
 
     def number(match: re.Match[str]) -> str:
@@ -393,12 +535,14 @@ def _spanish_time_phrases(text: str) -> str:
                   lambda m: f"{(int(m.group(1)) - 1) % 24}:45", text)
 
 
+_NAMED_TIMES = {"noon": (12, 0), "midday": (12, 0), "12 noon": (12, 0), "mediodia": (12, 0),
+                "el mediodia": (12, 0), "midnight": (0, 0), "medianoche": (0, 0),
+                "la medianoche": (0, 0)}
+
+
 def _parse_time(text: str, *, evening: bool = False) -> tuple[int, int]:
-    named = {"noon": (12, 0), "midday": (12, 0), "12 noon": (12, 0), "mediodia": (12, 0),
-             "el mediodia": (12, 0), "midnight": (0, 0), "medianoche": (0, 0),
-             "la medianoche": (0, 0)}
-    if text in named:
-        return named[text]
+    if text in _NAMED_TIMES:
+        return _NAMED_TIMES[text]
     match = _TIME.match(text)
     if not match:
         raise ScheduleError(f'"{text}" is not a time of day (write 9, 18:30, 8am or noon)')
@@ -460,9 +604,10 @@ def _parse_recurring(text: str) -> str | None:
         return f"{minute} {','.join(map(str, hours))} {dom} {month} {dow}"
     if errors:
         raise errors[0]
-    if _parse_days(text) is not None:
-        raise ScheduleError(
-            f'"{text}": say at what time, like "every day at 9" or "cada día a las 9"')
+    days = _parse_days(text)
+    if days is not None:
+        dom, month, dow = days
+        return f"0 {DEFAULT_HOUR} {dom} {month} {dow}"
     return None
 
 
@@ -488,6 +633,8 @@ def _parse_interval(text: str) -> str | None:
             return None
         unit_is_hours = match["unit"] in _HOUR_UNITS
         minutes, days_text = count * (60 if unit_is_hours else 1), match["days"]
+    elif match and match["unit"] in _SECOND_UNITS:
+        raise ScheduleError(f'"{text}": tasks repeat at most every minute; say "every minute"')
     else:
         return None
     dom, month, dow = "*", "*", "*"

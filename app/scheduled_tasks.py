@@ -90,10 +90,16 @@ class ScheduledTask:
     last_status: str | None = None
     last_error: str | None = None
     retry_at: str | None = None
+    # Its own time zone (migration 0005); None: it follows [schedule] timezone.
+    timezone: str | None = None
 
     @property
     def session_id(self) -> str:
         return task_session_id(self.id)
+
+    def zone(self, config: Config) -> str:
+        """The time zone its schedule is read in."""
+        return self.timezone or config.schedule.timezone
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "session_id": self.session_id}
@@ -215,7 +221,7 @@ def _now(now: datetime | None) -> datetime:
 _TASK_COLUMNS = (
     "t.id, t.user_id, t.name, t.cron_expr, t.original_schedule, t.prompt, t.source, "
     "t.is_oneshot, t.is_paused, t.is_trusted, t.next_run_at, t.last_run_at, t.created_at, "
-    "t.updated_at, r.status, r.error, r.retry_at"
+    "t.updated_at, r.status, r.error, r.retry_at, t.timezone"
 )
 # Each task with its latest run.
 _TASK_SELECT = (
@@ -226,13 +232,13 @@ _TASK_SELECT = (
 
 def _row_to_task(row: tuple) -> ScheduledTask:
     (id_, user_id, name, cron_expr, original, prompt, source, oneshot, paused, trusted,
-     next_run_at, last_run_at, created_at, updated_at, status, error, retry_at) = row
+     next_run_at, last_run_at, created_at, updated_at, status, error, retry_at, zone) = row
     return ScheduledTask(
         id=id_, user_id=user_id, name=name, cron_expr=cron_expr, original_schedule=original,
         prompt=prompt, source=source, is_oneshot=bool(oneshot), is_paused=bool(paused),
         is_trusted=bool(trusted), next_run_at=next_run_at, last_run_at=last_run_at,
         created_at=created_at, updated_at=updated_at, last_status=status, last_error=error,
-        retry_at=retry_at,
+        retry_at=retry_at, timezone=zone,
     )
 
 
@@ -318,9 +324,11 @@ def task_log(con: apsw.Connection, user_id: str, ref: int | str, *, runs: int = 
 
 
 def describe_task(task: ScheduledTask, timezone_name: str) -> str:
-    """The schedule in words with the next run, as shown when the task was created."""
+    """The schedule in words with the next run, as shown when the task was created; in
+    the task's own zone if it has one, else in `timezone_name`."""
     next_run = parse_rfc3339(task.next_run_at) if task.next_run_at else None
-    return describe_schedule(task.cron_expr, timezone_name, next_run, oneshot=task.is_oneshot)
+    return describe_schedule(task.cron_expr, task.timezone or timezone_name, next_run,
+                             oneshot=task.is_oneshot)
 
 
 # ----------------------------------------------------------------------------- edits
@@ -355,31 +363,34 @@ def _next_task_id(con: apsw.Connection) -> int:
 
 
 def _insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Schedule,
-                 prompt: str, source: str, trusted: bool, paused: bool, now: datetime) -> int:
+                 prompt: str, source: str, trusted: bool, paused: bool, now: datetime,
+                 timezone_name: str | None = None) -> int:
     task_id = _next_task_id(con)
     next_run = schedule.next_run(now)
     stamp = to_rfc3339(now)
     con.execute(
         "INSERT INTO scheduled_tasks (id, user_id, name, cron_expr, original_schedule, prompt, "
         "source, is_oneshot, is_paused, is_trusted, next_run_at, last_run_at, created_at, "
-        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+        "updated_at, timezone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
         (task_id, user_id, name, schedule.cron_expr, schedule.original, prompt, source,
          int(schedule.is_oneshot), int(paused), int(trusted),
-         to_rfc3339(next_run) if next_run else None, stamp, stamp))
+         to_rfc3339(next_run) if next_run else None, stamp, stamp, timezone_name))
     return task_id
 
 
 def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
              user_id: str | None = None, name: str | None = None, oneshot: bool = False,
-             trusted: bool = False, now: datetime | None = None) -> AddedTask:
+             trusted: bool = False, now: datetime | None = None,
+             timezone_name: str | None = None) -> AddedTask:
     """A new task from the CLI, the API or the agent's tool (source "tool").
 
-    `schedule` is cron or plain language (app/schedule.py), in [schedule] timezone.
+    `schedule` is cron or plain language (app/schedule.py), read in `timezone_name`
+    (kept with the task), else in [schedule] timezone (followed as it changes).
     Raises ScheduleError (with examples) or TaskError; both are ValueErrors.
     """
     now = _now(now)
     user_id = user_id or config.memory.user_id
-    tz = config.schedule.timezone
+    tz = timezone_name or config.schedule.timezone
     parsed = parse_schedule(schedule, tz, now, oneshot=oneshot)
     clean_prompt = _clean_prompt(prompt)
     clean_name = _clean_name(name, clean_prompt)
@@ -387,7 +398,7 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
     def write(con: apsw.Connection) -> ScheduledTask:
         task_id = _insert_task(con, user_id=user_id, name=clean_name, schedule=parsed,
                                prompt=clean_prompt, source="tool", trusted=trusted,
-                               paused=False, now=now)
+                               paused=False, now=now, timezone_name=timezone_name)
         return _resolve(con, user_id, task_id)
 
     task = writer.submit(write)
@@ -420,7 +431,7 @@ def resume_task(writer: Writer, config: Config, user_id: str, ref: int | str, *,
             return task
         next_run = task.next_run_at
         if not task.is_oneshot:
-            next_run = to_rfc3339(next_occurrence(task.cron_expr, config.schedule.timezone, now))
+            next_run = to_rfc3339(next_occurrence(task.cron_expr, task.zone(config), now))
         con.execute("UPDATE scheduled_tasks SET is_paused = 0, next_run_at = ?, updated_at = ? "
                     "WHERE id = ?", (next_run, to_rfc3339(now), task.id))
         return _resolve(con, user_id, task.id)
@@ -557,7 +568,7 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
         if not task.is_oneshot:
             try:
                 next_run = to_rfc3339(
-                    next_occurrence(task.cron_expr, config.schedule.timezone, now))
+                    next_occurrence(task.cron_expr, task.zone(config), now))
             except (ValueError, KeyError) as exc:  # a cron edited by hand: stop, say so, go on
                 error = (f'cannot compute the next run of "{task.cron_expr}" ({exc}): '
                          "remove the task and add it again")

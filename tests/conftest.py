@@ -20,11 +20,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's HILO_* variables, config or home directory."""
+    """No test reads the developer's HILO_* variables, config, home directory or time zone."""
     for var in list(os.environ):
         if var.startswith("HILO_"):
             monkeypatch.delenv(var)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("TZ", "UTC")  # [schedule] timezone defaults to the machine's
 
 
 @pytest.fixture

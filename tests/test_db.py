@@ -49,7 +49,7 @@ def test_scheduled_tasks_columns(tmp_path):
     columns = [row[1] for row in con.execute("PRAGMA table_info(scheduled_tasks)")]
     assert columns == ["id", "user_id", "name", "cron_expr", "original_schedule", "prompt",
                        "source", "is_oneshot", "is_paused", "is_trusted", "next_run_at",
-                       "last_run_at", "created_at", "updated_at"]
+                       "last_run_at", "created_at", "updated_at", "timezone"]
 
 
 def test_connections_use_wal_and_the_asked_durability(tmp_path):

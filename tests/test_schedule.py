@@ -104,9 +104,6 @@ def test_a_repeating_schedule_made_oneshot_runs_at_its_next_occurrence():
     "blah",
     "every blue moon",
     "whenever you feel like it",
-    "at 9",                  # every day? today? not guessed
-    "every day",             # at what time?
-    "cada lunes",
     "every 7 minutes",       # */7 is not every 7 minutes
     "every 5 hours",
     "every day at 25",

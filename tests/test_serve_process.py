@@ -20,9 +20,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_dir, tmp_path):
+def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_dir, tmp_path,
+                                                                        fake_ollama):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
+    env["HILO_LLM_URL"] = fake_ollama.url  # /health says "ok" only with the models there
     server = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port",
          str(port)], cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

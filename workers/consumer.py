@@ -30,6 +30,7 @@ import structlog
 
 from app.config import Config, load_config
 from app.datadir import DataDir
+from app.probe import announce_models
 from workers.queue import HiloHuey, check_queue_file
 from workers.runner import JobRunner
 
@@ -69,6 +70,7 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
         # Huey logs two lines per task at INFO; our jobs log their own outcomes.
         logging.getLogger("huey").setLevel(logging.WARNING)
     runner = start_jobs(config)
+    announce_models(config)
     try:
         consumer = runner.queue.create_consumer(
             workers=workers,

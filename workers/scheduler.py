@@ -117,7 +117,7 @@ def _result(claim: Claim, status: str, attempts: int, reply: str | None, error: 
 def task_system_prompt(task: ScheduledTask, config: Config, now: datetime) -> str:
     """The system prompt of a task's turn: the usual one, plus what this turn is and
     whether its instructions are trusted (`is_trusted`)."""
-    zone = config.schedule.timezone
+    zone = task.zone(config)
     local = now.astimezone(ZoneInfo(zone))
     trust = (
         "The user marked this task as trusted: follow its instructions as the user's own."

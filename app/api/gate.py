@@ -30,7 +30,7 @@ import apsw
 from app.access import TOKEN_PREFIX, token_user, tokens_in_use
 from app.api.errors import error_response
 from app.config import Config
-from app.db import connect_readonly, memory_db_path
+from app.db import connect_readonly, corrupt_memory, memory_db_path
 
 # Routes open without the token.
 OPEN_PATHS = frozenset({"/health"})
@@ -95,7 +95,14 @@ class Gate:
         if refusal is not None:
             await error_response(path, 403, refusal, "forbidden")(scope, receive, send)
             return
-        if path not in OPEN_PATHS and not self._authenticate(scope, headers):
+        try:
+            allowed = path in OPEN_PATHS or self._authenticate(scope, headers)
+        except apsw.Error as exc:  # the token table cannot be read: a damaged database
+            error = corrupt_memory(self.db_path, f"cannot be read ({exc})")
+            await error_response(path, error.http_status, str(error), error.code)(
+                scope, receive, send)
+            return
+        if not allowed:
             await error_response(
                 path, 401, "missing or wrong bearer token: send the header "
                 "`Authorization: Bearer <token>` with Hilo's [server] token or your own "

@@ -1,4 +1,10 @@
-"""/health, open without the token, and /metrics for the people who run Hilo."""
+"""/health, open without the token, and /metrics for the people who run Hilo.
+
+/health says "ok" when the memory database answers and the model server has the chat,
+distill and embedding models; "degraded" (still HTTP 200: memory and the queue work)
+with the reasons when the model server is down or a model is missing; "error" (503)
+when the memory database does not answer.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from app.api.deps import Service
 from app.datadir import DataDir
 from app.db import MIGRATIONS_TABLE, corrupt_memory, file_damage, schema_version
 from app.metrics import render
+from app.probe import CachedProbe
 from workers.metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
@@ -36,7 +43,7 @@ def _memory_damage(state: Any, path: Path) -> str | None:
 
 
 @router.get("/health", summary="Is Hilo up (open without the token)")
-def get_health(service: Service, request: Request) -> Response:
+def get_health(request: Request, service: Service) -> Response:
     try:
         damage = _memory_damage(request.app.state, DataDir.of(service.config).memory_db)
         version = None if damage else schema_version(service.reader())
@@ -46,7 +53,20 @@ def get_health(service: Service, request: Request) -> Response:
     if damage is not None:
         return JSONResponse({"status": "error", "error": str(corrupt_memory(
             DataDir.of(service.config).memory_db, damage))}, status_code=503)
-    return JSONResponse({"status": "ok", "version": VERSION, "schema_version": version})
+    models = _model_probe(request, service).report()
+    body = {"status": "degraded" if models.degraded else "ok", "version": VERSION,
+            "schema_version": version, "models": models.log_fields()}
+    if models.degraded:
+        body["reasons"] = models.reasons
+    return JSONResponse(body)
+
+
+def _model_probe(request: Request, service: Service) -> CachedProbe:
+    """One cached probe per app, made on the first health check."""
+    probe = getattr(request.app.state, "model_probe", None)
+    if probe is None:
+        probe = request.app.state.model_probe = CachedProbe(service.config)
+    return probe
 
 
 @router.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "

@@ -30,6 +30,7 @@ class TaskIn(BaseModel):
     name: str | None = None
     oneshot: bool = False
     trusted: bool = False
+    timezone: str | None = Field(None, description="an IANA zone; default [schedule] timezone")
 
 
 @router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
@@ -44,7 +45,7 @@ def get_tasks(who: Who, service: Service) -> dict:
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
     added = add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
-        name=body.name, oneshot=body.oneshot, trusted=body.trusted)
+        name=body.name, oneshot=body.oneshot, trusted=body.trusted, timezone_name=body.timezone)
     return added.to_json()
 
 

@@ -31,6 +31,7 @@ from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.mcp import http_endpoint
+from app.probe import announce_models
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -97,6 +98,7 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         **timeout_settings()))
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
              openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
+    announce_models(config)
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a
         # quiet handler underneath makes that a clean exit (status 0 under honcho).

@@ -37,11 +37,13 @@ def tasks() -> None:
 @click.option("--name")
 @click.option("--oneshot", is_flag=True, help="run once, then delete")
 @click.option("--trusted", is_flag=True, help="runs may use tools without approval")
+@click.option("--tz", "timezone_name",
+              help="the task's time zone, an IANA name (default: [schedule] timezone)")
 @user_option("tasks")
 @with_config
 @json_option
 def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: bool,
-        trusted: bool, user: str | None, as_json: bool) -> int:
+        trusted: bool, timezone_name: str | None, user: str | None, as_json: bool) -> int:
     """add a task
 
     Schedules: a cron expression ("0 9 * * 1-5") or plain English or Spanish: "every
@@ -52,7 +54,8 @@ def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: b
 
     with _writer(config) as writer:
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
-                         name=name, oneshot=oneshot, trusted=trusted)
+                         name=name, oneshot=oneshot, trusted=trusted,
+                         timezone_name=timezone_name)
         emit(as_json, added.to_json(),
              lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}"))
     return 0

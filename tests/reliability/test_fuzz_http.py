@@ -144,18 +144,16 @@ def fake_ollama_module():
 def operations() -> list[tuple[str, str]]:
     from app.config import load_config
 
-    app = create_app(load_config(env={}), service=object())  # routes only; never served
+    from types import SimpleNamespace
+
+    config = load_config(env={})
+    # Routes only; never served.
+    app = create_app(config, service=SimpleNamespace(config=config))
     return [(method.upper(), path) for path, ops in app.openapi()["paths"].items()
             for method in ops]
 
 
-# Ids of 2^63 and more in /memory/facts/{fact_id} answer 500 until issue 13's item 10 (odd
-# input, app/api/memory.py) lands; then these pass and the mark goes.
-AWAITING_ITEM_10 = {("GET", "/memory/facts/{fact_id}"), ("DELETE", "/memory/facts/{fact_id}")}
-OPERATIONS = [pytest.param(method, path, id=f"{method} {path}", marks=[pytest.mark.xfail(
-                  reason="ids >= 2**63: issue 13 item 10", strict=False)]
-              if (method, path) in AWAITING_ITEM_10 else [])
-              for method, path in operations()]
+OPERATIONS = [pytest.param(method, path, id=f"{method} {path}") for method, path in operations()]
 
 
 def assert_no_500(response: Any, what: str) -> None:
@@ -256,7 +254,7 @@ def test_no_command_ends_in_a_traceback(cli_config, command, data, tmp_path_fact
     with contextlib.chdir(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp())):
         result = runner.invoke(hilo_command, argv, obj=cli_config,
                                input="".join(f"{line}\n" for line in lines).encode(
-                                   "utf-8", "surrogateescape"))  # bytes, as a terminal sends
+                                   "utf-8", "surrogatepass"))  # bytes, invalid UTF-8 included
 
     TRIED["cli"] += 1
     unexpected = result.exception if not isinstance(result.exception, SystemExit) else None

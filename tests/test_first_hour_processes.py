@@ -1,0 +1,184 @@
+"""`make run` as a person runs it, in a terminal: console log lines through honcho, and a
+clean stop on Ctrl-C or SIGTERM, without make reporting an error."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.fake_ollama import unused_loopback_url
+
+VENV = Path(sys.executable).parent.parent
+
+
+class Terminal:
+    """A pseudo-terminal a command runs in, as in a person's terminal window (its own
+    session, the terminal as its controlling one: Ctrl-C reaches its process group)."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.master, slave = os.openpty()
+        self.process = subprocess.Popen(
+            command, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+            start_new_session=True,
+            # The new session's controlling terminal: where Ctrl-C becomes SIGINT.
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        self.output = ""
+        self.descendants: list[psutil.Process] = []
+
+    def read_until(self, *texts: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while not all(t in self.output for t in texts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {texts} in:\n{self.output[-3000:]}")
+            self._read(0.2)
+        # honcho starts its processes in sessions of their own: remember them to clean up.
+        self.descendants = psutil.Process(self.process.pid).children(recursive=True)
+        return self.output
+
+    def _read(self, wait: float) -> int:
+        """Read what is there within `wait` seconds; how many bytes (0: none, or closed)."""
+        ready, _, _ = select.select([self.master], [], [], wait)
+        if not ready:
+            return 0
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # the terminal closed: every process in it has gone
+            return 0
+        self.output += chunk.decode(errors="replace")
+        return len(chunk)
+
+    def type_ctrl_c(self) -> None:
+        os.write(self.master, b"\x03")
+
+    def wait(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self._read(0.2)
+        while self._read(0.2):  # what was written before it ended
+            pass
+        return self.process.wait(timeout=1)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for process in self.descendants:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        os.close(self.master)
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HILO_", "HONCHO_"))}
+    env.update(TERM="xterm", **extra)
+    return env
+
+
+# -- logs under honcho ----------------------------------------------------------------------
+
+
+SAY_HELLO = ("from app.log import configure_logging; import structlog; "
+             "configure_logging('info', '{fmt}'); structlog.get_logger('t').info('said.hello')")
+
+
+def honcho_saying_hello(tmp_path: Path, fmt: str) -> list[str]:
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f'say: exec {sys.executable} -c "{SAY_HELLO.format(fmt=fmt)}"\n')
+    return [sys.executable, "-m", "honcho", "start", "-f", str(procfile), "-d", str(REPO_ROOT)]
+
+
+def test_under_honcho_in_a_terminal_logs_are_console_lines(tmp_path):
+    terminal = Terminal(honcho_saying_hello(tmp_path, "auto"), base_env(), REPO_ROOT)
+    try:
+        terminal.wait()
+    finally:
+        terminal.close()
+    line = next(x for x in terminal.output.splitlines() if "said.hello" in x)
+    assert "[info" in line and '"event"' not in line
+
+
+@pytest.mark.parametrize("fmt", ["auto", "json"])
+def test_json_lines_when_asked_or_when_no_terminal_is_there(tmp_path, fmt):
+    if fmt == "json":  # asked for, in a terminal
+        terminal = Terminal(honcho_saying_hello(tmp_path, fmt), base_env(), REPO_ROOT)
+        try:
+            terminal.wait()
+        finally:
+            terminal.close()
+        output = terminal.output
+    else:  # honcho itself writes to a file: nobody reads it live
+        output = subprocess.run(honcho_saying_hello(tmp_path, fmt), capture_output=True,
+                                text=True, env=base_env(), timeout=60).stdout
+    line = next(x for x in output.splitlines() if "said.hello" in x)
+    assert '{"event": "said.hello"' in line
+
+
+# -- make run ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_make_run(tmp_path: Path) -> Terminal:
+    """`make run` with this test's venv (already installed: `-o` skips the install step),
+    a fresh data directory and a model server that is not there."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = base_env(HILO_DATA_DIR=str(tmp_path / "data"), HILO_LLM_URL=unused_loopback_url(),
+                   HILO_SERVER_PORT=str(free_port()))
+    terminal = Terminal(["make", "-o", f"{VENV}/.run-installed", "run", f"VENV={VENV}"],
+                        env, REPO_ROOT)
+    terminal.read_until("worker.started", "Uvicorn running")
+    return terminal
+
+
+def honcho_pid(make_pid: int) -> int:
+    found = [p for p in psutil.Process(make_pid).children(recursive=True)
+             if any(part.endswith("/honcho") for part in p.cmdline()[:2])]
+    return min(found, key=lambda p: p.create_time()).pid  # honcho, not its runners
+
+
+@pytest.mark.slow
+def test_make_run_reads_as_console_lines_and_stops_cleanly_on_ctrl_c(tmp_path):
+    terminal = start_make_run(tmp_path)
+    try:
+        assert '"event": "worker.started"' not in terminal.output
+        assert "models.degraded" in terminal.output  # the start line, for a person
+        terminal.type_ctrl_c()
+        terminal.wait()
+    finally:
+        terminal.close()
+    assert "worker.1 stopped (rc=0)" in terminal.output
+    assert "api.1 stopped (rc=0)" in terminal.output
+    assert "make: ***" not in terminal.output, terminal.output[-2000:]
+
+
+@pytest.mark.slow
+def test_make_run_exits_0_when_honcho_is_sent_sigterm(tmp_path):
+    terminal = start_make_run(tmp_path)
+    try:
+        os.kill(honcho_pid(terminal.process.pid), signal.SIGTERM)
+        status = terminal.wait()
+    finally:
+        terminal.close()
+    assert status == 0, terminal.output[-2000:]
+    assert "Error" not in terminal.output and "make: ***" not in terminal.output

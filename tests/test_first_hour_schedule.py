@@ -1,0 +1,233 @@
+"""Scheduled tasks as people say them, in their own time zone: everyday phrasings in
+English and Spanish, refusals whose examples themselves work, the machine's zone by
+default, and a task's own zone (migration 0005)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from app import db
+from app.db import Migration, available_migrations, connect, migrate, schema_version
+from app.schedule import ScheduleError, parse_schedule
+from app.scheduled_tasks import add_task, claim_next_run, describe_task, list_tasks
+
+UTC = timezone.utc
+MADRID = "Europe/Madrid"
+HILO = str(Path(sys.executable).with_name("hilo"))
+
+
+def local(*parts: int, zone: str = MADRID) -> datetime:
+    return datetime(*parts, tzinfo=ZoneInfo(zone))
+
+
+# Monday 30 November 2026, 07:00 in Madrid.
+NOW = local(2026, 11, 30, 7, 0)
+
+
+@pytest.mark.parametrize("text, cron", [
+    ("daily", "0 9 * * *"),
+    ("every day", "0 9 * * *"),
+    ("todos los días", "0 9 * * *"),
+    ("cada día", "0 9 * * *"),
+    ("every morning", "0 9 * * *"),
+    ("cada mañana", "0 9 * * *"),
+    ("todas las mañanas", "0 9 * * *"),
+    ("every afternoon", "0 15 * * *"),
+    ("every evening", "0 18 * * *"),
+    ("every night", "0 21 * * *"),
+    ("todas las noches a las 10", "0 22 * * *"),
+    ("every evening at 7", "0 19 * * *"),
+    ("every morning at 6:30", "30 6 * * *"),
+    ("every monday", "0 9 * * 1"),
+    ("cada lunes", "0 9 * * 1"),
+    ("every weekday morning", "0 9 * * 1-5"),
+    ("every monday evening at 7", "0 19 * * 1"),
+    ("todos los lunes por la mañana", "0 9 * * 1"),
+    ("de lunes a viernes por la tarde", "0 16 * * 1-5"),
+    ("every day at 7 in the evening", "0 19 * * *"),
+    ("every day at 10 at night", "0 22 * * *"),
+    ("los sábados a las 8 de la tarde", "0 20 * * 6"),
+])
+def test_everyday_repeating_phrasings(text, cron):
+    schedule = parse_schedule(text, MADRID, NOW)
+    assert not schedule.is_oneshot
+    assert schedule.cron_expr == cron
+
+
+@pytest.mark.parametrize("text, when", [
+    ("at noon", (2026, 11, 30, 12, 0)),
+    ("a mediodía", (2026, 11, 30, 12, 0)),
+    ("noon", (2026, 11, 30, 12, 0)),
+    ("at midnight", (2026, 12, 1, 0, 0)),
+    ("a medianoche", (2026, 12, 1, 0, 0)),
+    ("at 6", (2026, 12, 1, 6, 0)),  # 06:00 today has passed: tomorrow's
+    ("a las 9", (2026, 11, 30, 9, 0)),
+    ("at 9pm", (2026, 11, 30, 21, 0)),
+    ("tomorrow at 8", (2026, 12, 1, 8, 0)),
+    ("mañana a las 8", (2026, 12, 1, 8, 0)),
+    ("tomorrow", (2026, 12, 1, 9, 0)),
+    ("tomorrow morning", (2026, 12, 1, 9, 0)),
+    ("tomorrow evening at 7", (2026, 12, 1, 19, 0)),
+    ("mañana por la mañana", (2026, 12, 1, 9, 0)),
+    ("mañana por la tarde a las 5", (2026, 12, 1, 17, 0)),
+    ("pasado mañana a las 10", (2026, 12, 2, 10, 0)),
+    ("tonight", (2026, 11, 30, 21, 0)),
+    ("tonight at 9", (2026, 11, 30, 21, 0)),
+    ("esta noche", (2026, 11, 30, 21, 0)),
+    ("this evening", (2026, 11, 30, 18, 0)),
+    ("next tuesday", (2026, 12, 1, 9, 0)),
+    ("next tuesday at 18:00", (2026, 12, 1, 18, 0)),
+    ("next monday", (2026, 12, 7, 9, 0)),  # said on a Monday: the one after today
+    ("this friday", (2026, 12, 4, 9, 0)),
+    ("el próximo martes", (2026, 12, 1, 9, 0)),
+    ("el martes que viene", (2026, 12, 1, 9, 0)),
+    ("el próximo viernes a las 8 de la tarde", (2026, 12, 4, 20, 0)),
+])
+def test_everyday_oneshot_phrasings(text, when):
+    schedule = parse_schedule(text, MADRID, NOW)
+    assert schedule.is_oneshot
+    assert schedule.run_once_at == local(*when)
+
+
+@pytest.mark.parametrize("text, seconds", [("in 30 seconds", 30), ("en 45 segundos", 45)])
+def test_in_seconds(text, seconds):
+    schedule = parse_schedule(text, MADRID, NOW)
+    assert schedule.run_once_at == NOW + timedelta(seconds=seconds)
+    assert schedule.describe(NOW) == (
+        f"Runs once at 2026-11-30 07:00:{seconds} (Monday), Europe/Madrid")
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("every 30 seconds", 'say "every minute"'),
+    ("weekly", "could not understand"),
+    ("next week", "could not understand"),
+    ("on monday at 9", "once or every week"),
+    ("at 25", "could not understand"),
+    ("whenever", "could not understand"),
+])
+def test_nonsense_is_still_refused(text, reason):
+    with pytest.raises(ScheduleError, match=reason):
+        parse_schedule(text, MADRID, NOW)
+
+
+def examples_in(message: str) -> list[str]:
+    """The examples a refusal offers, as it lists them."""
+    listed = message.split("Write it like: ", 1)[1].rstrip(".")
+    groups = re.split(r"; or[^:]*: ", listed)
+    return [example for group in groups for example in group.split(" · ")]
+
+
+def test_every_example_in_a_refusal_parses():
+    with pytest.raises(ScheduleError) as refused:
+        parse_schedule("whenever I feel like it", MADRID, NOW)
+    examples = examples_in(str(refused.value))
+    assert {"at noon", "daily", "every morning", "next tuesday", "todos los días",
+            "cada mañana", "a mediodía", "el próximo martes", "30 18 * * 1-5"} <= set(examples)
+    now = datetime.now(UTC)
+    for example in examples:
+        parse_schedule(example, MADRID, now)  # raises if one does not
+
+
+def test_an_unknown_time_zone_is_refused_in_one_line():
+    with pytest.raises(ScheduleError, match='"Mars/Olympus" is not a time zone'):
+        parse_schedule("every day at 9", "Mars/Olympus", NOW)
+
+
+# -- the time zone of a task --------------------------------------------------------------
+
+
+def test_tasks_run_in_the_machines_zone_by_default(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
+    env.update(TZ="Europe/Lisbon", HILO_DATA_DIR=str(tmp_path / "d"))
+    subprocess.run([HILO, "init"], env=env, capture_output=True, check=True, timeout=60)
+    added = subprocess.run([HILO, "tasks", "add", "every day at 9", "walk Nilo"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+    assert "Runs at 09:00, Europe/Lisbon; next:" in added.stdout
+
+
+def test_a_task_keeps_its_own_zone_and_runs_by_it(writer, config, data_dir):
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    added = add_task(writer, config, "every day at 9", "standup notes", now=now,
+                     timezone_name="America/New_York")
+    task = added.task
+    assert task.timezone == "America/New_York"
+    assert added.description.startswith("Runs at 09:00, America/New_York; next: 2026-11-30")
+    assert task.next_run_at == "2026-11-30T14:00:00.000000Z"  # 09:00 in New York
+    # The config's zone does not move it: claiming sets the next run by the task's zone.
+    other = config.replace(schedule={"timezone": "Asia/Tokyo"})
+    claim = claim_next_run(writer, other, datetime(2026, 11, 30, 14, 0, 30, tzinfo=UTC))
+    assert claim is not None and claim.task.id == task.id
+    [after] = writer.submit(lambda con: list_tasks(con, task.user_id))
+    assert after.next_run_at == "2026-12-01T14:00:00.000000Z"
+    assert describe_task(after, "Asia/Tokyo").startswith("Runs at 09:00, America/New_York")
+
+
+def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
+    now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    task = add_task(writer, config.replace(schedule={"timezone": MADRID}), "every day at 9",
+                    "x", now=now).task
+    assert task.timezone is None
+    assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
+
+
+def test_a_bad_zone_for_a_task_is_refused(writer, config):
+    with pytest.raises(ScheduleError, match="is not a time zone"):
+        add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land")
+
+
+# -- migration 0005 and a free number before it ----------------------------------------------
+
+
+def test_the_zone_column_comes_with_migration_0005(tmp_path):
+    con = connect(tmp_path / "memory.sqlite3")
+    migrate(con)
+    columns = [row[1] for row in con.execute("PRAGMA table_info(scheduled_tasks)")]
+    assert "timezone" in columns
+    assert schema_version(con) == available_migrations()[-1].number >= 5
+    con.close()
+
+
+def test_a_migration_numbered_below_one_already_applied_is_applied_later(tmp_path,
+                                                                        monkeypatch):
+    shipped = available_migrations()
+    without_4 = [m for m in shipped if m.number != 4]
+    monkeypatch.setattr(db, "available_migrations", lambda: without_4)
+    con = connect(tmp_path / "memory.sqlite3")
+    migrate(con)
+    assert schema_version(con) == without_4[-1].number
+    later = Migration(4, "0004_arrives_later.sql", "CREATE TABLE arrived_later (x INTEGER);")
+    monkeypatch.setattr(db, "available_migrations", lambda: sorted(
+        [*without_4, later], key=lambda m: m.number))
+    assert migrate(con) == ["0004_arrives_later.sql"]
+    assert con.execute("SELECT count(*) FROM arrived_later").fetchone() == (0,)
+    con.close()
+
+
+def test_doctor_names_a_migration_that_arrived_below_the_highest_applied(config, monkeypatch):
+    from app.datadir import DataDir
+    from app.doctor import Status, check_database
+
+    def schema_check():
+        return next(c for c in check_database(config) if c.name == "schema version")
+
+    shipped = available_migrations()
+    config.data_dir.mkdir(parents=True)
+    con = connect(DataDir.of(config).memory_db)
+    with monkeypatch.context() as patched:
+        patched.setattr(db, "available_migrations",
+                        lambda: [m for m in shipped if m.name != "0005_task_timezone.sql"])
+        migrate(con)
+    assert schema_check().status is Status.WARN
+    assert "0005_task_timezone.sql" in schema_check().detail
+    migrate(con)
+    assert schema_check().status is Status.OK
+    con.close()
