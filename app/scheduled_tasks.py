@@ -113,6 +113,11 @@ class TaskRun:
     attempts: int
     retry_at: str | None
     session_id: str
+    # Delivery (migrations/0007, 0008): when a `hilo chat` showed it, when the webhook
+    # took it or why it did not.
+    delivered_at: str | None = None
+    notified_at: str | None = None
+    notify_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -237,7 +242,7 @@ def _row_to_task(row: tuple) -> ScheduledTask:
 
 
 _RUN_COLUMNS = ("id, user_id, task_id, scheduled_for, kind, started_at, finished_at, status, "
-                "error, attempts, retry_at, session_id")
+                "error, attempts, retry_at, session_id, delivered_at, notified_at, notify_error")
 
 
 def _row_to_run(row: tuple) -> TaskRun:
@@ -584,17 +589,21 @@ def retry_delay(attempt: int) -> timedelta:
 
 
 def finish_run(writer: Writer, config: Config, claim: Claim, now: datetime, *,
-               error: str | None = None, retryable: bool = False) -> TaskRun:
+               error: str | None = None, retryable: bool = False,
+               reply_event_id: int | None = None) -> TaskRun:
     """Record how a claimed run ended.
 
     Success: the run is done, the task's `last_run_at` set, a one-shot deleted. Failure:
     retried after `retry_delay` while `retryable` and attempts remain
     ([queue] max_attempts), else failed for good, its error kept for `hilo tasks list`.
+    Either way the run keeps the task's name and its reply's event id, for delivery.
     """
     stamp = to_rfc3339(now)
     run = claim.run
 
     def write(con: apsw.Connection) -> TaskRun:
+        con.execute("UPDATE task_runs SET task_name = ?, reply_event_id = ? WHERE id = ?",
+                    (claim.task.name, reply_event_id, run.id))
         if error is None:
             con.execute(
                 "UPDATE task_runs SET status = 'done', finished_at = ?, error = NULL, "
@@ -615,6 +624,100 @@ def finish_run(writer: Writer, config: Config, claim: Claim, now: datetime, *,
         return _load_run(con, run.id)
 
     return writer.submit(write)
+
+
+# ----------------------------------------------------------------------------- delivery
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run that ended, as the person is told of it: in `hilo chat`, by the webhook,
+    on the desktop (workers/notify.py). Kept when its task is gone."""
+
+    run_id: int
+    task_id: int
+    user_id: str
+    name: str
+    status: str  # "done" or "failed"
+    reply: str | None
+    error: str | None
+    finished_at: str | None
+
+    @property
+    def text(self) -> str:
+        """What the run found, or why it failed."""
+        if self.status == "done":
+            return self.reply or "(no reply)"
+        return f"failed: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_REPORT_SELECT = (
+    "SELECT r.id, r.task_id, r.user_id, coalesce(r.task_name, t.name, 'task #' || r.task_id), "
+    "r.status, e.content, r.error, r.finished_at FROM task_runs r "
+    "LEFT JOIN scheduled_tasks t ON t.id = r.task_id "
+    "LEFT JOIN events e ON e.id = r.reply_event_id"
+)
+# A run retrying is not news yet; a cancelled one never ran.
+_ENDED = "r.status IN ('done', 'failed')"
+
+
+def run_report(con: apsw.Connection, run_id: int) -> RunReport | None:
+    """The run as told to the person; None unless it ended."""
+    row = con.execute(f"{_REPORT_SELECT} WHERE r.id = ? AND {_ENDED}", (run_id,)).fetchone()
+    return RunReport(*row) if row else None
+
+
+def has_undelivered(con: apsw.Connection, user_id: str) -> bool:
+    """Whether a run ended that no `hilo chat` has shown yet (a cheap read, to poll)."""
+    return con.execute(
+        "SELECT 1 FROM task_runs r WHERE r.user_id = ? AND r.delivered_at IS NULL "
+        f"AND {_ENDED} LIMIT 1", (user_id,)).fetchone() is not None
+
+
+def take_undelivered(writer: Writer, user_id: str, *, limit: int,
+                     now: datetime | None = None) -> tuple[list[RunReport], int]:
+    """The runs that ended since a `hilo chat` last showed one: the newest `limit`,
+    oldest first, and how many older ones there were. All are marked delivered in the
+    same transaction, so two open chats never show one run twice."""
+    stamp = to_rfc3339(_now(now))
+
+    def write(con: apsw.Connection) -> tuple[list[RunReport], int]:
+        rows = list(con.execute(f"{_REPORT_SELECT} WHERE r.user_id = ? AND r.delivered_at IS NULL "
+                                f"AND {_ENDED} ORDER BY r.id", (user_id,)))
+        if not rows:
+            return [], 0
+        con.execute(f"UPDATE task_runs SET delivered_at = ? WHERE id IN "
+                    f"({','.join('?' * len(rows))})", (stamp, *(row[0] for row in rows)))
+        shown = rows[-limit:] if limit > 0 else []
+        return [RunReport(*row) for row in shown], len(rows) - len(shown)
+
+    return writer.submit(write)
+
+
+def mark_delivered(writer: Writer, run_id: int, now: datetime | None = None) -> None:
+    """The person saw this run's result already (`hilo tasks run` printed it)."""
+    stamp = to_rfc3339(_now(now))
+
+    def write(con: apsw.Connection) -> None:
+        con.execute("UPDATE task_runs SET delivered_at = coalesce(delivered_at, ?) WHERE id = ?",
+                    (stamp, run_id))
+
+    writer.submit(write)
+
+
+def record_notification(writer: Writer, run_id: int, now: datetime, *,
+                        error: str | None = None) -> None:
+    """How the webhook went for this run: taken (error None), or why not, for `hilo tasks log`."""
+    stamp = to_rfc3339(now)
+
+    def write(con: apsw.Connection) -> None:
+        con.execute("UPDATE task_runs SET notified_at = ?, notify_error = ? WHERE id = ?",
+                    (None if error else stamp, error, run_id))
+
+    writer.submit(write)
 
 
 # ----------------------------------------------------------------------------- config.toml
