@@ -210,6 +210,11 @@ def task_session_id(task_id: int) -> str:
     return f"{SESSION_PREFIX}{task_id}"
 
 
+def is_task_session(session_id: str) -> bool:
+    """Whether the session holds a scheduled task's runs (its prompts are instructions)."""
+    return session_id.startswith(SESSION_PREFIX)
+
+
 def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(timezone.utc)
 
