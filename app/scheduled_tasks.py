@@ -631,6 +631,75 @@ def finish_run(writer: Writer, config: Config, claim: Claim, now: datetime, *,
     return writer.submit(write)
 
 
+# ----------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as an export holds it (app/transfer): enough to schedule it again."""
+
+    prompt: str
+    schedule: str  # as the user wrote it
+    name: str | None = None  # None: from the prompt, as `hilo tasks add` does
+    cron_expr: str | None = None  # None: `schedule` is read again (a file a person wrote)
+    oneshot: bool = False
+    paused: bool = False
+    trusted: bool = False
+    source: str = "tool"
+    task_id: int | None = None  # the id it had, kept when free: its session's log stays its own
+    run_once_at: str | None = None  # a one-shot's moment (RFC 3339)
+    created_at: str | None = None
+
+
+def import_task(con: apsw.Connection, config: Config, user_id: str, record: TaskRecord,
+                now: datetime | None = None) -> str:
+    """Store an exported task unless the same one (name, schedule and prompt) is there:
+    "insert" or "unchanged". Runs inside the caller's transaction.
+
+    A repeating task's next run is its next occurrence after now; a one-shot keeps its
+    moment (and never runs if that passed). Raises TaskError or ScheduleError for a task
+    that cannot run, and TaskError for a config.toml task, which belongs in that file.
+    """
+    now = _now(now)
+    prompt = _clean_prompt(record.prompt)
+    name = _clean_name(record.name, prompt)
+    tz = config.schedule.timezone
+    if record.cron_expr:
+        try:
+            next_occurrence(record.cron_expr, tz, now)
+        except (ValueError, KeyError) as exc:
+            raise TaskError(f'"{record.cron_expr}" is not a cron expression Hilo can run '
+                            f"({exc})") from None
+        run_once = None
+        if record.oneshot:
+            if not record.run_once_at:
+                raise TaskError("a one-shot with no time left to run: nothing to schedule")
+            run_once = parse_rfc3339(record.run_once_at)
+        schedule = Schedule(" ".join((record.schedule or record.cron_expr).split()),
+                            record.cron_expr, tz, run_once)
+    else:
+        schedule = parse_schedule(record.schedule, tz, now, oneshot=record.oneshot)
+    if con.execute("SELECT 1 FROM scheduled_tasks WHERE user_id = ? AND name = ? AND "
+                   "original_schedule = ? AND prompt = ?",
+                   (user_id, name, schedule.original, prompt)).fetchone():
+        return "unchanged"
+    if record.source == "config":
+        raise TaskError(f'"{name}" comes from the config.toml of the memory it was exported '
+                        "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
+    task_id = _insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
+                           source="tool", trusted=record.trusted, paused=record.paused, now=now)
+    wanted = record.task_id
+    if wanted is not None and wanted > 0 and con.execute(
+            "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "
+            "SELECT 1 FROM task_runs WHERE task_id = ?", (wanted, wanted)).fetchone() is None:
+        con.execute("UPDATE scheduled_tasks SET id = ? WHERE id = ?", (wanted, task_id))
+        task_id = wanted
+    if record.created_at:
+        con.execute("UPDATE scheduled_tasks SET created_at = ? WHERE id = ?",
+                    (record.created_at, task_id))
+    return "insert"
+
+
 # ----------------------------------------------------------------------------- delivery
 
 
