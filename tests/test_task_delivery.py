@@ -20,10 +20,10 @@ import pytest
 from app.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.scheduled_tasks import add_task, has_undelivered, task_runs
+from app.scheduled_tasks import RunReport, add_task, has_undelivered, task_runs
 from tests.test_first_hour_b_cli import hilo
 from tests.test_repl import leave, rows, start_chat  # noqa: F401 — start_chat is a fixture
-from workers.notify import deliver_run
+from workers.notify import Notification, NotifyFailed, deliver_run, post_webhook
 from workers.scheduler import run_due_tasks, scheduler_tick
 
 UTC = timezone.utc
@@ -151,9 +151,6 @@ def test_a_webhook_that_recovers_is_delivered_once(writer, live_config, fake_oll
 
 
 def test_webhook_backoff_grows_and_is_bounded(writer, live_config, hook):
-    from workers.notify import NotifyFailed, Notification, post_webhook
-    from app.scheduled_tasks import RunReport
-
     hook.statuses = [500] * 10
     pauses: list[float] = []
     settings = live_config.replace(notify={"webhook_url": hook.url, "webhook_attempts": 4}).notify
