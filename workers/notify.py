@@ -30,6 +30,7 @@ import httpx
 import structlog
 
 from app.config import Config, NotifyConfig
+from app.errors import Unavailable
 from app.scheduled_tasks import RunReport, TaskRunResult, record_notification, run_report
 from app.writer import Writer
 from workers.reading import reading
@@ -46,8 +47,10 @@ MAX_BODY_CHARS = 2000
 USER_AGENT = "hilo"
 
 
-class NotifyFailed(Exception):
-    """A webhook attempt that did not get a 2xx answer; str() says what happened."""
+class NotifyFailed(Unavailable):
+    """The webhook did not take the notification after its attempts; str() says why."""
+
+    code = "notify_failed"
 
 
 @dataclass(frozen=True)
