@@ -287,12 +287,14 @@ class ChatService:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, model: str | None = None,
-                   options: dict | None = None) -> Turn:
+                   options: dict | None = None, role: str = "user") -> Turn:
         """Store the user's message, build the context and open the model's stream.
 
+        `role` "system" stores instructions that are not the user speaking (a scheduled
+        task's prompt): the model still answers them; the workers learn nothing from them.
         Raises ModelError (after the message is stored) when the model cannot start.
         """
-        user_event = self.append(user_id, session_id, "user", text)
+        user_event = self.append(user_id, session_id, role, text)
         return self.answer(user_event, client_system=client_system, model=model,
                            options=options)
 

@@ -270,6 +270,19 @@ class ConfigOrigin:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """Where scheduled tasks' replies go besides `hilo chat` (workers/notify.py)."""
+
+    webhook_url: str = setting("", Allowed(
+        lambda v: v == "" or v.startswith(("http://", "https://")),
+        'an http:// or https:// URL, or "" for none'))
+    webhook_kind: str = setting("ntfy", one_of("ntfy", "slack", "json"))
+    webhook_attempts: int = setting(3, between(1, 10))
+    webhook_timeout_seconds: float = setting(10.0, between(0.5, 120))
+    desktop: bool = setting(True)
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -281,6 +294,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     # `[[scheduled_tasks]]` entries, synced into the database at every worker start.
     scheduled_tasks: tuple[Mapping[str, Any], ...] = ()
     origin: ConfigOrigin = field(default_factory=ConfigOrigin, compare=False)

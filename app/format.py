@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.timeutil import parse_rfc3339
+
 if TYPE_CHECKING:  # annotations only: app.retrieval and app.scheduled_tasks load numpy and cron parsing
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
     from app.retrieval import SearchHit
-    from app.scheduled_tasks import ScheduledTask, TaskLog
+    from app.scheduled_tasks import RunReport, ScheduledTask, TaskLog
 
 HIT_ROW_CHARS = 200  # a search hit's text in a `hilo memory search` row
 
@@ -80,6 +82,7 @@ def task_row(task: ScheduledTask, description: str) -> str:
 def task_log_rows(log: TaskLog) -> list[str]:
     """A task's runs, then the messages of its session."""
     return ([f"run {r.scheduled_for} {r.status}" + (f": {r.error}" if r.error else "")
+             + (f" (not delivered: {r.notify_error})" if r.notify_error else "")
              for r in log.runs]
             + [f"  {e.created_at[:16]} {e.role}: {e.content}" for e in log.events])
 
@@ -115,3 +118,13 @@ def task_lines(task: ScheduledTask, description: str) -> list[tuple[str, str | N
     if task.last_error:
         lines.append((f"      last error: {task.last_error}", "yellow"))
     return lines
+
+
+def task_reply_lines(report: RunReport) -> list[tuple[str, str | None]]:
+    """A scheduled task's run as the REPL tells it: which task and when (this machine's
+    local time), then its reply, or why it failed in yellow."""
+    when = ""
+    if report.finished_at:
+        when = f" at {parse_rfc3339(report.finished_at).astimezone():%H:%M}"
+    head = f"⏰ Task #{report.task_id} {report.name}{when}:"
+    return [(head, "bold"), (report.text, None if report.status == "done" else "yellow")]

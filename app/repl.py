@@ -12,10 +12,14 @@ from __future__ import annotations
 import secrets
 import signal
 import sys
-from dataclasses import dataclass
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+import structlog
 
 from rich.console import Console
 from rich.text import Text
@@ -34,15 +38,22 @@ from app.format import (
     hit_line,
     profile_line,
     task_lines,
+    task_reply_lines,
 )
 from app.llm import ModelError
 from app.log import configure_logging
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
-from app.scheduled_tasks import describe_task, list_tasks
+from app.scheduled_tasks import describe_task, has_undelivered, list_tasks, take_undelivered
 from workers.handoff import queue_handoff
 
+log = structlog.get_logger(__name__)
+
 PROMPT = "you> "
+# Scheduled task replies: how often an idle prompt looks for new ones, and how many
+# one look shows at most (the rest are in `hilo tasks log`).
+IDLE_POLL_SECONDS = 2.0
+TASK_REPLIES_SHOWN = 5
 DIARY_SHOWN = 5
 SEARCH_LIMIT = 10
 
@@ -55,8 +66,12 @@ class LineInput:
     lines otherwise. `read()` raises EOFError when the user leaves (Ctrl-D, end of input,
     or Ctrl-C twice at an empty prompt)."""
 
-    def __init__(self, history_path: Path, out: Console) -> None:
+    def __init__(self, history_path: Path, out: Console,
+                 while_idle: Callable[[], None] | None = None) -> None:
+        """`while_idle` is called every IDLE_POLL_SECONDS while the prompt waits on a
+        terminal; what it prints appears above the prompt."""
         self.out = out
+        self.while_idle = while_idle
         self._session = None
         if sys.stdin.isatty() and sys.stdout.isatty():
             from prompt_toolkit import PromptSession
@@ -82,7 +97,12 @@ class LineInput:
 
     def _read_once(self) -> str:
         if self._session is not None:
-            return self._session.prompt(PROMPT)
+            if self.while_idle is None:
+                return self._session.prompt(PROMPT)
+            from prompt_toolkit.patch_stdout import patch_stdout
+
+            with patch_stdout(raw=True), repeating(IDLE_POLL_SECONDS, self.while_idle):
+                return self._session.prompt(PROMPT)
         # Bytes, decoded here: input that is not UTF-8 is replaced (U+FFFD), not fatal.
         stream = getattr(sys.stdin, "buffer", None)
         raw = stream.readline() if stream is not None else sys.stdin.readline()
@@ -90,6 +110,27 @@ class LineInput:
             raise EOFError
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         return line.rstrip("\r\n")
+
+
+@contextmanager
+def repeating(seconds: float, action: Callable[[], None]) -> Iterator[None]:
+    """Call `action` every `seconds` on a background thread while the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            try:
+                action()
+            except Exception:  # noqa: BLE001 — a failed look must not end the chat
+                log.warning("repl.idle_action_failed", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="repl-idle", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 # -- the REPL's state and its commands ----------------------------------------------------------
@@ -103,10 +144,31 @@ class Repl:
     session_id: str
     last_context: BuiltContext | None = None  # None after a message that never reached the model
     messages_sent: int = 0
+    # Task replies are shown from the prompt's idle thread and before each prompt.
+    _delivering: threading.Lock = field(default_factory=threading.Lock)
 
     def say(self, text: str, style: str | None = None) -> None:
         """One line of output; never parsed as rich markup (memory text may hold brackets)."""
         self.out.print(Text(text, style=style or ""))
+
+    def show_task_replies(self, *, away: bool = False) -> None:
+        """Print the scheduled task runs that ended since a chat last showed them (and
+        mark them shown); `away` at the start of a chat. Cheap when there are none."""
+        if not has_undelivered(self.service.reader(), self.user_id):
+            return
+        with self._delivering:
+            reports, older = take_undelivered(self.service.writer, self.user_id,
+                                              limit=TASK_REPLIES_SHOWN)
+            if not reports:
+                return
+            if away:
+                self.say("While you were away:", "bold")
+            if older:
+                self.say(f"({older} earlier run{'s' if older != 1 else ''} not shown: "
+                         "`hilo tasks log <id>` has them)", "dim")
+            for report in reports:
+                for text, style in task_reply_lines(report):
+                    self.say(text, style)
 
     def events_in_session(self) -> int:
         row = self.service.reader().execute(
@@ -341,10 +403,12 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with service:
         repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
-        lines = LineInput(data_dir.repl_history, out)
+        lines = LineInput(data_dir.repl_history, out, while_idle=repl.show_task_replies)
         greet(repl, resuming=session is not None)
+        repl.show_task_replies(away=True)
         while True:
             try:
+                repl.show_task_replies()
                 line = lines.read().strip()
             except EOFError:
                 break

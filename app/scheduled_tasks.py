@@ -119,6 +119,11 @@ class TaskRun:
     attempts: int
     retry_at: str | None
     session_id: str
+    # Delivery (migrations/0007, 0008): when a `hilo chat` showed it, when the webhook
+    # took it or why it did not.
+    delivered_at: str | None = None
+    notified_at: str | None = None
+    notify_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,6 +216,11 @@ def task_session_id(task_id: int) -> str:
     return f"{SESSION_PREFIX}{task_id}"
 
 
+def is_task_session(session_id: str) -> bool:
+    """Whether the session holds a scheduled task's runs (its prompts are instructions)."""
+    return session_id.startswith(SESSION_PREFIX)
+
+
 def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(timezone.utc)
 
@@ -243,7 +253,7 @@ def _row_to_task(row: tuple) -> ScheduledTask:
 
 
 _RUN_COLUMNS = ("id, user_id, task_id, scheduled_for, kind, started_at, finished_at, status, "
-                "error, attempts, retry_at, session_id")
+                "error, attempts, retry_at, session_id, delivered_at, notified_at, notify_error")
 
 
 def _row_to_run(row: tuple) -> TaskRun:
@@ -600,17 +610,21 @@ def retry_delay(attempt: int) -> timedelta:
 
 
 def finish_run(writer: Writer, config: Config, claim: Claim, now: datetime, *,
-               error: str | None = None, retryable: bool = False) -> TaskRun:
+               error: str | None = None, retryable: bool = False,
+               reply_event_id: int | None = None) -> TaskRun:
     """Record how a claimed run ended.
 
     Success: the run is done, the task's `last_run_at` set, a one-shot deleted. Failure:
     retried after `retry_delay` while `retryable` and attempts remain
     ([queue] max_attempts), else failed for good, its error kept for `hilo tasks list`.
+    Either way the run keeps the task's name and its reply's event id, for delivery.
     """
     stamp = to_rfc3339(now)
     run = claim.run
 
     def write(con: apsw.Connection) -> TaskRun:
+        con.execute("UPDATE task_runs SET task_name = ?, reply_event_id = ? WHERE id = ?",
+                    (claim.task.name, reply_event_id, run.id))
         if error is None:
             con.execute(
                 "UPDATE task_runs SET status = 'done', finished_at = ?, error = NULL, "
@@ -631,6 +645,169 @@ def finish_run(writer: Writer, config: Config, claim: Claim, now: datetime, *,
         return _load_run(con, run.id)
 
     return writer.submit(write)
+
+
+# ----------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as an export holds it (app/transfer): enough to schedule it again."""
+
+    prompt: str
+    schedule: str  # as the user wrote it
+    name: str | None = None  # None: from the prompt, as `hilo tasks add` does
+    cron_expr: str | None = None  # None: `schedule` is read again (a file a person wrote)
+    oneshot: bool = False
+    paused: bool = False
+    trusted: bool = False
+    source: str = "tool"
+    task_id: int | None = None  # the id it had, kept when free: its session's log stays its own
+    run_once_at: str | None = None  # a one-shot's moment (RFC 3339)
+    created_at: str | None = None
+
+
+def import_task(con: apsw.Connection, config: Config, user_id: str, record: TaskRecord,
+                now: datetime | None = None) -> str:
+    """Store an exported task unless the same one (name, schedule and prompt) is there:
+    "insert" or "unchanged". Runs inside the caller's transaction.
+
+    A repeating task's next run is its next occurrence after now; a one-shot keeps its
+    moment (and never runs if that passed). Raises TaskError or ScheduleError for a task
+    that cannot run, and TaskError for a config.toml task, which belongs in that file.
+    """
+    now = _now(now)
+    prompt = _clean_prompt(record.prompt)
+    name = _clean_name(record.name, prompt)
+    tz = config.schedule.timezone
+    if record.cron_expr:
+        try:
+            next_occurrence(record.cron_expr, tz, now)
+        except (ValueError, KeyError) as exc:
+            raise TaskError(f'"{record.cron_expr}" is not a cron expression Hilo can run '
+                            f"({exc})") from None
+        run_once = None
+        if record.oneshot:
+            if not record.run_once_at:
+                raise TaskError("a one-shot with no time left to run: nothing to schedule")
+            run_once = parse_rfc3339(record.run_once_at)
+        schedule = Schedule(" ".join((record.schedule or record.cron_expr).split()),
+                            record.cron_expr, tz, run_once)
+    else:
+        schedule = parse_schedule(record.schedule, tz, now, oneshot=record.oneshot)
+    if con.execute("SELECT 1 FROM scheduled_tasks WHERE user_id = ? AND name = ? AND "
+                   "original_schedule = ? AND prompt = ?",
+                   (user_id, name, schedule.original, prompt)).fetchone():
+        return "unchanged"
+    if record.source == "config":
+        raise TaskError(f'"{name}" comes from the config.toml of the memory it was exported '
+                        "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
+    task_id = _insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
+                           source="tool", trusted=record.trusted, paused=record.paused, now=now)
+    wanted = record.task_id
+    if wanted is not None and wanted > 0 and con.execute(
+            "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "
+            "SELECT 1 FROM task_runs WHERE task_id = ?", (wanted, wanted)).fetchone() is None:
+        con.execute("UPDATE scheduled_tasks SET id = ? WHERE id = ?", (wanted, task_id))
+        task_id = wanted
+    if record.created_at:
+        con.execute("UPDATE scheduled_tasks SET created_at = ? WHERE id = ?",
+                    (record.created_at, task_id))
+    return "insert"
+
+
+# ----------------------------------------------------------------------------- delivery
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run that ended, as the person is told of it: in `hilo chat`, by the webhook,
+    on the desktop (workers/notify.py). Kept when its task is gone."""
+
+    run_id: int
+    task_id: int
+    user_id: str
+    name: str
+    status: str  # "done" or "failed"
+    reply: str | None
+    error: str | None
+    finished_at: str | None
+
+    @property
+    def text(self) -> str:
+        """What the run found, or why it failed."""
+        if self.status == "done":
+            return self.reply or "(no reply)"
+        return f"failed: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_REPORT_SELECT = (
+    "SELECT r.id, r.task_id, r.user_id, coalesce(r.task_name, t.name, 'task #' || r.task_id), "
+    "r.status, e.content, r.error, r.finished_at FROM task_runs r "
+    "LEFT JOIN scheduled_tasks t ON t.id = r.task_id "
+    "LEFT JOIN events e ON e.id = r.reply_event_id"
+)
+# A run retrying is not news yet; a cancelled one never ran.
+_ENDED = "r.status IN ('done', 'failed')"
+
+
+def run_report(con: apsw.Connection, run_id: int) -> RunReport | None:
+    """The run as told to the person; None unless it ended."""
+    row = con.execute(f"{_REPORT_SELECT} WHERE r.id = ? AND {_ENDED}", (run_id,)).fetchone()
+    return RunReport(*row) if row else None
+
+
+def has_undelivered(con: apsw.Connection, user_id: str) -> bool:
+    """Whether a run ended that no `hilo chat` has shown yet (a cheap read, to poll)."""
+    return con.execute(
+        "SELECT 1 FROM task_runs r WHERE r.user_id = ? AND r.delivered_at IS NULL "
+        f"AND {_ENDED} LIMIT 1", (user_id,)).fetchone() is not None
+
+
+def take_undelivered(writer: Writer, user_id: str, *, limit: int,
+                     now: datetime | None = None) -> tuple[list[RunReport], int]:
+    """The runs that ended since a `hilo chat` last showed one: the newest `limit`,
+    oldest first, and how many older ones there were. All are marked delivered in the
+    same transaction, so two open chats never show one run twice."""
+    stamp = to_rfc3339(_now(now))
+
+    def write(con: apsw.Connection) -> tuple[list[RunReport], int]:
+        rows = list(con.execute(f"{_REPORT_SELECT} WHERE r.user_id = ? AND r.delivered_at IS NULL "
+                                f"AND {_ENDED} ORDER BY r.id", (user_id,)))
+        if not rows:
+            return [], 0
+        con.execute(f"UPDATE task_runs SET delivered_at = ? WHERE id IN "
+                    f"({','.join('?' * len(rows))})", (stamp, *(row[0] for row in rows)))
+        shown = rows[-limit:] if limit > 0 else []
+        return [RunReport(*row) for row in shown], len(rows) - len(shown)
+
+    return writer.submit(write)
+
+
+def mark_delivered(writer: Writer, run_id: int, now: datetime | None = None) -> None:
+    """The person saw this run's result already (`hilo tasks run` printed it)."""
+    stamp = to_rfc3339(_now(now))
+
+    def write(con: apsw.Connection) -> None:
+        con.execute("UPDATE task_runs SET delivered_at = coalesce(delivered_at, ?) WHERE id = ?",
+                    (stamp, run_id))
+
+    writer.submit(write)
+
+
+def record_notification(writer: Writer, run_id: int, now: datetime, *,
+                        error: str | None = None) -> None:
+    """How the webhook went for this run: taken (error None), or why not, for `hilo tasks log`."""
+    stamp = to_rfc3339(now)
+
+    def write(con: apsw.Connection) -> None:
+        con.execute("UPDATE task_runs SET notified_at = ?, notify_error = ? WHERE id = ?",
+                    (None if error else stamp, error, run_id))
+
+    writer.submit(write)
 
 
 # ----------------------------------------------------------------------------- config.toml

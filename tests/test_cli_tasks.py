@@ -49,4 +49,4 @@ def test_run_now_stores_the_reply_in_the_tasks_session(data_dir, capsys, fake_ol
     assert result["status"] == "done" and result["reply"] == "Backups look fine."
     log = json.loads(run(capsys, "tasks", "log", "1", "--json", *d))
     assert [(e["role"], e["content"]) for e in log["events"]] == [
-        ("user", "check the backups"), ("assistant", "Backups look fine.")]
+        ("system", "check the backups"), ("assistant", "Backups look fine.")]

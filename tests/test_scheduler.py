@@ -44,6 +44,7 @@ class RecordedTurn:
     session_id: str
     text: str
     client_system: str | None
+    role: str = "user"
 
 
 class FakeChat:
@@ -57,15 +58,15 @@ class FakeChat:
         self._lock = threading.Lock()
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
-                   client_system: str | None = None) -> SimpleNamespace:
-        turn = RecordedTurn(user_id, session_id, text, client_system)
+                   client_system: str | None = None, role: str = "user") -> SimpleNamespace:
+        turn = RecordedTurn(user_id, session_id, text, client_system, role)
         with self._lock:
             self.turns.append(turn)
         if self.during_turn is not None:
             self.during_turn(turn)
         if text in self.fail:
             raise self.fail[text]
-        outcome = SimpleNamespace(reply_event=SimpleNamespace(content=f"done: {text}"))
+        outcome = SimpleNamespace(reply_event=SimpleNamespace(id=None, content=f"done: {text}"))
         return SimpleNamespace(run=lambda: outcome)
 
     def sessions(self) -> list[str]:
@@ -300,7 +301,8 @@ def test_a_run_leaves_the_reply_in_the_tasks_session(writer, live_config, fake_o
     assert (result.status, result.reply) == ("done", "A dentist appointment at 11.")
     con = reader(live_config)
     stored = [(e.role, e.content) for e in session_events(con, USER, f"task:{task.id}")]
-    assert stored == [("user", "What is on my calendar today?"), ("assistant", "A dentist appointment at 11.")]
+    # The prompt is the task's instructions, not the user speaking (issue 15): "system".
+    assert stored == [("system", "What is on my calendar today?"), ("assistant", "A dentist appointment at 11.")]
     [request] = fake_ollama.bodies("/api/chat")
     assert request["messages"][-1]["content"] == "What is on my calendar today?"
     assert 'scheduled task "agenda"' in request["messages"][0]["content"]

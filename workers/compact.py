@@ -10,6 +10,10 @@ a per-session lock so they rarely even try.
 
 Degraded path (`extractive=True`): the card quotes the chunk instead (is_extractive=1),
 and consolidate re-summarises it when the model is back.
+
+"system" events are instructions (a scheduled task's prompt), not the user speaking: the
+model is told so, and a quoted card leaves them out, so a task's card says what its
+runs found, not "the user said: check in briefly".
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ SYSTEM = "You compress chat history into short technical notes. Answer with JSON
 INSTRUCTIONS = """\
 Summarise this part of a conversation in one or two sentences: technical and specific
 (names, versions, commands, decisions, outcomes). Add 3 to 8 keywords someone would
-search for to find it again.
+search for to find it again. INSTRUCTIONS lines (a scheduled task's prompt) say what the
+assistant was asked to do; they are not the user speaking: summarise what was found.
 
 """
+# How each role's lines are labelled for the model.
+LABELS = {"user": "USER", "assistant": "ASSISTANT", "tool": "TOOL",
+          "system": "INSTRUCTIONS (not the user speaking)"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,8 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
 
 
 def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
-    lines = "\n".join(f"{e.role.upper()}: {e.content[:MAX_EVENT_CHARS]}" for e in events)
+    lines = "\n".join(f"{LABELS.get(e.role, e.role.upper())}: {e.content[:MAX_EVENT_CHARS]}"
+                      for e in events)
     raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM)
     return parse_card(raw, text)
 
@@ -80,7 +89,9 @@ def parse_card(raw: dict | list, text: str = "") -> CardText:
 
 
 def extractive_card(events: list[ChunkEvent]) -> CardText:
-    texts = [(e.role, e.content) for e in events]
+    # What the chunk says, without the instructions it answered (unless that is all of it).
+    said = [e for e in events if e.role != "system"] or events
+    texts = [(e.role, e.content) for e in said]
     return CardText(extractive.quote_lines(texts), ", ".join(extractive.keywords(t for _, t in texts)),
                     is_extractive=True)
 

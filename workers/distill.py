@@ -6,6 +6,10 @@ context, and an extracted fact whose words come from the assistant's text and no
 from the user's is dropped (the hallucination feedback loop). Output is parsed
 leniently and validated item by item; nothing invalid is written.
 
+A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
+stored as "system", is what the task was told to do, not the user speaking, so it is
+the context; what the run found — the reply and the tool results — is the source.
+
 Writes and the events' distilled_at mark share one transaction, and the write first
 re-checks which events are still undistilled, so a second run does nothing.
 `capture_turn` is the degraded path: rule-based capture of explicit statements.
@@ -22,6 +26,7 @@ from app.config import Config
 from app.fts import terms
 from app.llm import ModelClient
 from app.memory import InvalidMemory, set_profile, store_fact
+from app.scheduled_tasks import is_task_session
 from app.timeutil import utc_now
 from app.writer import Writer
 from workers.capture import capture_statements
@@ -30,7 +35,6 @@ from workers.reading import reading
 
 WORKER = "distill"
 FALLBACK_WORKER = "distill-rules"
-SOURCE_ROLES = ("user", "tool")
 MAX_EVENT_CHARS = 4000
 MAX_PROMPT_CHARS = 12_000
 
@@ -49,6 +53,43 @@ From the conversation below, extract what is worth remembering about the USER:
 Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
 
 """
+
+TASK_INSTRUCTIONS = """\
+Below is an unattended run of a scheduled task the user set up earlier. Extract what is worth
+remembering from what the task found:
+- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
+  a short key naming what it is about (e.g. "backups", "weather in Lisbon"), and the value.
+Take facts only from RESULT and TOOL lines. The TASK line is what the task was told to do, not
+something the user said: never take a fact from it.
+
+"""
+
+
+@dataclass(frozen=True)
+class Voices:
+    """Which roles of a turn facts may come from, which are context only, and how the
+    prompt labels each role."""
+
+    sources: tuple[str, ...]
+    context: tuple[str, ...]
+    labels: dict[str, str]
+    instructions: str
+
+
+CONVERSATION = Voices(
+    sources=("user", "tool"), context=("assistant",),
+    labels={"user": "USER", "tool": "TOOL", "assistant": "ASSISTANT (context only)"},
+    instructions=INSTRUCTIONS)
+TASK_RUN = Voices(
+    sources=("assistant", "tool"), context=("system",),
+    labels={"system": "TASK (instructions, context only)", "tool": "TOOL", "assistant": "RESULT"},
+    instructions=TASK_INSTRUCTIONS)
+
+
+def voices_of(session_id: str) -> Voices:
+    """A scheduled task's session learns from its results; any other from the user."""
+    return TASK_RUN if is_task_session(session_id) else CONVERSATION
 
 
 @dataclass(frozen=True)
@@ -101,18 +142,15 @@ def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session
 # -- the model's part ----------------------------------------------------------------------
 
 
-def build_prompt(events: list[TurnEvent]) -> str:
+def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION) -> str:
     lines = []
     budget = MAX_PROMPT_CHARS
     for event in events:
-        if event.role == "user":
-            label = "USER"
-        elif event.role == "tool":
-            label = f"TOOL ({event.tool_name})" if event.tool_name else "TOOL"
-        elif event.role == "assistant":
-            label = "ASSISTANT (context only)"
-        else:
+        label = voices.labels.get(event.role)
+        if label is None:
             continue
+        if event.role == "tool" and event.tool_name:
+            label = f"{label} ({event.tool_name})"
         text = event.content[:MAX_EVENT_CHARS]
         if len(text) > budget:
             text = text[:budget]
@@ -120,7 +158,7 @@ def build_prompt(events: list[TurnEvent]) -> str:
         budget -= len(text)
         if budget <= 0:
             break
-    return INSTRUCTIONS + "\n".join(lines)
+    return voices.instructions + "\n".join(lines)
 
 
 def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
@@ -130,18 +168,21 @@ def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
                       facts=[(fact.category, fact.key, fact.value) for fact in output.facts])
 
 
-def _grounded(text: str, source_words: set[str], assistant_words: set[str]) -> bool:
-    """False for text whose words come from the assistant and not from the user."""
+def _grounded(text: str, source_words: set[str], context_words: set[str]) -> bool:
+    """False for text whose words come from the context and not from a source."""
     words = set(terms(text, min_length=3))
-    return not words or bool(words & source_words) or not (words & assistant_words)
+    return not words or bool(words & source_words) or not (words & context_words)
 
 
-def keep_grounded(extraction: Extraction, events: list[TurnEvent]) -> tuple[Extraction, int]:
-    source = set().union(*(terms(e.content, min_length=3) for e in events if e.role in SOURCE_ROLES))
-    assistant = set().union(*(terms(e.content, min_length=3) for e in events if e.role == "assistant"))
+def keep_grounded(extraction: Extraction, events: list[TurnEvent],
+                  voices: Voices = CONVERSATION) -> tuple[Extraction, int]:
+    source = set().union(*(terms(e.content, min_length=3) for e in events
+                           if e.role in voices.sources))
+    context = set().union(*(terms(e.content, min_length=3) for e in events
+                            if e.role in voices.context))
     kept = Extraction(
-        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, assistant)},
-        facts=[f for f in extraction.facts if _grounded(f[2], source, assistant)],
+        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, context)},
+        facts=[f for f in extraction.facts if _grounded(f[2], source, context)],
     )
     dropped = len(extraction.profile) + len(extraction.facts) - len(kept.profile) - len(kept.facts)
     return kept, dropped
@@ -180,7 +221,7 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[
 def _write(writer: Writer, config: Config, user_id: str, session_id: str,
            events: list[TurnEvent], extraction: Extraction, worker: str,
            dropped: int = 0) -> DistillResult:
-    sources = [e.id for e in events if e.role in SOURCE_ROLES]
+    sources = [e.id for e in events if e.role in voices_of(session_id).sources]
     source_event_id = sources[-1] if sources else None
     ids = [e.id for e in events]
     similarity = config.memory.dedupe_similarity
@@ -198,9 +239,10 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
     if not events:
         return DistillResult()
     extraction, dropped = Extraction(), 0
-    if any(e.role in SOURCE_ROLES for e in events):
-        raw, text = ask_json(model, WORKER, build_prompt(events), DISTILL_SCHEMA, SYSTEM)
-        extraction, dropped = keep_grounded(parse_extraction(raw, text), events)
+    voices = voices_of(session_id)
+    if any(e.role in voices.sources for e in events):
+        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM)
+        extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
     return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
 
 

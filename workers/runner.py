@@ -36,6 +36,7 @@ from workers.diary import write_diary
 from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.embed import embed_pending
 from workers.handoff import QueueHandoff
+from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
     configure,
@@ -227,4 +228,6 @@ class JobRunner:
                      diary=len(work.diary), closed_sessions=len(work.closed))
 
     def run_scheduled_tasks(self) -> None:
-        scheduler_tick(self.config, self.writer, chat_service=self.chat_service)
+        config, writer = self.config, self.writer
+        scheduler_tick(config, writer, chat_service=self.chat_service,
+                       deliver=lambda result: deliver_run(config, writer, result))

@@ -31,6 +31,7 @@ from app.scheduled_tasks import (
     claim_next_run,
     claim_task_now,
     finish_run,
+    mark_delivered,
 )
 from app.writer import Writer
 
@@ -38,13 +39,17 @@ log = structlog.get_logger(__name__)
 
 # How long one tick keeps claiming runs; the periodic task fires every minute.
 TICK_SECONDS = 60.0
+# The statuses of a run that ended (a run "retrying" has not).
+ENDED = ("done", "failed")
+# The role a task's prompt is stored with (app/events.py): instructions, not the user.
+INSTRUCTIONS_ROLE = "system"
 
 
 class TurnRunner(Protocol):
     """What the scheduler needs of app.chat.ChatService."""
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
-                   client_system: str | None = None) -> Any: ...
+                   client_system: str | None = None, role: str = "user") -> Any: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
@@ -66,9 +71,14 @@ def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now:
 def run_task_now(config: Config, writer: Writer, chat_service: TurnRunner, user_id: str,
                  ref: int | str, now: datetime | None = None) -> TaskRunResult:
     """`hilo tasks run <id>`: run one task once, here and now, paused or not; its schedule
-    is unchanged. Raises TaskNotFound."""
+    is unchanged. Its caller shows the result, so a run that ended counts as delivered
+    (no `hilo chat` repeats it). Raises TaskNotFound."""
     now = now or datetime.now(timezone.utc)
-    return run_claim(config, writer, chat_service, claim_task_now(writer, user_id, ref, now), now)
+    result = run_claim(config, writer, chat_service, claim_task_now(writer, user_id, ref, now),
+                       now)
+    if result.status in ENDED:
+        mark_delivered(writer, result.run_id, now)
+    return result
 
 
 def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: Claim,
@@ -77,20 +87,28 @@ def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: C
     task, run = claim.task, claim.run
     bound = log.bind(task_id=task.id, run_id=run.id, user_id=task.user_id, attempt=run.attempts)
     reply: str | None = None
+    reply_event_id: int | None = None
     error: str | None = None
     retryable = False
     try:
+        # The prompt is the task's instructions, not the user speaking: stored as
+        # "system", so memory learns from what the run found, not from what it was told.
         turn = chat_service.start_turn(task.user_id, task.session_id, task.prompt,
-                                       client_system=task_system_prompt(task, config, now))
+                                       client_system=task_system_prompt(task, config, now),
+                                       role=INSTRUCTIONS_ROLE)
         outcome = turn.run()
-        reply = outcome.reply_event.content if outcome.reply_event is not None else ""
+        if outcome.reply_event is not None:
+            reply, reply_event_id = outcome.reply_event.content, outcome.reply_event.id
+        else:
+            reply = ""
     except ModelError as exc:
         error, retryable = str(exc), exc.retryable
     except Exception as exc:  # noqa: BLE001 — one broken task must not stop the others
         bound.exception("scheduler.run_crashed")
         error = f"{type(exc).__name__}: {exc}"
     try:
-        finished = finish_run(writer, config, claim, now, error=error, retryable=retryable)
+        finished = finish_run(writer, config, claim, now, error=error, retryable=retryable,
+                              reply_event_id=reply_event_id)
     except Exception as exc:  # noqa: BLE001 — left running; retried once it goes stale
         bound.exception("scheduler.finish_failed")
         return _result(claim, "failed", run.attempts, reply, f"{error or 'ran'}; then {exc}", None)
@@ -138,10 +156,13 @@ def _utc_now() -> datetime:
 
 
 def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner,
-                   clock: Callable[[], datetime] = _utc_now) -> list[TaskRunResult]:
+                   clock: Callable[[], datetime] = _utc_now,
+                   deliver: Callable[[TaskRunResult], None] | None = None,
+                   ) -> list[TaskRunResult]:
     """One tick of the periodic task: run what is due, each run stamped with the time it
-    is claimed. Stops taking new runs after TICK_SECONDS, when the next tick (on another
-    worker thread) carries on, so a slow model never makes a tick run forever."""
+    is claimed, and `deliver` each run that ended (workers/notify.py: the webhook and
+    the desktop). Stops taking new runs after TICK_SECONDS, when the next tick (on
+    another worker thread) carries on, so a slow model never makes a tick run forever."""
     started = clock()
     results: list[TaskRunResult] = []
     while True:
@@ -152,3 +173,7 @@ def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner,
         if not ran:
             return results
         results += ran
+        if deliver is not None:
+            for result in ran:
+                if result.status in ENDED:
+                    deliver(result)

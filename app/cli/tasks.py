@@ -51,13 +51,16 @@ def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: b
     las 9", an ISO date-time.
     """
     from app.scheduled_tasks import add_task
+    from workers.notify import reply_channels
 
     with _writer(config) as writer:
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
                          timezone_name=timezone_name)
-        emit(as_json, added.to_json(),
-             lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}"))
+        channels = reply_channels(config)
+        emit(as_json, {**added.to_json(), "replies": channels},
+             lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}\n"
+                           f"Replies: {', '.join(channels)}"))
     return 0
 
 

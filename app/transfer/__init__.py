@@ -2,7 +2,7 @@
 
 Two export formats. `export_markdown` writes a folder a person can read, grep, keep in
 git or open in Obsidian; `export_jsonl` writes one JSON object per line with a "type"
-(session, event, card, profile, fact, diary) — everything, including the events (the
+(session, event, card, profile, fact, diary, task) — everything, including the events (the
 source of truth), fact history and tombstones — for machines and for moving a memory
 between databases. `import_path` reads either back; `import_kinder_agent` reads the
 memory database of the Bash REPL Hilo grew out of. Dates are kept. Embeddings are not

@@ -37,6 +37,7 @@ from app.memory import (
     link_folded_card,
     link_superseded_fact,
 )
+from app.scheduled_tasks import TaskRecord, import_task
 from app.timeutil import utc_now
 from app.transfer.jsonl import read_jsonl
 from app.transfer.markdown import (
@@ -289,6 +290,22 @@ class RecordImporter:
         action = import_diary_entry(con, self.user_id, session_id, entry,
                                     is_extractive=bool(r.get("is_extractive")),
                                     created_at=created_at, worker=WORKER)
+        return OUTCOMES.get(action, "unchanged")
+
+    # -- scheduled tasks
+
+    def _task(self, con: apsw.Connection, r: dict) -> str:
+        oneshot = bool(r.get("is_oneshot"))
+        task_id = _link_id(r.get("id"))
+        action = import_task(con, self.config, self.user_id, TaskRecord(
+            prompt=clean_text(r["prompt"]), schedule=str(r.get("schedule") or r.get("cron_expr") or ""),
+            name=None if r.get("name") is None else str(r["name"]),
+            cron_expr=str(r["cron_expr"]) if r.get("cron_expr") else None, oneshot=oneshot,
+            paused=bool(r.get("is_paused")), trusted=bool(r.get("is_trusted")),
+            source=str(r.get("source") or "tool"),
+            task_id=task_id if isinstance(task_id, int) else None,
+            run_once_at=record_time(r.get("next_run_at")) if oneshot else None,
+            created_at=record_time(r.get("created_at"))))
         return OUTCOMES.get(action, "unchanged")
 
     # -- links across records

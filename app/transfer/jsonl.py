@@ -2,7 +2,7 @@
 
 The first line is a header ({"type": "header", "format": "hilo-export", ...}); then
 sessions, events, cards, profile keys (tombstones too), facts (with their history and
-tombstones) and diary entries, one JSON object per line.
+tombstones), diary entries and scheduled tasks, one JSON object per line.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from app.transfer.user_records import (
     fact_records,
     profile_records,
     session_records,
+    task_records,
 )
 
 
@@ -61,7 +62,7 @@ def export_jsonl(config: Config, user_id: str, out_path: Path, *,
                         card_records(con, user_id),
                         profile_records(con, user_id, live_only=False),
                         fact_records(con, user_id, current_only=False),
-                        diary_records(con, user_id)):
+                        diary_records(con, user_id), task_records(con, user_id)):
             for record in records:
                 out.write(_line(record))
                 written[record["type"]] += 1

@@ -3,7 +3,8 @@
 `profile.md` holds MEMORY.md-style `- key: value` lines (their dates and sources in the
 front matter), `facts/` and `cards/` one file per current fact and per context card
 with YAML front matter, `diary/` the diary by day (each entry under a hilo-diary
-marker). `.hilo-export.json` (manifest.py) records what the export wrote, so that exporting
+marker), `tasks/` one file per scheduled task (its schedule in the front matter, its
+prompt as the body). `.hilo-export.json` (manifest.py) records what the export wrote, so that exporting
 again into a folder that also holds a person's notes replaces and removes only Hilo's own
 unchanged files. `read_markdown` reads such a folder back, including what a person added,
 and reads nothing through a symbolic link.
@@ -43,10 +44,14 @@ from app.transfer.user_records import (
     diary_records,
     fact_records,
     profile_records,
+    task_records,
 )
 
 PROFILE_FILE = "profile.md"
-FACTS_DIR, CARDS_DIR, DIARY_DIR = "facts", "cards", "diary"
+FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR = "facts", "cards", "diary", "tasks"
+# A scheduled task's front matter: its JSON lines record without the prompt (the body).
+TASK_KEYS = ("id", "name", "schedule", "cron_expr", "source", "is_oneshot", "is_paused",
+             "is_trusted", "next_run_at", "last_run_at", "created_at", "updated_at")
 # An imported file larger than this is skipped: Hilo's own files hold one value capped
 # at a few KB (a diary day, a few dozen entries; the profile, its keys).
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -56,12 +61,12 @@ _SLUG = re.compile(r"[^\w]+", re.UNICODE)
 _PLAIN_KEY = re.compile(r'^[^\s"`:][^:\n]*$')
 # The only files an export may remove as stale: a manifest that names anything else
 # (a path out of the folder) is not obeyed.
-_REMOVABLE = re.compile(r"^(?:facts|cards|diary)/[^/\\]+\.md$")
+_REMOVABLE = re.compile(r"^(?:facts|cards|diary|tasks)/[^/\\]+\.md$")
 
 
 def looks_like_markdown_export(folder: Path) -> bool:
     return os.path.lexists(folder / PROFILE_FILE) or any(
-        (folder / d).is_dir() for d in (FACTS_DIR, CARDS_DIR, DIARY_DIR))
+        (folder / d).is_dir() for d in (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR))
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -138,6 +143,14 @@ def _markdown_files(con: apsw.Connection, user_id: str) -> tuple[dict[str, str],
         written["diary"] += 1
     for day, entries in by_day.items():
         files[f"{DIARY_DIR}/{day}.md"] = _diary_markdown(day, entries)
+
+    for task in task_records(con, user_id):
+        head = {k: task[k] for k in TASK_KEYS}
+        for flag in ("is_oneshot", "is_paused", "is_trusted"):
+            head[flag] = bool(head[flag])
+        files[_unique_name(TASKS_DIR, _slug(task["name"], "task"), taken, task["id"])] = \
+            with_front_matter(head, task["prompt"])
+        written["task"] += 1
     return files, written
 
 
@@ -215,7 +228,7 @@ def export_markdown(config: Config, user_id: str, out_dir: Path, *,
     manifest = ExportManifest.read(out_dir)
     to_write = _files_to_write(out_dir, contents, manifest, overwrite)
 
-    for directory in (FACTS_DIR, CARDS_DIR, DIARY_DIR):
+    for directory in (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR):
         try:
             (out_dir / directory).mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -327,7 +340,8 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
 
     A fact or card file a person wrote needs only front-matter with category and key
     (facts) and a body; it is dated by the file's modification time and counts as the
-    user's own. Symbolic links, files that are not regular and oversized files are
+    user's own. A task file needs a `schedule` (as `hilo tasks add` takes it) and the
+    prompt as its body. Symbolic links, files that are not regular and oversized files are
     skipped and reported, never followed or read.
     """
     folder = Path(folder)
@@ -361,3 +375,14 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
             yield item
         else:
             yield from _parse_diary(item[1].text, item[0])
+    for item in _folder_files(folder, TASKS_DIR):
+        if isinstance(item, Problem):
+            yield item
+            continue
+        where, file = item
+        try:
+            head, body = split_front_matter(file.text)
+        except (ValueError, yaml.YAMLError) as exc:
+            yield _problem(where, f"unreadable front-matter: {exc}")
+            continue
+        yield {**head, "type": "task", "prompt": body.strip(), "_where": where}

@@ -22,7 +22,7 @@ from app.timeutil import parse_rfc3339, to_rfc3339
 
 FORMAT = "hilo-export"
 FORMAT_VERSION = 1
-RECORD_TYPES = ("session", "event", "card", "profile", "fact", "diary")
+RECORD_TYPES = ("session", "event", "card", "profile", "fact", "diary", "task")
 KEY_LIMIT = {"profile": 100, "fact": 200}
 VALUE_LIMIT = 2000
 
@@ -34,7 +34,8 @@ class TransferError(InvalidInput):
 # How a summary names n records of each type: (one, many).
 _NOUNS = {"session": ("session", "sessions"), "event": ("event", "events"),
           "card": ("card", "cards"), "profile": ("profile key", "profile keys"),
-          "fact": ("fact", "facts"), "diary": ("diary entry", "diary entries")}
+          "fact": ("fact", "facts"), "diary": ("diary entry", "diary entries"),
+          "task": ("scheduled task", "scheduled tasks")}
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -65,6 +65,16 @@ def fact_records(con: apsw.Connection, user_id: str, *, current_only: bool) -> I
         yield {"type": "fact", **row}
 
 
+def task_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
+    """Scheduled tasks: what to ask and when (their runs' replies are events of the
+    sessions `task:<id>`)."""
+    for row in rows(con, "SELECT id, name, original_schedule AS schedule, cron_expr, prompt, "
+                    "source, is_oneshot, is_paused, is_trusted, next_run_at, last_run_at, "
+                    "created_at, updated_at FROM scheduled_tasks WHERE user_id = ? ORDER BY id",
+                    (user_id,)):
+        yield {"type": "task", **row}
+
+
 def diary_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
     for row in rows(con, "SELECT session_id, entry, is_extractive, created_at FROM diary "
                     "WHERE user_id = ? ORDER BY created_at, id", (user_id,)):
