@@ -17,11 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, Sequence
 
 import apsw
 
+from app.chat_formats import ClientChat, ReplyRecord, message_text
 from app.config import Config
 from app.context import BuiltContext, build_context, read_bootstrap
 from app.datadir import DataDir
@@ -120,6 +121,8 @@ class TurnOutcome:
     reply_event: Event | None = None
     error: ModelError | None = None
     interrupted: bool = False
+    # Events this request stored before the reply (a relayed request may store several).
+    stored: list[Event] = field(default_factory=list)
 
 
 class Turn:
@@ -146,14 +149,28 @@ class Turn:
         """The model's totals (token counts, done reason) once the reply is complete."""
         return self._stream.reply
 
+    @property
+    def record(self) -> ReplyRecord | None:
+        """Of a relayed request: the reply as read so far, and its content type."""
+        return self._stream.record
+
     def interrupt(self) -> None:
         self._interrupt.set()
 
-    def __iter__(self) -> Iterator[str]:
-        pieces: list[str] = []
+    def __iter__(self) -> Iterator[Any]:
+        """Text pieces; for a relayed request, the bytes to pass on to the client.
+
+        A relayed reply's last piece goes only once the reply is stored: a client that
+        sends its next message the moment the reply ends finds it already remembered.
+        """
+        relayed = self._stream.record is not None
+        held: Any = None
         try:
             for piece in self._stream:
-                pieces.append(piece)
+                if relayed:
+                    piece, held = held, piece
+                    if piece is None:
+                        continue
                 yield piece
                 if self._interrupt.is_set():
                     self.outcome.interrupted = True
@@ -161,15 +178,19 @@ class Turn:
         except ModelError as exc:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             self.outcome.error = exc
-            self._finish("".join(pieces), interrupted=True)
+            self._finish(self._stream.text, interrupted=True)
+            if held is not None:
+                yield held
             raise
         except (KeyboardInterrupt, GeneratorExit):
             self.outcome.interrupted = True
-            self._finish("".join(pieces), interrupted=True)
+            self._finish(self._stream.text, interrupted=True)
             raise
         finally:
             self._stream.close()
-        self._finish("".join(pieces), interrupted=self.outcome.interrupted)
+        self._finish(self._stream.text, interrupted=self.outcome.interrupted)
+        if held is not None:
+            yield held
 
     def run(self) -> TurnOutcome:
         """Consume the whole reply; ModelError propagates after the user event is stored."""
@@ -183,13 +204,14 @@ class Turn:
         metrics.MODEL_CALL_SECONDS.labels("chat").observe(time.perf_counter() - self._started)
         if interrupted and text:
             text += INTERRUPTED_MARKER
-        if text:
+        tool_calls = self._stream.tool_calls
+        if text or tool_calls:
             self.outcome.reply_event = self.service.append(
                 self.outcome.user_event.user_id, self.outcome.user_event.session_id,
-                "assistant", text)
+                "assistant", text, tool_calls=tool_calls or None)
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
-        ids = [self.outcome.user_event.id]
+        ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)
         self.service.handoff.after_reply(self.outcome.user_event.user_id,
@@ -258,18 +280,26 @@ class ChatService:
 
     def build_context(self, user_id: str, session_id: str, text: str, *,
                       client_system: str | None = None, model: str | None = None,
-                      before_event_id: int | None = None) -> BuiltContext:
+                      before_event_id: int | None = None,
+                      client: ClientChat | None = None) -> BuiltContext:
         """The context for `text`; with before_event_id, the window stops before that
-        event (the message being answered)."""
+        event (the message being answered). With `client`, the client's own messages
+        are sent (app.context's `history`), after the window only if it asks for one;
+        otherwise the window, the request's own messages included, is only kept out of
+        the quoted past."""
         query = self._query(user_id, text)
         started = time.perf_counter()
         con = self.reader()
-        window = [e for e in self.working.window(con, user_id, session_id)
-                  if before_event_id is None or e.id < before_event_id]
+        window = self.working.window(con, user_id, session_id)
+        if before_event_id is not None and (client is None or client.with_window):
+            window = [e for e in window if e.id < before_event_id]
         context = build_context(
             con, self.config, self.tokens, user_id, text, session_id=session_id,
             window=window, bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
-            client_system=client_system, model=model, query=query)
+            client_system=client_system, model=model, query=query,
+            history=client.messages if client else None,
+            num_ctx=client.num_ctx if client else None, api=client.api if client else None,
+            show_window=client is None or client.with_window)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
         return context
 
@@ -299,28 +329,41 @@ class ChatService:
                            options=options)
 
     def answer(self, user_event: Event, *, client_system: str | None = None,
-               model: str | None = None, options: dict | None = None) -> Turn:
+               model: str | None = None, options: dict | None = None,
+               client: ClientChat | None = None, stored: Sequence[Event] = ()) -> Turn:
         """Open the model's reply to a stored user message: a new one, or one a client
         resends (a retry, a regenerate). The window holds only what came before it, so
-        an earlier reply to it is not shown again."""
+        an earlier reply to it is not shown again.
+
+        With `client`, a client's own request is relayed (ModelClient.relay_chat): its
+        body as sent, its messages with the memory layers added, no option of Hilo's;
+        `user_event` is then the stored event its last message is (user, tool or
+        assistant), and `stored` what the request stored, handed off with the reply."""
         user_id, session_id = user_event.user_id, user_event.session_id
-        context = self.build_context(user_id, session_id, user_event.content,
+        model = client.model if client is not None else model
+        context = self.build_context(user_id, session_id,
+                                     client.query if client else user_event.content,
                                      client_system=client_system, model=model,
-                                     before_event_id=user_event.id)
-        outcome = TurnOutcome(user_event, context)
+                                     before_event_id=user_event.id, client=client)
+        outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()
         try:
-            stream = self.model.chat_stream(context.messages, model=model, options=opts)
+            if client is not None:
+                stream = self.model.relay_chat(client.api, {**client.body,
+                                                            "messages": context.messages})
+            else:
+                stream = self.model.chat_stream(context.messages, model=model, options=opts)
         except ModelError as exc:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             outcome.error = exc
-            self.handoff.after_reply(user_id, session_id, [user_event.id])
+            self.handoff.after_reply(user_id, session_id,
+                                     sorted({e.id for e in stored} | {user_event.id}))
             raise
         return Turn(self, outcome, stream, started)
 
     def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
-        chars = sum(len(m["content"]) for m in context.messages)
+        chars = sum(len(message_text(m)) for m in context.messages)
         self.tokens.observe(context.explain["model"], chars, prompt_eval_count)
 
     def end_session(self, user_id: str, session_id: str) -> bool:

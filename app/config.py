@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -63,6 +64,15 @@ def _is_timezone(name: str) -> bool:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _are_patterns(values: tuple[str, ...]) -> bool:
+    try:
+        for value in values:
+            re.compile(value)
+    except re.error:
         return False
     return True
 
@@ -234,6 +244,22 @@ class WriterConfig:
     max_batch: int = setting(512, between(1, 100_000))
 
 
+# Open WebUI's background requests, as its default task prompts open: a chat title,
+# tags, follow-up questions, search queries, autocompletion, an image prompt, an emoji,
+# the choice of a tool, merging several models' answers.
+OPEN_WEBUI_HOUSEKEEPING = (
+    r"\A\s*### Task:\s*(Generate|Create) a concise\b[^\n]*\btitle",
+    r"\A\s*### Task:\s*Generate 1-3 broad tags",
+    r"\A\s*### Task:\s*Suggest 3-5 relevant follow-up questions",
+    r"\A\s*### Task:\s*Analyze the chat history to determine the necessity of generating search queries",
+    r"\A\s*### Task:\s*You are an autocompletion system",
+    r"\A\s*### Task:\s*Generate a detailed prompt for a[mn]? image generation task",
+    r"\A\s*Your task is to reflect the speaker's likely facial expression through a fitting emoji",
+    r"(?s)\A\s*Available Tools:.*Your task is to choose and return the correct tool\(s\)",
+    r"\A\s*You have been provided with a set of responses from various models",
+)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = setting("127.0.0.1", NON_EMPTY)
@@ -241,6 +267,10 @@ class ServerConfig:
     token: str = setting("", NO_CONTROL_CHARACTERS)
     allowed_hosts: str = setting("")
     allowed_origins: str = setting("")
+    # A chat request whose system messages or last message match one of these is a
+    # client's housekeeping: relayed without memory, stored nowhere.
+    housekeeping_patterns: tuple[str, ...] = setting(
+        OPEN_WEBUI_HOUSEKEEPING, Allowed(_are_patterns, "a list of regular expressions"))
 
 
 @dataclass(frozen=True)
@@ -327,16 +357,23 @@ def _fields(section: str) -> dict[str, dataclasses.Field]:
 
 
 def _type_name(typ: type) -> str:
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[typ]
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            tuple: "a list of strings (in a variable: a JSON array)"}[typ]
 
 
 def _field_type(f: dataclasses.Field) -> type:
-    return {"int": int, "float": float, "str": str, "bool": bool}[f.type] if isinstance(f.type, str) else f.type
+    names = {"int": int, "float": float, "str": str, "bool": bool, "tuple[str, ...]": tuple}
+    return names[f.type] if isinstance(f.type, str) else f.type
 
 
 def _coerce(value: Any, typ: type, key: str, source: str, from_env: bool) -> Any:
     """Parse env strings; check TOML values. Raise ConfigError naming key and source."""
     try:
+        if typ is tuple:
+            items = json.loads(value) if from_env else value
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise ValueError
+            return tuple(items)
         if from_env:
             if typ is bool:
                 lowered = value.strip().lower()

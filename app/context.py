@@ -6,6 +6,10 @@ window of recent events and the new user message. The budget is
 `num_ctx − reply_reserve` tokens and is never exceeded: when it is tight, layers are
 filled in a fixed priority (bootstrap, profile, window, facts, cards, diary), each
 taking whole items while they fit, so the same inputs always give the same context.
+
+A client of `hilo serve` that sends its own history gets that history instead of the
+window, as it sent it and never cut: the layers join its system prompt (or open one)
+and take what room the history leaves. Its `num_ctx`, when it names one, sets the budget.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from dataclasses import dataclass, field
 import apsw
 
 from app.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
+from app.chat_formats import (
+    SYSTEM_ROLES,
+    events_as_messages,
+    image_count,
+    message_text,
+    with_text_appended,
+)
 from app.config import Config
 from app.events import Event
 from app.memory import (
@@ -44,6 +55,9 @@ HEADERS = {
     "diary": "## The previous session",
 }
 TRUNCATION_MARKER = " […]"
+# What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,
+# gemma3 as 256): the layers must leave it room.
+IMAGE_TOKENS = 576
 
 
 @dataclass
@@ -75,7 +89,7 @@ class BuiltContext:
 
     @property
     def system_prompt(self) -> str:
-        return self.messages[0]["content"]
+        return message_text(self.messages[0])
 
 
 def _fact_line(fact: Fact) -> str:
@@ -147,6 +161,14 @@ class _Budget:
         return block + "".join(kept), report
 
 
+def _message_cost(budget: _Budget, message: dict) -> int:
+    """A client's message as sent: its text, tool calls and images."""
+    cost = budget.cost(message_text(message)) + MESSAGE_OVERHEAD_TOKENS
+    if message.get("tool_calls"):
+        cost += budget.cost(str(message["tool_calls"]))
+    return cost + image_count(message) * IMAGE_TOKENS
+
+
 def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
     """The longest prefix of text (cut at a line or word) within max_tokens."""
     if estimate_tokens(text, ratio) <= max_tokens:
@@ -177,29 +199,55 @@ def build_context(
     client_system: str | None = None,
     model: str | None = None,
     query: Query | None = None,
+    history: list[dict] | None = None,
+    num_ctx: int | None = None,
+    api: str | None = None,
+    show_window: bool = True,
 ) -> BuiltContext:
     """The messages for one turn: system prompt with layers, the window, the user message.
 
     `window` is the session's recent un-compacted events (oldest first), without the
     new user message. `query` carries the text's embedding when an embedder is
     configured (make_query); without it retrieval uses keywords, importance and recency.
+
+    `history` is a client's own messages, sent on as they are in place of `text`: the
+    layers go into its leading system message (or a new one), the window after that
+    message; `text` is then only what retrieval looks for. Without `show_window` the
+    window is not sent (the client's history holds it) but still kept out of the quoted
+    past. `num_ctx` is the client's context window; `api` ("ollama" or "openai") the
+    shape of the window's messages, by default the model server's.
     """
     query = query or make_query(user_id, text)
     model = model or config.llm.chat_model
     mem = config.memory
-    total = config.llm.num_ctx - config.llm.reply_reserve
-    base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
+    reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,
+                                                                   num_ctx // 2)
+    total = (num_ctx or config.llm.num_ctx) - reserve
     # One ratio for the whole build, so a calibration landing mid-way cannot skew it.
     ratio = counter.chars_per_token(model)
     budget = _Budget(ratio, total)
 
-    # The system and user messages always go; if together they overflow, the system
-    # prompt is held to half the budget and the user text gets the rest, both cut.
-    budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
-    base = _fit_text(ratio, base, max(0, budget.left) // 2)
-    budget.left -= budget.cost(base)
-    user_text = _fit_text(ratio, text, budget.left)
-    budget.left -= budget.cost(user_text)
+    opening = None
+    if history is None:
+        # The system and user messages always go; if together they overflow, the system
+        # prompt is held to half the budget and the user text gets the rest, both cut.
+        base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
+        budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
+        base = _fit_text(ratio, base, max(0, budget.left) // 2)
+        budget.left -= budget.cost(base)
+        user_text = _fit_text(ratio, text, budget.left)
+        budget.left -= budget.cost(user_text)
+        tail = [{"role": "user", "content": user_text}]
+    else:
+        # The client's messages all go, uncut; the layers get what room they leave.
+        if history and history[0].get("role") in SYSTEM_ROLES:
+            opening, tail = history[0], list(history[1:])
+        else:
+            tail = list(history)
+        base = message_text(opening) if opening is not None else DEFAULT_SYSTEM_PROMPT
+        user_text = text
+        budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
+                        + sum(_message_cost(budget, m) for m in tail))
 
     reports: dict[str, LayerReport] = {}
     sections: dict[str, str] = {}
@@ -213,17 +261,18 @@ def build_context(
         "profile", HEADERS["profile"], profile)
 
     # The window keeps the newest events: walk back from the end while they fit.
-    recent = window[-mem.window_events:] if mem.window_events else []
-    kept_window: list[dict] = []
+    recent = window[-mem.window_events:] if mem.window_events and show_window else []
+    kept_events: list[Event] = []
     spent = 0
     for event in reversed(recent):
-        cost = budget.cost(event.content) + MESSAGE_OVERHEAD_TOKENS
+        cost = budget.cost(event.content + (event.tool_calls_json or "")) + MESSAGE_OVERHEAD_TOKENS
         if spent + cost > budget.left:
             break
-        kept_window.insert(0, {"role": event.role, "content": event.content})
+        kept_events.insert(0, event)
         spent += cost
     budget.left -= spent
-    reports["window"] = LayerReport("window", len(recent), len(kept_window), spent)
+    kept_window = events_as_messages(kept_events, api or config.llm.provider)
+    reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
 
     facts, fact_candidates, facts_fallback = _relevant(con, query, "fact", mem.facts_k)
     sections["facts"], reports["facts"] = budget.take_section(
@@ -251,10 +300,11 @@ def build_context(
     sections["diary"], reports["diary"] = budget.take_section(
         "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
 
-    system = base + "".join(sections[name] for name in PRIORITY if name in sections)
-    messages = [{"role": "system", "content": system}, *kept_window,
-                {"role": "user", "content": user_text}]
-    tokens = sum(budget.cost(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    layers = "".join(sections[name] for name in PRIORITY if name in sections)
+    system = ({"role": "system", "content": base + layers} if opening is None
+              else with_text_appended(opening, layers))
+    messages = [system, *kept_window, *tail]
+    tokens = sum(_message_cost(budget, m) for m in messages)
 
     explain = {
         "budget": total,
@@ -262,11 +312,12 @@ def build_context(
         "model": model,
         "chars_per_token": round(ratio, 3),
         "user_text_truncated": user_text != text,
+        "client_messages": None if history is None else len(history),
         "layers": [reports[name].to_dict() for name in PRIORITY],
         "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
         "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
         "events": [c.explain() for c in event_candidates[: reports["events"].included]],
-        "window": [e.id for e in recent[len(recent) - len(kept_window):]],
+        "window": [e.id for e in kept_events],
         "diary": [d.session_id for d in diary[: reports["diary"].included]],
     }
     return BuiltContext(messages, tokens, total, explain)

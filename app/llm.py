@@ -2,6 +2,9 @@
 
 `ModelClient` speaks Ollama's native API (provider "ollama") or the OpenAI-compatible
 API that llama.cpp, vLLM, LM Studio and Ollama's own /v1 serve (provider "openai").
+It also relays what clients of `hilo serve` send: a chat request in the client's own
+API (`relay_chat`, the reply passed on as the bytes arrive and read on the side), and
+any other request to the model server, unchanged (`relay`).
 Every failure surfaces as a `ModelError` subclass: its message says what failed,
 where, and what to do; its `retryable` tells workers whether trying again can help.
 Retrying itself is the caller's policy, not this module's.
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
 
 import httpx
 
+from app.chat_formats import OpenAIReplyAsOllama, ReplyRecord, ollama_request_as_openai
 from app.errors import HiloError
 
 if TYPE_CHECKING:
@@ -173,7 +177,8 @@ _ACCEPTED = ""
 
 
 class ChatStream:
-    """A streaming reply: iterate for text pieces as they arrive.
+    """A streaming reply: iterate for text pieces as they arrive — or, for a relayed
+    request (`record` set), for the bytes to pass on to the client.
 
     Refusals (unreachable, model not pulled, HTTP errors) raise when the stream is
     created; StreamInterrupted raises mid-iteration, with the text so far in
@@ -181,30 +186,39 @@ class ChatStream:
     `eval_count` hold the totals. Close it (or use `with`) when leaving early.
     """
 
-    def __init__(self, events: Generator[str, None, ChatReply], model: str) -> None:
+    def __init__(self, events: Generator[Any, None, ChatReply], model: str,
+                 record: ReplyRecord | None = None) -> None:
         self._events = events
         self._pieces: list[str] = []
         self.model = model
+        self.record = record
         self.reply: ChatReply | None = None
         accepted = next(events)
-        assert accepted == _ACCEPTED
+        assert not accepted  # _ACCEPTED, or b"" from a relay
 
     def __iter__(self) -> ChatStream:
         return self
 
-    def __next__(self) -> str:
+    def __next__(self) -> Any:
         try:
             piece = next(self._events)
         except StopIteration as end:
             if self.reply is None:
                 self.reply = end.value
             raise
-        self._pieces.append(piece)
+        if self.record is None:
+            self._pieces.append(piece)
         return piece
 
     @property
     def text(self) -> str:
-        return "".join(self._pieces)
+        """The reply's text so far (of a relayed reply: its content, without thinking)."""
+        return self.record.text if self.record is not None else "".join(self._pieces)
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls of a relayed reply, in the neutral shape of app.chat_formats."""
+        return self.record.tool_calls if self.record is not None else []
 
     @property
     def done(self) -> bool:
@@ -268,13 +282,6 @@ class _Transport:
         self._raise_for_status(response, f"GET {path}", model="")
         return self._decode(response, f"GET {path}")
 
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
-        """One request as is, whatever its status; only failing to get an answer raises."""
-        try:
-            return self._http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise self._translate(exc, "") from exc
-
     def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
         try:
             response = self._http.post(path, json=body)
@@ -290,12 +297,29 @@ class _Transport:
         `received` is the caller's list of text pieces so far, reported if the
         connection breaks mid-stream.
         """
+        with self.open_response(path, body, received) as response:
+            yield response.iter_lines()
+
+    @contextmanager
+    def open_response(self, path: str, body: Mapping[str, Any], received: list[str]) -> Iterator[httpx.Response]:
+        """`open_stream`, giving the response itself (its body unread)."""
         try:
             with self._http.stream("POST", path, json=body) as response:
                 self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
-                yield response.iter_lines()
+                yield response
         except httpx.HTTPError as exc:
             raise self._translate(exc, "".join(received)) from exc
+
+    def send(self, method: str, path: str, *, content: bytes | None, params: Any,
+             headers: Mapping[str, str]) -> httpx.Response:
+        """One request as is, its answer returned unread whatever its status (the caller
+        closes it); only failing to get an answer raises."""
+        request = self._http.build_request(method, path, content=content, params=params,
+                                           headers=headers)
+        try:
+            return self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
 
     def decode_line(self, line: str, endpoint: str) -> dict[str, Any]:
         try:
@@ -575,6 +599,146 @@ def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason
     )
 
 
+# ----------------------------------------------------------------------------- relays
+
+
+class Relayed:
+    """A model server's answer to a relayed request: its status, its content type, and
+    its body as it arrives (iterate once; the connection closes at the end)."""
+
+    def __init__(self, response: httpx.Response, transport: _Transport) -> None:
+        self.status_code = response.status_code
+        self.media_type = _media_type(response)
+        self._response = response
+        self._transport = transport
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.iter_bytes()
+        except httpx.HTTPError as exc:
+            raise self._transport._translate(exc, "") from exc
+        finally:
+            self._response.close()
+
+    def close(self) -> None:
+        self._response.close()
+
+
+def _media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "application/json")
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """Complete lines (each with its newline), as many as each read brought; a last
+    line without a newline comes at the end."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            yield pending[:cut].splitlines(keepends=True)
+            pending = pending[cut:]
+    if pending:
+        yield [pending]
+
+
+def _sse_data(line: bytes) -> bytes | None:
+    """The payload of an SSE `data:` line; None for separators, comments and names."""
+    return line[len(b"data:"):].strip() if line.startswith(b"data:") else None
+
+
+def _relay_reply(record: ReplyRecord, model: str) -> ChatReply:
+    return ChatReply(text=record.text, model=model, prompt_eval_count=record.prompt_eval_count,
+                     eval_count=record.eval_count, done_reason=record.done_reason)
+
+
+def _relayed_chat(transport: _Transport, path: str, body: dict[str, Any], api: str,
+                  record: ReplyRecord, model: str) -> Generator[bytes, None, ChatReply]:
+    """The reply to a chat request relayed in the client's own API, passed on as it
+    arrives, each frame read into `record` on the way."""
+    endpoint = f"POST {path}"
+    read = record.read_ollama if api == "ollama" else record.read_openai
+    with transport.open_response(path, body, record.text_parts) as response:
+        record.media_type = _media_type(response)
+        yield b""
+        if not record.streaming:
+            data = response.read()
+            read(transport.decode_line(data.decode("utf-8", "replace"), endpoint))
+            record.finished = True
+            yield data
+            return _relay_reply(record, model)
+        for lines in _lines(response.iter_bytes()):
+            passed = bytearray()
+            for line in lines:
+                payload = line.strip() if api == "ollama" else _sse_data(line)
+                if payload == b"[DONE]":
+                    record.end_of_openai_stream()
+                elif payload:
+                    frame = transport.decode_line(payload.decode("utf-8", "replace"), endpoint)
+                    if "error" in frame:
+                        if passed:
+                            yield bytes(passed)
+                        raise transport.interrupted(record.text_parts,
+                                                    f"server error: {_error_text(frame)}")
+                    read(frame)
+                passed += line
+            if passed:
+                yield bytes(passed)
+    if api == "openai" and not record.finished and record.done_reason:
+        record.end_of_openai_stream()  # some servers close without [DONE]
+    if not record.finished:
+        raise transport.interrupted(record.text_parts, "the stream ended before the model finished")
+    return _relay_reply(record, model)
+
+
+def _translated_chat(transport: _Transport, path: str, body: Mapping[str, Any],
+                     record: ReplyRecord, model: str) -> Generator[bytes, None, ChatReply]:
+    """An Ollama client's chat request, answered by an OpenAI-compatible server: the
+    request and each reply frame translated (app.chat_formats)."""
+    endpoint = f"POST {path}"
+    request = ollama_request_as_openai(body)
+    as_ollama = OpenAIReplyAsOllama(model, record)
+    with transport.open_response(path, request, record.text_parts) as response:
+        streaming = _media_type(response).startswith("text/event-stream")
+        record.media_type = "application/x-ndjson" if streaming else "application/json"
+        yield b""
+        if not streaming:
+            completion = transport.decode_line(response.read().decode("utf-8", "replace"), endpoint)
+            whole = as_ollama.whole(completion)
+            record.finished = True
+            yield _ndjson(whole)
+            return _relay_reply(record, model)
+        for lines in _lines(response.iter_bytes()):
+            frames: list[dict[str, Any]] = []
+            for line in lines:
+                payload = _sse_data(line)
+                if payload == b"[DONE]":
+                    frames += as_ollama.end()
+                elif payload:
+                    frame = transport.decode_line(payload.decode("utf-8", "replace"), endpoint)
+                    if "error" in frame:
+                        if frames:
+                            yield b"".join(_ndjson(f) for f in frames)
+                        raise transport.interrupted(record.text_parts,
+                                                    f"server error: {_error_text(frame)}")
+                    frames += as_ollama.chunk(frame)
+            if frames:
+                yield b"".join(_ndjson(f) for f in frames)
+    if not record.finished and record.done_reason:
+        yield b"".join(_ndjson(f) for f in as_ollama.end())
+    if not record.finished:
+        raise transport.interrupted(record.text_parts, "the stream ended before the model finished")
+    return _relay_reply(record, model)
+
+
+def _ndjson(frame: Mapping[str, Any]) -> bytes:
+    return json.dumps(frame, ensure_ascii=False).encode() + b"\n"
+
+
+def _error_text(frame: Mapping[str, Any]) -> str:
+    return str(_field(frame, "error", "message") or frame["error"])
+
+
 # ----------------------------------------------------------------------------- the client
 
 
@@ -690,12 +854,41 @@ class ModelClient:
         """Names of the models the server offers (for Ollama: the pulled ones)."""
         return self._api.list_models()
 
-    def forward(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> httpx.Response:
-        """Pass one request to the server unchanged (the HTTP front-end's /api/tags, /api/show).
+    def relay(self, method: str, path: str, *, content: bytes | None = None, params: Any = None,
+              content_type: str | None = None) -> Relayed:
+        """Pass one request to the server unchanged and its answer back as it arrives,
+        whatever its status; ModelError only when there is none. `path` is the client's
+        (/api/..., /v1/...)."""
+        headers = {"Content-Type": content_type} if content_type else {}
+        response = self._transport.send(method, self.upstream_path(path), content=content,
+                                        params=params, headers=headers)
+        return Relayed(response, self._transport)
 
-        The server's answer comes back whatever its status; ModelError only when there is none.
+    def relay_chat(self, api: str, body: Mapping[str, Any]) -> ChatStream:
+        """Send a client's chat request, in the client's own API ("ollama": /api/chat,
+        "openai": /v1/chat/completions), and relay the reply: iterate the stream for the
+        bytes the client expects; `stream.record` gathers what Hilo keeps of it.
+
+        Ollama serves both APIs itself, and an OpenAI-compatible server the OpenAI one;
+        an Ollama request to an OpenAI-compatible server is translated both ways.
+        Refusals raise ModelError when the stream is created, as for chat_stream.
         """
-        return self._transport.request(method, path, body)
+        model = str(body.get("model") or self.chat_model)
+        record = ReplyRecord()
+        if api == "ollama" and self.provider == "openai":
+            events = _translated_chat(self._transport, self.upstream_path("/v1/chat/completions"),
+                                      body, record, model)
+        else:
+            path = "/api/chat" if api == "ollama" else self.upstream_path("/v1/chat/completions")
+            events = _relayed_chat(self._transport, path, dict(body), api, record, model)
+        return ChatStream(events, model, record)
+
+    def upstream_path(self, path: str) -> str:
+        """The server's path for a client's: an OpenAI-compatible [llm] url may already
+        end in /v1."""
+        if self.provider == "openai" and path.startswith("/v1/") and self.url.endswith("/v1"):
+            return path[len("/v1"):]
+        return path
 
     def check(self) -> None:
         """Raise the ModelError a user must fix before chatting: server down, model not pulled.

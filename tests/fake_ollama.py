@@ -1,20 +1,28 @@
 """A fake Ollama server for the test suite and the benchmarks.
 
 Real HTTP on a loopback port, speaking the wire formats of Ollama's native API
-(/api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, /api/show,
-/api/version) and of its OpenAI-compatible API (/v1/chat/completions, /v1/models,
-/v1/embeddings), so the official `ollama` and `openai` packages work against it.
+(/, /api/chat, /api/generate, /api/embed, /api/embeddings, /api/tags, /api/show,
+/api/version, /api/ps, /api/pull, /api/push, /api/create, /api/copy, /api/delete,
+/api/blobs/<digest>) and of its OpenAI-compatible API (/v1/chat/completions,
+/v1/completions, /v1/models, /v1/models/<id>, /v1/embeddings), so the official
+`ollama` and `openai` packages work against it.
 
 Replies are scripted per test and consumed in order, one per call:
 
-    fake_ollama.script_chat("Hello there", Fault.http_500("boom"), {"name": "Ana"})
+    fake_ollama.script_chat("Hello there", Fault.http_500("boom"), {"name": "Ana"},
+                            Reply(tool_calls=[{"name": "get_weather",
+                                               "arguments": {"city": "Paris"}}]))
 
-A str is the reply text; a dict or list is sent as its JSON text; a `Fault` changes
-how that call fails. Chat scripts serve /api/chat and /v1/chat/completions; generate
-scripts serve /api/generate. When a script is empty, `fake.responder(body)` is asked
-(if set; returning None means "no opinion"), then a deterministic default: "ok: <last
-user text>" (first 60 characters), or "{}" when the request asks for JSON (`format`,
-or `response_format` on /v1).
+A str is the reply text; a dict or list is sent as its JSON text; a `Reply` adds
+thinking and tool calls, in each API's own shape (streamed as Ollama and OpenAI stream
+them); a `Fault` changes how that call fails. Chat scripts serve /api/chat and
+/v1/chat/completions; generate scripts serve /api/generate and /v1/completions. When a
+script is empty, `fake.responder(body)` is asked (if set; returning None means "no
+opinion"), then a deterministic default: "ok: <last user text>" (first 60 characters),
+followed by " [saw N image(s)]" when the request carried images; or, when the request
+asks for JSON, "{}" — or, for a JSON schema (`format`, or `response_format` on /v1), the
+smallest JSON value that satisfies it. `messages: []` on /api/chat is Ollama's model
+load (`done_reason` "load", or "unload" with `keep_alive: 0`).
 
 Token counts are deterministic so tests can calibrate estimates:
 `count_tokens(text)` is ceil(len(text) / 4); `prompt_eval_count` is the sum of
@@ -26,15 +34,18 @@ default), so texts sharing words have a high cosine similarity; set
 `fake.embed_fn = lambda text: [...]` to override.
 
 Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
-Every request is recorded in `fake.requests` (method, path, parsed JSON body).
+Every request is recorded in `fake.requests` (method, path, parsed JSON body whatever
+its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
+`fake.images()` every image a chat request carried.
 
 Run it standalone (end-to-end tests, benchmarks); it prints its URL on one line:
 
     python -m tests.fake_ollama --port 11500 [--latency-ms 5] [--script-file F]
 
 The script file is JSON: {"chat": [...], "generate": [...], "embed": [...],
-"models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>}
-or a fault spec such as {"fault": "delay", "seconds": 0.5}, {"fault": "http_500"},
+"models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>},
+{"text": ..., "thinking": ..., "tool_calls": [{"name": ..., "arguments": {...}}]} (a
+Reply) or a fault spec such as {"fault": "delay", "seconds": 0.5}, {"fault": "http_500"},
 {"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2}.
 """
 
@@ -43,6 +54,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import functools
 import hashlib
 import json
 import math
@@ -127,12 +139,26 @@ class Fault:
         raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, malformed_json or cut_stream")
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A scripted reply beyond plain text: the model's thinking and its tool calls,
+    each call {"name": str, "arguments": {...}} (an "id" is made up if absent)."""
+
+    text: str = ""
+    thinking: str = ""
+    tool_calls: Sequence[dict[str, Any]] = ()
+    done_reason: str = "stop"
+
+
 def _script_item(item: Any) -> Any:
     """A script file entry → a reply or a Fault."""
     if isinstance(item, dict) and "fault" in item:
         return Fault.from_spec(item)
     if isinstance(item, dict) and "reply" in item:
         return item["reply"]
+    if isinstance(item, dict) and ("tool_calls" in item or "thinking" in item):
+        return Reply(text=item.get("text", ""), thinking=item.get("thinking", ""),
+                     tool_calls=item.get("tool_calls", ()))
     return item
 
 
@@ -227,6 +253,7 @@ class FakeOllama:
         self.responder: Callable[[dict[str, Any]], Any] | None = None
         self.embed_fn: Callable[[str], list[float]] = self.default_embedding
         self.requests: list[RecordedRequest] = []
+        self.blobs: set[str] = set()
         self._scripts: dict[str, collections.deque[Any]] = {
             kind: collections.deque() for kind in ("chat", "generate", "embed")
         }
@@ -314,6 +341,15 @@ class FakeOllama:
         with self._lock:
             return [r.body for r in self.requests if r.path == path]
 
+    def images(self) -> list[str]:
+        """Every image the chat requests carried, oldest first: Ollama's base64 strings,
+        OpenAI's image_url URLs."""
+        with self._lock:
+            bodies = [r.body for r in self.requests
+                      if r.path in ("/api/chat", "/v1/chat/completions") and isinstance(r.body, dict)]
+        return [image for body in bodies for message in body.get("messages") or []
+                for image in _images_of(message)]
+
     # -- used by the endpoint functions
 
     def knows(self, model: str) -> bool:
@@ -363,15 +399,63 @@ def _wants_json(body: dict[str, Any]) -> bool:
     return response_format.get("type") in ("json_object", "json_schema")
 
 
+def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(body.get("format"), dict):
+        return body["format"]
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        return (response_format.get("json_schema") or {}).get("schema") or {}
+    return None
+
+
+def smallest_instance(schema: dict[str, Any], definitions: dict[str, Any] | None = None) -> Any:
+    """The smallest JSON value a (simple) JSON schema accepts: what a model constrained
+    to it would at least say. Follows $ref, anyOf, enum, const and required properties."""
+    definitions = definitions if definitions is not None else schema.get("$defs") or {}
+    if "$ref" in schema:
+        return smallest_instance(definitions[schema["$ref"].rsplit("/", 1)[-1]], definitions)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for combined in ("anyOf", "oneOf", "allOf"):
+        if schema.get(combined):
+            return smallest_instance(schema[combined][0], definitions)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: smallest_instance(properties.get(name) or {}, definitions)
+                for name in schema.get("required") or list(properties)}
+    empty = {"array": [], "string": "x", "integer": 0, "number": 0, "boolean": False, "null": None}
+    return empty.get(kind, None)
+
+
+def _images_of(message: dict[str, Any]) -> list[str]:
+    images = [str(image) for image in message.get("images") or []]
+    content = message.get("content")
+    if isinstance(content, list):
+        images += [str((part.get("image_url") or {}).get("url")) for part in content
+                   if isinstance(part, dict) and part.get("type") == "image_url"]
+    return images
+
+
 def _default_reply(kind: str, body: dict[str, Any]) -> str:
+    schema = _json_schema(body)
+    if schema is not None:
+        return json.dumps(smallest_instance(schema))
     if _wants_json(body):
         return "{}"
     if kind == "generate":
         said = str(body.get("prompt", ""))
-    else:
-        user_turns = [m for m in body.get("messages") or [] if m.get("role") == "user"]
-        said = message_text(user_turns[-1]) if user_turns else ""
-    return f"ok: {said[:60]}"
+        return f"ok: {said[:60]}"
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    user_turns = [m for m in messages if m.get("role") == "user"]
+    said = message_text(user_turns[-1]) if user_turns else ""
+    images = sum(len(_images_of(m)) for m in messages)
+    seen = f" [saw {images} image{'s' if images > 1 else ''}]" if images else ""
+    return f"ok: {said[:60]}{seen}"
 
 
 # ----------------------------------------------------------------------------- HTTP plumbing
@@ -419,7 +503,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def do_HEAD(self) -> None:
-        self.send_bytes(200, b"", "text/plain; charset=utf-8")
+        self._dispatch("HEAD")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
 
     def _dispatch(self, method: str) -> None:
         fake = self.server.fake
@@ -427,17 +514,19 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         fake.record(RecordedRequest(method, path, body, {k.lower(): v for k, v in self.headers.items()}))
         fake.pause(fake.latency)
-        route = ROUTES.get(path)
+        route = _route(method, path)
         if route is None:
             self.send_bytes(404, b"404 page not found", "text/plain")
-        elif route[0] != method:
+        elif route is _WRONG_METHOD:
             self.send_bytes(405, b"405 method not allowed", "text/plain")
-        elif method == "POST" and not isinstance(body, dict):
+        elif (method in ("POST", "DELETE") and not isinstance(body, dict)
+              and not path.startswith("/api/blobs/")):  # a blob's body is its bytes
             self.send_json(400, {"error": "invalid JSON in request body"})
         else:
-            route[1](fake, self, body)
+            route(fake, self, body)
 
     def _read_body(self) -> Any:
+        """The body as JSON whatever its Content-Type (as Ollama reads it), else its text."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raw = self._read_chunked()
         else:
@@ -471,8 +560,8 @@ class _Handler(BaseHTTPRequestHandler):
     def send_json(self, status: int, obj: Any) -> None:
         self.send_bytes(status, json.dumps(obj).encode(), "application/json; charset=utf-8")
 
-    def start_stream(self, content_type: str) -> None:
-        self.send_response(200)
+    def start_stream(self, content_type: str, status: int = 200) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
@@ -510,10 +599,18 @@ def _not_found_message(model: str) -> str:
 
 @dataclass
 class _Answer:
-    """The reply text to send, and a fault still to apply while sending it."""
+    """The reply to send, and a fault still to apply while sending it."""
 
     text: str
     fault: Fault | None = None
+    thinking: str = ""
+    tool_calls: Sequence[dict[str, Any]] = ()
+    done_reason: str = "stop"
+
+    def calls(self) -> list[dict[str, Any]]:
+        return [{"id": call.get("id") or f"call_{index}", "name": call["name"],
+                 "arguments": call.get("arguments") or {}}
+                for index, call in enumerate(self.tool_calls)]
 
 
 def _answer(
@@ -532,6 +629,8 @@ def _answer(
         if item.kind == "malformed_json" and _wants_json(body):
             return _Answer(MALFORMED_JSON_CONTENT)  # a well-formed response carrying broken JSON
         return _Answer(text, item)
+    if isinstance(item, Reply):
+        return _Answer(item.text, None, item.thinking, item.tool_calls, item.done_reason)
     return _Answer(_reply_text(item))
 
 
@@ -572,10 +671,10 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-def _done_stats(started: float, prompt_count: int, reply: str) -> dict[str, Any]:
+def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str = "stop") -> dict[str, Any]:
     total = int((time.perf_counter() - started) * 1e9)
     return {
-        "done_reason": "stop",
+        "done_reason": done_reason,
         "total_duration": total,
         "load_duration": 0,
         "prompt_eval_count": prompt_count,
@@ -594,26 +693,47 @@ def _model_or_404(fake: FakeOllama, http: _Handler, body: dict[str, Any], openai
     return None
 
 
+def _ollama_calls(answer: _Answer) -> list[dict[str, Any]]:
+    return [{"id": call["id"], "function": {"index": index, "name": call["name"], "arguments": call["arguments"]}}
+            for index, call in enumerate(answer.calls())]
+
+
 def api_chat(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
     started = time.perf_counter()
     model = _model_or_404(fake, http, body)
     if model is None:
         return
+    head = {"model": model, "created_at": _now_iso()}
+    if body.get("messages") == [] or "messages" not in body:
+        # Ollama's model load (and unload, with keep_alive 0): one object, streamed or not.
+        reason = "unload" if body.get("keep_alive") in (0, "0", "0s", "0m") else "load"
+        http.send_json(200, {**head, "message": {"role": "assistant", "content": ""},
+                             "done_reason": reason, "done": True})
+        return
     answer = _answer(fake, "chat", body, http, lambda status, message: _ollama_error(message))
     if answer is None:
         return
-    head = {"model": model, "created_at": _now_iso()}
-    stats = _done_stats(started, prompt_tokens(body.get("messages") or []), answer.text)
+    stats = _done_stats(started, prompt_tokens(body.get("messages") or []), answer.text, answer.done_reason)
     if body.get("stream", True):
         frames = [
+            _ndjson({**head, "message": {"role": "assistant", "content": "", "thinking": piece}, "done": False})
+            for piece in _split_into_pieces(answer.thinking)
+        ] + [
             _ndjson({**head, "message": {"role": "assistant", "content": piece}, "done": False})
             for piece in _split_into_pieces(answer.text)
         ]
+        if answer.tool_calls:
+            frames.append(_ndjson({**head, "message": {"role": "assistant", "content": "",
+                                                       "tool_calls": _ollama_calls(answer)}, "done": False}))
         done = {**head, "message": {"role": "assistant", "content": ""}, "done": True, **stats}
         _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault)
     else:
-        whole = {**head, "message": {"role": "assistant", "content": answer.text}, "done": True, **stats}
-        _send_whole(http, whole, answer.fault)
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+        if answer.thinking:
+            message["thinking"] = answer.thinking
+        if answer.tool_calls:
+            message["tool_calls"] = _ollama_calls(answer)
+        _send_whole(http, {**head, "message": message, "done": True, **stats}, answer.fault)
 
 
 def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -746,8 +866,34 @@ def root(fake: FakeOllama, http: _Handler, body: Any) -> None:
     http.send_bytes(200, b"Ollama is running", "text/plain; charset=utf-8")
 
 
-def _delta(piece: str, finish_reason: str | None) -> dict[str, Any]:
-    return {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": finish_reason}
+def root_head(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    http.send_response(200)
+    http.send_header("Content-Type", "text/plain; charset=utf-8")
+    http.send_header("Content-Length", "17")
+    http.end_headers()
+
+
+def _delta(piece: str, finish_reason: str | None, **extra: Any) -> dict[str, Any]:
+    return {"index": 0, "delta": {"role": "assistant", "content": piece, **extra}, "finish_reason": finish_reason}
+
+
+def _openai_calls(answer: _Answer) -> list[dict[str, Any]]:
+    return [{"id": call["id"], "type": "function",
+             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+            for call in answer.calls()]
+
+
+def _call_deltas(answer: _Answer) -> list[dict[str, Any]]:
+    """Tool calls streamed as OpenAI streams them: the name first, then the arguments in pieces."""
+    deltas = []
+    for index, call in enumerate(_openai_calls(answer)):
+        arguments = call["function"]["arguments"]
+        middle = len(arguments) // 2
+        deltas.append({"index": index, "id": call["id"], "type": "function",
+                       "function": {"name": call["function"]["name"], "arguments": ""}})
+        deltas += [{"index": index, "function": {"arguments": part}}
+                   for part in (arguments[:middle], arguments[middle:]) if part]
+    return deltas
 
 
 def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -769,27 +915,144 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
         "completion_tokens": count_tokens(answer.text),
         "total_tokens": prompt_count + count_tokens(answer.text),
     }
+    finish = "tool_calls" if answer.tool_calls else answer.done_reason
     if body.get("stream"):
         chunk = {**head, "object": "chat.completion.chunk"}
         frames = [
+            _sse({**chunk, "choices": [_delta("", None, reasoning=piece)]})
+            for piece in _split_into_pieces(answer.thinking)
+        ] + [
             _sse({**chunk, "choices": [_delta(piece, finish_reason=None)]})
             for piece in _split_into_pieces(answer.text)
+        ] + [
+            _sse({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]})
+            for delta in _call_deltas(answer)
         ]
-        ending = [_sse({**chunk, "choices": [_delta("", finish_reason="stop")]})]
+        ending = [_sse({**chunk, "choices": [_delta("", finish_reason=finish)]})]
         if (body.get("stream_options") or {}).get("include_usage"):
             ending.append(_sse({**chunk, "choices": [], "usage": usage}))
         ending.append(b"data: [DONE]\n\n")
         _send_stream(http, "text/event-stream", frames, ending, answer.fault)
     else:
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": answer.text if answer.text or not answer.tool_calls else None}
+        if answer.thinking:
+            message["reasoning"] = answer.thinking
+        if answer.tool_calls:
+            message["tool_calls"] = _openai_calls(answer)
         whole = {
             **head,
             "object": "chat.completion",
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": answer.text}, "finish_reason": "stop"}
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
         }
         _send_whole(http, whole, answer.fault)
+
+
+def v1_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    model = _model_or_404(fake, http, body, openai=True)
+    if model is None:
+        return
+    answer = _answer(fake, "generate", body, http, _openai_error)
+    if answer is None:
+        return
+    head = {"id": f"cmpl-{len(fake.requests)}", "object": "text_completion",
+            "created": int(time.time()), "model": model}
+    prompt_count = count_tokens(str(body.get("prompt") or ""))
+    usage = {"prompt_tokens": prompt_count, "completion_tokens": count_tokens(answer.text),
+             "total_tokens": prompt_count + count_tokens(answer.text)}
+    if body.get("stream"):
+        frames = [_sse({**head, "choices": [{"index": 0, "text": piece, "finish_reason": None}]})
+                  for piece in _split_into_pieces(answer.text)]
+        ending = [_sse({**head, "choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}),
+                  b"data: [DONE]\n\n"]
+        _send_stream(http, "text/event-stream", frames, ending, answer.fault)
+    else:
+        _send_whole(http, {**head, "choices": [{"index": 0, "text": answer.text, "finish_reason": "stop"}],
+                           "usage": usage}, answer.fault)
+
+
+def v1_model(fake: FakeOllama, http: _Handler, body: Any, name: str) -> None:
+    if not fake.knows(name):
+        http.send_json(404, _openai_error(404, f"model '{name}' not found"))
+        return
+    http.send_json(200, {"id": _full_name(name), "object": "model", "created": 1735689600,
+                         "owned_by": "library"})
+
+
+def api_ps(fake: FakeOllama, http: _Handler, body: Any) -> None:
+    loaded = [{**_model_entry(name), "expires_at": "2030-01-01T00:00:00Z", "size_vram": 0}
+              for name in fake.models[:1]]
+    http.send_json(200, {"models": loaded})
+
+
+def _progress(http: _Handler, body: dict[str, Any], statuses: list[dict[str, Any]]) -> None:
+    """Ollama's model management answers: NDJSON progress, or the last status alone."""
+    if body.get("stream", True) is False:
+        http.send_json(200, statuses[-1])
+        return
+    http.start_stream("application/x-ndjson")
+    for status in statuses:
+        http.write_chunk(_ndjson(status))
+    http.end_stream()
+
+
+def api_pull(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    name = str(body.get("model") or body.get("name") or "")
+    if not name or name.startswith("missing"):
+        http.send_json(500, _ollama_error("pull model manifest: file does not exist"))
+        return
+    if not fake.knows(name):
+        fake.models.append(name)
+    digest = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    _progress(http, body, [{"status": "pulling manifest"},
+                           {"status": f"pulling {digest[7:19]}", "digest": digest, "total": 100, "completed": 100},
+                           {"status": "verifying sha256 digest"}, {"status": "writing manifest"},
+                           {"status": "success"}])
+
+
+def api_push(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    _progress(http, body, [{"status": "retrieving manifest"}, {"status": "pushing manifest"},
+                           {"status": "success"}])
+
+
+def api_create(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    name = str(body.get("model") or body.get("name") or "")
+    source = body.get("from")
+    if source and not fake.knows(str(source)):
+        http.send_json(404, _ollama_error(_not_found_message(str(source))))
+        return
+    fake.models.append(name)
+    _progress(http, body, [{"status": "reading model metadata"}, {"status": "writing manifest"},
+                           {"status": "success"}])
+
+
+def api_copy(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    if not fake.knows(str(body.get("source") or "")):
+        http.send_json(404, _ollama_error(f"model '{body.get('source')}' not found"))
+        return
+    fake.models.append(str(body.get("destination")))
+    http.send_bytes(200, b"", "text/plain; charset=utf-8")
+
+
+def api_delete(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
+    name = str(body.get("model") or body.get("name") or "")
+    if not fake.knows(name):
+        http.send_json(404, _ollama_error(f"model '{name}' not found"))
+        return
+    fake.models = [m for m in fake.models if _full_name(m) != _full_name(name)]
+    http.send_bytes(200, b"", "text/plain; charset=utf-8")
+
+
+def api_blob(fake: FakeOllama, http: _Handler, body: Any, name: str) -> None:
+    """HEAD: whether the blob exists (only after a POST); POST: store it."""
+    if http.command == "POST":
+        fake.blobs.add(name)
+        http.send_bytes(201, b"", "text/plain; charset=utf-8")
+    else:
+        http.send_response(200 if name in fake.blobs else 404)
+        http.send_header("Content-Length", "0")
+        http.end_headers()
 
 
 def v1_models(fake: FakeOllama, http: _Handler, body: Any) -> None:
@@ -826,19 +1089,43 @@ def v1_embeddings(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> Non
 
 
 Endpoint = Callable[[FakeOllama, _Handler, Any], None]
-ROUTES: dict[str, tuple[str, Endpoint]] = {
-    "/": ("GET", root),
-    "/api/version": ("GET", api_version),
-    "/api/tags": ("GET", api_tags),
-    "/api/show": ("POST", api_show),
-    "/api/chat": ("POST", api_chat),
-    "/api/generate": ("POST", api_generate),
-    "/api/embed": ("POST", api_embed),
-    "/api/embeddings": ("POST", api_embeddings_legacy),
-    "/v1/chat/completions": ("POST", v1_chat_completions),
-    "/v1/models": ("GET", v1_models),
-    "/v1/embeddings": ("POST", v1_embeddings),
+ROUTES: dict[str, dict[str, Endpoint]] = {
+    "/": {"GET": root, "HEAD": root_head},
+    "/api/version": {"GET": api_version},
+    "/api/tags": {"GET": api_tags},
+    "/api/show": {"POST": api_show},
+    "/api/ps": {"GET": api_ps},
+    "/api/chat": {"POST": api_chat},
+    "/api/generate": {"POST": api_generate},
+    "/api/embed": {"POST": api_embed},
+    "/api/embeddings": {"POST": api_embeddings_legacy},
+    "/api/pull": {"POST": api_pull},
+    "/api/push": {"POST": api_push},
+    "/api/create": {"POST": api_create},
+    "/api/copy": {"POST": api_copy},
+    "/api/delete": {"DELETE": api_delete},
+    "/v1/chat/completions": {"POST": v1_chat_completions},
+    "/v1/completions": {"POST": v1_completions},
+    "/v1/models": {"GET": v1_models},
+    "/v1/embeddings": {"POST": v1_embeddings},
 }
+# Routes with a name in the path: prefix -> {method: endpoint(fake, http, body, name)}.
+NAMED_ROUTES: dict[str, dict[str, Callable[..., None]]] = {
+    "/api/blobs/": {"HEAD": api_blob, "POST": api_blob},
+    "/v1/models/": {"GET": v1_model},
+}
+_WRONG_METHOD = object()
+
+
+def _route(method: str, path: str) -> Any:
+    """The endpoint for (method, path), _WRONG_METHOD, or None for no such route."""
+    if path in ROUTES:
+        return ROUTES[path].get(method, _WRONG_METHOD)
+    for prefix, methods in NAMED_ROUTES.items():
+        if path.startswith(prefix) and len(path) > len(prefix):
+            endpoint = methods.get(method)
+            return _WRONG_METHOD if endpoint is None else functools.partial(endpoint, name=path[len(prefix):])
+    return None
 
 
 # ----------------------------------------------------------------------------- pytest and CLI

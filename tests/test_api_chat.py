@@ -100,18 +100,18 @@ def test_openai_stream_without_include_usage_has_no_usage_chunk(hilo: HiloServer
     assert all(c.usage is None for c in chunks)
 
 
-def test_the_model_server_gets_memory_and_the_window_not_the_clients_history(hilo: HiloServer) -> None:
+def test_the_model_server_gets_memory_and_the_clients_history(hilo: HiloServer) -> None:
     hilo.client().put("/memory/profile/name", json={"value": "Ana"})
     ollama_client(hilo, "s1").chat(model=MODEL, messages=[user("first question")])
 
-    # The client's copy of history says something else; Hilo's own record is what the model sees.
+    # The client's copy of history says something else: the client's history wins.
     ollama_client(hilo, "s1").chat(model=MODEL, messages=[
         user("first question"), assistant("an answer the client edited"), user("second question")])
 
     messages = sent_to_model(hilo)
     assert "name: Ana" in messages[0]["content"]
     assert [m["content"] for m in messages[1:]] == [
-        "first question", "ok: first question", "second question"]
+        "first question", "an answer the client edited", "second question"]
 
 
 # -- resent histories ------------------------------------------------------------------------
@@ -207,19 +207,18 @@ def test_the_clients_system_prompt_is_kept_and_memory_added(hilo: HiloServer) ->
     openai_client(hilo, "s1").chat.completions.create(model=MODEL, messages=[
         {"role": "system", "content": "You are a pirate. Answer in one line."}, user("weather?")])
 
-    system = sent_to_model(hilo)[0]
+    system = sent_to_model(hilo, "/v1/chat/completions")[0]
     assert system["role"] == "system"
     assert system["content"].startswith("You are a pirate. Answer in one line.")
     assert "city: Madrid" in system["content"]
 
 
-def test_session_comes_from_the_header_then_the_user_field(hilo: HiloServer) -> None:
+def test_session_comes_from_the_header_and_the_user_field_names_the_user(hilo: HiloServer) -> None:
     openai_client(hilo, "from-header").chat.completions.create(
-        model=MODEL, messages=[user("hi")], user="ignored-when-header")
-    openai_client(hilo).chat.completions.create(model=MODEL, messages=[user("hi")], user="from-field")
+        model=MODEL, messages=[user("hi")], user="ana")
 
-    sessions = {s["id"] for s in hilo.client().get("/memory/sessions").json()["sessions"]}
-    assert sessions == {"from-header", "from-field"}
+    assert hilo.events("from-header", user="ana") == [("user", "hi"), ("assistant", "ok: hi")]
+    assert hilo.client().get("/memory/sessions").json()["sessions"] == []  # not the default user's
 
 
 def test_without_a_session_each_conversation_gets_a_stable_one(hilo: HiloServer) -> None:
@@ -307,10 +306,6 @@ def test_an_unknown_model_is_a_404_naming_the_fix(hilo: HiloServer) -> None:
 @pytest.mark.parametrize("body, message", [
     (b"{not json", "not valid JSON"),
     (b"[1, 2]", "must be a JSON object"),
-    (json.dumps({"model": MODEL, "messages": []}).encode(), "no messages"),
-    (json.dumps({"model": MODEL, "messages": [user("q"), assistant("a")]}).encode(),
-     "the last message has role 'assistant'"),
-    (json.dumps({"model": MODEL, "messages": [user("   ")]}).encode(), "no text"),
 ])
 def test_bad_input_is_a_400_in_the_apis_own_shape(hilo: HiloServer, path: str, body: bytes,
                                                     message: str) -> None:

@@ -127,3 +127,20 @@ def test_scheduled_tasks_tables_are_kept(tmp_path):
                            'prompt = "check the backups"\n')
     c = load_config(path=path, env={})
     assert c.scheduled_tasks[0]["name"] == "backups"
+
+
+def test_housekeeping_patterns_are_a_list_in_the_file_or_a_json_array_in_the_environment(tmp_path):
+    path = write(tmp_path, "[server]\nhousekeeping_patterns = ['^Summarise', 'title']\n")
+    assert load_config(path=path, env={}).server.housekeeping_patterns == ("^Summarise", "title")
+    env = {"HILO_SERVER_HOUSEKEEPING_PATTERNS": '["^Only this"]'}
+    assert load_config(env=env).server.housekeeping_patterns == ("^Only this",)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[server]\nhousekeeping_patterns = '^one'\n", "expected a list of strings"),
+    ("[server]\nhousekeeping_patterns = ['(unclosed']\n", "expected a list of regular expressions"),
+])
+def test_bad_housekeeping_patterns_are_named(tmp_path, text, expected):
+    with pytest.raises(ConfigError) as caught:
+        load_config(path=write(tmp_path, text), env={})
+    assert "server.housekeeping_patterns" in str(caught.value) and expected in str(caught.value)

@@ -20,8 +20,10 @@ from tests.fake_ollama import (
     MALFORMED_JSON_CONTENT,
     FakeOllama,
     Fault,
+    Reply,
     count_tokens,
     hashed_bag_of_words,
+    smallest_instance,
     unused_loopback_url,
 )
 
@@ -265,7 +267,7 @@ def test_cut_stream_sends_n_chunks_then_drops_without_a_done_line(fake_ollama):
     fake_ollama.responder = lambda body: "one two three four"
     received = []
     with pytest.raises(httpx.RemoteProtocolError):
-        with httpx.stream("POST", f"{fake_ollama.url}/api/chat", json={"model": "gemma3:4b", "messages": []}) as r:
+        with httpx.stream("POST", f"{fake_ollama.url}/api/chat", json={"model": "gemma3:4b", "messages": USER_SAYS_HI}) as r:
             for line in r.iter_lines():
                 received.append(json.loads(line))
     assert [frame["message"]["content"] for frame in received] == ["one ", "two "]
@@ -305,6 +307,74 @@ def test_stopped_server_refuses_connections():
     fake.stop()
     with pytest.raises(httpx.ConnectError):
         httpx.get(url)
+
+
+# ----------------------------------------------------------------------------- tools, thinking, schemas, images
+
+PARIS = Reply(thinking="hmm", tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ollama_package_gets_scripted_tool_calls_and_thinking(fake_ollama, ollama_client, stream):
+    fake_ollama.script_chat(PARIS)
+    reply = ollama_client.chat(model="gemma3:4b", messages=USER_SAYS_HI, stream=stream)
+    parts = list(reply) if stream else [reply]
+    calls = [c for p in parts for c in p.message.tool_calls or []]
+    assert [(c.function.name, c.function.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert "".join(p.message.thinking or "" for p in parts) == "hmm"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_package_gets_scripted_tool_calls(fake_ollama, openai_client, stream):
+    fake_ollama.script_chat(PARIS)
+    reply = openai_client.chat.completions.create(model="gemma3:4b", messages=USER_SAYS_HI, stream=stream)
+    if stream:
+        chunks = list(reply)
+        arguments = "".join(d.function.arguments or "" for c in chunks if c.choices
+                            for d in c.choices[0].delta.tool_calls or [])
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+    else:
+        arguments = reply.choices[0].message.tool_calls[0].function.arguments
+        finish = reply.choices[0].finish_reason
+    assert json.loads(arguments) == {"city": "Paris"} and finish == "tool_calls"
+
+
+def test_a_json_schema_gets_the_smallest_value_that_satisfies_it(fake_ollama, ollama_client):
+    schema = {"type": "object", "required": ["name", "tags", "home"], "properties": {
+        "name": {"type": "string"}, "tags": {"type": "array"}, "home": {"$ref": "#/$defs/Place"}},
+        "$defs": {"Place": {"type": "object", "properties": {"city": {"enum": ["Lisbon"]}}}}}
+    reply = ollama_client.chat(model="gemma3:4b", messages=USER_SAYS_HI, format=schema)
+    assert json.loads(reply.message.content) == smallest_instance(schema) == {
+        "name": "x", "tags": [], "home": {"city": "Lisbon"}}
+
+
+def test_images_are_recorded_and_acknowledged(fake_ollama, ollama_client):
+    reply = ollama_client.chat(model="gemma3:4b", messages=[
+        {"role": "user", "content": "what?", "images": ["aGVsbG8="]}])
+    assert reply.message.content == "ok: what? [saw 1 image]"
+    assert fake_ollama.images() == ["aGVsbG8="]
+
+
+@pytest.mark.parametrize("keep_alive, reason", [(None, "load"), (0, "unload")])
+def test_empty_messages_load_or_unload_the_model(fake_ollama, keep_alive, reason):
+    body = {"model": "gemma3:4b", "messages": []} | ({} if keep_alive is None else {"keep_alive": keep_alive})
+    assert httpx.post(f"{fake_ollama.url}/api/chat", json=body).json()["done_reason"] == reason
+
+
+def test_model_management_endpoints(fake_ollama, ollama_client):
+    assert [p.status for p in ollama_client.pull("tiny:1b", stream=True)][-1] == "success"
+    assert ollama_client.copy("tiny:1b", "tiny2:1b").status == "success"
+    assert ollama_client.delete("tiny2:1b").status == "success"
+    assert [m.model for m in ollama_client.ps().models] == ["gemma3:4b"]
+    with pytest.raises(ollama.ResponseError):
+        ollama_client.delete("tiny2:1b")
+
+
+def test_a_body_without_content_type_is_read_as_json(fake_ollama):
+    response = httpx.post(f"{fake_ollama.url}/api/chat", content=json.dumps(
+        {"model": "gemma3:4b", "messages": USER_SAYS_HI, "stream": False}).encode())
+    assert response.json()["message"]["content"] == "ok: hi there"
+    assert fake_ollama.bodies("/api/chat")[0]["stream"] is False
 
 
 # ----------------------------------------------------------------------------- command line

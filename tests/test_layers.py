@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
                "app.metrics", "app.access")),
     ("recall", ("app.embedders", "app.retrieval", "app.context", "app.bootstrap", "app.tokens",
-                "app.llm", "app.probe")),
+                "app.llm", "app.probe", "app.chat_formats")),
     ("turn", ("app.chat",)),
     ("queue", ("workers",)),
     ("operations", ("app.doctor", "app.backup", "app.transfer")),

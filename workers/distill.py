@@ -17,11 +17,13 @@ re-checks which events are still undistilled, so a second run does nothing.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
+from app.chat_formats import stored_tool_calls
 from app.config import Config
 from app.fts import terms
 from app.llm import ModelClient
@@ -98,6 +100,17 @@ class TurnEvent:
     role: str
     content: str
     tool_name: str | None = None
+    tool_calls_json: str | None = None  # an assistant's tool calls (app.chat_formats' shape)
+
+    @property
+    def text(self) -> str:
+        """The content, and what tools the assistant called with what: evidence of what
+        happened, as the results that follow are."""
+        if not self.tool_calls_json:
+            return self.content
+        calls = "; ".join(f"{call.get('name')}({json.dumps(call.get('arguments'), ensure_ascii=False)})"
+                          for call in stored_tool_calls(self.tool_calls_json))
+        return f"{self.content} [called {calls}]".strip()
 
 
 @dataclass
@@ -126,7 +139,8 @@ def undistilled_events(con: apsw.Connection, user_id: str, session_id: str,
         return []
     marks = ",".join("?" * len(event_ids))
     return [TurnEvent(*row) for row in con.execute(
-        f"SELECT id, role, content, tool_name FROM events WHERE user_id = ? AND session_id = ? "
+        f"SELECT id, role, content, tool_name, tool_calls_json FROM events "
+        f"WHERE user_id = ? AND session_id = ? "
         f"AND distilled_at IS NULL AND id IN ({marks}) ORDER BY id",
         (user_id, session_id, *event_ids))]
 
@@ -151,7 +165,7 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION) -> str:
             continue
         if event.role == "tool" and event.tool_name:
             label = f"{label} ({event.tool_name})"
-        text = event.content[:MAX_EVENT_CHARS]
+        text = event.text[:MAX_EVENT_CHARS]
         if len(text) > budget:
             text = text[:budget]
         lines.append(f"{label}: {text}")

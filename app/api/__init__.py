@@ -1,10 +1,10 @@
 """The HTTP front-end, `hilo serve`: memory for any existing chat client.
 
-Hilo speaks Ollama's API (`POST /api/chat`, with `GET /api/tags`, `POST /api/show` and
-`GET /api/version` passed through to the model server) and OpenAI's
-(`POST /v1/chat/completions`, `GET /v1/models`), so a client pointed at Hilo instead of
-the model server gets memory without changing anything else. Beside them: a JSON
-memory API under `/memory/...`, MCP at `/mcp` (app/mcp.py, mounted by server.py) and
+Hilo is a transparent proxy in front of the model server. It speaks Ollama's API and
+OpenAI's: their chat endpoints (`POST /api/chat`, `POST /v1/chat/completions`) get the
+memory layers added and their conversation stored; every other endpoint of the model
+server is relayed unchanged. Beside them: a JSON memory API under `/memory/...`, MCP at `/mcp`
+(app/mcp.py, mounted by server.py) and
 `GET /health`; the OpenAPI document is /openapi.json.
 
 The rooms, each one concept:
@@ -14,10 +14,14 @@ The rooms, each one concept:
   cross-site requests), the bearer token (shared, or a user's own), the body cap.
 - access_log.py: uvicorn's access log with paths only, never query strings.
 - errors.py: the one place HTTP errors are shaped, in the calling API's own shape.
-- deps.py: what a route is handed: who is asking (user, session header), the service.
-- turns.py: the chat turn both chat APIs share: which session, whether the message is a
-  resend, storing it under the session's lock, and streaming the reply.
-- ollama.py, openai.py: the two chat APIs and their wire formats (NDJSON, SSE).
+- deps.py: what a route is handed: who is asking, the service, the JSON body.
+- conversation.py: what a chat request says and how it meets the store: what is new,
+  which session.
+- housekeeping.py: requests that are a client's own chores, relayed without memory.
+- turns.py: a chat request answered: stored, relayed with memory, the reply streamed
+  back and stored.
+- passthrough.py: everything else, relayed unchanged.
+- ollama.py, openai.py: the two APIs' routes.
 - memory.py: the /memory routes; scheduled.py: /memory/tasks; health.py: /health, /metrics.
 """
 

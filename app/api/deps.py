@@ -1,4 +1,5 @@
-"""What a route handler is handed: who is asking, and the service that answers.
+"""What a route handler is handed: who is asking, the service that answers, and the
+request's JSON body.
 
 The user is the per-user token's (app/access.py, checked by the gate), else the
 `X-Hilo-User` header, else `[memory] user_id`; every read and write is filtered by it,
@@ -6,12 +7,16 @@ so one user never sees another's rows. A request with a per-user token that name
 another user in `X-Hilo-User` is refused. The `X-Hilo-Session` header names the session
 on the chat routes (app/api/turns.py says what happens without it). Ids that look like a
 secret are refused: an id is stored, queued and logged as it is.
+
+Bodies are read as JSON whatever their Content-Type, as Ollama reads them: LiteLLM and
+curl examples send none.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 
@@ -26,6 +31,7 @@ from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
 class Caller:
     user_id: str
     session_header: str | None
+    user_header: bool = False  # the user was named by X-Hilo-User
 
 
 def check_id(name: str, value: str) -> str:
@@ -64,12 +70,39 @@ def caller(request: Request, x_hilo_user: UserHeader = None,
     else:
         user_id = request.app.state.config.memory.user_id
     session = check_id("session", x_hilo_session) if x_hilo_session is not None else None
-    return Caller(check_id("user", user_id), session)
+    return Caller(check_id("user", user_id), session, x_hilo_user is not None)
 
 
 def service_of(request: Request) -> ChatService:
     return request.app.state.service
 
 
+async def json_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, whatever the Content-Type; an empty body is {}."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "the request body must be a JSON object", "invalid_json")
+    return _without_lone_surrogates(value)
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """JSON may escape half a surrogate pair (`"\\ud800"`), which no UTF-8 can carry on to
+    the model server or the database: each becomes "?" (clean_text's rule)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8") if not value.isascii() else value
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
 Who = Annotated[Caller, Depends(caller)]
 Service = Annotated[ChatService, Depends(service_of)]
+JsonBody = Annotated[dict[str, Any], Depends(json_body)]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from app.api.deps import Service, Who, check_id
 from app.api.errors import ApiError
 from app.chat import ChatService
+from app.chat_formats import stored_tool_calls
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     Category,
@@ -71,7 +72,9 @@ def _event_dict(event: Event) -> dict:
     return {"id": event.id, "session_id": event.session_id, "role": event.role,
             "content": event.content, "created_at": event.created_at,
             "importance": event.importance, "compacted": event.compacted,
-            "truncated_from": event.original_length, "redactions": list(event.redactions)}
+            "truncated_from": event.original_length, "redactions": list(event.redactions),
+            "tool_name": event.tool_name, "tool_call_id": event.tool_call_id,
+            "tool_calls": stored_tool_calls(event.tool_calls_json) or None}
 
 
 def _fact_dict(fact: Any) -> dict:

@@ -53,7 +53,8 @@ def test_a_nul_only_message_is_refused_and_nothing_is_stored(hilo: HiloServer) -
                           b'[{"role": "user", "content": "\\u0000\\u0000"}]}', "s1")
 
     assert response.status_code == 400
-    assert response.json()["error"] == "the last user message has no text"
+    # Worded by the one place events are validated (app/events.py).
+    assert response.json()["error"] == "content is empty: a user message needs text"
     assert stored_rows(hilo, "SELECT count(*) FROM events") == [(0,)]
 
 

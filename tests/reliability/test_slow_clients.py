@@ -102,7 +102,8 @@ def test_a_body_that_stops_or_trickles_is_answered_408_and_closed(config, data_d
         with socket.create_connection(("127.0.0.1", port)) as good:
             good.sendall(body_request(2) + b"{}")
             good.settimeout(10)
-            assert good.recv(1024).startswith(b"HTTP/1.1 4")  # the body arrived: {} is no chat
+            answer = good.recv(1024)  # the body arrived: answered (relayed: no model runs here)
+            assert answer.startswith(b"HTTP/1.1 ") and not answer.startswith(b"HTTP/1.1 408")
     finally:
         server.should_exit = True
         thread.join(timeout=30)

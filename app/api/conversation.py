@@ -1,0 +1,258 @@
+"""What a chat request says, and how it meets what Hilo has stored.
+
+The client's history wins. A request's messages are the conversation the model sees
+(with Hilo's memory added); Hilo stores only what it has not stored yet:
+
+- The session's stored events are matched, in order, against the request's
+  conversation (its user, assistant and tool messages): from the message that is the
+  session's first event, each next message must be a later stored event — branches the
+  client abandoned (an edited message, a regenerated reply) are stepped over, never
+  sent again. What follows the last matched message is new, and stored.
+- When the session's first event is not in the request at all — a new session, or
+  another conversation under the same session id — only the request's last user
+  message and what follows it are new: the earlier messages are the client's setup
+  (few-shot examples, a history from elsewhere), not something the user said here.
+- A request whose last message is already stored (a retry, a regenerate, Open WebUI's
+  "continue") stores nothing and is answered again.
+- A request with a single message gets the session's stored window before it, as
+  before; it is a resend when it repeats the session's last user (or tool) message.
+
+Messages are compared as Hilo stores them (sanitised, an interrupted reply without its
+marker, tool calls by name and arguments). A stored user message that is the client's
+text with a block added on its own line before or after it is the same message: Open
+WebUI adds retrieved documents and web results to the user's message for that one
+request, and sends it plain in later histories.
+
+The session: `X-Hilo-Session`, else Open WebUI's chat id (`X-OpenWebUI-Chat-Id`, sent
+when Open WebUI runs with ENABLE_FORWARD_USER_INFO_HEADERS), else the history itself —
+the request continues the session whose stored events match most of it, provided
+nothing the client has as a reply is missing from that session. A one-message request
+with no id, or one no session matches, starts a new session: two chats that open with
+the same words stay apart.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from app.api.errors import ApiError
+from app.chat import INTERRUPTED_MARKER, ChatService
+from app.chat_formats import (
+    ClientChat,
+    is_conversation,
+    message_text,
+    stored_role,
+    stored_tool_calls,
+    text_to_store,
+    tool_calls_of,
+    tool_name_of,
+)
+from app.config import Config
+from app.events import Event, PreparedEvent, prepare_event, session_events
+
+OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"
+# Sessions examined when a request names none, most recently active first.
+CANDIDATE_SESSIONS = 20
+# Of a request's messages, the first this many may be the first of a stored session.
+CANDIDATE_OPENINGS = 32
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A chat request's messages: all of them as sent, and its turns — the user,
+    assistant and tool messages, in order."""
+
+    api: str
+    messages: list[dict[str, Any]]
+    turns: list[dict[str, Any]]
+
+    @property
+    def query(self) -> str:
+        """What the memory is searched for: the last thing the user said."""
+        users = [m for m in self.turns if m.get("role") == "user"]
+        return message_text(users[-1] if users else self.turns[-1])
+
+    def client_chat(self, body: Mapping[str, Any]) -> ClientChat:
+        """The request to relay: its whole history; or, for a single message, its
+        system messages and that message, with the stored window before it."""
+        if len(self.turns) > 1:
+            return ClientChat(self.api, body, self.messages, False, self.query)
+        last = self.turns[-1]
+        kept = [m for m in self.messages if m is last or not is_conversation(m)]
+        return ClientChat(self.api, body, kept, True, self.query)
+
+
+def read_conversation(api: str, body: Mapping[str, Any]) -> Conversation:
+    """The request's messages, checked only as far as Hilo must read them."""
+    messages = body.get("messages")
+    if messages is None:
+        messages = []
+    if not isinstance(messages, list):
+        raise ApiError(422, "invalid request: messages: expected a list of messages",
+                       "invalid_request")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ApiError(422, f"invalid request: messages.{index}: expected an object with "
+                           "a \"role\"", "invalid_request")
+    return Conversation(api, messages, [m for m in messages if is_conversation(m)])
+
+
+# -- matching the stored events ------------------------------------------------------------
+
+Key = tuple[str, str, tuple[tuple[str, str], ...]]
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _calls_key(calls: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(c.get("name")), json.dumps(c.get("arguments"), sort_keys=True))
+                 for c in calls)
+
+
+def event_key(event: Event) -> Key:
+    calls = stored_tool_calls(event.tool_calls_json)
+    # An interrupted reply is stored with a marker; the client kept the text without it.
+    return event.role, event.content.removesuffix(INTERRUPTED_MARKER), _calls_key(calls)
+
+
+def same_message(stored: Key, said: Key) -> bool:
+    """Whether a stored event (`event_key`) is this message of the client's."""
+    (role, text, calls), (said_role, said_text, said_calls) = stored, said
+    if role != said_role or calls != said_calls:
+        return False
+    if _squash(text) == _squash(said_text):
+        return True
+    return (role == "user" and bool(said_text.strip())
+            and (text.startswith(said_text + "\n") or text.endswith("\n" + said_text)))
+
+
+def _as_stored(config: Config, user_id: str, message: dict[str, Any]) -> PreparedEvent:
+    """The message as Hilo would store it: sanitised, capped."""
+    return prepare_event(config, user_id, "-", stored_role(message), text_to_store(message),
+                         tool_calls=tool_calls_of(message) or None)
+
+
+def _prepared_key(prepared: PreparedEvent) -> Key:
+    calls = stored_tool_calls(prepared.tool_calls_json)
+    return prepared.role, prepared.content, _calls_key(calls)
+
+
+def message_keys(config: Config, user_id: str, messages: list[dict[str, Any]]) -> list[Key]:
+    """The messages as Hilo would store them, to compare with stored events."""
+    return [_prepared_key(_as_stored(config, user_id, m)) for m in messages]
+
+
+def matched_prefix(keys: list[Key], stored: list[Event]) -> tuple[int, Event | None]:
+    """How far into the request the session's stored events reach — the index of the
+    first new message — and the stored event of the message before it.
+
+    (0, None) when the session's first event is not among the request's messages.
+    """
+    if not stored:
+        return 0, None
+    stored_keys = [event_key(e) for e in stored]
+    start = next((i for i, key in enumerate(keys) if same_message(stored_keys[0], key)), None)
+    if start is None:
+        return 0, None
+    end, anchor, after = start + 1, stored[0], 1
+    for key in keys[start + 1:]:
+        found = next((j for j in range(after, len(stored))
+                      if same_message(stored_keys[j], key)), None)
+        if found is None:
+            break
+        end, anchor, after = end + 1, stored[found], found + 1
+    return end, anchor
+
+
+@dataclass(frozen=True)
+class Unstored:
+    """What a request brings that the session lacks: its turns from `start` on (None:
+    nothing), and `resent`, the stored event its last message is when it brings nothing."""
+
+    start: int | None
+    resent: Event | None = None
+
+
+def unstored_messages(service: ChatService, user_id: str, session_id: str,
+                      conversation: Conversation) -> Unstored:
+    """The module docstring's rule, for one request."""
+    turns = conversation.turns
+    stored = [e for e in session_events(service.reader(), user_id, session_id)
+              if e.role in ("user", "assistant", "tool")]
+    keys = message_keys(service.config, user_id, turns)
+    if len(turns) == 1:
+        inputs = [e for e in stored if e.role in ("user", "tool")]
+        if inputs and same_message(event_key(inputs[-1]), keys[0]):
+            return Unstored(None, inputs[-1])
+        return Unstored(0)
+    end, anchor = matched_prefix(keys, stored)
+    if end == len(turns):
+        return Unstored(None, anchor)
+    if end == 0:
+        users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
+        return Unstored(users[-1] if users else len(turns) - 1)
+    return Unstored(end)
+
+
+def store_messages(service: ChatService, user_id: str, session_id: str,
+                   conversation: Conversation, start: int) -> list[Event]:
+    """Store a request's turns from `start` on as events, tool calls and results included."""
+    turns, stored = conversation.turns, []
+    for index in range(start, len(turns)):
+        message, role = turns[index], stored_role(turns[index])
+        stored.append(service.append(
+            user_id, session_id, role, text_to_store(message),
+            tool_calls=tool_calls_of(message) or None,
+            tool_call_id=message.get("tool_call_id") if role == "tool" else None,
+            tool_name=tool_name_of(message, turns[:index]) if role == "tool" else None))
+    return stored
+
+
+# -- the session ---------------------------------------------------------------------------
+
+
+def new_session_id() -> str:
+    return f"auto-{uuid.uuid4().hex[:16]}"
+
+
+def named_session(session_header: str | None, headers: Mapping[str, str],
+                  check: Callable[[str, str], str]) -> str | None:
+    """The session the request names: X-Hilo-Session, else Open WebUI's chat id."""
+    if session_header is not None:
+        return session_header
+    chat_id = headers.get(OPEN_WEBUI_CHAT_HEADER)
+    return check("session", chat_id) if chat_id else None
+
+
+def continued_session(service: ChatService, user_id: str,
+                      conversation: Conversation) -> str | None:
+    """The stored session this unnamed request continues, if any (module docstring)."""
+    turns = conversation.turns
+    if len(turns) < 2:
+        return None
+    prepared = [_as_stored(service.config, user_id, m) for m in turns]
+    keys = [_prepared_key(p) for p in prepared]
+    openings = sorted({p.content for p in prepared[:CANDIDATE_OPENINGS]})
+    con = service.reader()
+    candidates = [row[0] for row in con.execute(
+        "SELECT s.id FROM sessions s WHERE s.user_id = ? AND EXISTS (SELECT 1 FROM events e "
+        "WHERE e.id = (SELECT min(f.id) FROM events f WHERE f.user_id = s.user_id "
+        "AND f.session_id = s.id AND f.role IN ('user', 'assistant', 'tool')) "
+        f"AND e.content IN ({','.join('?' * len(openings))})) "
+        "ORDER BY s.last_event_at DESC LIMIT ?", (user_id, *openings, CANDIDATE_SESSIONS))]
+    best, best_end = None, 0
+    for session_id in candidates:
+        stored = [e for e in session_events(con, user_id, session_id)
+                  if e.role in ("user", "assistant", "tool")]
+        end, _ = matched_prefix(keys, stored)
+        # A reply the client has and the session lacks: another conversation.
+        if any(m.get("role") == "assistant" for m in turns[end:]):
+            continue
+        if end > best_end:
+            best, best_end = session_id, end
+    return best
