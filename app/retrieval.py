@@ -27,6 +27,7 @@ import structlog
 
 from app.embedders import EmbedderUnavailable
 from app.fts import build_match_query, terms
+from app.sanitize import redact_secrets
 from app.vectors import VECTOR_INDEX
 
 if TYPE_CHECKING:
@@ -94,7 +95,9 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None) -> Que
     query = Query(user_id, text)
     if embedder is not None and text.strip():
         try:
-            query.vector = embedder.embed([text])[0]
+            # The embedder may be a server: what the user typed reaches it as it would be
+            # stored, secrets redacted.
+            query.vector = embedder.embed([redact_secrets(text).text])[0]
             query.model = embedder.model
         except EmbedderUnavailable:
             pass  # the embedder has said so, once
