@@ -32,7 +32,7 @@ from app.datadir import DataDir
 from app.db import connect_readonly
 from tests.bench.report import emit, median, parser, percentile
 from tests.fake_ollama import FakeOllama
-from tests.test_workers_support import REPO_ROOT, consumer_env, hilo_command, scripted_model
+from tests.workers.support import REPO_ROOT, consumer_env, hilo_command, scripted_model
 
 CLIENTS = 16
 MODEL = "gemma3:4b"

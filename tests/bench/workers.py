@@ -26,7 +26,7 @@ from app.timeutil import parse_rfc3339
 from app.writer import Writer
 from tests.bench.report import emit, median, parser, percentile
 from tests.fake_ollama import FakeOllama
-from tests.test_workers_support import REPO_ROOT, consumer_env, handoff, hilo_command, scripted_model
+from tests.workers.support import REPO_ROOT, consumer_env, handoff, hilo_command, scripted_model
 from workers.queue import configure
 
 READY_TIMEOUT = 30.0

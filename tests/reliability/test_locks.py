@@ -14,7 +14,7 @@ import apsw
 import pytest
 
 from app.config import Config
-from tests.test_workers_support import (
+from tests.workers.support import (
     _props,
     add_turn,
     consumers,  # noqa: F401 — fixture

@@ -11,7 +11,7 @@ import pytest
 
 from app.config import Config
 from app.events import MAX_TOOL_NAME_LENGTH, InvalidEvent, append_event
-from tests.test_api_support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 
 MODEL = "gemma3:4b"
 

@@ -26,7 +26,7 @@ from app.db import QUEUE_DB
 from app.sanitize import secret_kind
 from tests.fake_ollama import FakeOllama
 from tests.reliability.secrets_corpus import Planted, secrets
-from tests.test_workers_support import REPO_ROOT, consumer_env, hilo_command, query, wait_until
+from tests.workers.support import REPO_ROOT, consumer_env, hilo_command, query, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 
 from app.config import Config
-from tests.test_workers_consumer import (
+from tests.workers.test_consumer import (
     all_done,
     assert_nothing_missing_or_doubled,
     distilled_turns,
     queue_turns,
 )
-from tests.test_workers_support import (
+from tests.workers.support import (
     consumers,  # noqa: F401 — fixture
     query,
     scalar,
