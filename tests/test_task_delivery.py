@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
@@ -85,7 +86,7 @@ def tick(config, writer, at: datetime) -> list:
     """One scheduler tick as the worker runs it, with delivery and no pauses between
     webhook attempts."""
     with ChatService(config, writer=writer) as service:
-        return scheduler_tick(config, writer, chat_service=service, clock=lambda: at,
+        return scheduler_tick(config, writer, chat_service=Agent(service, surface="task"), clock=lambda: at,
                               deliver=lambda r: deliver_run(config, writer, r, sleep=lambda s: None))
 
 
@@ -218,7 +219,7 @@ def run_a_task(writer, config, fake_ollama, prompt: str, reply: str) -> int:
     task = add_task(writer, config, "in 1 minute", prompt, now=NOW).task
     fake_ollama.script_chat(reply)
     with ChatService(config, writer=writer) as service:
-        [result] = run_due_tasks(config, writer, service, NOW + timedelta(minutes=2))
+        [result] = run_due_tasks(config, writer, Agent(service, surface="task"), NOW + timedelta(minutes=2))
     assert result.status == "done"
     return task.id
 

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.events import session_events
 from app.llm import ModelClient
@@ -38,7 +39,7 @@ def run_task(setup, prompt: str, replies: list[str]) -> tuple[str, list[int]]:
     fake.script_chat(*replies)
     with ChatService(cfg, writer=writer) as service:
         for n in range(len(replies)):
-            [result] = run_due_tasks(cfg, writer, service, NOW + timedelta(minutes=15 * (n + 1)))
+            [result] = run_due_tasks(cfg, writer, Agent(service, surface="task"), NOW + timedelta(minutes=15 * (n + 1)))
             assert result.status == "done"
     con = read_only(cfg)
     try:
