@@ -92,7 +92,7 @@ def user_of(who: Caller, body: Mapping[str, Any]) -> str:
 
 
 def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who: Caller,
-                service: ChatService, locks: SessionLocks) -> Response:
+                service: ChatService, locks: SessionLocks, agent: Agent) -> Response:
     """Answer a chat request of `api` ("ollama" or "openai"); see the module docstring.
 
     Raises ApiError in the caller's shape; when the model fails, what was new is kept.
@@ -120,7 +120,6 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         answered = stored[-1] if stored else unstored.resent
         assert answered is not None  # what the request ends with is stored, or was
         client = conversation.client_chat(body)
-        agent = Agent(service, surface="http")
         try:
             if agent.enabled and not (body.get("tools") or body.get("functions")):
                 turn: Any = agent.answer_client(answered, client, stored)

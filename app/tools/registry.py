@@ -127,6 +127,8 @@ def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
                                                         else types or [])), ())
         if isinstance(value, str) and int in allowed and value.strip().lstrip("-").isdigit():
             value = int(value)  # "7" for 7: small models quote numbers
+        elif isinstance(value, str) and bool in allowed and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
         if allowed and (not isinstance(value, allowed)
                         or (isinstance(value, bool) and bool not in allowed)):
             raise ToolFailed(f"{tool.name}: {name} must be {' or '.join(types if isinstance(types, list) else [types])}, got {value!r:.100}")

@@ -14,7 +14,7 @@ import httpx
 from app.tools.registry import Tool, ToolContext, ToolFailed, schema
 
 MAX_REDIRECTS = 5
-_SKIPPED = {"script", "style", "noscript", "template", "svg", "head"}
+_SKIPPED = {"script", "style", "noscript", "template", "svg"}
 _BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
            "article", "pre", "table", "ul", "ol", "title"}
 
