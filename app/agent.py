@@ -217,7 +217,8 @@ class AgentTurn:
     def _limit_reason(self) -> str:
         tools = self.agent.config.tools
         if self.outcome.model_calls >= tools.max_steps:
-            return f"the turn reached its limit of {tools.max_steps} model calls ([tools] max_steps)"
+            return (f"the turn reached its limit of {tools.max_steps} model calls "
+                    "([tools] max_steps)")
         if time.monotonic() - self._started >= tools.max_seconds:
             return f"the turn ran out of time ([tools] max_seconds = {tools.max_seconds:g})"
         return "no tools were offered in this turn"

@@ -337,7 +337,8 @@ class ToolsConfig:
     terminal_output_chars: int = setting(4000, between(100, 1_000_000))
     terminal_workdir: str = setting("")
     web_allowed_hosts: tuple[str, ...] = setting(
-        (), Allowed(_are_hosts, 'a list of host names such as ["docs.python.org", "*.wikipedia.org"]'))
+        (), Allowed(_are_hosts,
+                    'a list of host names such as ["docs.python.org", "*.wikipedia.org"]'))
     web_timeout_seconds: float = setting(10.0, between(0.1, 600))
     web_max_bytes: int = setting(1_000_000, between(1000, 100_000_000))
     web_output_chars: int = setting(4000, between(100, 1_000_000))

@@ -142,7 +142,8 @@ def learn_macros(con: apsw.Connection, user_id: str, *, min_support: int) -> Lea
             con.execute(
                 "INSERT INTO macros (user_id, trigger_tool, trigger_args_pattern, next_tool, "
                 "next_args, confidence, support, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (user_id, *key, confidence, support, now, now))
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (user_id, *key, confidence, support, now, now))
             learned += 1
         elif found[3] is None and (found[1], found[2]) != (confidence, support):
             con.execute("UPDATE macros SET confidence = ?, support = ?, updated_at = ? "

@@ -325,7 +325,7 @@ def show_tasks(repl: Repl, arg: str) -> None:
             repl.say(text, style)
 
 
-@command("/tools", "/tools              the tools the model may call; commands allowed without asking")
+@command("/tools", "/tools              the tools the model may call, the commands it may run")
 def show_tools(repl: Repl, arg: str) -> None:
     agent = repl.agent
     if agent is None or not agent.enabled:
@@ -442,10 +442,10 @@ def chat_turn(repl: Repl, text: str) -> None:
     out = repl.out.file
     repl.messages_sent += 1
     repl.last_context = None
-    agent = repl.agent or Agent(repl.service, surface="chat")
+    assert repl.agent is not None  # run_repl gives it this REPL as its approver
     display = ToolDisplay(repl)
     try:
-        turn: AgentTurn = agent.start_turn(repl.user_id, repl.session_id, text,
+        turn: AgentTurn = repl.agent.start_turn(repl.user_id, repl.session_id, text,
                                            on_tool=display)
     except ModelError as exc:
         repl.say(f"✗ {exc}", "red")

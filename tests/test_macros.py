@@ -23,7 +23,10 @@ from app.writer import Writer
 from tests.fake_ollama import FakeOllama, Reply
 from tests.test_first_hour_b_cli import hilo
 from tests.test_repl import PROMPT, leave, rows, say, start_chat  # noqa: F401 — a fixture
+from tests.test_workers_support import bound_queue, drain, worker_config  # noqa: F401 — a fixture
+from workers import jobs
 from workers.macros import learn_all_macros
+from workers.queue import failed_jobs
 
 USER = "default"
 DISK = {"command": "echo checking the disk"}
@@ -107,6 +110,18 @@ def test_a_removed_macro_is_not_learned_again(learned, writer):
     store_turn(writer, learned, "e", [DISK, LOGS])
     learn_all_macros(writer, learned)
     assert list_macros(_reader(learned), USER) == []
+
+
+def test_the_workers_periodic_job_learns_them(config, data_dir, writer, fake_ollama,
+                                              bound_queue):
+    cfg = worker_config(config, fake_ollama)
+    bound_queue(cfg)
+    for session in ("a", "b", "c"):
+        store_turn(writer, cfg, session, [DISK, LOGS])
+    jobs.learn_macros_periodically()
+    drain()
+    assert failed_jobs() == []
+    assert [m.next_tool for m in list_macros(_reader(cfg), USER)] == ["terminal"]
 
 
 def test_macros_list_shows_them(learned):

@@ -23,6 +23,11 @@ USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 
+def as_task(service: ChatService) -> Agent:
+    """The worker's runner of scheduled tasks over `service`."""
+    return Agent(service, surface="task")
+
+
 @pytest.fixture
 def setup(config, data_dir, writer, fake_ollama):
     cfg = worker_config(config, fake_ollama)
@@ -39,7 +44,7 @@ def run_task(setup, prompt: str, replies: list[str]) -> tuple[str, list[int]]:
     fake.script_chat(*replies)
     with ChatService(cfg, writer=writer) as service:
         for n in range(len(replies)):
-            [result] = run_due_tasks(cfg, writer, Agent(service, surface="task"), NOW + timedelta(minutes=15 * (n + 1)))
+            [result] = run_due_tasks(cfg, writer, as_task(service), NOW + timedelta(minutes=15 * (n + 1)))
             assert result.status == "done"
     con = read_only(cfg)
     try:

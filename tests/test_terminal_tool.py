@@ -14,6 +14,7 @@ import pytest
 from app.agent import Agent
 from app.chat import ChatService
 from app.config import Config
+from app.tools import ToolFailed
 from app.tools.terminal import (
     allowed_prefixes,
     matching_prefix,
@@ -22,6 +23,7 @@ from app.tools.terminal import (
     scrubbed_environment,
 )
 from tests.fake_ollama import FakeOllama, Reply
+from tests.test_first_hour_b_cli import hilo
 
 USER = "default"
 
@@ -117,8 +119,6 @@ def test_huge_output_is_cut_and_says_how_much_there_was(tmp_path):
 
 
 def test_a_missing_program_is_an_error_the_model_reads(tmp_path):
-    from app.tools import ToolFailed
-
     with pytest.raises(ToolFailed, match="no program 'no-such-program-here' on the PATH"):
         run_command("no-such-program-here", shell=False, cwd=tmp_path, timeout=5,
                     output_chars=100)
@@ -219,3 +219,14 @@ def test_output_is_sanitised_before_it_is_stored(service, fake_ollama):
     assert token not in stored and "[REDACTED:" in stored
     for body in fake_ollama.bodies("/api/chat")[1:]:  # nor does the model read it back
         assert token not in json.dumps(body["messages"][-1])
+
+
+def test_hilo_terminal_allows_lists_and_revokes_prefixes(data_dir):
+    where = ("--data-dir", str(data_dir))
+    assert hilo("terminal", "allow", "df -h", *where).stdout == "Allowed: df -h …\n"
+    refused = hilo("terminal", "allow", "ls; rm", *where)
+    assert refused.returncode == 1 and "cannot be allowed: a prefix is plain words" in refused.stderr
+    listed = json.loads(hilo("terminal", "allowed", "--json", *where).stdout)
+    assert [(p["prefix"], p["source"]) for p in listed] == [("df -h", "stored")]
+    assert hilo("terminal", "revoke", "df -h", *where).returncode == 0
+    assert hilo("terminal", "allowed", *where).stdout == "(none: every command asks first)\n"

@@ -2,8 +2,9 @@
 
 One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
 rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py,
-memory.py and agent.py (macros, terminal); what they share (options, the Config, output, CommandError) is in common.py. A domain
-error becomes its one-line message and exit status in one place, `HiloGroup.invoke`.
+memory.py and agent.py (macros, terminal); what they share (options, the Config,
+output, CommandError) is in common.py. A domain error becomes its one-line message and
+exit status in one place, `HiloGroup.invoke`.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def list_command(config: Config, user: str | None, as_json: bool) -> int:
     emit(as_json, [m.to_json() for m in found], lambda: print(
         "\n".join(macro_row(m) for m in found) or "(no macros learned yet)"))
     if found and not as_json:
-        print(f"(used at confidence ≥ {tools.macro_confidence:g}, seen ≥ {tools.macro_min_support})")
+        print(f"(used at confidence ≥ {tools.macro_confidence:g}, "
+              f"seen ≥ {tools.macro_min_support})")
     return 0
 
 

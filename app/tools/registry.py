@@ -69,10 +69,10 @@ class ToolContext:
     deadline: float | None = None  # time.monotonic() by which the turn should end
 
     def seconds_left(self, wanted: float) -> float:
-        """`wanted`, cut to what is left of the turn (but at least a second)."""
+        """`wanted`, cut to what is left of the turn (but never under a second)."""
         if self.deadline is None:
             return wanted
-        return max(1.0, min(wanted, self.deadline - time.monotonic()))
+        return min(wanted, max(1.0, self.deadline - time.monotonic()))
 
     def approved_call(self) -> ToolContext:
         return replace(self, preapproved=True)
@@ -131,9 +131,11 @@ def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
             value = value.lower() == "true"
         if allowed and (not isinstance(value, allowed)
                         or (isinstance(value, bool) and bool not in allowed)):
-            raise ToolFailed(f"{tool.name}: {name} must be {' or '.join(types if isinstance(types, list) else [types])}, got {value!r:.100}")
+            wanted = " or ".join(types if isinstance(types, list) else [types])
+            raise ToolFailed(f"{tool.name}: {name} must be {wanted}, got {value!r:.100}")
         if "enum" in spec and value not in spec["enum"]:
-            raise ToolFailed(f"{tool.name}: {name} must be one of {', '.join(map(str, spec['enum']))}")
+            choices = ", ".join(map(str, spec["enum"]))
+            raise ToolFailed(f"{tool.name}: {name} must be one of {choices}")
         checked[name] = value
     return checked
 
@@ -166,7 +168,7 @@ class Registry:
             result = ToolResult(text, ok=True)
         except HiloError as exc:
             result = ToolResult(ERROR_PREFIX + exc.message, ok=False)
-        except Exception as exc:  # noqa: BLE001 — a broken tool is reported to the model, not fatal
+        except Exception as exc:  # noqa: BLE001 — a broken tool is reported, not fatal
             log.exception("tool.crashed", tool=name)
             result = ToolResult(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", ok=False)
         log.info("tool.called", tool=name, surface=ctx.surface, ok=result.ok,
