@@ -172,18 +172,25 @@ class AgentTurn:
         return self.outcome
 
     def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._steps()
+        except ModelError as exc:
+            self.outcome.error = exc
+            raise
+        log.debug("agent.turn_done", surface=self.ctx.surface,
+                 model_calls=self.outcome.model_calls, tool_calls=len(self.outcome.tool_events),
+                 macro_calls=self.outcome.macro_calls, stopped=self.outcome.stopped)
+
+    def _steps(self) -> Iterator[Any]:
+        """Each model call in turn, its calls run, until one answers (or may not call)."""
         while True:
             turn = self._turn
             self.outcome.model_calls += 1
-            try:
-                if self._client is None:
-                    yield from turn
-                    held: list[bytes] = []
-                else:
-                    held = list(turn)  # only the answer reaches the client
-            except ModelError as exc:
-                self.outcome.error = exc
-                raise
+            if self._client is None:
+                yield from turn
+                held: list[bytes] = []
+            else:
+                held = list(turn)  # only the answer reaches the client
             step = turn.outcome
             self.outcome.context = step.context
             self.outcome.reply_event = step.reply_event
@@ -195,10 +202,6 @@ class AgentTurn:
                     continue
                 self._not_run(step.reply_event, calls, self._limit_reason())
             yield from held
-            log.info("agent.turn_done", surface=self.ctx.surface,
-                     model_calls=self.outcome.model_calls,
-                     tool_calls=len(self.outcome.tool_events),
-                     macro_calls=self.outcome.macro_calls, stopped=self.outcome.stopped)
             return
 
     # -- one step: one model call ----------------------------------------------------------------

@@ -171,6 +171,6 @@ class Registry:
         except Exception as exc:  # noqa: BLE001 — a broken tool is reported, not fatal
             log.exception("tool.crashed", tool=name)
             result = ToolResult(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", ok=False)
-        log.info("tool.called", tool=name, surface=ctx.surface, ok=result.ok,
+        log.debug("tool.called", tool=name, surface=ctx.surface, ok=result.ok,
                  seconds=round(time.perf_counter() - started, 3))
         return result
