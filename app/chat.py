@@ -22,14 +22,14 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import apsw
 
-from app.chat_formats import ClientChat, ReplyRecord, message_text
+from app.chat_formats import ClientChat, ReplyRecord, events_as_messages, message_text
 from app.config import Config
 from app.context import BuiltContext, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
-from app.llm import ChatReply, ChatStream, ModelClient, ModelError
+from app.llm import ChatReply, ChatStream, ModelClient, ModelError, ToolSpec
 from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query
@@ -155,6 +155,11 @@ class Turn:
     def record(self) -> ReplyRecord | None:
         """Of a relayed request: the reply as read so far, and its content type."""
         return self._stream.record
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tools the model called, as it called them (the stored copy is redacted)."""
+        return self._stream.tool_calls
 
     def interrupt(self) -> None:
         self._interrupt.set()
@@ -328,20 +333,24 @@ class ChatService:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, model: str | None = None,
-                   options: dict | None = None, role: str = "user") -> Turn:
+                   options: dict | None = None, role: str = "user",
+                   tools: Sequence[ToolSpec] | None = None) -> Turn:
         """Store the user's message, build the context and open the model's stream.
 
         `role` "system" stores instructions that are not the user speaking (a scheduled
         task's prompt): the model still answers them; the workers learn nothing from them.
+        `tools` are offered to the model (app/agent.py runs what it calls).
         Raises ModelError (after the message is stored) when the model cannot start.
         """
         user_event = self.append(user_id, session_id, role, text)
         return self.answer(user_event, client_system=client_system, model=model,
-                           options=options)
+                           options=options, tools=tools)
 
     def answer(self, user_event: Event, *, client_system: str | None = None,
                model: str | None = None, options: dict | None = None,
-               client: ClientChat | None = None, stored: Sequence[Event] = ()) -> Turn:
+               client: ClientChat | None = None, stored: Sequence[Event] = (),
+               tools: Sequence[ToolSpec] | None = None,
+               continued: Sequence[Event] = ()) -> Turn:
         """Open the model's reply to a stored user message: a new one, or one a client
         resends (a retry, a regenerate). The window holds only what came before it, so
         an earlier reply to it is not shown again.
@@ -349,13 +358,23 @@ class ChatService:
         With `client`, a client's own request is relayed (ModelClient.relay_chat): its
         body as sent, its messages with the memory layers added, no option of Hilo's;
         `user_event` is then the stored event its last message is (user, tool or
-        assistant), and `stored` what the request stored, handed off with the reply."""
+        assistant), and `stored` what the request stored, handed off with the reply.
+
+        `continued` are this turn's events after the message — the model's tool calls and
+        their results — sent after it, so the model answers what the tools found."""
         user_id, session_id = user_event.user_id, user_event.session_id
         model = client.model if client is not None else model
+        history = client
+        if client is None and continued:
+            # The message as the model first saw it (a task's instructions go as "user").
+            messages = [{"role": "user", "content": user_event.content},
+                        *events_as_messages(continued, self.config.llm.provider)]
+            history = ClientChat(self.config.llm.provider, {}, messages, with_window=True,
+                                 query=user_event.content)
         context = self.build_context(user_id, session_id,
-                                     client.query if client else user_event.content,
+                                     history.query if history else user_event.content,
                                      client_system=client_system, model=model,
-                                     before_event_id=user_event.id, client=client)
+                                     before_event_id=user_event.id, client=history)
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()
@@ -364,7 +383,8 @@ class ChatService:
                 stream = self.model.relay_chat(client.api, {**client.body,
                                                             "messages": context.messages})
             else:
-                stream = self.model.chat_stream(context.messages, model=model, options=opts)
+                stream = self.model.chat_stream(context.messages, model=model, options=opts,
+                                                tools=tools)
         except ModelError as exc:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             outcome.error = exc

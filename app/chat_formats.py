@@ -127,6 +127,17 @@ def stored_tool_calls(tool_calls_json: str | None) -> list[dict[str, Any]]:
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
+def text_with_tool_calls(content: str, tool_calls_json: str | None) -> str:
+    """An event's content and, for an assistant's tool calls, what it called with what:
+    how workers read a call (evidence of what happened, as the results that follow are)."""
+    calls = stored_tool_calls(tool_calls_json)
+    if not calls:
+        return content
+    said = "; ".join(f"{call.get('name')}({json.dumps(call.get('arguments'), ensure_ascii=False)})"
+                     for call in calls)
+    return f"{content} [called {said}]".strip()
+
+
 def render_tool_calls(calls: Sequence[Mapping[str, Any]], api: str,
                       fallback_id: str = "call") -> list[dict[str, Any]]:
     """Neutral tool calls as `api` writes them; OpenAI's need an id, so one is made up

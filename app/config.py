@@ -312,6 +312,40 @@ class NotifyConfig:
     desktop: bool = setting(True)
 
 
+def _are_commands(values: tuple[str, ...]) -> bool:
+    return all(value.strip() and value.isprintable() for value in values)
+
+
+def _are_hosts(values: tuple[str, ...]) -> bool:
+    return all(re.fullmatch(r"(\*\.)?[A-Za-z0-9.-]+(:\d+)?", value) for value in values)
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """Hilo's own agent: where the model may call tools, and their bounds (app/tools/)."""
+
+    chat: bool = setting(True)
+    tasks: bool = setting(True)
+    http: bool = setting(False)
+    max_steps: int = setting(8, between(1, 100))
+    max_seconds: float = setting(300.0, between(1, 86_400))
+    terminal: bool = setting(True)
+    terminal_allowed_prefixes: tuple[str, ...] = setting(
+        (), Allowed(_are_commands, "a list of command prefixes such as [\"df -h\", \"uptime\"]"))
+    terminal_shell: bool = setting(False)
+    terminal_timeout_seconds: float = setting(30.0, between(0.1, 3600))
+    terminal_output_chars: int = setting(4000, between(100, 1_000_000))
+    terminal_workdir: str = setting("")
+    web_allowed_hosts: tuple[str, ...] = setting(
+        (), Allowed(_are_hosts,
+                    'a list of host names such as ["docs.python.org", "*.wikipedia.org"]'))
+    web_timeout_seconds: float = setting(10.0, between(0.1, 600))
+    web_max_bytes: int = setting(1_000_000, between(1000, 100_000_000))
+    web_output_chars: int = setting(4000, between(100, 1_000_000))
+    macro_confidence: float = setting(0.8, between(0, 1))
+    macro_min_support: int = setting(3, between(1, 1000))
+
+
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -325,6 +359,7 @@ class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     # `[[scheduled_tasks]]` entries, synced into the database at every worker start.
     scheduled_tasks: tuple[Mapping[str, Any], ...] = ()
     origin: ConfigOrigin = field(default_factory=ConfigOrigin, compare=False)

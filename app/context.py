@@ -244,7 +244,8 @@ def build_context(
             opening, tail = history[0], list(history[1:])
         else:
             tail = list(history)
-        base = message_text(opening) if opening is not None else DEFAULT_SYSTEM_PROMPT
+        base = (message_text(opening) if opening is not None
+                else (client_system or DEFAULT_SYSTEM_PROMPT).strip())
         user_text = text
         budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
                         + sum(_message_cost(budget, m) for m in tail))

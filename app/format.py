@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from app.timeutil import parse_rfc3339
 
 if TYPE_CHECKING:  # annotations only: app.retrieval and app.scheduled_tasks load numpy and cron parsing
+    from app.macros import Macro
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
     from app.retrieval import SearchHit
     from app.scheduled_tasks import RunReport, ScheduledTask, TaskLog
@@ -64,6 +65,12 @@ def hit_row(hit: SearchHit, explain: bool = False) -> str:
     if explain:
         row += f"  ranks={hit.candidate.ranks} score={hit.candidate.score:.4f}"
     return row
+
+
+def macro_row(macro: Macro) -> str:
+    return (f"#{macro.id} {macro.trigger_tool} {macro.trigger_args_pattern} → {macro.next_tool} "
+            f"{macro.next_args}  confidence={macro.confidence:.2f} seen={macro.support} "
+            f"used={macro.used_count}")
 
 
 def task_row(task: ScheduledTask, description: str) -> str:

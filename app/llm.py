@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
 
 import httpx
 
-from app.chat_formats import OpenAIReplyAsOllama, ReplyRecord, ollama_request_as_openai
+from app.chat_formats import (
+    OpenAIReplyAsOllama,
+    ReplyRecord,
+    ollama_request_as_openai,
+    tool_calls_of,
+)
 from app.errors import HiloError
 
 if TYPE_CHECKING:
@@ -28,6 +33,9 @@ if TYPE_CHECKING:
 
 Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
 JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON value
+# Tools offered to the model, in the chat APIs' shape (Ollama takes OpenAI's):
+# {"type": "function", "function": {"name", "description", "parameters": <JSON schema>}}
+ToolSpec = Mapping[str, Any]
 
 PROVIDERS = ("ollama", "openai")
 # Longest slice of a server's error body worth putting in a message.
@@ -168,6 +176,8 @@ class ChatReply:
     prompt_eval_count: int | None  # tokens the server counted in the prompt (None if unreported)
     eval_count: int | None  # tokens generated
     done_reason: str | None = None
+    # The tools the model called, in app.chat_formats' neutral shape ({"id", "name", "arguments"}).
+    tool_calls: tuple[dict[str, Any], ...] = ()
 
 
 # Yielded first by the stream generators once the server has accepted the request, so
@@ -217,8 +227,11 @@ class ChatStream:
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
-        """The tool calls of a relayed reply, in the neutral shape of app.chat_formats."""
-        return self.record.tool_calls if self.record is not None else []
+        """The tool calls of the reply, in the neutral shape of app.chat_formats: of a
+        relayed one as read so far, of Hilo's own once it is complete."""
+        if self.record is not None:
+            return self.record.tool_calls
+        return list(self.reply.tool_calls) if self.reply is not None else []
 
     @property
     def done(self) -> bool:
@@ -418,10 +431,14 @@ class _OllamaAPI:
         }
 
     def chat_events(
-        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> Generator[str, None, ChatReply]:
         body = self._body(model, options, messages=[dict(m) for m in messages], stream=True)
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
         received: list[str] = []
+        calls: list[dict[str, Any]] = []
         with self._transport.open_stream("/api/chat", body, received) as lines:
             yield _ACCEPTED
             for line in lines:
@@ -434,8 +451,9 @@ class _OllamaAPI:
                 if piece:
                     received.append(piece)
                     yield piece
+                calls += tool_calls_of(frame.get("message") or {})
                 if frame.get("done"):
-                    return _ollama_reply(frame, "".join(received), model)
+                    return _ollama_reply(frame, "".join(received), model, calls)
         raise self._transport.interrupted(received, "the stream ended without its final done message")
 
     def chat(self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None) -> ChatReply:
@@ -472,13 +490,15 @@ class _OllamaAPI:
         return [str(m.get("name") or m.get("model")) for m in models if isinstance(m, Mapping)]
 
 
-def _ollama_reply(frame: Mapping[str, Any], text: str, model: str) -> ChatReply:
+def _ollama_reply(frame: Mapping[str, Any], text: str, model: str,
+                  tool_calls: Sequence[dict[str, Any]] = ()) -> ChatReply:
     return ChatReply(
         text=text,
         model=str(frame.get("model") or model),
         prompt_eval_count=frame.get("prompt_eval_count"),
         eval_count=frame.get("eval_count"),
         done_reason=frame.get("done_reason"),
+        tool_calls=tuple(tool_calls),
     )
 
 
@@ -517,12 +537,16 @@ class _OpenAIAPI:
         return {"model": model, "messages": [dict(m) for m in messages], **mapped, **fields}
 
     def chat_events(
-        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> Generator[str, None, ChatReply]:
         body = self._body(model, messages, options, stream=True, stream_options={"include_usage": True})
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
         received: list[str] = []
         usage: Mapping[str, Any] = {}
         finish_reason = None
+        calls = ReplyRecord()  # gathers the tool calls, streamed in pieces
         with self._transport.open_stream(self._chat_path, body, received) as lines:
             yield _ACCEPTED
             for line in lines:
@@ -530,12 +554,15 @@ class _OpenAIAPI:
                     continue  # blank separators, SSE comments and event names
                 data = line[len("data:"):].strip()
                 if data == "[DONE]":
-                    return _openai_reply(usage, "".join(received), model, finish_reason)
+                    calls.end_of_openai_stream()
+                    return _openai_reply(usage, "".join(received), model, finish_reason,
+                                         calls.tool_calls)
                 frame = self._transport.decode_line(data, f"POST {self._chat_path}")
                 if "error" in frame:
                     reason = _field(frame, "error", "message") or frame["error"]
                     raise self._transport.interrupted(received, f"server error: {reason}")
                 usage = frame.get("usage") or usage
+                calls.read_openai(frame)
                 for choice in frame.get("choices") or []:
                     piece = _field(choice, "delta", "content") or ""
                     finish_reason = _field(choice, "finish_reason") or finish_reason
@@ -544,7 +571,8 @@ class _OpenAIAPI:
                         yield piece
         if finish_reason is not None:
             # Some servers close without [DONE]; a finish_reason already says the reply is whole.
-            return _openai_reply(usage, "".join(received), model, finish_reason)
+            calls.end_of_openai_stream()
+            return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls)
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
@@ -589,13 +617,15 @@ class _OpenAIAPI:
         return [str(item.get("id")) for item in items if isinstance(item, Mapping)]
 
 
-def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None) -> ChatReply:
+def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None,
+                  tool_calls: Sequence[dict[str, Any]] = ()) -> ChatReply:
     return ChatReply(
         text=text,
         model=model,
         prompt_eval_count=usage.get("prompt_tokens"),
         eval_count=usage.get("completion_tokens"),
         done_reason=finish_reason,
+        tool_calls=tuple(tool_calls),
     )
 
 
@@ -811,11 +841,13 @@ class ModelClient:
         )
 
     def chat_stream(
-        self, messages: Sequence[Message], *, model: str | None = None, options: Mapping[str, Any] | None = None
+        self, messages: Sequence[Message], *, model: str | None = None,
+        options: Mapping[str, Any] | None = None, tools: Sequence[ToolSpec] | None = None,
     ) -> ChatStream:
-        """Start a streamed reply; see ChatStream for when errors surface."""
+        """Start a streamed reply; see ChatStream for when errors surface. With `tools`,
+        the model may call them: the calls are in `stream.tool_calls` once it ends."""
         model = model or self.chat_model
-        return ChatStream(self._api.chat_events(model, messages, options), model)
+        return ChatStream(self._api.chat_events(model, messages, options, tools), model)
 
     def chat(
         self, messages: Sequence[Message], *, model: str | None = None, options: Mapping[str, Any] | None = None

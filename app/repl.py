@@ -1,14 +1,18 @@
-"""`hilo chat`: the interactive REPL on top of ChatService.
+"""`hilo chat`: the interactive REPL on top of ChatService and the agent (app/agent.py).
 
 A loop: read a line, run a slash command from `COMMANDS` or send the line as a turn and
-stream the reply. Ctrl-C stops a reply (the partial reply is kept, marked interrupted),
-not the session; leaving closes the session so the workers write its diary entry.
+stream the reply. The model may call tools: each call and its result show as they run;
+a terminal command that no allowed prefix covers asks "once / always / deny", and a
+learned macro asks before it runs. Ctrl-C stops a reply or a running command (what
+arrived is kept, marked interrupted), not the session; leaving closes the session so
+the workers write its diary entry.
 Input history persists in `<data_dir>/repl_history`; with stdin not a terminal the
 REPL reads plain lines, and with stdout not a terminal it prints plain text.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import sys
@@ -24,7 +28,8 @@ import structlog
 from rich.console import Console
 from rich.text import Text
 
-from app.chat import ChatService, Turn
+from app.agent import Agent, AgentTurn, ToolNote
+from app.chat import ChatService
 from app.config import Config
 from app.context import BuiltContext
 from app.datadir import DataDir
@@ -45,6 +50,8 @@ from app.log import configure_logging
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
 from app.scheduled_tasks import describe_task, has_undelivered, list_tasks, take_undelivered
+from app.tools import Decision
+from app.tools.terminal import allowed_prefixes
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -56,6 +63,10 @@ IDLE_POLL_SECONDS = 2.0
 TASK_REPLIES_SHOWN = 5
 DIARY_SHOWN = 5
 SEARCH_LIMIT = 10
+# Of a tool's result, the lines shown under the call (all of it is stored).
+RESULT_LINES_SHOWN = 8
+RESULT_LINE_CHARS = 200
+ARGUMENTS_SHOWN_CHARS = 160
 
 
 # -- input -----------------------------------------------------------------------------------
@@ -94,6 +105,23 @@ class LineInput:
                     raise EOFError from None
                 armed = True
                 self.out.print("(Ctrl-C again or Ctrl-D to leave)", style="dim")
+
+    def ask(self, question: str) -> str:
+        """One answer to a question (an approval), outside the chat's history. Ctrl-D
+        answers nothing; Ctrl-C interrupts the turn (KeyboardInterrupt)."""
+        try:
+            if self._session is not None:
+                from prompt_toolkit import prompt
+
+                return prompt(question).strip()
+            self.out.print(Text(question), end="")
+            self.out.file.flush()
+            stream = getattr(sys.stdin, "buffer", None)
+            raw = stream.readline() if stream is not None else sys.stdin.readline()
+            line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            return line.strip()
+        except EOFError:
+            return ""
 
     def _read_once(self) -> str:
         if self._session is not None:
@@ -144,6 +172,7 @@ class Repl:
     session_id: str
     last_context: BuiltContext | None = None  # None after a message that never reached the model
     messages_sent: int = 0
+    agent: Agent | None = None  # set by run_repl, with this REPL answering its approvals
     # Task replies are shown from the prompt's idle thread and before each prompt.
     _delivering: threading.Lock = field(default_factory=threading.Lock)
 
@@ -296,6 +325,21 @@ def show_tasks(repl: Repl, arg: str) -> None:
             repl.say(text, style)
 
 
+@command("/tools", "/tools              the tools the model may call, the commands it may run")
+def show_tools(repl: Repl, arg: str) -> None:
+    agent = repl.agent
+    if agent is None or not agent.enabled:
+        repl.say("Tools are off in the chat ([tools] chat = false).", "dim")
+        return
+    for tool in agent.registry.available("chat"):
+        repl.say(f"{tool.name}: {tool.description.split('. ')[0]}")
+    if agent.registry.get("terminal", "chat") is not None:
+        prefixes = allowed_prefixes(repl.service.reader(), repl.service.config, repl.user_id)
+        repl.say("Commands that run without asking: " +
+                 (", ".join(prefixes) if prefixes else "none yet (answer \"always\" to add one)"),
+                 "dim")
+
+
 @command("/help", "/help               this list")
 def show_help(repl: Repl, arg: str) -> None:
     for usage in HELP.values():
@@ -323,13 +367,86 @@ def run_command(repl: Repl, line: str) -> bool:
 # -- a turn ------------------------------------------------------------------------------------
 
 
+class ReplApprover:
+    """Answers the agent's questions by asking the person at the prompt."""
+
+    def __init__(self, repl: Repl, lines: LineInput) -> None:
+        self.repl = repl
+        self.lines = lines
+
+    def approve_command(self, command: str, prefix: str | None) -> Decision:
+        if prefix is None:
+            choices = "[o]nce or [d]eny (it has shell characters: it cannot be allowed always)"
+        else:
+            choices = f"[o]nce, [a]lways (any `{prefix} …` command), or [d]eny"
+        for _ in range(3):
+            answer = self.lines.ask(f"Run `{command}`? {choices}: ").lower()
+            if answer in ("o", "once", "y", "yes"):
+                return "once"
+            if answer in ("a", "always") and prefix is not None:
+                return "always"
+            if answer in ("d", "deny", "n", "no", ""):
+                return "deny"
+        return "deny"
+
+    def confirm_macro(self, description: str) -> bool:
+        answer = self.lines.ask(f"Learned macro: {description}. Run it? [y/N]: ").lower()
+        return answer in ("y", "yes")
+
+
+def _arguments_text(name: str, arguments: object) -> str:
+    if name == "terminal" and isinstance(arguments, dict) and "command" in arguments:
+        return str(arguments["command"])
+    text = json.dumps(arguments, ensure_ascii=False)
+    return text if len(text) <= ARGUMENTS_SHOWN_CHARS else text[:ARGUMENTS_SHOWN_CHARS] + "…"
+
+
+class ToolDisplay:
+    """Shows the agent's calls and results between the streamed pieces of text."""
+
+    def __init__(self, repl: Repl) -> None:
+        self.repl = repl
+        self.mid_line = False  # the streamed text so far does not end a line
+
+    def write(self, piece: str) -> None:
+        out = self.repl.out.file
+        out.write(piece)
+        out.flush()
+        self.mid_line = not piece.endswith("\n")
+
+    def end_line(self) -> None:
+        if self.mid_line:
+            self.repl.out.file.write("\n")
+            self.mid_line = False
+
+    def __call__(self, note: ToolNote) -> None:
+        self.end_line()
+        if note.phase == "call":
+            macro = f" (macro #{note.macro.id})" if note.macro is not None else ""
+            self.repl.say(f"⚙ {note.name}{macro}: {_arguments_text(note.name, note.arguments)}",
+                          "cyan")
+            return
+        lines = (note.result.content if note.result is not None else "").splitlines() or [""]
+        style = "dim" if note.ok else "yellow"
+        for line in lines[:RESULT_LINES_SHOWN]:
+            cut = line if len(line) <= RESULT_LINE_CHARS else line[:RESULT_LINE_CHARS] + "…"
+            self.repl.say(f"  ↳ {cut}", style)
+        if len(lines) > RESULT_LINES_SHOWN:
+            self.repl.say(f"  ↳ … ({len(lines) - RESULT_LINES_SHOWN} more lines, all stored)",
+                          style)
+
+
 def chat_turn(repl: Repl, text: str) -> None:
-    """Send one message and stream the reply; Ctrl-C or a model error ends it early."""
+    """Send one message and stream the reply, with the tools the model calls; Ctrl-C or
+    a model error ends it early."""
     out = repl.out.file
     repl.messages_sent += 1
     repl.last_context = None
+    assert repl.agent is not None  # run_repl gives it this REPL as its approver
+    display = ToolDisplay(repl)
     try:
-        turn: Turn = repl.service.start_turn(repl.user_id, repl.session_id, text)
+        turn: AgentTurn = repl.agent.start_turn(repl.user_id, repl.session_id, text,
+                                           on_tool=display)
     except ModelError as exc:
         repl.say(f"✗ {exc}", "red")
         repl.say("(your message is saved; send it again once the model is back)", "dim")
@@ -344,19 +461,22 @@ def chat_turn(repl: Repl, text: str) -> None:
     pieces = iter(turn)
     try:
         for piece in pieces:
-            out.write(piece)
-            out.flush()
+            display.write(piece)
     except KeyboardInterrupt:
         pieces.close()  # a Ctrl-C landing outside the generator: it stores the partial reply
-        out.write("\n")
+        display.end_line()
         repl.say("[interrupted]", "dim")
         return
     except ModelError as exc:
-        out.write("\n")
+        display.end_line()
         repl.say(f"✗ {exc}", "red")
         repl.say("(what arrived is saved, marked interrupted)", "dim")
         return
-    out.write("\n")
+    finally:
+        repl.last_context = turn.context
+    display.end_line()
+    if turn.outcome.stopped:
+        repl.say(f"(stopped: {turn.outcome.stopped})", "yellow")
     out.flush()
 
 
@@ -404,6 +524,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     with service:
         repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
         lines = LineInput(data_dir.repl_history, out, while_idle=repl.show_task_replies)
+        repl.agent = Agent(service, surface="chat", approver=ReplApprover(repl, lines))
         greet(repl, resuming=session is not None)
         repl.show_task_replies(away=True)
         while True:

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "app.metrics", "app.access")),
     ("recall", ("app.embedders", "app.retrieval", "app.context", "app.bootstrap", "app.tokens",
                 "app.llm", "app.probe", "app.chat_formats")),
-    ("turn", ("app.chat",)),
+    ("turn", ("app.chat", "app.tools", "app.agent", "app.macros")),
     ("queue", ("workers",)),
     ("operations", ("app.doctor", "app.backup", "app.transfer")),
     ("front-ends", ("app.api", "app.repl", "app.cli", "app.format", "app.mcp", "app.__main__")),

@@ -23,6 +23,7 @@ from typing import Any
 
 import apsw
 
+from app.chat_formats import text_with_tool_calls
 from app.config import Config
 from app.llm import ModelClient
 from app.memory import NewCard, add_card
@@ -57,6 +58,17 @@ class ChunkEvent:
     role: str
     content: str
     importance: float
+    tool_name: str | None = None
+    tool_calls_json: str | None = None
+
+    @property
+    def line(self) -> str:
+        """The event as the summariser reads it: a tool result names its tool, an
+        assistant's tool calls say what was called."""
+        label = LABELS.get(self.role, self.role.upper())
+        if self.role == "tool" and self.tool_name:
+            label = f"{label} ({self.tool_name})"
+        return f"{label}: {text_with_tool_calls(self.content, self.tool_calls_json)[:MAX_EVENT_CHARS]}"
 
 
 @dataclass(frozen=True)
@@ -71,14 +83,14 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
     """The oldest chunk_size un-compacted events, when the session is over the threshold."""
     threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
     rows = [ChunkEvent(*row) for row in con.execute(
-        "SELECT id, role, content, importance FROM events WHERE user_id = ? AND session_id = ? "
+        "SELECT id, role, content, importance, tool_name, tool_calls_json FROM events "
+        "WHERE user_id = ? AND session_id = ? "
         "AND compacted = 0 ORDER BY id LIMIT ?", (user_id, session_id, threshold))]
     return rows[:size] if len(rows) >= threshold else None
 
 
 def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
-    lines = "\n".join(f"{LABELS.get(e.role, e.role.upper())}: {e.content[:MAX_EVENT_CHARS]}"
-                      for e in events)
+    lines = "\n".join(e.line for e in events)
     raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM)
     return parse_card(raw, text)
 
@@ -91,7 +103,7 @@ def parse_card(raw: dict | list, text: str = "") -> CardText:
 def extractive_card(events: list[ChunkEvent]) -> CardText:
     # What the chunk says, without the instructions it answered (unless that is all of it).
     said = [e for e in events if e.role != "system"] or events
-    texts = [(e.role, e.content) for e in said]
+    texts = [(e.role, text_with_tool_calls(e.content, e.tool_calls_json)) for e in said]
     return CardText(extractive.quote_lines(texts), ", ".join(extractive.keywords(t for _, t in texts)),
                     is_extractive=True)
 

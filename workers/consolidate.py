@@ -220,7 +220,8 @@ def resummarise_extractive(writer: Writer, model: ModelClient, limit: int = RESU
         cards = list(con.execute("SELECT id, level FROM context_cards WHERE is_extractive = 1 "
                                  "AND folded_into IS NULL ORDER BY id LIMIT ?", (limit,)))
         chunks = {card_id: [compact.ChunkEvent(*r) for r in con.execute(
-            "SELECT id, role, content, importance FROM events WHERE card_id = ? ORDER BY id",
+            "SELECT id, role, content, importance, tool_name, tool_calls_json FROM events "
+            "WHERE card_id = ? ORDER BY id",
             (card_id,))] for card_id, level in cards if level == 0}
         children = {card_id: [OldCard(*r) for r in con.execute(
             "SELECT id, session_id, summary, keywords, first_event_id, last_event_id, event_count, "

@@ -17,13 +17,12 @@ re-checks which events are still undistilled, so a second run does nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
-from app.chat_formats import stored_tool_calls
+from app.chat_formats import text_with_tool_calls
 from app.config import Config
 from app.fts import terms
 from app.llm import ModelClient
@@ -106,11 +105,7 @@ class TurnEvent:
     def text(self) -> str:
         """The content, and what tools the assistant called with what: evidence of what
         happened, as the results that follow are."""
-        if not self.tool_calls_json:
-            return self.content
-        calls = "; ".join(f"{call.get('name')}({json.dumps(call.get('arguments'), ensure_ascii=False)})"
-                          for call in stored_tool_calls(self.tool_calls_json))
-        return f"{self.content} [called {calls}]".strip()
+        return text_with_tool_calls(self.content, self.tool_calls_json)
 
 
 @dataclass

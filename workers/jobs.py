@@ -52,6 +52,8 @@ class Runner(Protocol):
 
     def run_scheduled_tasks(self) -> None: ...
 
+    def learn_macros(self) -> None: ...
+
 
 class NoJobRunner(Misconfigured):
     """A job was taken by a process that did not start a consumer."""
@@ -153,6 +155,12 @@ def reconcile(grace_seconds: float | None = None) -> None:
 @huey.periodic_task(crontab(), context=True)  # every minute; each occurrence is claimed once
 def run_scheduled_tasks(task: Task | None = None) -> None:
     attached().run_scheduled_tasks()
+
+
+@huey.periodic_task(crontab(minute="*/10"), context=True)
+def learn_macros_periodically(task: Task | None = None) -> None:
+    """Tool chains in the stored tool events → macros (workers/macros.py)."""
+    attached().learn_macros()
 
 
 @huey.task()

@@ -8,7 +8,7 @@ and the writer commits what it holds. The consumer (workers/consumer.py) starts 
 tests start one to run jobs in their own thread.
 
 The bodies add to the plain job functions (workers/distill.py, compact.py, diary.py,
-consolidate.py, embed.py, reconcile.py, scheduler.py) only what running on a queue
+consolidate.py, embed.py, reconcile.py, scheduler.py, macros.py) only what running on a queue
 needs: attempts with backoff and fallbacks (workers/retry.py), locks, and the jobs a
 job enqueues next.
 """
@@ -20,6 +20,7 @@ from typing import Any, Callable
 import structlog
 from huey.api import Task, TaskWrapper
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.config import Config
 from app.db import Durability
@@ -36,6 +37,7 @@ from workers.diary import write_diary
 from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.embed import embed_pending
 from workers.handoff import QueueHandoff
+from workers.macros import learn_all_macros
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -88,6 +90,7 @@ class JobRunner:
         # turn is handed off like any other, so its reply is distilled too.
         self.chat_service = ChatService(config, writer=self.writer, model=self.model,
                                         handoff=QueueHandoff(queue))
+        self.agent = Agent(self.chat_service, surface="task")
         self._stop_counting: Callable[[], None] | None = None
         # "This process is alive", for workers on other hosts judging its locks.
         self._owner_beat = owner_beat()
@@ -229,5 +232,8 @@ class JobRunner:
 
     def run_scheduled_tasks(self) -> None:
         config, writer = self.config, self.writer
-        scheduler_tick(config, writer, chat_service=self.chat_service,
+        scheduler_tick(config, writer, chat_service=self.agent,
                        deliver=lambda result: deliver_run(config, writer, result))
+
+    def learn_macros(self) -> None:
+        learn_all_macros(self.writer, self.config)

@@ -1,8 +1,10 @@
 """The scheduler job: run the due scheduled tasks as agent turns.
 
 Each run is a turn in the task's own session, `task:<id>`: the prompt and the memory
-context go to the model through ChatService.start_turn, and the reply is stored as
-events, which are then distilled like any turn. `run_due_tasks` is a plain function of
+context go to the model through the agent (app/agent.py: the model may call tools; a
+terminal command runs only under an allowed prefix, or any in a task the user marked
+trusted, and never with anyone asked), and the reply is stored as events, which are
+then distilled like any turn. `run_due_tasks` is a plain function of
 (config, writer, chat service, now) with the clock passed in, so tests drive it
 directly; the Huey periodic task that calls it every minute (workers/jobs.py, run by
 workers/runner.py with the worker's ChatService) only adds the clock.
@@ -46,10 +48,11 @@ INSTRUCTIONS_ROLE = "system"
 
 
 class TurnRunner(Protocol):
-    """What the scheduler needs of app.chat.ChatService."""
+    """What the scheduler needs of app.agent.Agent (surface "task")."""
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
-                   client_system: str | None = None, role: str = "user") -> Any: ...
+                   client_system: str | None = None, role: str = "user",
+                   trusted: bool = False) -> Any: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
@@ -95,7 +98,7 @@ def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: C
         # "system", so memory learns from what the run found, not from what it was told.
         turn = chat_service.start_turn(task.user_id, task.session_id, task.prompt,
                                        client_system=task_system_prompt(task, config, now),
-                                       role=INSTRUCTIONS_ROLE)
+                                       role=INSTRUCTIONS_ROLE, trusted=task.is_trusted)
         outcome = turn.run()
         if outcome.reply_event is not None:
             reply, reply_event_id = outcome.reply_event.content, outcome.reply_event.id

@@ -22,6 +22,7 @@ from fastapi import Depends, Header, Request
 
 from app.api.errors import ApiError
 from app.api.gate import TOKEN_USER
+from app.agent import Agent
 from app.chat import ChatService
 from app.config import Config
 from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
@@ -77,6 +78,11 @@ def service_of(request: Request) -> ChatService:
     return request.app.state.service
 
 
+def agent_of(request: Request) -> Agent:
+    """Hilo's own agent for the chat routes ([tools] http; never the terminal)."""
+    return request.app.state.agent
+
+
 async def json_body(request: Request) -> dict[str, Any]:
     """The body as a JSON object, whatever the Content-Type; an empty body is {}."""
     raw = await request.body()
@@ -105,4 +111,5 @@ def _without_lone_surrogates(value: Any) -> Any:
 
 Who = Annotated[Caller, Depends(caller)]
 Service = Annotated[ChatService, Depends(service_of)]
+Tools = Annotated[Agent, Depends(agent_of)]
 JsonBody = Annotated[dict[str, Any], Depends(json_body)]

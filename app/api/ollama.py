@@ -19,7 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from app.api.deps import JsonBody, Service, Who
+from app.api.deps import JsonBody, Service, Tools, Who
 from app.api.errors import ApiError
 from app.api.health import VERSION
 from app.api.passthrough import relay_request
@@ -34,12 +34,12 @@ router = APIRouter(tags=["Ollama API"])
                         400: {"description": "invalid JSON"},
                         503: {"description": "the model server is down; new messages are kept"}})
 def ollama_chat(body: JsonBody, request: Request, who: Who, service: Service,
-                locks: Locks) -> Response:
+                locks: Locks, agent: Tools) -> Response:
     """The request goes to the model as the client sent it — tools, format, images,
     options, keep_alive, think — with the memory layers added to its system prompt;
     what is new in it is stored, and the reply, tool calls included, comes back as the
     model wrote it. `messages: []` (load or unload a model) is relayed and stores nothing."""
-    return answer_chat("ollama", body, request.headers, who, service, locks)
+    return answer_chat("ollama", body, request.headers, who, service, locks, agent)
 
 
 def _speaks_ollama(request: Request) -> bool:

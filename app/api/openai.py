@@ -14,7 +14,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api.deps import JsonBody, Service, Who
+from app.api.deps import JsonBody, Service, Tools, Who
 from app.api.passthrough import relay_request
 from app.api.turns import Locks, answer_chat
 
@@ -27,12 +27,12 @@ router = APIRouter(tags=["OpenAI API"])
                         400: {"description": "invalid JSON"},
                         503: {"description": "the model server is down; new messages are kept"}})
 def openai_chat(body: JsonBody, request: Request, who: Who, service: Service,
-                locks: Locks) -> Response:
+                locks: Locks, agent: Tools) -> Response:
     """The request goes to the model as the client sent it, with the memory layers added
     to its system prompt; what is new in it is stored, and the reply, tool calls
     included, comes back as the model wrote it. The body's `user` names Hilo's user
     (X-Hilo-User wins)."""
-    return answer_chat("openai", body, request.headers, who, service, locks)
+    return answer_chat("openai", body, request.headers, who, service, locks, agent)
 
 
 @router.get("/v1/models", summary="The model server's models (relayed)")

@@ -26,6 +26,7 @@ from app.api.gate import Gate, is_loopback
 from app.api.health import VERSION
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
+from app.agent import Agent
 from app.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
@@ -62,6 +63,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
                     "Ollama or OpenAI client here instead of at the model server.")
     app.state.config = config
     app.state.service = service
+    app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
     for routes in (ollama, openai, scheduled, memory, health):

@@ -8,6 +8,10 @@ and is stored too, tool calls included. A client's housekeeping (app/api/houseke
 and a request without conversation (Ollama's model load and unload: `messages: []`)
 are relayed without memory and store nothing.
 
+With `[tools] http = true`, a request that brings no tools of its own gets Hilo's
+(memory, scheduled tasks, web fetch; never the terminal): the model's calls are run and
+stored, and the client receives only the answer (app/agent.py).
+
 The user: `X-Hilo-User`, else the body's `user` (OpenAI's end-user id), else
 `[memory] user_id`.
 
@@ -39,6 +43,7 @@ from app.api.conversation import (
 from app.api.deps import Caller, check_id
 from app.api.errors import ApiError, error_body, turn_error
 from app.api.housekeeping import is_housekeeping
+from app.agent import Agent
 from app.chat import ChatService
 from app.chat_formats import ReplyRecord
 from app.events import InvalidEvent
@@ -87,7 +92,7 @@ def user_of(who: Caller, body: Mapping[str, Any]) -> str:
 
 
 def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who: Caller,
-                service: ChatService, locks: SessionLocks) -> Response:
+                service: ChatService, locks: SessionLocks, agent: Agent) -> Response:
     """Answer a chat request of `api` ("ollama" or "openai"); see the module docstring.
 
     Raises ApiError in the caller's shape; when the model fails, what was new is kept.
@@ -114,8 +119,12 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
             raise ApiError(400, str(exc), "invalid_event") from exc
         answered = stored[-1] if stored else unstored.resent
         assert answered is not None  # what the request ends with is stored, or was
+        client = conversation.client_chat(body)
         try:
-            turn = service.answer(answered, client=conversation.client_chat(body), stored=stored)
+            if agent.enabled and not (body.get("tools") or body.get("functions")):
+                turn: Any = agent.answer_client(answered, client, stored)
+            else:
+                turn = service.answer(answered, client=client, stored=stored)
         except ModelError as exc:
             log.warning("chat.model_failed", session=session_id, stored=len(stored), error=str(exc))
             raise turn_error(exc) from exc

@@ -1,9 +1,10 @@
 """The `hilo` command. Thin: each command parses, calls the library, prints.
 
 One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
-rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py and
-memory.py; what they share (options, the Config, output, CommandError) is in common.py. A domain
-error becomes its one-line message and exit status in one place, `HiloGroup.invoke`.
+rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py,
+memory.py and agent.py (macros, terminal); what they share (options, the Config,
+output, CommandError) is in common.py. A domain error becomes its one-line message and
+exit status in one place, `HiloGroup.invoke`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import click
 
 from app import __version__
 from app.cli import ops, run
+from app.cli.agent import macros, terminal
 from app.cli.common import CommandError, Group
-from app.errors import HiloError
 from app.cli.memory import memory
 from app.cli.queue import queue
 from app.cli.tasks import tasks
 from app.cli.tokens import token
+from app.errors import HiloError
 
 
 class HiloGroup(Group):
@@ -66,7 +68,7 @@ def hilo() -> None:
 
 for command in (ops.init, ops.doctor, run.chat, run.serve, run.mcp, run.worker,
                 ops.backup_command, ops.restore_command, ops.rebuild_command, ops.export,
-                ops.import_command, queue, tasks, memory, token):
+                ops.import_command, queue, tasks, memory, token, macros, terminal):
     hilo.add_command(command)
 
 

@@ -147,13 +147,15 @@ def run(config: Config, ref: str, user: str | None, as_json: bool) -> int:
     REF: the task's id or name
     """
     # Imported when run, for start-up time: a run is a turn (numpy, the model client).
+    from app.agent import Agent
     from app.chat import ChatService
     from workers.handoff import queue_handoff
     from workers.scheduler import run_task_now
 
     with _writer(config) as writer:
         with ChatService(config, writer=writer, handoff=queue_handoff(config)) as service:
-            result = run_task_now(config, writer, service, user or config.memory.user_id, ref)
+            agent = Agent(service, surface="task")  # as the worker runs it: nobody is asked
+            result = run_task_now(config, writer, agent, user or config.memory.user_id, ref)
         emit(as_json, result.to_json(), lambda: print(_run_text(result)))
     return 0 if result.status == "done" else 1
 

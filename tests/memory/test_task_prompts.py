@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.events import session_events
 from app.llm import ModelClient
@@ -20,6 +21,11 @@ from workers.scheduler import run_due_tasks
 UTC = timezone.utc
 USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+
+
+def as_task(service: ChatService) -> Agent:
+    """The worker's runner of scheduled tasks over `service`."""
+    return Agent(service, surface="task")
 
 
 @pytest.fixture
@@ -38,7 +44,7 @@ def run_task(setup, prompt: str, replies: list[str]) -> tuple[str, list[int]]:
     fake.script_chat(*replies)
     with ChatService(cfg, writer=writer) as service:
         for n in range(len(replies)):
-            [result] = run_due_tasks(cfg, writer, service, NOW + timedelta(minutes=15 * (n + 1)))
+            [result] = run_due_tasks(cfg, writer, as_task(service), NOW + timedelta(minutes=15 * (n + 1)))
             assert result.status == "done"
     con = read_only(cfg)
     try:

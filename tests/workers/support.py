@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import signal
@@ -198,6 +200,9 @@ def consumer_env(config: Config) -> dict[str, str]:
     for key in ("backend", "redis_url", "workers", "poll_max_delay", "max_attempts",
                 "backoff_base_seconds"):
         env[f"HILO_QUEUE_{key.upper()}"] = str(getattr(config.queue, key))
+    for key, value in dataclasses.asdict(config.tools).items():
+        env[f"HILO_TOOLS_{key.upper()}"] = (json.dumps(list(value)) if isinstance(value, tuple)
+                                            else str(value))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 

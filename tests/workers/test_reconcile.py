@@ -21,9 +21,10 @@ from workers import jobs
 from workers.queue import huey
 from workers.reconcile import default_grace_seconds, find_undone_work
 
+
 def later() -> datetime:
-    """Five minutes from now: past the grace period of what a test just stored. (Read
-    when called: a clock read at import is stale by the time a long suite gets here.)"""
+    """Past the grace period of what a test stores now (not of when the module loaded: the
+    suite may take longer than the grace)."""
     return datetime.now(timezone.utc) + timedelta(minutes=5)
 
 

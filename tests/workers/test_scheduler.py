@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
@@ -38,6 +39,11 @@ USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 
+def as_task(service: ChatService) -> Agent:
+    """The worker's runner of scheduled tasks over `service`."""
+    return Agent(service, surface="task")
+
+
 @dataclass(frozen=True)
 class RecordedTurn:
     user_id: str
@@ -58,7 +64,8 @@ class FakeChat:
         self._lock = threading.Lock()
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
-                   client_system: str | None = None, role: str = "user") -> SimpleNamespace:
+                   client_system: str | None = None, role: str = "user",
+                   trusted: bool = False) -> SimpleNamespace:
         turn = RecordedTurn(user_id, session_id, text, client_system, role)
         with self._lock:
             self.turns.append(turn)
@@ -297,7 +304,7 @@ def test_a_run_leaves_the_reply_in_the_tasks_session(writer, live_config, fake_o
                     name="agenda", now=NOW).task
     fake_ollama.script_chat("A dentist appointment at 11.")
     with ChatService(live_config) as service:
-        [result] = run_due_tasks(live_config, writer, service, NOW + timedelta(hours=2))
+        [result] = run_due_tasks(live_config, writer, as_task(service), NOW + timedelta(hours=2))
     assert (result.status, result.reply) == ("done", "A dentist appointment at 11.")
     con = reader(live_config)
     stored = [(e.role, e.content) for e in session_events(con, USER, f"task:{task.id}")]
@@ -316,10 +323,10 @@ def test_a_model_error_is_retried_and_recorded_live(writer, live_config, fake_ol
     fake_ollama.script_chat(Fault.http_500("out of memory"), "second answer")
     at = NOW + timedelta(hours=3)
     with ChatService(live_config) as service:
-        results = run_due_tasks(live_config, writer, service, at)
+        results = run_due_tasks(live_config, writer, as_task(service), at)
         assert [(r.name, r.status) for r in results] == [("first", "retrying"), ("second", "done")]
         assert "out of memory" in results[0].error
-        [retry] = run_due_tasks(live_config, writer, service, at + timedelta(minutes=1))
+        [retry] = run_due_tasks(live_config, writer, as_task(service), at + timedelta(minutes=1))
     assert (retry.name, retry.status, retry.reply) == ("first", "done", "ok: first")
 
 
@@ -327,7 +334,7 @@ def test_a_oneshot_runs_live_and_its_log_outlives_it(writer, live_config, fake_o
     task = add_task(writer, live_config, "mañana a las 9", "felicita a Ana", now=NOW).task
     fake_ollama.script_chat("¡Felicidades, Ana!")
     with ChatService(live_config) as service:
-        [result] = run_due_tasks(live_config, writer, service, datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
+        [result] = run_due_tasks(live_config, writer, as_task(service), datetime(2026, 12, 1, 8, 0, tzinfo=UTC))
     assert result.status == "done"
     con = reader(live_config)
     assert list_tasks(con, USER) == []

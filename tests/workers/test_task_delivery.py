@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+from app.agent import Agent
 from app.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
@@ -29,6 +30,11 @@ from workers.scheduler import run_due_tasks, scheduler_tick
 UTC = timezone.utc
 USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+
+
+def as_task(service: ChatService) -> Agent:
+    """The worker's runner of scheduled tasks over `service`."""
+    return Agent(service, surface="task")
 
 
 @dataclass
@@ -85,7 +91,7 @@ def tick(config, writer, at: datetime) -> list:
     """One scheduler tick as the worker runs it, with delivery and no pauses between
     webhook attempts."""
     with ChatService(config, writer=writer) as service:
-        return scheduler_tick(config, writer, chat_service=service, clock=lambda: at,
+        return scheduler_tick(config, writer, chat_service=as_task(service), clock=lambda: at,
                               deliver=lambda r: deliver_run(config, writer, r, sleep=lambda s: None))
 
 
@@ -218,7 +224,7 @@ def run_a_task(writer, config, fake_ollama, prompt: str, reply: str) -> int:
     task = add_task(writer, config, "in 1 minute", prompt, now=NOW).task
     fake_ollama.script_chat(reply)
     with ChatService(config, writer=writer) as service:
-        [result] = run_due_tasks(config, writer, service, NOW + timedelta(minutes=2))
+        [result] = run_due_tasks(config, writer, as_task(service), NOW + timedelta(minutes=2))
     assert result.status == "done"
     return task.id
 
