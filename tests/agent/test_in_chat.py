@@ -14,6 +14,8 @@ import pytest
 from tests.fake_ollama import FakeOllama, Reply
 from tests.cli.test_repl import PROMPT, leave, rows, say, start_chat  # noqa: F401 — start_chat is a fixture
 
+pytestmark = pytest.mark.slow  # hilo chat as a process, driven through a terminal
+
 QUESTION = r"\? \[o\]nce"
 
 

@@ -108,6 +108,7 @@ def test_every_tool_is_listed_with_a_schema_a_description_and_an_example(data_di
                                                "hilo://diary"}
 
 
+@pytest.mark.slow
 def test_stdio_memory_tools_write_and_read_the_users_memory(data_dir, fake_ollama):
     async def scenario(client: Client) -> dict:
         seen: dict[str, Any] = {}
@@ -154,6 +155,7 @@ def test_stdio_memory_tools_write_and_read_the_users_memory(data_dir, fake_ollam
     assert {w for (w,) in con.execute("SELECT DISTINCT worker FROM memory_log")} == {"user"}
 
 
+@pytest.mark.slow
 def test_stdio_session_handoff_tasks_and_queue_status(data_dir, fake_ollama):
     async def scenario(client: Client) -> dict:
         seen: dict[str, Any] = {}
@@ -188,6 +190,7 @@ def test_stdio_session_handoff_tasks_and_queue_status(data_dir, fake_ollama):
     assert {"pending", "failed", "worker"} <= set(seen["queue"])
 
 
+@pytest.mark.slow
 def test_domain_errors_are_tool_errors_carrying_their_one_line_message(data_dir, fake_ollama):
     async def scenario(client: Client) -> list[str]:
         return [await error_of(client, "correct", fact_id=999, value="anything"),
@@ -328,6 +331,7 @@ def test_the_readme_names_each_client():
     assert kinds.count("stdio") == 3 and kinds.count("http") == 3
 
 
+@pytest.mark.slow
 def test_every_readme_stdio_snippet_starts_an_mcp_server(data_dir, fake_ollama):
     async def tool_names(client: Client) -> set[str]:
         return {tool.name for tool in (await client.list_tools()).tools}

@@ -25,6 +25,8 @@ from langchain_core.tools import tool  # noqa: E402
 from langchain_ollama import ChatOllama  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each client package drives a real hilo serve
+
 
 class City(BaseModel):
     name: str

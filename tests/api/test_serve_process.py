@@ -10,8 +10,11 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # hilo serve as a process, stopped by signals
 
 
 def free_port() -> int:

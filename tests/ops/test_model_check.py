@@ -75,6 +75,7 @@ def test_a_model_server_that_is_down_is_the_reason(config):
     assert len(report.reasons) == 1 and "ollama serve" in report.reasons[0]
 
 
+@pytest.mark.slow
 def test_a_silent_model_server_delays_the_start_by_the_short_timeout_only(config):
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -102,6 +103,7 @@ def test_the_start_line_names_the_server_and_each_model(config, fake_ollama):
 # -- hilo serve and /health -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hilo_serve_prints_the_model_line_at_start(data_dir, fake_ollama):
     fake_ollama.models = WITHOUT_EMBEDDINGS
     with socket.socket() as probe:

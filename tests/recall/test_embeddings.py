@@ -46,6 +46,7 @@ class FailingEmbedder(ConceptEmbedder):
         return super().embed(texts)
 
 
+@pytest.mark.slow
 def test_local_embedder_makes_384_dimensional_vectors_from_shipped_weights_offline(local_embedder):
     vectors = local_embedder.embed(["The cat sat on the mat.", "A feline rested on a rug."])
     assert vectors.shape == (2, LOCAL_DIM) and vectors.dtype == np.float32

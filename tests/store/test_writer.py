@@ -36,6 +36,7 @@ def path(data_dir):
     return path
 
 
+@pytest.mark.slow
 def test_eight_producers_all_writes_present_in_order(path):
     producers, per_producer = 8, 2000
     with Writer(path, Durability.FULL, queue_size=64) as writer:

@@ -125,6 +125,7 @@ def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_oll
     assert not DataDir.of(config).queue_db.exists()
 
 
+@pytest.mark.slow
 def test_a_real_consumer_on_redis_starts_and_learns_from_a_turn(config, data_dir, writer,
                                                                fake_ollama, redis_url,
                                                                consumers, tmp_path):

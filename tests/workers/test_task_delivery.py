@@ -229,6 +229,7 @@ def run_a_task(writer, config, fake_ollama, prompt: str, reply: str) -> int:
     return task.id
 
 
+@pytest.mark.slow
 def test_chat_shows_what_ran_while_you_were_away_once(start_chat, writer, live_config,
                                                       fake_ollama, data_dir):
     run_a_task(writer, live_config, fake_ollama, "remind me to walk Nilo", "Time to walk Nilo!")
@@ -243,6 +244,7 @@ def test_chat_shows_what_ran_while_you_were_away_once(start_chat, writer, live_c
     leave(child)
 
 
+@pytest.mark.slow
 def test_a_run_that_ends_during_a_chat_is_printed_at_the_idle_prompt(
         start_chat, writer, live_config, fake_ollama, data_dir):
     child = start_chat()
