@@ -47,7 +47,7 @@ Progress = Callable[[str, int, int], None]
 PID_ROLES = {"worker": "the worker", "serve": "the server"}
 # 4 MiB of 4 KiB pages per step: fine-grained progress, negligible per-step overhead.
 PAGES_PER_STEP = 1024
-FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
+FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 # The tables a file must have to be a Hilo memory database worth restoring.
 REQUIRED_TABLES = ("sessions", "events", "context_cards", "profile", "facts", "diary")
 

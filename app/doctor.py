@@ -14,7 +14,7 @@ from app.config import Config
 from app.datadir import bootstrap_path
 from app.db import available_migrations, connect_readonly, memory_db_path, schema_version
 
-FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
+FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 LOW_DISK_WARN = 1 << 30
 LOW_DISK_FAIL = 100 << 20
 
