@@ -85,6 +85,7 @@ class Query:
     # Stream results already computed for this query: the session stream reads the
     # same BM25 and vector ranks that are fused beside it.
     _ranked: dict[tuple, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    _depths: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.searched is None:
@@ -95,6 +96,15 @@ class Query:
         if key not in self._ranked:
             self._ranked[key] = compute()
         return self._ranked[key]
+
+    def ranked_to(self, key: tuple, depth: int, compute: Callable[[int], list[int]]) -> list[int]:
+        """A ranking cut to `depth`, computed once at the deepest depth asked for first
+        (the fusion reads a stream deeper than the session stream does)."""
+        known = self._ranked.get(key)
+        if known is None or (len(known) < depth and self._depths.get(key, 0) < depth):
+            known = self._ranked[key] = compute(depth)
+            self._depths[key] = depth
+        return known[:depth]
 
 
 def make_query(user_id: str, text: str, embedder: Embedder | None = None, *,
@@ -282,7 +292,7 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
 
 
 def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
-    return query.ranked(("bm25", kind, depth), lambda: _bm25_ranks(con, query, kind, depth))
+    return query.ranked_to(("bm25", kind), depth, lambda d: _bm25_ranks(con, query, kind, d))
 
 
 def _bm25_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
@@ -337,7 +347,8 @@ def _current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]
 
 def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     """Owners whose stored vector (same model as the query's) is closest by cosine."""
-    return query.ranked(("vector", kind, depth), lambda: _vector_ranks(con, query, kind, depth))
+    return query.ranked_to(("vector", kind), depth,
+                           lambda d: _vector_ranks(con, query, kind, d))
 
 
 def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
@@ -477,7 +488,7 @@ def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
 # 0.478); its weight from 0.5 to 2 changes recall@10 by less than 0.005, and the newest
 # others by 0.001 (its questions name the time beside words that match).
 
-_LABELS_SQL = "SELECT id, labels FROM event_labels WHERE +id IN ({marks})"
+_LABELS_SQL = "SELECT id, labels FROM event_labels WHERE id IN ({marks})"
 _LABELLED_SQL = ("SELECT e.id FROM event_labels_fts JOIN events e ON e.id = event_labels_fts.rowid "
                  "WHERE event_labels_fts MATCH ? AND e.user_id = ? "
                  "ORDER BY event_labels_fts.rowid DESC LIMIT ?")

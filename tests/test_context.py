@@ -226,7 +226,7 @@ def past_events(writer, config, count: int, session: str = "old", compacted: boo
 
 
 def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
-    events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 4)
+    events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 8)
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
                                           "is a vegetable patch", source="user", worker="user"))
     con = connect_readonly(writer.path)

@@ -78,9 +78,11 @@ HELD_OUT = ("conv-47", "conv-48", "conv-49", "conv-50")
 QUICK = ("conv-26", "conv-30")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 K = 10
-METHODS = ("bm25", "rule", "vector", "session", "fusion", "fusion, no embedder")
-# Baselines search the question as asked; the others get the product's query.
-PLAIN_METHODS = ("bm25", "rule", "vector")
+METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fusion",
+           "fusion, no embedder")
+# These search the question as asked; the others get the product's query (make_query
+# with the memory: the user's name and common names left out, labels read).
+PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
 SINGLE_STREAMS = ("bm25", "vector")
 CONTEXTS = ("context", "context, no embedder")
 # The new user message goes to a session of its own: nothing of it is in the window.
@@ -322,7 +324,7 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                          model=embedder.model if with_vector else None)
 
         for method in METHODS:
-            query = plain() if method in PLAIN_METHODS else product(method == "fusion")
+            query = plain() if method in PLAIN_METHODS else product(method != "fusion, no embedder")
             began = time.perf_counter()
             ids = retrieve(con, method.split(",")[0], query)
             extra = 0.0 if method in PLAIN_METHODS else focus_ms
@@ -425,7 +427,7 @@ def markdown(results: dict) -> str:
         _table(["split", "context recall", "context tokens (mean)", "fusion R@2",
                 "fusion R@5", "fusion R@10", "BM25 R@2", "BM25 R@10", "context p50 ms",
                 "fusion p50 ms"],
-               [[f"{split} ({r['role']})",
+               [[split,
                  r["contexts"]["context"]["overall"]["context recall"],
                  r["contexts"]["context"]["overall"]["tokens"],
                  *[r["methods"]["fusion"]["overall"][f"recall@{k}"] for k in (2, 5, 10)],
@@ -438,7 +440,9 @@ def markdown(results: dict) -> str:
     for split, r in results["splits"].items():
         roles = "; ".join(f"{c} user {v['user']}, assistant {v['assistant']}"
                           for c, v in r["roles"].items())
-        parts.append(f"\n### {split} ({r['role']}): {', '.join(r['conversations'])}\n\n"
+        if results["form"].startswith("legacy"):
+            roles = "every turn role user"
+        parts.append(f"\n### {split}: {', '.join(r['conversations'])}\n\n"
                      f"{r['turns']:,} turns, {r['questions']:,} questions "
                      f"({r['skipped_questions']} skipped: no usable evidence). Roles: {roles}. "
                      f"Ingest {r['ingest_seconds']} s; embedding {r['embed_seconds']} s "
@@ -464,12 +468,13 @@ def markdown(results: dict) -> str:
 
 def tuning_variants() -> dict[str, Variant]:
     """Fusion weights around app.retrieval.WEIGHTS."""
-    grid: dict[str, dict[str, float]] = {"chosen": dict(WEIGHTS)}
-    for raw in (0.0, 0.1, 0.25):
+    grid: dict[str, dict[str, float]] = {"chosen": dict(WEIGHTS),
+                                         "no labels stream": {**WEIGHTS, "labels": 0.0}}
+    for labels in (0.5, 2.0):
+        grid[f"labels {labels}"] = {**WEIGHTS, "labels": labels}
+    for raw in (0.0, 0.25):
         grid[f"BM25 = vector = {raw}"] = {**WEIGHTS, "bm25": raw, "vector": raw}
-    for importance, recency in ((0.0, 0.0), (0.25, 0.3)):
-        grid[f"importance {importance}, recency {recency}"] = {
-            **WEIGHTS, "importance": importance, "recency": recency}
+    grid["importance 0, recency 0"] = {**WEIGHTS, "importance": 0.0, "recency": 0.0}
     return {name: (lambda con, query, w=weights: retrieve(con, "fusion", query, w))
             for name, weights in grid.items()}
 
