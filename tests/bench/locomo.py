@@ -83,7 +83,6 @@ METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fu
 # These search the question as asked; the others get the product's query (make_query
 # with the memory: the user's name and common names left out, labels read).
 PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
-SINGLE_STREAMS = ("bm25", "vector")
 CONTEXTS = ("context", "context, no embedder")
 # The new user message goes to a session of its own: nothing of it is in the window.
 QUESTION_SESSION = "locomo-question"
@@ -387,11 +386,6 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
         "methods": {m: run.summary(m) for m in METHODS},
         **({"variants": {n: run.summary(n) for n in variants}} if variants else {}),
     }
-
-
-def best_single_stream(split: dict) -> tuple[str, float]:
-    return max(((m, split["methods"][m]["overall"]["recall@10"]) for m in SINGLE_STREAMS),
-               key=lambda pair: pair[1])
 
 
 def _table(head: list[str], rows: list[list]) -> str:
