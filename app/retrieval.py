@@ -447,10 +447,10 @@ def recency_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
 # answer tells. So an event's own evidence counts ASKING_WEIGHT for the share of its
 # sentences that are questions (a message of one question: ASKING_WEIGHT; half of its
 # sentences: halfway), while what it spreads to its neighbours keeps its full weight.
-# LoCoMo development conversations (the product's stored form), fusion recall@10
-# without it 0.763; with ASKING_WEIGHT 0, 0.1, 0.25, 0.4: 0.779, 0.779, 0.780, 0.778
-# (recall@2 0.483 → 0.502 at 0.25); the whole weight on messages ending in "?" instead
-# of the share: 0.777 at 0.6, 0.741 at 0 (a question after news is still news).
+# LoCoMo development conversations (tests/bench/locomo.py --tune, the product's stored
+# form), fusion recall@10 at ASKING_WEIGHT 1 (no difference), 0.25 and 0: 0.763, 0.780,
+# 0.779; recall@2 0.483, 0.502, 0.510. The share of sentences, not "ends with ?": a
+# question after news is still news.
 SESSION_EVIDENCE_K = 5
 SESSION_SPREAD: tuple[float, ...] = (0.4, 0.3)
 ASKING_WEIGHT = 0.25
