@@ -35,6 +35,7 @@ from app.db import (
     schema_version,
 )
 from app.errors import Conflict, HiloError
+from app.vectors import rebuild_indexes
 from app.memory import (
     clear_agent_facts,
     clear_agent_profile,
@@ -326,6 +327,7 @@ class RebuildReport:
     fts_tables: list[str]
     all_layers: bool
     cleared: dict[str, int] = field(default_factory=dict)
+    vector_indexes: int = 0  # approximate indexes written (blocks above ann_threshold)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -403,6 +405,8 @@ def rebuild(config: Config, all_layers: bool = False,
             done += 1
             if progress:
                 progress(f"index {table}", done, total)
+        vector_indexes = rebuild_indexes(con, config.embedder.ann_threshold)
     finally:
         con.close()
-    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared)
+    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared,
+                         vector_indexes=vector_indexes)

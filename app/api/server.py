@@ -28,6 +28,7 @@ from app.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
+from app.vectors import VECTOR_INDEX
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -45,7 +46,10 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if service.embedder is not None:  # the first turn as fast as the hundredth
+            VECTOR_INDEX.warm(DataDir.of(config).memory_db, service.embedder.model)
         yield
+        await run_in_threadpool(lambda: VECTOR_INDEX.save(app.state.service.reader()))
         if owned:
             await run_in_threadpool(app.state.service.close)
 
