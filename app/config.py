@@ -110,7 +110,7 @@ class EmbedderConfig:
     model: str = setting("nomic-embed-text")
     batch_size: int = setting(32, between(1, 4096))
     threads: int = setting(0, between(0, 256))
-    ann_threshold: int = setting(50_000, between(0, 1_000_000_000))
+    ann_threshold: int = setting(20_000, between(0, 1_000_000_000))
 
 
 @dataclass(frozen=True)

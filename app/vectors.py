@@ -141,11 +141,12 @@ def delete_other_models(con: apsw.Connection, model: str) -> int:
 
 # Default of `[embedder] ann_threshold`: a block with more vectors than this is searched
 # through an approximate index (app/ann.py); brute force stays exact and fast below it.
-ANN_THRESHOLD = 50_000
+ANN_THRESHOLD = 20_000
 _INDEX_FORMAT = 1  # of the files beside the database; another number: rebuilt
 # An approximate index is written again when this share of its vectors is not on disk
 # yet (a restart reads the rest from the table, so writing rarely only costs a little).
 _UNSAVED_SHARE = 0.1
+_READ_CHUNK = 16_384  # rows decoded at a time when a block loads
 
 
 @dataclass
@@ -289,18 +290,31 @@ class VectorIndex:
                 block.read(con, generation)
             if block.generation is not None and block.generation[1] != generation[1]:
                 block.reset()  # a vector was replaced or deleted: read the block again
-            self._read_new_rows(con, block)
+            self._read_new_rows(con, block, self.ann_threshold)
             block.generation = generation
-            if block.ann is None and block.size > self.ann_threshold:
-                block.make_approximate()
             if block.ann is not None and block.unsaved > _UNSAVED_SHARE * block.size:
                 block.write(con)
         return block
 
     @staticmethod
-    def _read_new_rows(con: apsw.Connection, block: _Block) -> None:
+    def _read_new_rows(con: apsw.Connection, block: _Block, ann_threshold: int) -> None:
+        """Append the rows above block.last_row, in chunks: past the threshold the block
+        turns approximate and later chunks go straight into the graph, so loading 10^6
+        vectors never holds them all as float32 at once."""
         owner_ids: list[int] = []
         blobs: list[bytes] = []
+
+        def flush() -> None:
+            if blobs:
+                new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, block.dim)
+                norms = np.linalg.norm(new, axis=1, keepdims=True)
+                block.append(np.asarray(owner_ids, dtype=np.int64),
+                             (new / np.where(norms == 0, 1, norms)).astype(np.float32))
+                owner_ids.clear()
+                blobs.clear()
+            if block.ann is None and block.size > ann_threshold:
+                block.make_approximate()
+
         for row_id, owner_id, dim, blob in con.execute(
                 "SELECT id, owner_id, dim, vector FROM embeddings WHERE user_id = ? "
                 "AND model = ? AND owner_kind = ? AND id > ? ORDER BY id",
@@ -314,12 +328,9 @@ class VectorIndex:
                 continue
             owner_ids.append(owner_id)
             blobs.append(blob)
-        if not blobs:
-            return
-        new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, block.dim)
-        norms = np.linalg.norm(new, axis=1, keepdims=True)
-        new = (new / np.where(norms == 0, 1, norms)).astype(np.float32)
-        block.append(np.asarray(owner_ids, dtype=np.int64), new)
+            if len(blobs) >= _READ_CHUNK:
+                flush()
+        flush()
 
     def nearest(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
                 query: np.ndarray, depth: int) -> list[tuple[int, float]]:
