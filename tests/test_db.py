@@ -108,3 +108,17 @@ def test_current_fact_key_is_unique_per_user_and_category(writer):
     writer.submit(lambda con: con.execute(insert, ("bob", "emacs")))
     with pytest.raises(apsw.ConstraintError):
         writer.submit(lambda con: con.execute(insert, ("ana", "helix")))
+
+
+def test_a_gap_in_migration_numbers_is_filled_later(tmp_path, monkeypatch):
+    # Branches number their migrations apart (0008 may ship before 0004): a database that
+    # has 0008 takes 0004 when it arrives, and neither is applied twice.
+    con = connect(tmp_path / "m.sqlite3")
+    shipped = db.available_migrations()
+    later = db.Migration(4, "0004_arrived_later.sql", "CREATE TABLE arrived_later (x)")
+    migrate(con)
+    monkeypatch.setattr(db, "available_migrations",
+                        lambda: sorted([*shipped, later], key=lambda m: m.number))
+    assert migrate(con) == ["0004_arrived_later.sql"]
+    assert migrate(con) == []
+    assert db.schema_version(con) == max(m.number for m in shipped)

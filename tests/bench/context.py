@@ -54,6 +54,7 @@ from app.context import build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import Durability, connect, connect_readonly
 from app.events import session_events
+from app.log import configure_logging
 from app.retrieval import Query, make_query
 from app.tokens import TokenCounter
 from app.vectors import VECTOR_INDEX, encode_vector, rebuild_indexes
@@ -481,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-vectors", action="store_true", help="skip the runs with stored vectors")
     p.add_argument("--sizes", help="comma-separated event counts (default: 10^4, 10^5, 10^6)")
     args = p.parse_args(argv)
+    configure_logging("warning")  # stdout carries the report (or the JSON) only
     sizes = SIZES_QUICK if args.quick else SIZES_FULL
     if args.sizes:
         sizes = tuple(int(size) for size in args.sizes.split(","))
