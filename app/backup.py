@@ -35,7 +35,6 @@ from app.db import (
     schema_version,
 )
 from app.errors import Conflict, HiloError
-from app.vectors import rebuild_indexes
 from app.memory import (
     clear_agent_facts,
     clear_agent_profile,
@@ -43,6 +42,7 @@ from app.memory import (
     clear_diary,
     restore_user_facts,
 )
+from app.vectors import rebuild_indexes
 
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]

@@ -147,6 +147,7 @@ _INDEX_FORMAT = 1  # of the files beside the database; another number: rebuilt
 # yet (a restart reads the rest from the table, so writing rarely only costs a little).
 _UNSAVED_SHARE = 0.1
 _READ_CHUNK = 16_384  # rows decoded at a time when a block loads
+_REMOVED_MARGIN = 8  # extra approximate hits fetched, for those whose rows are gone
 
 
 @dataclass
@@ -164,6 +165,9 @@ class _Block:
     size: int = 0
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     owner_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    row_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Keyed by embeddings.id, not owner id: a hit whose row was since deleted or replaced
+    # is dropped when the hits are looked up, so a removal never forces a rebuild.
     ann: HnswIndex | None = None
     unsaved: int = 0  # vectors in `ann` not yet written to its file
     tried_files: bool = False
@@ -174,13 +178,13 @@ class _Block:
         self.last_row = self.dim = self.size = self.unsaved = 0
         self.generation, self.ann = None, None
         self.matrix = np.zeros((0, 0), dtype=np.float32)
-        self.owner_ids = np.zeros(0, dtype=np.int64)
+        self.owner_ids = self.row_ids = np.zeros(0, dtype=np.int64)
 
-    def append(self, ids: np.ndarray, new: np.ndarray) -> None:
+    def append(self, ids: np.ndarray, rows: np.ndarray, new: np.ndarray) -> None:
         if not len(ids):
             return
         if self.ann is not None:
-            self.ann.add(new, ids)
+            self.ann.add(new, rows)
             self.size += len(ids)
             self.unsaved += len(ids)
             return
@@ -190,19 +194,22 @@ class _Block:
             capacity = max(needed, 2 * self.matrix.shape[0], 64)
             matrix = np.zeros((capacity, self.dim), dtype=np.float32)
             owner_ids = np.zeros(capacity, dtype=np.int64)
+            row_ids = np.zeros(capacity, dtype=np.int64)
             if self.size:
                 matrix[:self.size] = self.matrix[:self.size]
                 owner_ids[:self.size] = self.owner_ids[:self.size]
-            self.matrix, self.owner_ids = matrix, owner_ids
+                row_ids[:self.size] = self.row_ids[:self.size]
+            self.matrix, self.owner_ids, self.row_ids = matrix, owner_ids, row_ids
         self.matrix[self.size:needed] = new
         self.owner_ids[self.size:needed] = ids
+        self.row_ids[self.size:needed] = rows
         self.size = needed
 
     def make_approximate(self) -> None:
         """Move the exact matrix into an HNSW index (and drop the matrix)."""
-        self.ann = HnswIndex.build(self.matrix[:self.size], self.owner_ids[:self.size])
+        self.ann = HnswIndex.build(self.matrix[:self.size], self.row_ids[:self.size])
         self.matrix = np.zeros((0, 0), dtype=np.float32)
-        self.owner_ids = np.zeros(0, dtype=np.int64)
+        self.owner_ids = self.row_ids = np.zeros(0, dtype=np.int64)
         self.unsaved = self.size
 
     def write(self, con: apsw.Connection) -> None:
@@ -229,11 +236,14 @@ class _Block:
             saved = json.loads(description.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
+        digest = _row_digest(con, saved.get("last_row", 0))
         if (saved.get("format") != _INDEX_FORMAT
                 or (saved.get("user_id"), saved.get("model"), saved.get("kind"))
                 != (self.user_id, self.model, self.kind)
-                or saved["removed"] != generation[1] or saved["added"] > generation[0]
-                or saved["last_row_digest"] != _row_digest(con, saved["last_row"])):
+                or saved["added"] > generation[0] or saved["removed"] > generation[1]
+                # The last row it covers is still there, or was removed since.
+                or not (digest == saved["last_row_digest"]
+                        or (digest is None and generation[1] > saved["removed"]))):
             return  # another database's (a restore) or outdated: rebuilt from the table
         try:
             ann = HnswIndex.read(index_file)
@@ -242,6 +252,22 @@ class _Block:
             return
         self.ann, self.dim, self.size = ann, saved["dim"], ann.size
         self.last_row, self.generation = saved["last_row"], (saved["added"], saved["removed"])
+
+
+def _live_owners(con: apsw.Connection, block: _Block, row_ids: np.ndarray,
+                 scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The owners of the hits' rows that still exist, in the hits' order."""
+    if not len(row_ids):
+        return np.zeros(0, dtype=np.int64), scores[:0]
+    marks = ",".join("?" * len(row_ids))
+    owner_of = dict(con.execute(
+        f"SELECT id, owner_id FROM embeddings WHERE id IN ({marks}) AND user_id = ? "
+        "AND model = ? AND owner_kind = ?",
+        (*row_ids.tolist(), block.user_id, block.model, block.kind)).fetchall())
+    rows = row_ids.tolist()
+    live = [i for i, row in enumerate(rows) if row in owner_of]
+    owners = np.asarray([owner_of[rows[i]] for i in live], dtype=np.int64)
+    return owners, scores[live]
 
 
 def _row_digest(con: apsw.Connection, row_id: int) -> str | None:
@@ -280,7 +306,8 @@ class VectorIndex:
             return block
 
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
-        """Read the rows stored since the last refresh; reload if any older row went away."""
+        """Read the rows stored since the last refresh; an exact block reloads if any older
+        row went away (an approximate one drops such rows from its hits instead)."""
         block = self._block(con, user_id, model, kind)
         generation = _generation(con, user_id, model, kind)
         with block.lock:
@@ -288,7 +315,8 @@ class VectorIndex:
                 return block
             if not block.tried_files:
                 block.read(con, generation)
-            if block.generation is not None and block.generation[1] != generation[1]:
+            if (block.ann is None and block.generation is not None
+                    and block.generation[1] != generation[1]):
                 block.reset()  # a vector was replaced or deleted: read the block again
             self._read_new_rows(con, block, self.ann_threshold)
             block.generation = generation
@@ -302,6 +330,7 @@ class VectorIndex:
         turns approximate and later chunks go straight into the graph, so loading 10^6
         vectors never holds them all as float32 at once."""
         owner_ids: list[int] = []
+        row_ids: list[int] = []
         blobs: list[bytes] = []
 
         def flush() -> None:
@@ -309,8 +338,10 @@ class VectorIndex:
                 new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, block.dim)
                 norms = np.linalg.norm(new, axis=1, keepdims=True)
                 block.append(np.asarray(owner_ids, dtype=np.int64),
+                             np.asarray(row_ids, dtype=np.int64),
                              (new / np.where(norms == 0, 1, norms)).astype(np.float32))
                 owner_ids.clear()
+                row_ids.clear()
                 blobs.clear()
             if block.ann is None and block.size > ann_threshold:
                 block.make_approximate()
@@ -327,6 +358,7 @@ class VectorIndex:
             if dim != block.dim or len(blob) != 4 * dim:  # one model, one dimension
                 continue
             owner_ids.append(owner_id)
+            row_ids.append(row_id)
             blobs.append(blob)
             if len(blobs) >= _READ_CHUNK:
                 flush()
@@ -347,13 +379,17 @@ class VectorIndex:
             norm = float(np.linalg.norm(query)) or 1.0
             unit = query.astype(np.float32) / norm
             if block.ann is not None:
-                owner_ids, scores = block.ann.search(unit, depth)
-                top = np.arange(len(owner_ids))
+                # A few more than asked: hits whose rows were removed are dropped below.
+                row_ids, scores = block.ann.search(unit, depth + _REMOVED_MARGIN)
             else:
+                row_ids = None
                 owner_ids = block.owner_ids[:block.size]
                 scores = block.matrix[:block.size] @ unit
                 depth = min(depth, len(scores))
                 top = np.argpartition(-scores, depth - 1)[:depth]
+        if row_ids is not None:
+            owner_ids, scores = _live_owners(con, block, row_ids, scores)
+            top = np.arange(min(depth, len(owner_ids)))
         # Best score first; the same score: the newer owner first, as in fuse().
         top = top[np.lexsort((-owner_ids[top], -scores[top]))]
         return list(zip(owner_ids[top].tolist(), scores[top].tolist()))

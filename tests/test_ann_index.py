@@ -116,6 +116,20 @@ def test_a_replaced_vector_is_no_longer_found(tmp_path):
     assert 10 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
 
 
+def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path, monkeypatch):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
+    for restarted in (index, VectorIndex(ann_threshold=100)):
+        found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+        assert 10 not in found and len(found) == 5
+        assert restarted.nearest(con, "u", MODEL, "fact", vectors[8], 1)[0][0] == 9
+
+
 def test_an_index_file_of_another_database_is_not_used(tmp_path):
     con = database(tmp_path / "a")
     store(con, 1, unit_vectors(300))
