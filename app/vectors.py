@@ -250,6 +250,8 @@ class _Block:
         except Exception as exc:  # noqa: BLE001 - a damaged file is only a cache
             log.warning("vector_index_unreadable", path=str(index_file), error=str(exc))
             return
+        if ann.size != saved["size"]:
+            return  # the index and its description were not written together
         self.ann, self.dim, self.size = ann, saved["dim"], ann.size
         self.last_row, self.generation = saved["last_row"], (saved["added"], saved["removed"])
 
