@@ -43,6 +43,7 @@ from app.memory import (
     clear_diary,
     restore_user_facts,
 )
+from app.vectors import rebuild_indexes
 
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
@@ -350,6 +351,7 @@ class RebuildReport:
     fts_tables: list[str]
     all_layers: bool
     cleared: dict[str, int] = field(default_factory=dict)
+    vector_indexes: int = 0  # approximate indexes written (blocks above ann_threshold)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -427,6 +429,8 @@ def rebuild(config: Config, all_layers: bool = False,
             done += 1
             if progress:
                 progress(f"index {table}", done, total)
+        vector_indexes = rebuild_indexes(con, config.embedder.ann_threshold)
     finally:
         con.close()
-    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared)
+    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared,
+                         vector_indexes=vector_indexes)

@@ -33,6 +33,7 @@ from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query
 from app.tokens import TokenCounter
+from app.vectors import VECTOR_INDEX
 from app.writer import Writer
 
 INTERRUPTED_MARKER = " [interrupted]"
@@ -216,6 +217,7 @@ class ChatService:
         self.writer = writer or Writer.from_config(config, Durability.FULL)
         self.model = model or ModelClient.from_config(config)
         self.embedder = make_embedder(config, client=self.model)
+        VECTOR_INDEX.ann_threshold = config.embedder.ann_threshold
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self._local = threading.local()

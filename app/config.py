@@ -216,6 +216,8 @@ class EmbedderConfig:
     kind: str = setting("ollama", one_of("ollama", "local", "none"))
     model: str = setting("nomic-embed-text", NON_EMPTY)
     batch_size: int = setting(32, between(1, 4096))
+    threads: int = setting(0, between(0, 256))
+    ann_threshold: int = setting(20_000, between(0, 1_000_000_000))
 
 
 @dataclass(frozen=True)
