@@ -13,6 +13,7 @@ below `[embedder] ann_threshold` vectors never loads it.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -26,6 +27,8 @@ EF_SEARCH = 128
 
 
 def _faiss():
+    # faiss's loader logs which CPU build it picked, at info, on every import.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import faiss  # lazily: ~0.4 s of import, only for blocks above the threshold
 
     return faiss

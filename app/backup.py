@@ -398,7 +398,8 @@ CLEAR_STEPS = 6
 
 def rebuild(config: Config, all_layers: bool = False,
             progress: Progress | None = None) -> RebuildReport:
-    """Re-derive the full-text indexes; with all_layers, first clear every derived layer.
+    """Re-derive the full-text indexes and the approximate vector indexes (from the
+    embeddings table); with all_layers, first clear every derived layer.
 
     all_layers deletes context cards, the agent's facts and profile keys, diary entries
     and embeddings, and marks every event undistilled and uncompacted, in one
@@ -411,7 +412,7 @@ def rebuild(config: Config, all_layers: bool = False,
                           "--data-dir)")
     con = connect(path, Durability.FULL)
     cleared: dict[str, int] = {}
-    total = (CLEAR_STEPS if all_layers else 0) + len(FTS_TABLES)
+    total = (CLEAR_STEPS if all_layers else 0) + len(FTS_TABLES) + 1
     try:
         migrate(con)
         if all_layers:
@@ -430,6 +431,8 @@ def rebuild(config: Config, all_layers: bool = False,
             if progress:
                 progress(f"index {table}", done, total)
         vector_indexes = rebuild_indexes(con, config.embedder.ann_threshold)
+        if progress:
+            progress("vector indexes", total, total)
     finally:
         con.close()
     return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared,

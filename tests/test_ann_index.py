@@ -14,6 +14,7 @@ import app.ann
 from app.backup import rebuild
 from app.config import Config
 from app.datadir import DataDir
+from app import db
 from app.db import connect, migrate
 from app.vectors import VectorIndex, Owner, store_error, store_vectors
 from tests.bench.vector_index import documentation_sentences
@@ -57,6 +58,24 @@ def test_triggers_count_added_and_removed_vectors(tmp_path):
     assert generation(con) == (4, 1)
     con.execute("DELETE FROM embeddings WHERE owner_id = 2")
     assert generation(con) == (4, 2)
+
+
+def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp_path,
+                                                                          monkeypatch):
+    shipped = db.available_migrations()
+    monkeypatch.setattr(db, "available_migrations",
+                        lambda: [m for m in shipped if m.name < "0010"])
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    store_error(con, Owner("fact", 999, "u", ""), MODEL, "model down")
+    monkeypatch.undo()
+    assert migrate(con) == ["0010_embedding_generations.sql"]
+    assert generation(con) == (300, 0)
+    index = VectorIndex(ann_threshold=100)
+    assert index.nearest(con, "u", MODEL, "fact", vectors[41], 1)[0][0] == 42
+    store(con, 301, unit_vectors(1, seed=9))  # the triggers count from here on
+    assert generation(con) == (301, 0)
 
 
 def test_above_the_threshold_search_is_approximate_with_recall_of_exact_search(
@@ -165,5 +184,5 @@ def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
     index.warm(DataDir(tmp_path).memory_db, MODEL).join(timeout=60)
     reader = database(tmp_path)
     monkeypatch.setattr(VectorIndex, "_read_new_rows", staticmethod(
-        lambda con, block: pytest.fail("warm left rows to read")))
+        lambda *args: pytest.fail("warm left rows to read")))
     assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
