@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
 
 import apsw
 import numpy as np
@@ -142,22 +143,25 @@ def delete_other_models(con: apsw.Connection, model: str) -> int:
 # Default of `[embedder] ann_threshold`: a block with more vectors than this is searched
 # through an approximate index (app/ann.py); brute force stays exact and fast below it.
 ANN_THRESHOLD = 20_000
-_INDEX_FORMAT = 1  # of the files beside the database; another number: rebuilt
+_INDEX_FORMAT = 2  # of the files beside the database; another number: rebuilt
 # An approximate index is written again when this share of its vectors is not on disk
 # yet (a restart reads the rest from the table, so writing rarely only costs a little).
 _UNSAVED_SHARE = 0.1
 _READ_CHUNK = 16_384  # rows decoded at a time when a block loads
-_REMOVED_MARGIN = 8  # extra approximate hits fetched, for those whose rows are gone
 
 
 @dataclass
 class _Block:
-    """The vectors of one (user, model, kind), exact (a matrix) or approximate (HNSW)."""
+    """The vectors of one (user, model, kind), exact (a matrix) or approximate (HNSW).
+
+    Either way `row_ids` and `owner_ids` say, in the order read (ascending row ids),
+    which embeddings row and which owner each vector is: a query never reads the
+    table to name its hits."""
 
     user_id: str
     model: str
     kind: str
-    files: tuple[Path, Path] | None  # (index, its description) beside the database
+    files: _IndexFiles | None  # where the approximate index persists beside the database
     last_row: int = 0  # highest embeddings.id read
     # embedding_generations (added, removed) when last read: unchanged means nothing new.
     generation: tuple[int, int] | None = None
@@ -166,9 +170,10 @@ class _Block:
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     owner_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     row_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    # Keyed by embeddings.id, not owner id: a hit whose row was since deleted or replaced
-    # is dropped when the hits are looked up, so a removal never forces a rebuild.
+    # Keyed by embeddings.id, not owner id: a row since deleted or replaced is listed in
+    # `dead` and dropped from the hits, so a removal never forces a rebuild.
     ann: HnswIndex | None = None
+    dead: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unsaved: int = 0  # vectors in `ann` not yet written to its file
     tried_files: bool = False
     warming: bool = False  # a background load holds the lock: queries skip this block
@@ -178,29 +183,32 @@ class _Block:
         self.last_row = self.dim = self.size = self.unsaved = 0
         self.generation, self.ann = None, None
         self.matrix = np.zeros((0, 0), dtype=np.float32)
-        self.owner_ids = self.row_ids = np.zeros(0, dtype=np.int64)
+        self.owner_ids = self.row_ids = self.dead = np.zeros(0, dtype=np.int64)
 
     def append(self, ids: np.ndarray, rows: np.ndarray, new: np.ndarray) -> None:
         if not len(ids):
             return
-        if self.ann is not None:
-            self.ann.add(new, rows)
-            self.size += len(ids)
-            self.unsaved += len(ids)
-            return
         needed = self.size + len(ids)
-        if self.matrix.shape[0] < needed or self.matrix.shape[1] != self.dim:
+        exact = self.ann is None
+        grown = exact and self.matrix.shape != (len(self.row_ids), self.dim)
+        if len(self.row_ids) < needed or grown:
             # Grow by doubling, so incremental refreshes stay amortised O(new rows).
-            capacity = max(needed, 2 * self.matrix.shape[0], 64)
-            matrix = np.zeros((capacity, self.dim), dtype=np.float32)
+            capacity = max(needed, 2 * len(self.row_ids), 64)
             owner_ids = np.zeros(capacity, dtype=np.int64)
             row_ids = np.zeros(capacity, dtype=np.int64)
-            if self.size:
-                matrix[:self.size] = self.matrix[:self.size]
-                owner_ids[:self.size] = self.owner_ids[:self.size]
-                row_ids[:self.size] = self.row_ids[:self.size]
-            self.matrix, self.owner_ids, self.row_ids = matrix, owner_ids, row_ids
-        self.matrix[self.size:needed] = new
+            owner_ids[:self.size] = self.owner_ids[:self.size]
+            row_ids[:self.size] = self.row_ids[:self.size]
+            if exact:
+                matrix = np.zeros((capacity, self.dim), dtype=np.float32)
+                if self.size:
+                    matrix[:self.size] = self.matrix[:self.size]
+                self.matrix = matrix
+            self.owner_ids, self.row_ids = owner_ids, row_ids
+        if exact:
+            self.matrix[self.size:needed] = new
+        else:
+            self.ann.add(new, rows)
+            self.unsaved += len(ids)
         self.owner_ids[self.size:needed] = ids
         self.row_ids[self.size:needed] = rows
         self.size = needed
@@ -209,16 +217,35 @@ class _Block:
         """Move the exact matrix into an HNSW index (and drop the matrix)."""
         self.ann = HnswIndex.build(self.matrix[:self.size], self.row_ids[:self.size])
         self.matrix = np.zeros((0, 0), dtype=np.float32)
-        self.owner_ids = self.row_ids = np.zeros(0, dtype=np.int64)
         self.unsaved = self.size
+
+    def forget_removed(self, con: apsw.Connection) -> None:
+        """List the rows of the approximate index that are no longer in the table (one
+        pass over the block's ids in the table's index; only after a removal)."""
+        live = np.fromiter(
+            (row for (row,) in con.execute(
+                "SELECT id FROM embeddings WHERE user_id = ? AND model = ? AND owner_kind = ? "
+                "AND id <= ?", (self.user_id, self.model, self.kind, self.last_row))),
+            dtype=np.int64)
+        self.dead = np.setdiff1d(self.row_ids[:self.size], live, assume_unique=True)
+
+    def hits(self, row_ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The owners of the approximate index's hits whose rows still exist, in order."""
+        if len(self.dead):
+            live = ~np.isin(row_ids, self.dead)
+            row_ids, scores = row_ids[live], scores[live]
+        at = np.searchsorted(self.row_ids[:self.size], row_ids)
+        return self.owner_ids[at], scores
 
     def write(self, con: apsw.Connection) -> None:
         """Persist the approximate index with what it covers, so a restart reads only newer rows."""
         if self.files is None or self.ann is None or self.generation is None:
             return
-        index_file, description = self.files
-        self.ann.write(index_file)
-        description.write_text(json.dumps({
+        self.ann.write(self.files.index)
+        _write_atomically(self.files.rows, lambda file: np.savez(
+            file, rows=self.row_ids[:self.size], owners=self.owner_ids[:self.size],
+            dead=self.dead))
+        self.files.description.write_text(json.dumps({
             "format": _INDEX_FORMAT, "user_id": self.user_id, "model": self.model,
             "kind": self.kind, "dim": self.dim, "size": self.size, "last_row": self.last_row,
             "last_row_digest": _row_digest(con, self.last_row),
@@ -231,9 +258,8 @@ class _Block:
         self.tried_files = True
         if self.files is None or not all(f.exists() for f in self.files):
             return
-        index_file, description = self.files
         try:
-            saved = json.loads(description.read_text(encoding="utf-8"))
+            saved = json.loads(self.files.description.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
         digest = _row_digest(con, saved.get("last_row", 0))
@@ -246,30 +272,26 @@ class _Block:
                         or (digest is None and generation[1] > saved["removed"]))):
             return  # another database's (a restore) or outdated: rebuilt from the table
         try:
-            ann = HnswIndex.read(index_file)
+            ann = HnswIndex.read(self.files.index)
+            with np.load(self.files.rows) as rows:
+                row_ids, owner_ids, dead = rows["rows"], rows["owners"], rows["dead"]
         except Exception as exc:  # noqa: BLE001 - a damaged file is only a cache
-            log.warning("vector_index_unreadable", path=str(index_file), error=str(exc))
+            log.warning("vector_index_unreadable", path=str(self.files.index), error=str(exc))
             return
-        if ann.size != saved["size"]:
-            return  # the index and its description were not written together
+        if not ann.size == len(row_ids) == len(owner_ids) == saved["size"]:
+            return  # the files were not written together
         self.ann, self.dim, self.size = ann, saved["dim"], ann.size
+        self.row_ids, self.owner_ids = row_ids.astype(np.int64), owner_ids.astype(np.int64)
+        self.dead = dead.astype(np.int64)
         self.last_row, self.generation = saved["last_row"], (saved["added"], saved["removed"])
 
 
-def _live_owners(con: apsw.Connection, block: _Block, row_ids: np.ndarray,
-                 scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The owners of the hits' rows that still exist, in the hits' order."""
-    if not len(row_ids):
-        return np.zeros(0, dtype=np.int64), scores[:0]
-    marks = ",".join("?" * len(row_ids))
-    owner_of = dict(con.execute(
-        f"SELECT id, owner_id FROM embeddings WHERE id IN ({marks}) AND user_id = ? "
-        "AND model = ? AND owner_kind = ?",
-        (*row_ids.tolist(), block.user_id, block.model, block.kind)).fetchall())
-    rows = row_ids.tolist()
-    live = [i for i, row in enumerate(rows) if row in owner_of]
-    owners = np.asarray([owner_of[rows[i]] for i in live], dtype=np.int64)
-    return owners, scores[live]
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """A reader never sees half a file."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as file:
+        write(file)
+    os.replace(partial, path)
 
 
 def _row_digest(con: apsw.Connection, row_id: int) -> str | None:
@@ -309,7 +331,7 @@ class VectorIndex:
 
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
         """Read the rows stored since the last refresh; an exact block reloads if any older
-        row went away (an approximate one drops such rows from its hits instead)."""
+        row went away (an approximate one lists such rows, to drop them from its hits)."""
         block = self._block(con, user_id, model, kind)
         generation = _generation(con, user_id, model, kind)
         with block.lock:
@@ -317,10 +339,12 @@ class VectorIndex:
                 return block
             if not block.tried_files:
                 block.read(con, generation)
-            if (block.ann is None and block.generation is not None
-                    and block.generation[1] != generation[1]):
+            removed = block.generation is not None and block.generation[1] != generation[1]
+            if removed and block.ann is None:
                 block.reset()  # a vector was replaced or deleted: read the block again
             self._read_new_rows(con, block, self.ann_threshold)
+            if removed and block.ann is not None:
+                block.forget_removed(con)
             block.generation = generation
             if block.ann is not None and block.unsaved > _UNSAVED_SHARE * block.size:
                 block.write(con)
@@ -381,17 +405,15 @@ class VectorIndex:
             norm = float(np.linalg.norm(query)) or 1.0
             unit = query.astype(np.float32) / norm
             if block.ann is not None:
-                # A few more than asked: hits whose rows were removed are dropped below.
-                row_ids, scores = block.ann.search(unit, depth + _REMOVED_MARGIN)
+                # As many more as rows were removed (up to `depth`): they are dropped here.
+                row_ids, scores = block.ann.search(unit, depth + min(len(block.dead), depth))
+                owner_ids, scores = block.hits(row_ids, scores)
+                top = np.arange(min(depth, len(owner_ids)))
             else:
-                row_ids = None
                 owner_ids = block.owner_ids[:block.size]
                 scores = block.matrix[:block.size] @ unit
                 depth = min(depth, len(scores))
                 top = np.argpartition(-scores, depth - 1)[:depth]
-        if row_ids is not None:
-            owner_ids, scores = _live_owners(con, block, row_ids, scores)
-            top = np.arange(min(depth, len(owner_ids)))
         # Best score first; the same score: the newer owner first, as in fuse().
         top = top[np.lexsort((-owner_ids[top], -scores[top]))]
         return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
@@ -466,14 +488,21 @@ def _index_dir(con: apsw.Connection) -> Path | None:
     return DataDir(Path(con.filename).parent).vector_indexes
 
 
-def _index_files(con: apsw.Connection, user_id: str, model: str,
-                 kind: str) -> tuple[Path, Path] | None:
+class _IndexFiles(NamedTuple):
+    index: Path  # the faiss HNSW graph, keyed by embeddings row
+    rows: Path  # its rows and their owners in the order added, and the rows removed (.npz)
+    description: Path  # what the two cover (JSON), written last
+
+
+def _index_files(con: apsw.Connection, user_id: str, model: str, kind: str) -> _IndexFiles | None:
     index_dir = _index_dir(con)
     if index_dir is None:
         return None
-    # User ids and model names can hold any character: the file is named by a digest.
+    # User ids and model names can hold any character: the files are named by a digest.
     digest = hashlib.sha256(f"{user_id}\0{model}\0{kind}".encode()).hexdigest()[:24]
-    return index_dir / f"{kind}-{digest}.faiss", index_dir / f"{kind}-{digest}.json"
+    stem = f"{kind}-{digest}"
+    return _IndexFiles(index_dir / f"{stem}.faiss", index_dir / f"{stem}.rows.npz",
+                       index_dir / f"{stem}.json")
 
 
 # The process's index: the front-end and the benchmark share it across requests.

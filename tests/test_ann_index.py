@@ -149,6 +149,32 @@ def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path,
         assert restarted.nearest(con, "u", MODEL, "fact", vectors[8], 1)[0][0] == 9
 
 
+def test_a_vector_forgotten_before_the_index_was_written_stays_forgotten_after_a_restart(
+        tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    con.execute("DELETE FROM embeddings WHERE owner_id = 10")
+    store(con, 1000, unit_vectors(40, seed=4))  # enough new vectors to write the index again
+    index.refresh(con, "u", MODEL, "fact")
+    restarted = VectorIndex(ann_threshold=100)
+    found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert 10 not in found and len(found) == 5
+
+
+def test_a_persisted_index_missing_a_file_is_built_again(tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    for rows in DataDir(tmp_path).vector_indexes.glob("*.rows.npz"):
+        rows.unlink()
+    restarted = VectorIndex(ann_threshold=100)
+    assert restarted.nearest(con, "u", MODEL, "fact", vectors[42], 1)[0][0] == 43
+
+
 def test_an_index_file_of_another_database_is_not_used(tmp_path):
     con = database(tmp_path / "a")
     store(con, 1, unit_vectors(300))
