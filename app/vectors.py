@@ -190,8 +190,8 @@ class _Block:
             return
         needed = self.size + len(ids)
         exact = self.ann is None
-        grown = exact and self.matrix.shape != (len(self.row_ids), self.dim)
-        if len(self.row_ids) < needed or grown:
+        stale_matrix = exact and self.matrix.shape != (len(self.row_ids), self.dim)
+        if len(self.row_ids) < needed or stale_matrix:
             # Grow by doubling, so incremental refreshes stay amortised O(new rows).
             capacity = max(needed, 2 * len(self.row_ids), 64)
             owner_ids = np.zeros(capacity, dtype=np.int64)
