@@ -229,6 +229,17 @@ class ChatService:
         if owns_model:
             self.model.close()
 
+    def warm_vectors(self) -> None:
+        """Load the embedder's vector indexes in the background, so the first turn after
+        a start is as fast as the hundredth; front-ends call it as they start."""
+        if self.embedder is not None:
+            VECTOR_INDEX.warm(DataDir.of(self.config).memory_db, self.embedder.model)
+
+    def save_vectors(self) -> None:
+        """Write what the approximate vector indexes hold that is not on disk yet, so the
+        next start reads it instead of the table; front-ends call it as they stop."""
+        VECTOR_INDEX.save(self.reader())
+
     def __enter__(self) -> ChatService:
         return self
 

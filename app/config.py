@@ -228,6 +228,7 @@ class QueueConfig:
     poll_max_delay: float = setting(0.5, between(0.01, 60))
     max_attempts: int = setting(5, between(1, 100))
     backoff_base_seconds: float = setting(2.0, between(0, 3600))
+    worker_nice: int = setting(10, between(0, 19))
 
 
 @dataclass(frozen=True)

@@ -435,8 +435,9 @@ class VectorIndex:
                         self.refresh(con, user, model, kind)
                     finally:
                         block.warming = False
-                log.info("vector_index_warm", blocks=len(blocks),
-                         vectors=sum(b.size for b, _, _ in blocks))
+                if blocks:
+                    log.info("vector_index_warm", blocks=len(blocks),
+                             vectors=sum(b.size for b, _, _ in blocks))
             except Exception as exc:  # noqa: BLE001 - queries load on demand instead
                 log.warning("vector_index_warm_failed", error=str(exc))
                 for block in self._blocks.values():

@@ -196,7 +196,7 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_MEMORY_SESSION_IDLE_MINUTES": str(config.memory.session_idle_minutes),
     })
     for key in ("backend", "redis_url", "workers", "poll_max_delay", "max_attempts",
-                "backoff_base_seconds"):
+                "backoff_base_seconds", "worker_nice"):
         env[f"HILO_QUEUE_{key.upper()}"] = str(getattr(config.queue, key))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env

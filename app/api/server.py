@@ -32,7 +32,6 @@ from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.mcp import http_endpoint
 from app.probe import announce_models
-from app.vectors import VECTOR_INDEX
 from workers.handoff import queue_handoff
 
 log = structlog.get_logger(__name__)
@@ -52,11 +51,10 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if service.embedder is not None:  # the first turn as fast as the hundredth
-            VECTOR_INDEX.warm(DataDir.of(config).memory_db, service.embedder.model)
+        service.warm_vectors()
         async with mcp.running():
             yield
-        await run_in_threadpool(lambda: VECTOR_INDEX.save(app.state.service.reader()))
+        await run_in_threadpool(app.state.service.save_vectors)
         if owned:
             await run_in_threadpool(app.state.service.close)
 

@@ -10,7 +10,9 @@ accounting of the finished child: on a busy machine it moves far less than wall 
 `[embedder] kind = "none"`, so no command reaches a model server. Also: which heavy
 libraries each command imported (from `-X importtime`).
 
-Target: a command that touches no vectors <= 100 ms.
+Target: a command that touches no vectors <= 100 ms (`hilo --version`, `hilo --help`,
+`hilo queue status`; `hilo memory search` embeds its query when an embedder is
+configured, so it is timed but not held to it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from tests.bench.report import REPO_ROOT, emit, median, parser, percentile
 
 TARGET_MS = 100.0
+TOUCHES_VECTORS = ("hilo memory search",)
 HEAVY = ("numpy", "rich", "torch", "faiss", "huey", "fastapi", "httpx")
 
 
@@ -33,6 +36,7 @@ def commands(data_dir: Path, checkout: Path, label: str = "") -> dict[str, tuple
     hilo = [sys.executable, "-m", "app.cli"]
     where = ["--data-dir", str(data_dir)]
     return {
+        f"hilo --version{label}": ([*hilo, "--version"], checkout),
         f"hilo --help{label}": ([*hilo, "--help"], checkout),
         f"hilo memory search x{label}": ([*hilo, "memory", "search", "x", *where], checkout),
         f"hilo queue status{label}": ([*hilo, "queue", "status", *where], checkout),
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                       "heavy_imports": loaded[name]}
                for name in timed}
     verdict = {f"{name} <= {TARGET_MS:.0f} ms (wall)": r["wall_p50_ms"] <= TARGET_MS
-               for name, r in results.items() if name.startswith("hilo") and "baseline" not in name}
+               for name, r in results.items() if name.startswith("hilo")
+               and "baseline" not in name and not name.startswith(TOUCHES_VECTORS)}
     lines = [f"Whole processes, median of {runs} runs taken in turn; fresh data directory, "
              "`[embedder] kind = \"none\"`. CPU = user + system time of the process.", "",
              "| command | wall p50 ms | wall p90 ms | CPU p50 ms | wall over `python -c pass` | "
