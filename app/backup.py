@@ -43,6 +43,7 @@ from app.memory import (
     clear_diary,
     restore_user_facts,
 )
+from app.vectors import rebuild_indexes
 
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
@@ -350,6 +351,7 @@ class RebuildReport:
     fts_tables: list[str]
     all_layers: bool
     cleared: dict[str, int] = field(default_factory=dict)
+    vector_indexes: int = 0  # approximate indexes written (blocks above ann_threshold)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -396,7 +398,8 @@ CLEAR_STEPS = 6
 
 def rebuild(config: Config, all_layers: bool = False,
             progress: Progress | None = None) -> RebuildReport:
-    """Re-derive the full-text indexes; with all_layers, first clear every derived layer.
+    """Re-derive the full-text indexes and the approximate vector indexes (from the
+    embeddings table); with all_layers, first clear every derived layer.
 
     all_layers deletes context cards, the agent's facts and profile keys, diary entries
     and embeddings, and marks every event undistilled and uncompacted, in one
@@ -409,7 +412,7 @@ def rebuild(config: Config, all_layers: bool = False,
                           "--data-dir)")
     con = connect(path, Durability.FULL)
     cleared: dict[str, int] = {}
-    total = (CLEAR_STEPS if all_layers else 0) + len(FTS_TABLES)
+    total = (CLEAR_STEPS if all_layers else 0) + len(FTS_TABLES) + 1
     try:
         migrate(con)
         if all_layers:
@@ -427,6 +430,10 @@ def rebuild(config: Config, all_layers: bool = False,
             done += 1
             if progress:
                 progress(f"index {table}", done, total)
+        vector_indexes = rebuild_indexes(con, config.embedder.ann_threshold)
+        if progress:
+            progress("vector indexes", total, total)
     finally:
         con.close()
-    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared)
+    return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared,
+                         vector_indexes=vector_indexes)

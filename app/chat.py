@@ -35,6 +35,7 @@ from app import metrics
 from app.retrieval import Query, make_query
 from app.sanitize import Secret, find_secrets
 from app.tokens import TokenCounter
+from app.vectors import VECTOR_INDEX
 from app.writer import Writer
 
 INTERRUPTED_MARKER = " [interrupted]"
@@ -254,6 +255,7 @@ class ChatService:
         self.writer = writer or Writer.from_config(config, Durability.FULL)
         self.model = model or ModelClient.from_config(config)
         self.embedder = make_embedder(config, client=self.model)
+        VECTOR_INDEX.ann_threshold = config.embedder.ann_threshold
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self._local = threading.local()
@@ -264,6 +266,17 @@ class ChatService:
             self.writer.close()
         if owns_model:
             self.model.close()
+
+    def warm_vectors(self) -> None:
+        """Load the embedder's vector indexes in the background, so the first turn after
+        a start is as fast as the hundredth; front-ends call it as they start."""
+        if self.embedder is not None:
+            VECTOR_INDEX.warm(DataDir.of(self.config).memory_db, self.embedder.model)
+
+    def save_vectors(self) -> None:
+        """Write what the approximate vector indexes hold that is not on disk yet, so the
+        next start reads it instead of the table; front-ends call it as they stop."""
+        VECTOR_INDEX.save(self.reader())
 
     def __enter__(self) -> ChatService:
         return self

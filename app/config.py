@@ -226,6 +226,8 @@ class EmbedderConfig:
     kind: str = setting("ollama", one_of("ollama", "local", "none"))
     model: str = setting("nomic-embed-text", NON_EMPTY)
     batch_size: int = setting(32, between(1, 4096))
+    threads: int = setting(0, between(0, 256))
+    ann_threshold: int = setting(20_000, between(0, 1_000_000_000))
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ class QueueConfig:
     poll_max_delay: float = setting(0.5, between(0.01, 60))
     max_attempts: int = setting(5, between(1, 100))
     backoff_base_seconds: float = setting(2.0, between(0, 3600))
+    worker_nice: int = setting(10, between(0, 19))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ that use it.
     MEMORY.md          what the user wants always known, written by the user
     logs/              log files of front-ends on a terminal (`hilo chat`: chat.log)
     repl_history       `hilo chat`'s input history
+    vectors/           approximate vector indexes, derived from memory.sqlite3 (app/vectors.py)
     <role>.<pid>.pid   one per running worker or server (below)
 
 `DataDir` is the one place this layout is known; everything else asks it for a path.
@@ -40,6 +41,7 @@ BOOTSTRAP_FILE = "MEMORY.md"
 LOGS_DIR = "logs"
 CHAT_LOG = "chat.log"
 REPL_HISTORY_FILE = "repl_history"
+VECTOR_INDEX_DIR = "vectors"
 # Roles of the processes that announce themselves, and how refusals name them.
 PID_ROLES = {"worker": "the worker", "serve": "the server"}
 
@@ -112,6 +114,11 @@ class DataDir:
     @property
     def repl_history(self) -> Path:
         return self.root / REPL_HISTORY_FILE
+
+    @property
+    def vector_indexes(self) -> Path:
+        """Where the approximate vector indexes persist; deleting it only costs a rebuild."""
+        return self.root / VECTOR_INDEX_DIR
 
     def pid_file(self, role: str, pid: int) -> Path:
         """`<root>/<role>.<pid>.pid`."""

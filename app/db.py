@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -107,6 +109,49 @@ def file_damage(path: Path, schema_table: str | None = None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Checked:
+    identity: tuple[int, int, int]  # the file's inode, size and mtime when checked
+    damage: str | None
+    at: float  # time.monotonic() when the check ended
+    seconds: float  # what it cost
+
+
+# This process's last quick check of each memory database. A quick check reads the
+# whole file (about 10 s at 10^6 events): a start that opens the memory twice
+# (DataDir.init, then the writer) checks it once, /health does not redo a start's check
+# of an unchanged file, and concurrent callers wait for one check instead of each
+# starting their own.
+_checked: dict[str, _Checked] = {}
+_checking = threading.Lock()
+# A check that took longer than this is repeated by /health only after 100 times its
+# duration, so a large memory costs a running server at most 1 % of a core.
+_SLOW_CHECK_SECONDS = 1.0
+_SLOW_CHECK_SHARE = 100
+
+
+def memory_damage(path: Path, every: float | None = None) -> str | None:
+    """file_damage(path, MIGRATIONS_TABLE), from this process's last check when the file
+    has not changed since (and, with `every`, that check is younger than `every`
+    seconds); see _checked for why."""
+    key = str(path)
+    with _checking:
+        stat = Path(path).stat()
+        identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        last = _checked.get(key)
+        if last is not None:
+            age = time.monotonic() - last.at
+            fresh = every is None or age < max(every, _SLOW_CHECK_SHARE * last.seconds)
+            if (last.identity == identity and fresh) or (
+                    every is not None and last.seconds > _SLOW_CHECK_SECONDS
+                    and age < _SLOW_CHECK_SHARE * last.seconds):
+                return last.damage
+        started = time.monotonic()
+        damage = file_damage(path, MIGRATIONS_TABLE)
+        _checked[key] = _Checked(identity, damage, time.monotonic(), time.monotonic() - started)
+        return damage
+
+
 def corrupt_memory(path: Path, damage: str) -> CorruptDatabase:
     """The one-line refusal of a damaged memory database."""
     return CorruptDatabase(
@@ -120,7 +165,7 @@ def check_memory_database(path: Path) -> None:
     (CorruptDatabase). A missing file passes: `hilo init` creates it."""
     if not Path(path).exists():
         return
-    damage = file_damage(path, MIGRATIONS_TABLE)
+    damage = memory_damage(path)
     if damage is not None:
         raise corrupt_memory(path, damage)
 

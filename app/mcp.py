@@ -392,7 +392,9 @@ def serve_stdio(config: Config, user: str | None = None) -> int:
     DataDir.of(config).init()
     user_id = user or config.memory.user_id
     with ChatService(config) as service:
+        service.warm_vectors()
         anyio.run(build_server(service, lambda header: user_id).run_stdio_async)
+        service.save_vectors()
     return 0
 
 

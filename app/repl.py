@@ -522,6 +522,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
     # Ctrl-C must stop a reply even when started with SIGINT ignored (a background job).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with service:
+        service.warm_vectors()
         repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
         lines = LineInput(data_dir.repl_history, out, while_idle=repl.show_task_replies)
         repl.agent = Agent(service, surface="chat", approver=ReplApprover(repl, lines))
@@ -547,6 +548,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
             service.end_session(repl.user_id, repl.session_id)
             repl.say(f"Session {repl.session_id} closed; its diary entry will be written "
                      "in the background.", "dim")
+        service.save_vectors()
     return 0
 
 

@@ -4,23 +4,35 @@ Storage: one `embeddings` row per (owner kind, owner id, model) holding `dim` fl
 values, little-endian, or NULL and an `error` when embedding that owner failed. A row
 is never updated in place: storing again replaces it (INSERT OR REPLACE gives it a new
 id), so the index can refresh by reading only the rows with an id above the last one
-it saw.
+it saw. Triggers count each (user, model, kind)'s added and removed vectors in
+`embedding_generations` (migration 0010): the index's change check is one row read.
 
 Index: per (database, user, model, owner kind), an L2-normalised float32 matrix held
-in memory; a query is one matrix-vector product (brute force is fine to ~10^5 rows
-per user). Only vectors of the query's own model are ever compared.
+in memory, a query being one matrix-vector product; above `[embedder] ann_threshold`
+vectors, an HNSW index instead (app/ann.py), written to the data directory's vectors/
+and read back at the next start. Only vectors of the query's own model are compared.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
 
 import apsw
 import numpy as np
+import structlog
 
+from app.ann import HnswIndex
+from app.datadir import DataDir
+from app.db import connect_readonly
 from app.timeutil import utc_now
+
+log = structlog.get_logger(__name__)
 
 OwnerKind = Literal["fact", "card", "event"]
 OWNER_KINDS: tuple[OwnerKind, ...] = ("event", "fact", "card")
@@ -128,109 +140,370 @@ def delete_other_models(con: apsw.Connection, model: str) -> int:
 
 # -- the in-memory index -----------------------------------------------------------------
 
+# Default of `[embedder] ann_threshold`: a block with more vectors than this is searched
+# through an approximate index (app/ann.py); brute force stays exact and fast below it.
+ANN_THRESHOLD = 20_000
+_INDEX_FORMAT = 2  # of the files beside the database; another number: rebuilt
+# An approximate index is written again when this share of its vectors is not on disk
+# yet (a restart reads the rest from the table, so writing rarely only costs a little).
+_UNSAVED_SHARE = 0.1
+_READ_CHUNK = 16_384  # rows decoded at a time when a block loads
+
+
 @dataclass
 class _Block:
-    """The vectors of one (user, model, kind), with the embeddings row ids they came from."""
+    """The vectors of one (user, model, kind), exact (a matrix) or approximate (HNSW).
 
+    Either way `row_ids` and `owner_ids` say, in the order read (ascending row ids),
+    which embeddings row and which owner each vector is: a query never reads the
+    table to name its hits."""
+
+    user_id: str
+    model: str
+    kind: str
+    files: _IndexFiles | None  # where the approximate index persists beside the database
     last_row: int = 0  # highest embeddings.id read
-    rows_seen: int = 0  # embeddings rows with id <= last_row (error rows included)
+    # embedding_generations (added, removed) when last read: unchanged means nothing new.
+    generation: tuple[int, int] | None = None
     dim: int = 0
     size: int = 0
     matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     owner_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    row_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Keyed by embeddings.id, not owner id: a row since deleted or replaced is listed in
+    # `dead` and dropped from the hits, so a removal never forces a rebuild.
+    ann: HnswIndex | None = None
+    dead: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unsaved: int = 0  # vectors in `ann` not yet written to its file
+    tried_files: bool = False
+    warming: bool = False  # a background load holds the lock: queries skip this block
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # (connection, PRAGMA data_version) at the last refresh: unchanged means no other
-    # connection has committed since, so there is nothing new to read.
-    seen: tuple[int, int] | None = None
 
-    def append(self, ids: list[int], vectors: list[np.ndarray]) -> None:
-        if not ids:
+    def reset(self) -> None:
+        self.last_row = self.dim = self.size = self.unsaved = 0
+        self.generation, self.ann = None, None
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.owner_ids = self.row_ids = self.dead = np.zeros(0, dtype=np.int64)
+
+    def append(self, ids: np.ndarray, rows: np.ndarray, new: np.ndarray) -> None:
+        if not len(ids):
             return
-        new = np.stack(vectors)
-        norms = np.linalg.norm(new, axis=1, keepdims=True)
-        new = new / np.where(norms == 0, 1, norms)
         needed = self.size + len(ids)
-        if self.matrix.shape[0] < needed or self.matrix.shape[1] != self.dim:
+        exact = self.ann is None
+        stale_matrix = exact and self.matrix.shape != (len(self.row_ids), self.dim)
+        if len(self.row_ids) < needed or stale_matrix:
             # Grow by doubling, so incremental refreshes stay amortised O(new rows).
-            capacity = max(needed, 2 * self.matrix.shape[0], 64)
-            matrix = np.zeros((capacity, self.dim), dtype=np.float32)
+            capacity = max(needed, 2 * len(self.row_ids), 64)
             owner_ids = np.zeros(capacity, dtype=np.int64)
-            if self.size:
-                matrix[:self.size] = self.matrix[:self.size]
-                owner_ids[:self.size] = self.owner_ids[:self.size]
-            self.matrix, self.owner_ids = matrix, owner_ids
-        self.matrix[self.size:needed] = new
+            row_ids = np.zeros(capacity, dtype=np.int64)
+            owner_ids[:self.size] = self.owner_ids[:self.size]
+            row_ids[:self.size] = self.row_ids[:self.size]
+            if exact:
+                matrix = np.zeros((capacity, self.dim), dtype=np.float32)
+                if self.size:
+                    matrix[:self.size] = self.matrix[:self.size]
+                self.matrix = matrix
+            self.owner_ids, self.row_ids = owner_ids, row_ids
+        if exact:
+            self.matrix[self.size:needed] = new
+        else:
+            self.ann.add(new, rows)
+            self.unsaved += len(ids)
         self.owner_ids[self.size:needed] = ids
+        self.row_ids[self.size:needed] = rows
         self.size = needed
+
+    def make_approximate(self) -> None:
+        """Move the exact matrix into an HNSW index (and drop the matrix)."""
+        self.ann = HnswIndex.build(self.matrix[:self.size], self.row_ids[:self.size])
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.unsaved = self.size
+
+    def forget_removed(self, con: apsw.Connection) -> None:
+        """List the rows of the approximate index that are no longer in the table (one
+        pass over the block's ids in the table's index; only after a removal)."""
+        live = np.fromiter(
+            (row for (row,) in con.execute(
+                "SELECT id FROM embeddings WHERE user_id = ? AND model = ? AND owner_kind = ? "
+                "AND id <= ?", (self.user_id, self.model, self.kind, self.last_row))),
+            dtype=np.int64)
+        self.dead = np.setdiff1d(self.row_ids[:self.size], live, assume_unique=True)
+
+    def hits(self, row_ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The owners of the approximate index's hits whose rows still exist, in order."""
+        if len(self.dead):
+            live = ~np.isin(row_ids, self.dead)
+            row_ids, scores = row_ids[live], scores[live]
+        at = np.searchsorted(self.row_ids[:self.size], row_ids)
+        return self.owner_ids[at], scores
+
+    def write(self, con: apsw.Connection) -> None:
+        """Persist the approximate index with what it covers, so a restart reads only newer rows."""
+        if self.files is None or self.ann is None or self.generation is None:
+            return
+        self.ann.write(self.files.index)
+        _write_atomically(self.files.rows, lambda file: np.savez(
+            file, rows=self.row_ids[:self.size], owners=self.owner_ids[:self.size],
+            dead=self.dead))
+        self.files.description.write_text(json.dumps({
+            "format": _INDEX_FORMAT, "user_id": self.user_id, "model": self.model,
+            "kind": self.kind, "dim": self.dim, "size": self.size, "last_row": self.last_row,
+            "last_row_digest": _row_digest(con, self.last_row),
+            "added": self.generation[0], "removed": self.generation[1],
+        }), encoding="utf-8")
+        self.unsaved = 0
+
+    def read(self, con: apsw.Connection, generation: tuple[int, int]) -> None:
+        """Load the persisted index if it still describes this database's rows."""
+        self.tried_files = True
+        if self.files is None or not all(f.exists() for f in self.files):
+            return
+        try:
+            saved = json.loads(self.files.description.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        digest = _row_digest(con, saved.get("last_row", 0))
+        if (saved.get("format") != _INDEX_FORMAT
+                or (saved.get("user_id"), saved.get("model"), saved.get("kind"))
+                != (self.user_id, self.model, self.kind)
+                or saved["added"] > generation[0] or saved["removed"] > generation[1]
+                # The last row it covers is still there, or was removed since.
+                or not (digest == saved["last_row_digest"]
+                        or (digest is None and generation[1] > saved["removed"]))):
+            return  # another database's (a restore) or outdated: rebuilt from the table
+        try:
+            ann = HnswIndex.read(self.files.index)
+            with np.load(self.files.rows) as rows:
+                row_ids, owner_ids, dead = rows["rows"], rows["owners"], rows["dead"]
+        except Exception as exc:  # noqa: BLE001 - a damaged file is only a cache
+            log.warning("vector_index_unreadable", path=str(self.files.index), error=str(exc))
+            return
+        if not ann.size == len(row_ids) == len(owner_ids) == saved["size"]:
+            return  # the files were not written together
+        self.ann, self.dim, self.size = ann, saved["dim"], ann.size
+        self.row_ids, self.owner_ids = row_ids.astype(np.int64), owner_ids.astype(np.int64)
+        self.dead = dead.astype(np.int64)
+        self.last_row, self.generation = saved["last_row"], (saved["added"], saved["removed"])
+
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """A reader never sees half a file."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as file:
+        write(file)
+    os.replace(partial, path)
+
+
+def _row_digest(con: apsw.Connection, row_id: int) -> str | None:
+    """What identifies the last row an index file covers: the same id in a restored or
+    another database holds another vector (or none)."""
+    row = con.execute("SELECT user_id, model, owner_kind, owner_id, created_at, vector "
+                      "FROM embeddings WHERE id = ?", (row_id,)).fetchone()
+    if row is None:
+        return None
+    return hashlib.sha256(repr(row[:5]).encode() + (row[5] or b"")).hexdigest()
+
+
+def _generation(con: apsw.Connection, user_id: str, model: str, kind: str) -> tuple[int, int]:
+    row = con.execute("SELECT added, removed FROM embedding_generations WHERE user_id = ? "
+                      "AND model = ? AND owner_kind = ?", (user_id, model, kind)).fetchone()
+    return (row[0], row[1]) if row else (0, 0)
 
 
 class VectorIndex:
-    """Per-user float32 matrices, refreshed incrementally from the embeddings table."""
+    """Per (database, user, model, kind) blocks of vectors, refreshed incrementally from the
+    embeddings table: exact below `ann_threshold` vectors, HNSW above it, persisted in
+    the data directory's vectors/ so a restart does not rebuild it."""
 
-    def __init__(self) -> None:
+    def __init__(self, ann_threshold: int = ANN_THRESHOLD) -> None:
+        self.ann_threshold = ann_threshold
         self._blocks: dict[tuple, _Block] = {}
         self._lock = threading.Lock()
 
     def _block(self, con: apsw.Connection, user_id: str, model: str, kind: str) -> _Block:
         key = (con.filename or id(con), user_id, model, kind)
         with self._lock:
-            return self._blocks.setdefault(key, _Block())
+            block = self._blocks.get(key)
+            if block is None:
+                block = self._blocks[key] = _Block(user_id, model, kind,
+                                                   _index_files(con, user_id, model, kind))
+            return block
 
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
-        """Read the rows stored since the last refresh; reload if any older row went away."""
+        """Read the rows stored since the last refresh; an exact block reloads if any older
+        row went away (an approximate one lists such rows, to drop them from its hits)."""
         block = self._block(con, user_id, model, kind)
-        version = (id(con), con.execute("PRAGMA data_version").fetchone()[0])
+        generation = _generation(con, user_id, model, kind)
         with block.lock:
-            if block.seen == version:
+            if block.generation == generation:
                 return block
-            block.seen = version
-            if block.last_row:
-                still_there = con.execute(
-                    "SELECT count(*) FROM embeddings WHERE user_id = ? AND model = ? "
-                    "AND owner_kind = ? AND id <= ?",
-                    (user_id, model, kind, block.last_row)).fetchone()[0]
-                if still_there != block.rows_seen:
-                    fresh = _Block()
-                    block.last_row = block.rows_seen = block.dim = block.size = 0
-                    block.matrix, block.owner_ids = fresh.matrix, fresh.owner_ids
-            ids: list[int] = []
-            vectors: list[np.ndarray] = []
-            for row_id, owner_id, dim, blob in con.execute(
-                    "SELECT id, owner_id, dim, vector FROM embeddings WHERE user_id = ? "
-                    "AND model = ? AND owner_kind = ? AND id > ? ORDER BY id",
-                    (user_id, model, kind, block.last_row)):
-                block.last_row = row_id
-                block.rows_seen += 1
-                if blob is None:
-                    continue
-                if block.dim == 0:
-                    block.dim = dim
-                if dim != block.dim:  # one model, one dimension: a stray row is skipped
-                    continue
-                ids.append(owner_id)
-                vectors.append(decode_vector(blob))
-            block.append(ids, vectors)
+            if not block.tried_files:
+                block.read(con, generation)
+            removed = block.generation is not None and block.generation[1] != generation[1]
+            if removed and block.ann is None:
+                block.reset()  # a vector was replaced or deleted: read the block again
+            self._read_new_rows(con, block, self.ann_threshold)
+            if removed and block.ann is not None:
+                block.forget_removed(con)
+            block.generation = generation
+            if block.ann is not None and block.unsaved > _UNSAVED_SHARE * block.size:
+                block.write(con)
         return block
+
+    @staticmethod
+    def _read_new_rows(con: apsw.Connection, block: _Block, ann_threshold: int) -> None:
+        """Append the rows above block.last_row, in chunks: past the threshold the block
+        turns approximate and later chunks go straight into the graph, so loading 10^6
+        vectors never holds them all as float32 at once."""
+        owner_ids: list[int] = []
+        row_ids: list[int] = []
+        blobs: list[bytes] = []
+
+        def flush() -> None:
+            if blobs:
+                new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, block.dim)
+                norms = np.linalg.norm(new, axis=1, keepdims=True)
+                block.append(np.asarray(owner_ids, dtype=np.int64),
+                             np.asarray(row_ids, dtype=np.int64),
+                             (new / np.where(norms == 0, 1, norms)).astype(np.float32))
+                owner_ids.clear()
+                row_ids.clear()
+                blobs.clear()
+            if block.ann is None and block.size > ann_threshold:
+                block.make_approximate()
+
+        for row_id, owner_id, dim, blob in con.execute(
+                "SELECT id, owner_id, dim, vector FROM embeddings WHERE user_id = ? "
+                "AND model = ? AND owner_kind = ? AND id > ? ORDER BY id",
+                (block.user_id, block.model, block.kind, block.last_row)):
+            block.last_row = row_id
+            if blob is None:
+                continue
+            if block.dim == 0:
+                block.dim = dim
+            if dim != block.dim or len(blob) != 4 * dim:  # one model, one dimension
+                continue
+            owner_ids.append(owner_id)
+            row_ids.append(row_id)
+            blobs.append(blob)
+            if len(blobs) >= _READ_CHUNK:
+                flush()
+        flush()
 
     def nearest(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
                 query: np.ndarray, depth: int) -> list[tuple[int, float]]:
-        """The `depth` owners most similar to the query vector, best first, with cosine."""
+        """The `depth` owners most similar to the query vector, best first, with cosine.
+
+        Empty while a background warm-up is still loading this block: the keyword
+        streams answer meanwhile."""
+        if self._block(con, user_id, model, kind).warming:
+            return []
         block = self.refresh(con, user_id, model, kind)
         with block.lock:
-            if block.size == 0 or query.shape[-1] != block.dim:
+            if block.size == 0 or query.shape[-1] != block.dim or depth <= 0:
                 return []
-            matrix, owner_ids = block.matrix[:block.size], block.owner_ids[:block.size]
             norm = float(np.linalg.norm(query)) or 1.0
-            scores = matrix @ (query.astype(np.float32) / norm)
-        depth = min(depth, len(scores))
-        top = np.argpartition(-scores, depth - 1)[:depth]
+            unit = query.astype(np.float32) / norm
+            if block.ann is not None:
+                # As many more as rows were removed (up to `depth`): they are dropped here.
+                row_ids, scores = block.ann.search(unit, depth + min(len(block.dead), depth))
+                owner_ids, scores = block.hits(row_ids, scores)
+                top = np.arange(min(depth, len(owner_ids)))
+            else:
+                owner_ids = block.owner_ids[:block.size]
+                scores = block.matrix[:block.size] @ unit
+                depth = min(depth, len(scores))
+                top = np.argpartition(-scores, depth - 1)[:depth]
         # Best score first; the same score: the newer owner first, as in fuse().
         top = top[np.lexsort((-owner_ids[top], -scores[top]))]
         return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
 
+    def warm(self, path: Path, model: str) -> threading.Thread:
+        """Load every block of `model` in the database at `path`, in a background thread
+        (reading the persisted indexes, or building them), so the first turn after a
+        start is as fast as the hundredth. Queries skip a block while it loads."""
+        def load() -> None:
+            con = connect_readonly(path)
+            try:
+                keys = con.execute("SELECT user_id, owner_kind FROM embedding_generations "
+                                   "WHERE model = ? ORDER BY added DESC", (model,)).fetchall()
+                blocks = [(self._block(con, user, model, kind), user, kind) for user, kind in keys]
+                for block, _, _ in blocks:
+                    block.warming = True
+                for block, user, kind in blocks:
+                    try:
+                        self.refresh(con, user, model, kind)
+                    finally:
+                        block.warming = False
+                if blocks:
+                    log.info("vector_index_warm", blocks=len(blocks),
+                             vectors=sum(b.size for b, _, _ in blocks))
+            except Exception as exc:  # noqa: BLE001 - queries load on demand instead
+                log.warning("vector_index_warm_failed", error=str(exc))
+                for block in self._blocks.values():
+                    block.warming = False
+            finally:
+                con.close()
+
+        thread = threading.Thread(target=load, name="vector-index-warm", daemon=True)
+        thread.start()
+        return thread
+
+    def save(self, con: apsw.Connection) -> None:
+        """Write every approximate index with vectors not yet on disk (at shutdown)."""
+        with self._lock:
+            blocks = [b for key, b in self._blocks.items() if key[0] == (con.filename or id(con))]
+        for block in blocks:
+            with block.lock:
+                if block.unsaved:
+                    block.write(con)
+
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
+
+
+def rebuild_indexes(con: apsw.Connection, ann_threshold: int = ANN_THRESHOLD) -> int:
+    """Build every approximate index of this database again from the embeddings table
+    (`hilo rebuild`), after deleting the old files; returns how many were written."""
+    index_dir = _index_dir(con)
+    if index_dir is not None and index_dir.exists():
+        for stale in index_dir.iterdir():
+            stale.unlink()
+    scratch = VectorIndex(ann_threshold)
+    written = 0
+    for user, model, kind in con.execute(
+            "SELECT user_id, model, owner_kind FROM embedding_generations").fetchall():
+        block = scratch.refresh(con, user, model, kind)
+        with block.lock:
+            if block.ann is not None:
+                block.write(con)
+                written += 1
+    return written
+
+
+def _index_dir(con: apsw.Connection) -> Path | None:
+    """The data directory's vectors/, for a database file (none for an in-memory one)."""
+    if not con.filename:
+        return None
+    return DataDir(Path(con.filename).parent).vector_indexes
+
+
+class _IndexFiles(NamedTuple):
+    index: Path  # the faiss HNSW graph, keyed by embeddings row
+    rows: Path  # its rows and their owners in the order added, and the rows removed (.npz)
+    description: Path  # what the two cover (JSON), written last
+
+
+def _index_files(con: apsw.Connection, user_id: str, model: str, kind: str) -> _IndexFiles | None:
+    index_dir = _index_dir(con)
+    if index_dir is None:
+        return None
+    # User ids and model names can hold any character: the files are named by a digest.
+    digest = hashlib.sha256(f"{user_id}\0{model}\0{kind}".encode()).hexdigest()[:24]
+    stem = f"{kind}-{digest}"
+    return _IndexFiles(index_dir / f"{stem}.faiss", index_dir / f"{stem}.rows.npz",
+                       index_dir / f"{stem}.json")
 
 
 # The process's index: the front-end and the benchmark share it across requests.

@@ -20,7 +20,7 @@ PACKAGES = ("app", "workers")
 # Lowest first. A module is placed by its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("app.errors", "app.config", "app.datadir", "app.db", "app.writer",
-               "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors",
+               "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors", "app.ann",
                "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
                "app.metrics", "app.access")),
     ("recall", ("app.embedders", "app.retrieval", "app.event_labels", "app.context",

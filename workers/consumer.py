@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 from functools import cache
 from typing import Any
@@ -66,6 +67,7 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
         print(f"hilo worker: {REFUSED.format(kind=kind)}", file=sys.stderr)
         return 2
     workers = workers or config.queue.workers
+    yield_cpu_to_turns(config)
     if config.logging.level != "debug":
         # Huey logs two lines per task at INFO; our jobs log their own outcomes.
         logging.getLogger("huey").setLevel(logging.WARNING)
@@ -95,9 +97,19 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
     return 0
 
 
+def yield_cpu_to_turns(config: Config) -> None:
+    """Run this worker process niced by `[queue] worker_nice`, before its threads start
+    (they inherit it): embedding a backlog then takes the cores only when no chat turn
+    wants them (measured in BENCHMARKS.md, embedder_threads)."""
+    if config.queue.worker_nice:
+        os.nice(config.queue.worker_nice)
+
+
 @cache
 def _start_for_huey_consumer() -> HiloHuey:
-    runner = start_jobs(load_config())
+    config = load_config()
+    yield_cpu_to_turns(config)
+    runner = start_jobs(config)
     # huey_consumer gives no hook after its workers stop: close when the process exits.
     atexit.register(runner.close)
     return runner.queue

@@ -8,10 +8,6 @@ when the memory database does not answer.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -19,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from app import __version__
 from app.api.deps import Service
 from app.datadir import DataDir
-from app.db import MIGRATIONS_TABLE, corrupt_memory, file_damage, schema_version
+from app.db import corrupt_memory, memory_damage, schema_version
 from app.metrics import render
 from app.probe import CachedProbe
 from workers.metrics import render_queue
@@ -29,23 +25,15 @@ VERSION = __version__
 
 router = APIRouter(tags=["Health"])
 
-# A quick check reads every page (about 3 ms a megabyte): at most this often, per app.
+# A quick check reads every page (about 3 ms a megabyte): at most this often, longer for a
+# large memory (app.db.memory_damage).
 QUICK_CHECK_EVERY_SECONDS = 30.0
-
-
-def _memory_damage(state: Any, path: Path) -> str | None:
-    """What file_damage last said about the memory database, asked again when stale."""
-    checked_at, damage = getattr(state, "memory_checked", (None, None))
-    if checked_at is None or time.monotonic() - checked_at >= QUICK_CHECK_EVERY_SECONDS:
-        damage = file_damage(path, MIGRATIONS_TABLE)
-        state.memory_checked = (time.monotonic(), damage)
-    return damage
 
 
 @router.get("/health", summary="Is Hilo up (open without the token)")
 def get_health(request: Request, service: Service) -> Response:
     try:
-        damage = _memory_damage(request.app.state, DataDir.of(service.config).memory_db)
+        damage = memory_damage(DataDir.of(service.config).memory_db, QUICK_CHECK_EVERY_SECONDS)
         version = None if damage else schema_version(service.reader())
     except Exception as exc:  # noqa: BLE001 — health reports, it does not raise
         return JSONResponse({"status": "error", "error": f"memory database: {exc}"},

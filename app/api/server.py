@@ -52,8 +52,10 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.warm_vectors()
         async with mcp.running():
             yield
+        await run_in_threadpool(app.state.service.save_vectors)
         if owned:
             await run_in_threadpool(app.state.service.close)
 

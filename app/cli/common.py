@@ -18,7 +18,6 @@ import click
 
 from app.config import Config, ConfigError, load_config
 from app.errors import HiloError
-from app.log import configure_logging
 
 if TYPE_CHECKING:
     import apsw
@@ -88,6 +87,8 @@ def _config(data_dir: Path | None, config_file: Path | None) -> Config:
     if config.data_dir.exists() and not config.data_dir.is_dir():
         raise CommandError(f"the data directory {config.data_dir} is a file, not a directory: "
                            "pass --data-dir with a directory (or set HILO_DATA_DIR)")
+    from app.log import configure_logging  # start-up: `hilo --help` and `--version` skip structlog
+
     configure_logging(config.logging.level, config.logging.format)
     ctx.obj = config
     return config

@@ -108,15 +108,17 @@ def restore_command(config: Config, src: Path, force: bool, as_json: bool) -> in
 @with_config
 @json_option
 def rebuild_command(config: Config, all_layers: bool, as_json: bool) -> int:
-    """re-derive the full-text indexes (--all: every derived layer)"""
+    """re-derive the full-text and vector indexes (--all: every derived layer)"""
     from app.backup import rebuild
 
     with progress_bar(as_json) as progress:
         report = rebuild(config, all_layers=all_layers, progress=progress)
     doc = report.to_dict()
+    cleared = (" and cleared every derived layer; the worker re-derives them from events"
+               if all_layers else "")
     emit(as_json, doc, lambda: print(
-        "Rebuilt the full-text indexes" + (" and cleared every derived layer; the worker "
-                                           "re-derives them from events" if all_layers else "")))
+        f"Rebuilt the full-text indexes and {report.vector_indexes} approximate vector "
+        f"index(es){cleared}"))
     return 0
 
 

@@ -15,9 +15,6 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from app.cli.common import CommandError, Group, emit, json_option, print_json, with_config
 from app.config import Config
@@ -25,6 +22,10 @@ from app.errors import InvalidInput
 from app.format import ago
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from workers.inspection import (
         Failure,
         Flushed,
@@ -211,6 +212,8 @@ def flush(config: Config, yes: bool, as_json: bool) -> int:
 
 
 def _console() -> Console:
+    from rich.console import Console  # imported by the commands that print, for start-up time
+
     # Full ids must stay copyable: wide when not on a terminal (pipes, files, tests).
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -221,6 +224,8 @@ def _call_text(args: Iterable[Any], kwargs: dict, width: int = 80) -> str:
 
 
 def _table(*columns: str) -> Table:
+    from rich.table import Table
+
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for column in columns:
         if column == "id":
@@ -231,6 +236,8 @@ def _table(*columns: str) -> Table:
 
 
 def _text(value: Any) -> Text:
+    from rich.text import Text
+
     return Text("-" if value is None else str(value))  # never parsed as markup
 
 

@@ -108,3 +108,21 @@ def test_current_fact_key_is_unique_per_user_and_category(writer):
     writer.submit(lambda con: con.execute(insert, ("bob", "emacs")))
     with pytest.raises(apsw.ConstraintError):
         writer.submit(lambda con: con.execute(insert, ("ana", "helix")))
+
+
+def test_an_unchanged_memory_database_is_quick_checked_once_per_process(tmp_path, monkeypatch):
+    path = tmp_path / "memory.sqlite3"
+    db.create_memory_database(path)
+    checks: list[str] = []
+    real = db.file_damage
+    monkeypatch.setattr(db, "file_damage", lambda *args: checks.append("check") or real(*args))
+    db.check_memory_database(path)  # DataDir.init at a start
+    db.check_memory_database(path)  # then the writer
+    assert db.memory_damage(path, every=30.0) is None  # then /health
+    assert len(checks) == 1
+    con = connect(path)
+    con.execute("CREATE TABLE grown (x)")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    db.check_memory_database(path)
+    assert len(checks) == 2

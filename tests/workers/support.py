@@ -198,7 +198,7 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_MEMORY_SESSION_IDLE_MINUTES": str(config.memory.session_idle_minutes),
     })
     for key in ("backend", "redis_url", "workers", "poll_max_delay", "max_attempts",
-                "backoff_base_seconds"):
+                "backoff_base_seconds", "worker_nice"):
         env[f"HILO_QUEUE_{key.upper()}"] = str(getattr(config.queue, key))
     for key, value in dataclasses.asdict(config.tools).items():
         env[f"HILO_TOOLS_{key.upper()}"] = (json.dumps(list(value)) if isinstance(value, tuple)

@@ -259,3 +259,11 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
                      (added.task.id,))[0]
     assert next_run[0] > datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M") and next_run[1]
     assert consumer.terminate() == 0
+
+
+def test_the_worker_runs_niced_so_chat_turns_get_the_cpu_first(cfg, consumers, tmp_path):
+    consumer = consumers(cfg.replace(queue={"worker_nice": 7}), tmp_path / "worker.log")
+    wait_until(consumer.started, DEADLINE, "the worker started")
+    expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+    assert os.getpriority(os.PRIO_PROCESS, consumer.process.pid) == expected
+    assert consumer.terminate() == 0

@@ -1,0 +1,214 @@
+"""The vector index above `[embedder] ann_threshold`: approximate (HNSW), checked against
+exact search, updated as vectors arrive, persisted beside the database, rebuilt by
+`hilo rebuild`, and told of changes by a counter the triggers keep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+
+import app.ann
+from app.backup import rebuild
+from app.config import Config
+from app.datadir import DataDir
+from app import db
+from app.db import connect, migrate
+from app.vectors import VectorIndex, Owner, store_error, store_vectors
+from tests.bench.vector_index import documentation_sentences
+from tests.embedding_fixtures import local_embedder  # noqa: F401
+
+MODEL = "test-model"
+
+
+def database(root: Path) -> apsw.Connection:
+    root.mkdir(parents=True, exist_ok=True)
+    con = connect(DataDir(root).memory_db)
+    migrate(con)
+    return con
+
+
+def unit_vectors(count: int, dim: int = 32, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(count, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def store(con: apsw.Connection, first_id: int, vectors: np.ndarray, user: str = "u") -> None:
+    owners = [Owner("fact", first_id + i, user, "") for i in range(len(vectors))]
+    store_vectors(con, owners, MODEL, vectors)
+
+
+def generation(con: apsw.Connection) -> tuple[int, int]:
+    return con.execute("SELECT added, removed FROM embedding_generations WHERE user_id = 'u' "
+                       "AND model = ? AND owner_kind = 'fact'", (MODEL,)).fetchone()
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, depth: int, first_id: int = 1) -> list[int]:
+    return [first_id + int(i) for i in np.argsort(-(vectors @ query))[:depth]]
+
+
+def test_triggers_count_added_and_removed_vectors(tmp_path):
+    con = database(tmp_path)
+    store(con, 1, unit_vectors(3))
+    assert generation(con) == (3, 0)
+    store(con, 1, unit_vectors(1, seed=1))  # a replaced vector counts as removed
+    store_error(con, Owner("fact", 9, "u", ""), MODEL, "model down")  # no vector: no change
+    assert generation(con) == (4, 1)
+    con.execute("DELETE FROM embeddings WHERE owner_id = 2")
+    assert generation(con) == (4, 2)
+
+
+def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp_path,
+                                                                          monkeypatch):
+    shipped = db.available_migrations()
+    monkeypatch.setattr(db, "available_migrations",
+                        lambda: [m for m in shipped if m.name < "0010"])
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    store_error(con, Owner("fact", 999, "u", ""), MODEL, "model down")
+    monkeypatch.undo()
+    assert migrate(con) == ["0010_embedding_generations.sql"]
+    assert generation(con) == (300, 0)
+    index = VectorIndex(ann_threshold=100)
+    assert index.nearest(con, "u", MODEL, "fact", vectors[41], 1)[0][0] == 42
+    store(con, 301, unit_vectors(1, seed=9))  # the triggers count from here on
+    assert generation(con) == (301, 0)
+
+
+def test_above_the_threshold_search_is_approximate_with_recall_of_exact_search(
+        tmp_path, local_embedder):  # noqa: F811
+    con = database(tmp_path)
+    texts = documentation_sentences(320)
+    vectors = local_embedder.embed(texts)
+    queries, stored = vectors[:20], vectors[20:]
+    store(con, 1, stored)
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    assert index._block(con, "u", MODEL, "fact").ann is not None
+    recall = np.mean([
+        len({owner for owner, _ in index.nearest(con, "u", MODEL, "fact", q, 10)}
+            & set(exact_top(stored, q, 10))) / 10
+        for q in queries])
+    print(f"recall@10 against exact search on {len(stored)} MiniLM vectors: {recall:.3f}")
+    assert recall >= 0.95
+
+
+def test_vectors_stored_after_the_build_are_found(tmp_path):
+    con = database(tmp_path)
+    store(con, 1, unit_vectors(300))
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    late = unit_vectors(1, seed=5)
+    store(con, 1000, late)
+    assert index.nearest(con, "u", MODEL, "fact", late[0], 1)[0][0] == 1000
+
+
+def test_a_restart_reads_the_persisted_index_instead_of_building_it(tmp_path, monkeypatch):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    assert list(DataDir(tmp_path).vector_indexes.glob("fact-*.faiss"))
+    late = unit_vectors(1, seed=7)
+    store(con, 1000, late)  # after the file was written: read from the table at start
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was rebuilt instead of read")
+
+    monkeypatch.setattr(app.ann.HnswIndex, "build", no_build)
+    restarted = VectorIndex(ann_threshold=100)
+    assert restarted.nearest(con, "u", MODEL, "fact", late[0], 1)[0][0] == 1000
+    assert restarted.nearest(con, "u", MODEL, "fact", vectors[42], 1)[0][0] == 43
+    assert restarted._block(con, "u", MODEL, "fact").size == 301
+
+
+def test_a_replaced_vector_is_no_longer_found(tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    assert index.nearest(con, "u", MODEL, "fact", vectors[9], 1)[0][0] == 10
+    store(con, 10, -vectors[9:10])
+    assert 10 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+
+
+def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path, monkeypatch):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
+    for restarted in (index, VectorIndex(ann_threshold=100)):
+        found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+        assert 10 not in found and len(found) == 5
+        assert restarted.nearest(con, "u", MODEL, "fact", vectors[8], 1)[0][0] == 9
+
+
+def test_a_vector_forgotten_before_the_index_was_written_stays_forgotten_after_a_restart(
+        tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    index.refresh(con, "u", MODEL, "fact")
+    con.execute("DELETE FROM embeddings WHERE owner_id = 10")
+    store(con, 1000, unit_vectors(40, seed=4))  # enough new vectors to write the index again
+    index.refresh(con, "u", MODEL, "fact")
+    restarted = VectorIndex(ann_threshold=100)
+    found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert 10 not in found and len(found) == 5
+
+
+def test_a_persisted_index_missing_a_file_is_built_again(tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    for rows in DataDir(tmp_path).vector_indexes.glob("*.rows.npz"):
+        rows.unlink()
+    restarted = VectorIndex(ann_threshold=100)
+    assert restarted.nearest(con, "u", MODEL, "fact", vectors[42], 1)[0][0] == 43
+
+
+def test_an_index_file_of_another_database_is_not_used(tmp_path):
+    con = database(tmp_path / "a")
+    store(con, 1, unit_vectors(300))
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    other = database(tmp_path / "b")
+    store(other, 1, unit_vectors(300, seed=3))
+    index_dir = DataDir(tmp_path / "a").vector_indexes
+    index_dir.rename(DataDir(tmp_path / "b").vector_indexes)  # as after a restore
+    fresh = unit_vectors(300, seed=3)
+    found = VectorIndex(ann_threshold=100).nearest(other, "u", MODEL, "fact", fresh[7], 1)
+    assert found[0][0] == 8
+
+
+def test_rebuild_writes_the_approximate_indexes(tmp_path):
+    config = Config().replace(data={"dir": str(tmp_path)}, embedder={"ann_threshold": 100})
+    DataDir.of(config).init()
+    con = database(tmp_path)
+    store(con, 1, unit_vectors(300))
+    store(con, 1, unit_vectors(50, seed=2), user="small")  # below the threshold: exact
+    con.close()
+    report = rebuild(config)
+    assert report.vector_indexes == 1
+    assert len(list(DataDir(tmp_path).vector_indexes.glob("*.faiss"))) == 1
+
+
+def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    con.close()
+    index = VectorIndex(ann_threshold=100)
+    index.warm(DataDir(tmp_path).memory_db, MODEL).join(timeout=60)
+    reader = database(tmp_path)
+    monkeypatch.setattr(VectorIndex, "_read_new_rows", staticmethod(
+        lambda *args: pytest.fail("warm left rows to read")))
+    assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
