@@ -248,5 +248,5 @@ def test_rebuild_all_resets_derived_layers_but_keeps_user_facts(config, writer):
     assert counts["events"] == len(memory.event_ids)  # the source of truth is untouched
     assert "editor" not in profile_as_of(con, "ana", utc_now())  # the clearing is logged
     assert report.cleared["cards"] == 1 and report.cleared["events_reset"] == 6
-    assert counted[-1][1:] == (10, 10) and [c[1] for c in counted] == list(range(1, 11))
+    assert counted[-1][1:] == (11, 11) and [c[1] for c in counted] == list(range(1, 12))
     assert search(path, "events_fts", "zebra")

@@ -70,7 +70,7 @@ def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp
     store(con, 1, vectors)
     store_error(con, Owner("fact", 999, "u", ""), MODEL, "model down")
     monkeypatch.undo()
-    assert migrate(con) == ["0010_embedding_generations.sql"]
+    assert migrate(con)[0] == "0010_embedding_generations.sql"  # then any later one
     assert generation(con) == (300, 0)
     index = VectorIndex(ann_threshold=100)
     assert index.nearest(con, "u", MODEL, "fact", vectors[41], 1)[0][0] == 42
