@@ -212,6 +212,7 @@ class Evaluation:
     ended: float | None = None
     generated_chars: int = 0
     dropped: bool = False  # the client hung up before the reply ended
+    wants_json: bool = False  # the request asked for JSON (`format`, `response_format`)
     waited_behind: list[str] = field(default_factory=list)  # paths served while it waited
 
     @property
@@ -496,7 +497,7 @@ class FakeOllama:
             return
         name = _full_name(model)
         prompt = rendered_prompt(path, body)
-        evaluation = Evaluation(name, path, time.monotonic(), len(prompt))
+        evaluation = Evaluation(name, path, time.monotonic(), len(prompt), wants_json=_wants_json(body))
         with self._lock:
             lock = self._model_locks.setdefault(name, threading.Lock())
             self.evaluations.append(evaluation)
