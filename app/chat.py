@@ -29,7 +29,7 @@ from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
-from app.llm import ChatReply, ChatStream, ModelClient, ModelError
+from app.llm import ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, SentChat
 from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query
@@ -94,12 +94,20 @@ class Handoff(Protocol):
     the database (undistilled events, an ended session without its diary) later.
     """
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
-        """A turn's events are stored: distill them. True when the job was handed off."""
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: SentChat | None = None) -> bool:
+        """A turn's events are stored: distill them. True when the job was handed off.
+        `sent`: the model request and its reply, which the workers' learning can start
+        with to find the model's prompt cache still warm."""
         ...
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         """A session was closed: write its diary entry. True when the job was handed off."""
+        ...
+
+    def model_activity(self) -> ModelActivity | None:
+        """Where this front-end's requests to the model server are reported, so that the
+        workers' model jobs wait for the person (None: nowhere)."""
         ...
 
 
@@ -107,11 +115,15 @@ class NoHandoff:
     """Hands off nothing: the reconcile sweep of a running worker finds the work in the
     database after its grace period (a minute or two). For library use and tests."""
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: SentChat | None = None) -> bool:
         return False
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         return False
+
+    def model_activity(self) -> ModelActivity | None:
+        return None
 
 
 @dataclass
@@ -215,7 +227,8 @@ class Turn:
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)
         self.service.handoff.after_reply(self.outcome.user_event.user_id,
-                                         self.outcome.user_event.session_id, ids)
+                                         self.outcome.user_event.session_id, ids,
+                                         sent=None if interrupted else self._stream.exchange())
 
 
 class ChatService:
@@ -236,7 +249,10 @@ class ChatService:
         self.handoff: Handoff = handoff or NoHandoff()
         self._owns = (writer is None, model is None)
         self.writer = writer or Writer.from_config(config, Durability.FULL)
-        self.model = model or ModelClient.from_config(config)
+        # The person's requests to the model server are reported through the hand-off:
+        # the workers' model jobs wait while they run (workers/chat_activity.py).
+        self.model = model or ModelClient.from_config(config,
+                                                      activity=self.handoff.model_activity())
         self.embedder = make_embedder(config, client=self.model)
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)

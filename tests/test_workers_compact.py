@@ -22,7 +22,9 @@ from workers.reading import reading
 
 @pytest.fixture
 def setup(config, data_dir, writer, fake_ollama):
-    cfg = worker_config(config, fake_ollama)
+    # Chunks of four at a threshold of eight: small numbers to count cards by.
+    cfg = worker_config(config, fake_ollama).replace(
+        memory={"compaction_threshold": 8, "chunk_size": 4})
     fake_ollama.responder = scripted_model
     with ModelClient.from_config(cfg) as model:
         yield cfg, writer, model, fake_ollama

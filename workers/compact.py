@@ -24,7 +24,7 @@ from typing import Any
 import apsw
 
 from app.config import Config
-from app.llm import ModelClient
+from app.llm import ModelClient, SentChat
 from app.memory import NewCard, add_card
 from app.writer import Writer
 from workers import extractive
@@ -76,10 +76,11 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
     return rows[:size] if len(rows) >= threshold else None
 
 
-def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
+def summarise(model: ModelClient, events: list[ChunkEvent],
+              after: SentChat | None = None) -> CardText:
     lines = "\n".join(f"{LABELS.get(e.role, e.role.upper())}: {e.content[:MAX_EVENT_CHARS]}"
                       for e in events)
-    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM)
+    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after)
     return parse_card(raw, text)
 
 
