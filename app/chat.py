@@ -322,9 +322,9 @@ class ChatService:
     def _query(self, user_id: str, text: str) -> Query:
         """The turn's retrieval query, embedded when an embedder is configured."""
         if self.embedder is None:
-            return make_query(user_id, text)
+            return make_query(user_id, text, con=self.reader())
         started = time.perf_counter()
-        query = make_query(user_id, text, self.embedder)
+        query = make_query(user_id, text, self.embedder, con=self.reader())
         call = "embed" if query.vector is not None else "embed_failed"
         metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
         return query

@@ -1,11 +1,18 @@
 """Context assembly: the messages a model receives for one turn, always within budget.
 
-The system prompt carries the layers — bootstrap MEMORY.md, profile, relevant facts
-with their dates, relevant context cards, the last diary entry — then come the sliding
-window of recent events and the new user message. The budget is
-`num_ctx − reply_reserve` tokens and is never exceeded: when it is tight, layers are
-filled in a fixed priority (bootstrap, profile, window, facts, cards, diary), each
-taking whole items while they fit, so the same inputs always give the same context.
+The system prompt carries the layers — bootstrap MEMORY.md, profile, the last diary
+entry, relevant facts with their dates, relevant context cards, and as many of the
+best-ranked past messages as the budget still holds — then come the sliding window of
+recent events and the new user message. The budget is `num_ctx − reply_reserve` tokens
+and is never exceeded: layers are filled in a fixed priority (bootstrap, profile,
+window, facts, cards, diary, events), each taking whole items while they fit, so the
+same inputs always give the same context. The past messages come last in priority
+because they take whatever room is left.
+
+Layout follows the local model's prompt cache: a server re-evaluates only what follows
+the longest prefix it has seen, so the layers that stay the same from turn to turn
+(bootstrap, profile, diary) open the layers and what is retrieved for this turn (facts,
+cards, past messages) closes them.
 
 A client of `hilo serve` that sends its own history gets that history instead of the
 window, as it sent it and never cut: the layers join its system prompt (or open one)
@@ -38,20 +45,22 @@ from app.memory import (
     list_facts,
     list_profile,
 )
-from app.retrieval import Candidate, Query, make_query, search
+from app.retrieval import STREAM_DEPTH, Candidate, Query, make_query, search
 from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
     "remember when it helps; do not recite it unprompted."
 )
-PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "events", "diary")
+PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "diary", "events")
+# Where each system-prompt layer goes: stable ones first, this turn's retrieval last.
+LAYOUT = ("bootstrap", "profile", "diary", "facts", "cards", "events")
 HEADERS = {
     "bootstrap": "## What the user wants you to always know",
     "profile": "## About the user",
     "facts": "## Relevant facts (with the date they were last stated)",
     "cards": "## Summaries of earlier conversation",
-    "events": "## Earlier messages that may be related",
+    "events": "## Earlier messages that may be related (oldest first)",
     "diary": "## The previous session",
 }
 TRUNCATION_MARKER = " […]"
@@ -101,20 +110,44 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-# Raw messages quoted from the past are cut to this many characters each.
-EVENT_LINE_CHARS = 300
+# A message quoted from the past is cut to this many characters: one pasted log must not
+# take the room of a dozen messages (LoCoMo's turns: 99 % under 340 characters).
+EVENT_LINE_CHARS = 500
+# How deep the past messages are searched for quoting: first the fusion's own depth, so
+# the search shares the BM25 and vector reads of the session stream; twice that only
+# when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
+# messages). On LoCoMo (tests/bench/locomo.py, quick) context recall is 0.933 with one
+# look, 0.935 with this, 0.938 looking 100 deep every time, which costs ~2 ms a turn at
+# 10^5 events.
+QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
+LOOK_DEEPER_BELOW = 0.75
+# Less room than this many tokens holds no quoted line worth having (date, role, words).
+MIN_EVENT_LINE_TOKENS = 12
 
 
-def _event_line(con: apsw.Connection, user_id: str, event_id: int) -> str | None:
-    row = con.execute("SELECT created_at, role, content FROM events WHERE id = ? AND user_id = ?",
-                      (event_id, user_id)).fetchone()
-    if row is None:
-        return None
-    created_at, role, content = row
-    content = " ".join(content.split())
-    if len(content) > EVENT_LINE_CHARS:
-        content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-    return f"- [{created_at[:10]}] {role}: {content}"
+@dataclass(frozen=True)
+class _PastEvent:
+    id: int
+    session_id: str
+    created_at: str
+    role: str
+    content: str
+    compacted: bool
+
+    def line(self) -> str:
+        content = " ".join(self.content.split())
+        if len(content) > EVENT_LINE_CHARS:
+            content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
+        return f"- [{self.created_at[:10]}] {self.role}: {content}"
+
+
+def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
+    if not ids:
+        return {}
+    rows = con.execute(
+        "SELECT id, session_id, created_at, role, content, compacted FROM events "
+        f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
+    return {row[0]: _PastEvent(*row[:5], bool(row[5])) for row in rows}
 
 
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
@@ -140,8 +173,12 @@ class _Budget:
     def cost(self, text: str) -> int:
         return estimate_tokens(text, self.chars_per_token)
 
-    def take_section(self, name: str, header: str, lines: list[str]) -> tuple[str, LayerReport]:
-        """As many lines as fit under the header; nothing at all if not even one does."""
+    def take_section(self, name: str, header: str, lines: list[str], *,
+                     shown_in: list | None = None) -> tuple[str, LayerReport]:
+        """As many lines as fit under the header; nothing at all if not even one does.
+
+        Lines are taken in the order given (best first); with `shown_in` (one sort key
+        per line) the lines kept are shown in that order instead."""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -158,6 +195,8 @@ class _Budget:
             return "", report
         self.left -= spent
         report.included, report.tokens = len(kept), spent
+        if shown_in is not None:
+            kept = [line for _, line in sorted(zip(shown_in, kept), key=lambda pair: pair[0])]
         return block + "".join(kept), report
 
 
@@ -167,6 +206,29 @@ def _message_cost(budget: _Budget, message: dict) -> int:
     if message.get("tool_calls"):
         cost += budget.cost(str(message["tool_calls"]))
     return cost + image_count(message) * IMAGE_TOKENS
+
+
+def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
+                     window: list[Event], budget: _Budget) -> tuple[list[Candidate],
+                                                                   list[_PastEvent]]:
+    """The best-ranked past events worth quoting, best first: not in the window, and not
+    the live part of this session (its un-compacted events: the window shows the recent
+    ones, and the message being answered is among them)."""
+    if budget.left < MIN_EVENT_LINE_TOKENS:
+        return [], []
+    in_window = {e.id for e in window}
+    kept: list[Candidate] = []
+    found: dict[int, _PastEvent] = {}
+    for depth in QUOTE_DEPTHS:
+        candidates = search(con, query.user_id, query.text, "event", depth, query=query)
+        found = _past_events(con, query.user_id, [c.id for c in candidates])
+        kept = [c for c in candidates if c.id in found and c.id not in in_window
+                and (found[c.id].session_id != session_id or found[c.id].compacted)]
+        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
+                                                     for c in kept)
+        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * budget.left:
+            break
+    return kept, [found[c.id] for c in kept]
 
 
 def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
@@ -217,7 +279,7 @@ def build_context(
     past. `num_ctx` is the client's context window; `api` ("ollama" or "openai") the
     shape of the window's messages, by default the model server's.
     """
-    query = query or make_query(user_id, text)
+    query = query or make_query(user_id, text, con=con)
     model = model or config.llm.chat_model
     mem = config.memory
     reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,
@@ -282,25 +344,18 @@ def build_context(
     sections["cards"], reports["cards"] = budget.take_section(
         "cards", HEADERS["cards"], [_card_line(c) for c in cards])
 
-    # When the compiled layers know nothing relevant, quote the raw past (compacted
-    # events included), leaving out what the window already shows.
-    event_candidates: list[Candidate] = []
-    if facts_fallback and cards_fallback and mem.cards_k:
-        in_window = {e.id for e in window}
-        event_candidates = [
-            c for c in search(con, user_id, text, "event", mem.cards_k + len(in_window) + 1,
-                              query=query)
-            if c.id not in in_window][: mem.cards_k]
-    event_lines = [line for c in event_candidates
-                   if (line := _event_line(con, user_id, c.id)) is not None]
-    sections["events"], reports["events"] = budget.take_section(
-        "events", HEADERS["events"], event_lines)
-
     diary = last_diary(con, user_id, exclude_session=session_id, limit=mem.diary_k)
     sections["diary"], reports["diary"] = budget.take_section(
         "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
 
-    layers = "".join(sections[name] for name in PRIORITY if name in sections)
+    # Whatever room the compiled layers leave goes to the raw past (compacted events
+    # included), best-ranked first, shown in the order they were said.
+    event_candidates, past = _quotable_events(con, query, session_id, window, budget)
+    sections["events"], reports["events"] = budget.take_section(
+        "events", HEADERS["events"], [e.line() for e in past],
+        shown_in=[(e.created_at, e.id) for e in past])
+
+    layers = "".join(sections[name] for name in LAYOUT)
     system = ({"role": "system", "content": base + layers} if opening is None
               else with_text_appended(opening, layers))
     messages = [system, *kept_window, *tail]

@@ -29,7 +29,7 @@ from workers.inspection import QueueError, QueueView
 from workers.queue import configure as bind_queue
 from workers.queue import held_locks
 
-FTS_TABLES = ("events_fts", "cards_fts", "facts_fts")
+FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 LOW_DISK_WARN = 1 << 30
 LOW_DISK_FAIL = 100 << 20
 

@@ -219,8 +219,9 @@ def test_rebuild_restores_a_deleted_full_text_index(config, writer):
 
     assert search(path, "events_fts", "zebra") and search(path, "facts_fts", "Postgres")
     assert search(path, "cards_fts", "billing")
-    assert report.fts_tables == ["events_fts", "cards_fts", "facts_fts"] and not report.cleared
-    assert seen[-1][1:] == (3, 3)
+    assert report.fts_tables == ["events_fts", "cards_fts", "facts_fts", "event_labels_fts"]
+    assert not report.cleared
+    assert seen[-1][1:] == (4, 4)
 
 
 def test_rebuild_all_resets_derived_layers_but_keeps_user_facts(config, writer):
@@ -247,5 +248,5 @@ def test_rebuild_all_resets_derived_layers_but_keeps_user_facts(config, writer):
     assert counts["events"] == len(memory.event_ids)  # the source of truth is untouched
     assert "editor" not in profile_as_of(con, "ana", utc_now())  # the clearing is logged
     assert report.cleared["cards"] == 1 and report.cleared["events_reset"] == 6
-    assert counted[-1][1:] == (9, 9) and [c[1] for c in counted] == list(range(1, 10))
+    assert counted[-1][1:] == (10, 10) and [c[1] for c in counted] == list(range(1, 11))
     assert search(path, "events_fts", "zebra")

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.context import build_context
+from app.context import HEADERS, build_context
 from app.db import connect_readonly
 from app.events import Event, append_event
 from app.memory import set_profile, upsert_fact
@@ -47,6 +47,13 @@ def rich_memory(writer, config):
         con.execute("INSERT INTO diary (user_id, session_id, entry, created_at) VALUES "
                     "('ana', 'old', 'Ana set up the staging server and chose Postgres.', "
                     "'2026-10-20T00:00:00Z')")
+        for i in range(40):
+            con.execute(
+                "INSERT INTO events (uuid, user_id, session_id, role, content, created_at, "
+                "importance, compacted) VALUES (?, 'ana', 'old', ?, ?, ?, 0.5, 1)",
+                (f"old-{i}", "user" if i % 2 else "assistant",
+                 f"message {i} about rust, the deploy and my editor " * (i % 5 + 1),
+                 f"2026-10-{i % 28 + 1:02d}T10:00:00Z"))
     writer.submit(seed)
     return connect_readonly(writer.path)
 
@@ -202,3 +209,89 @@ def test_raw_past_events_fill_in_when_compiled_layers_know_nothing(writer, confi
     assert ctx.explain["events"][0]["id"] == old.id
     layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
     assert layers["events"] == "included"
+
+
+# -- past events: as many as fit, last in the prompt -----------------------------------------
+
+def past_events(writer, config, count: int, session: str = "old", compacted: bool = True,
+                more: str = ""):
+    events = [append_event(writer, config, "ana", session, "user" if i % 2 else "assistant",
+                           f"We talked about the garden project, part {i}{more}",
+                           created_at=f"2026-09-{i % 28 + 1:02d}T10:{i // 28:02d}:00Z")
+              for i in range(count)]
+    if compacted:
+        writer.submit(lambda con: con.execute(
+            f"UPDATE events SET compacted = 1 WHERE session_id = '{session}'"))
+    return events
+
+
+def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
+    events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 8)
+    writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
+                                          "is a vegetable patch", source="user", worker="user"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), "ana", "how is the garden project going?",
+                        session_id="new", window=[])
+    layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
+    assert layers["facts"]["status"] == "included"
+    quoted = layers["events"]["items"]
+    assert quoted > config.memory.cards_k and layers["events"]["status"] == "truncated"
+    assert ctx.tokens <= ctx.budget
+    # Nothing else would have fitted: the next line would overflow the budget.
+    shown = {e["id"] for e in ctx.explain["events"]}
+    left_out = [e for e in events if e.id not in shown]
+    assert left_out and ctx.budget - ctx.tokens < estimate_tokens(
+        f"- [2026-09-01] user: {left_out[0].content}\n") + 1
+
+
+def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config):
+    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "rust deploy editor",
+                        session_id="s", window=[], bootstrap="I am Ana.")
+    system = ctx.system_prompt
+    order = [system.index(HEADERS[name]) for name in
+             ("bootstrap", "profile", "diary", "facts", "cards", "events")]
+    assert order == sorted(order)
+    assert ctx.explain["events"], "past events were quoted"
+
+
+def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config):
+    past_events(writer, config, 10)
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), "ana", "the garden project, part 7",
+                        session_id="new", window=[])
+    lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
+    assert len(lines) == 10 and lines == sorted(lines)
+    assert ctx.explain["events"][0]["id"] != int(lines[0].split("part ")[1])  # ranked, not shown
+
+
+def test_the_live_conversation_is_not_quoted_back(writer, config):
+    earlier = past_events(writer, config, 3, session="s", compacted=True)
+    live = past_events(writer, config, 3, session="s", compacted=False)
+    asked = append_event(writer, config, "ana", "s", "user", "and the garden project?")
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), "ana", asked.content, session_id="s",
+                        window=live[-1:])
+    quoted = {e["id"] for e in ctx.explain["events"]}
+    assert quoted == {e.id for e in earlier}  # not the window, the rest of it, or the question
+
+
+def test_deterministic_with_past_events(rich_memory, config):
+    args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
+    a = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
+    b = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
+    assert a.messages == b.messages and len(a.explain["events"]) > 2
+
+
+def test_a_clients_history_gets_the_past_after_its_own_system_prompt(writer, config):
+    past_events(writer, config, 40, more=": tomatoes, beans and a pond" * 4)
+    con = connect_readonly(writer.path)
+    history = [{"role": "system", "content": "You are a gardening coach."},
+               {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+               {"role": "user", "content": "how is the garden project going?"}]
+    ctx = build_context(con, config, TokenCounter(), "ana", history[-1]["content"],
+                        session_id="new", window=[], history=history, num_ctx=2048)
+    system = ctx.messages[0]["content"]
+    assert system.startswith("You are a gardening coach.") and HEADERS["events"] in system
+    assert ctx.messages[1:] == history[1:]  # the client's messages, as sent
+    layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
+    assert layers["events"]["status"] == "truncated" and ctx.tokens <= ctx.budget

@@ -8,11 +8,13 @@ paraphrase test also runs with the real local model when the extra is installed.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from app.db import connect_readonly
 from app.events import append_event
-from app.memory import upsert_fact
+from app.memory import set_profile, upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, bm25_stream, make_query, search,
                            session_neighbours, session_stream, vector_stream)
 from app.vectors import VECTOR_INDEX
@@ -179,3 +181,93 @@ def test_one_strong_match_outranks_an_event_between_weak_ones(writer, config):
     con = connect_readonly(writer.path)
     found = session_stream(con, make_query("ana", "dog walk park"), "event", 10)
     assert found.index(ids[8]) < found.index(ids[3])
+
+
+# -- reading the question: the user's name, common words, times ------------------------------
+
+def conversation(writer, config, turns: list[tuple[str, str, str]]) -> list[int]:
+    """(role, text, created_at) turns in one session."""
+    return [append_event(writer, config, "ana", "s1", role, text, created_at=when).id
+            for role, text, when in turns]
+
+
+def name_the_user(writer, name: str) -> None:
+    writer.submit(lambda con: set_profile(con, "ana", "name", name, source="user",
+                                          worker="user"))
+
+
+def test_a_question_naming_the_user_finds_what_the_user_said(writer, config):
+    name_the_user(writer, "Caroline")
+    ids = conversation(writer, config, [
+        ("assistant", "Hey Caroline! How is the adoption research going?", "2023-05-01T10:00:00Z"),
+        ("user", "I've been looking into adoption agencies all week", "2023-05-01T10:01:00Z"),
+        ("assistant", "Caroline, that's wonderful research!", "2023-05-01T10:02:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What research did Caroline do?", con=con)
+    assert query.searched == "What research did do?"
+    assert query.labels is not None and query.labels.role == "user"
+    top = search(con, "ana", query.text, "event", 3, query=query)
+    assert top[0].id == ids[1] and "labels" in top[0].ranks
+
+
+def test_a_name_in_a_large_share_of_the_memory_is_not_searched_for(writer, config):
+    turns = [("user", f"Thanks, Mel! Talk soon about item {i}", f"2023-05-01T10:{i:02d}:00Z")
+             for i in range(60)]
+    turns.append(("assistant", "I painted a sunset over the lake", "2023-05-02T10:00:00Z"))
+    ids = conversation(writer, config, turns)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Mel paint?", con=con)
+    assert query.searched == "What did paint?"
+    assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
+    # A question of common words only keeps them: better those than nothing.
+    assert make_query("ana", "Thanks Mel", con=con).searched == "Thanks Mel"
+
+
+def test_the_query_embeds_the_words_it_searches_for(writer, config):
+    name_the_user(writer, "Caroline")
+
+    class Recording(ConceptEmbedder):
+        def embed(self, texts):
+            self.seen = list(texts)
+            return super().embed(texts)
+
+    embedder = Recording()
+    con = connect_readonly(writer.path)
+    make_query("ana", "Where did Caroline adopt her dog?", embedder, con=con)
+    assert embedder.seen == ["Where did adopt her dog?"]
+
+
+def test_a_question_naming_a_month_prefers_that_months_events(writer, config):
+    ids = conversation(writer, config, [
+        ("user", "We went camping by the river", "2023-06-10T10:00:00Z"),
+        ("user", "We went camping in the mountains", "2023-07-15T10:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    july = search(con, "ana", "Where did we go camping in July?", "event", 2)
+    june = search(con, "ana", "Where did we go camping in June?", "event", 2)
+    assert july[0].id == ids[1] and june[0].id == ids[0]
+
+
+def test_a_question_with_only_a_time_finds_the_events_of_that_time(writer, config):
+    ids = conversation(writer, config, [
+        ("user", "Booked the flights to Lisbon", "2023-04-28T10:00:00Z"),
+        ("user", "Started the pottery class", "2023-05-03T18:00:00Z"),
+        ("assistant", "Enjoy the class!", "2023-05-03T18:01:00Z"),
+        ("user", "Finished the quarterly report", "2023-06-01T09:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    found = search(con, "ana", "¿Qué hice en mayo?", "event", 5)
+    assert [c.id for c in found] == [ids[2], ids[1]]  # newest first
+    assert search(con, "ana", "What happened in August?", "event", 5) == []
+
+
+def test_relative_times_count_from_when_the_question_is_asked(writer, config):
+    ids = conversation(writer, config, [
+        ("user", "Had dinner at the Thai place", "2023-10-18T19:00:00Z"),
+        ("user", "Had dinner with my sister", "2023-10-19T19:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    asked = datetime(2023, 10, 20, 12, tzinfo=timezone.utc)
+    query = make_query("ana", "Where did I have dinner yesterday?", con=con, now=asked)
+    assert search(con, "ana", query.text, "event", 2, query=query)[0].id == ids[1]

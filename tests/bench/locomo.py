@@ -1,25 +1,46 @@
-"""LoCoMo retrieval benchmark: does Hilo find the turns that answer a question?
+"""LoCoMo benchmark: what does the model get told, and does Hilo find the turns that
+answer a question?
 
-Every turn of a LoCoMo conversation is stored as an event through Hilo's write path
-(prepare_event + insert_event on a Writer; one Hilo user per conversation, one session
-per LoCoMo session, content "[date] Speaker: text", plus "[photo: caption]" when the
-turn shared a photo, the session's date as created_at), then embedded with the local
-embedder (all-MiniLM-L6-v2) by the embed job. For each question (categories 1-4), the
-top 10 events are mapped back to their dia_ids and scored against the question's
-evidence: recall@5, recall@10 and hit@10, for
-  bm25     FTS5 BM25 alone;
-  rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
-  vector   cosine over the stored vectors alone;
-  session  the session stream alone (BM25 and vector evidence spread to the turns
-           around it in its session: not a single stream, shown for transparency);
-  fusion   every stream of app.retrieval.STREAMS fused by weighted RRF (app.retrieval.RRF_K).
-Development conversations (conv-26, 30, 41, 42, 43, 44) are where anything was tuned;
-the held-out ones (conv-47, 48, 49, 50) are reported separately, never tuned on.
+Each LoCoMo conversation becomes one Hilo user and is stored as a chat would store it
+(the product form): every turn an event through Hilo's write path (prepare_event +
+insert_event on a Writer), the speaker who opens the first session as role `user` and
+the other as `assistant`, the turn's text exactly as said, the session's start time as
+`created_at` (a second per turn keeps their order), one Hilo session per LoCoMo session,
+and the user's name in the profile (what "my name is Caroline" or `hilo memory profile
+set name Caroline` stores). Photos are left out: a chat client sends an image beside
+the text, Hilo stores the text and does not caption images, so LoCoMo's BLIP captions
+are not in what Hilo knows. The assistant has no name Hilo could know. Events are then
+embedded with the local embedder (all-MiniLM-L6-v2) by the embed job.
 
-    python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--tune]
-                                 [--no-date] [--no-captions]
+For each question (categories 1-4):
+  context  the context `build_context` gives the model (default num_ctx and budget, the
+           question as the new user message of a new session): context recall is the
+           share of the question's evidence turns whose whole text is in it; also the
+           tokens it used and its build time. "context, no embedder" is the same with
+           the vector stream silent (an embedder that is down or not configured).
+  ranking  the top 10 events mapped back to their dia_ids: recall@2, @5, @10, hit@10 for
+    bm25     FTS5 BM25 alone;
+    rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
+    vector   cosine over the stored vectors alone;
+    session  the session stream alone (BM25 and vector evidence spread to the turns
+             around it in its session: not a single stream, shown for transparency);
+    fusion   every stream of app.retrieval.STREAMS fused by weighted RRF.
+Latency is per question with a fresh Query for each method (nothing cached between
+them) and excludes embedding the question (its p50 is given separately).
 
---quick runs two development conversations and does not touch BENCHMARKS.md.
+Development conversations (conv-26, 30, 41, 42, 43, 44) are where anything was chosen;
+the held-out ones (conv-47, 48, 49, 50) are run once a change has been chosen.
+
+`--form legacy` stores the form earlier versions of this benchmark used, for comparison
+only: every turn as role `user` with content "[8 May 2023] Speaker: text [photo:
+caption]" (`--no-date`, `--no-captions` drop parts of it) and no profile.
+
+    python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--split SPLIT]
+                                 [--form product|legacy] [--no-date] [--no-captions]
+                                 [--tune]
+
+--quick runs two development conversations; neither it nor `--split development`
+touches BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -32,17 +53,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 import apsw
 
 from app.config import Config
+from app.context import build_context
 from app.db import Durability, connect_readonly
 from app.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
+from app.memory import set_profile
 from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
-                           make_query, search, session_stream, vector_stream)
+                           focus_question, search, session_stream, vector_stream)
 from app.timeutil import to_rfc3339
+from app.tokens import TokenCounter
 from app.writer import Writer
 from tests.bench.report import REPO_ROOT, emit, parser, percentile
 from workers.embed import embed_pending
@@ -53,39 +78,65 @@ HELD_OUT = ("conv-47", "conv-48", "conv-49", "conv-50")
 QUICK = ("conv-26", "conv-30")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 K = 10
-METHODS = ("bm25", "rule", "vector", "session", "fusion")
-SINGLE_STREAMS = ("bm25", "vector")
+METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fusion",
+           "fusion, no embedder")
+# These search the question as asked; the others get the product's query (make_query
+# with the memory: the user's name and common names left out, labels read).
+PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
+CONTEXTS = ("context", "context, no embedder")
+# The new user message goes to a session of its own: nothing of it is in the window.
+QUESTION_SESSION = "locomo-question"
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
 # Image captioners open with boilerplate ("a photo of ..."; LoCoMo's are BLIP's).
 _CAPTION_BOILERPLATE = re.compile(
     r"^(?:a|an)\s+(?:photo|photograph|photography|picture|image)\s+of\s+", re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class Turn:
+    dia_id: str
+    session: int
+    speaker: str
+    text: str
+    when: datetime
+    caption: str  # of the photo shared in the turn ("" if none)
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]  # dia_ids
+
+
 @dataclass
 class Conversation:
     sample_id: str
-    # dia_id, session, speaker, text, time, caption of the photo shared in the turn ("" if none)
-    turns: list[tuple[str, int, str, str, datetime, str]]
-    questions: list[tuple[str, int, set[str]]]  # question, category, evidence dia_ids
+    user: str  # the speaker who opens the first session
+    assistant: str
+    turns: list[Turn]
+    questions: list[Question]
     skipped_questions: int = 0
 
 
 @dataclass
 class Scores:
-    recall5: list[float] = field(default_factory=list)
-    recall10: list[float] = field(default_factory=list)
-    hit10: list[float] = field(default_factory=list)
+    """Per-question scores of one method; means on demand."""
 
-    def add(self, ranked: list[str], evidence: set[str]) -> None:
-        self.recall5.append(len(evidence & set(ranked[:5])) / len(evidence))
-        self.recall10.append(len(evidence & set(ranked[:10])) / len(evidence))
-        self.hit10.append(float(bool(evidence & set(ranked[:10]))))
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def add_ranking(self, ranked: list[str], evidence: frozenset[str]) -> None:
+        for k in (2, 5, 10):
+            self.values[f"recall@{k}"].append(len(evidence & set(ranked[:k])) / len(evidence))
+        self.values["hit@10"].append(float(bool(evidence & set(ranked[:10]))))
+
+    def add(self, name: str, value: float) -> None:
+        self.values[name].append(value)
 
     def summary(self) -> dict:
-        n = len(self.recall10)
-        mean = (lambda xs: round(sum(xs) / n, 3)) if n else (lambda xs: None)
-        return {"n": n, "recall@5": mean(self.recall5), "recall@10": mean(self.recall10),
-                "hit@10": mean(self.hit10)}
+        n = max((len(v) for v in self.values.values()), default=0)
+        return {"n": n, **{name: round(sum(v) / len(v), 3) if v else None
+                           for name, v in self.values.items()}}
 
 
 def parse_date(text: str) -> datetime:
@@ -111,10 +162,12 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
             start = parse_date(conv[f"session_{n}_date_time"])
             for i, turn in enumerate(conv[f"session_{n}"]):
                 # Turns a second apart keep their order within the session.
-                turns.append((turn["dia_id"], n, turn["speaker"], turn["text"],
-                              start + timedelta(seconds=i), turn.get("blip_caption") or ""))
-        known = {t[0] for t in turns}
-        c = Conversation(sample_id, turns, [])
+                turns.append(Turn(turn["dia_id"], n, turn["speaker"], turn["text"],
+                                  start + timedelta(seconds=i), turn.get("blip_caption") or ""))
+        speakers = (conv["speaker_a"], conv["speaker_b"])
+        user = turns[0].speaker
+        c = Conversation(sample_id, user, next(s for s in speakers if s != user), turns, [])
+        known = {t.dia_id for t in turns}
         for qa in raw["qa"]:
             if qa.get("category") not in CATEGORIES:
                 continue
@@ -122,30 +175,55 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
             if not evidence:
                 c.skipped_questions += 1
                 continue
-            c.questions.append((qa["question"], qa["category"], evidence))
+            c.questions.append(Question(qa["question"], qa["category"], frozenset(evidence)))
         conversations.append(c)
     return conversations
 
 
-def turn_content(speaker: str, text: str, when: datetime, index_date: bool,
-                 caption: str = "") -> str:
-    """What the user sent: the text and, for a shared photo, its caption (a chat front-end
-    would store the description its vision model gave; LoCoMo ships BLIP's)."""
-    date = f"[{when.day} {when:%B %Y}] " if index_date else ""
-    photo = f" [photo: {_CAPTION_BOILERPLATE.sub('', caption.strip())}]" if caption.strip() else ""
-    return f"{date}{speaker}: {text}{photo}"
+@dataclass(frozen=True)
+class Form:
+    """How turns are stored: as the product stores a chat, or the legacy variant."""
+
+    name: str
+    index_date: bool = True
+    captions: bool = True
+
+    @property
+    def described(self) -> str:
+        if self.name == "product":
+            return ("product: the turn's text as said; role user (the speaker who opens "
+                    "the conversation) or assistant; created_at the session's start; "
+                    "the user's name in the profile; no photo captions")
+        date = "[8 May 2023] " if self.index_date else ""
+        photo = " [photo: caption]" if self.captions else ""
+        return f"legacy: `{date}Speaker: text{photo}`, every turn role user, no profile"
+
+    def role(self, conv: Conversation, turn: Turn) -> str:
+        if self.name == "legacy":
+            return "user"
+        return "user" if turn.speaker == conv.user else "assistant"
+
+    def content(self, turn: Turn) -> str:
+        if self.name == "product":
+            return turn.text
+        when = turn.when
+        date = f"[{when.day} {when:%B %Y}] " if self.index_date else ""
+        caption = turn.caption.strip() if self.captions else ""
+        photo = f" [photo: {_CAPTION_BOILERPLATE.sub('', caption)}]" if caption else ""
+        return f"{date}{turn.speaker}: {turn.text}{photo}"
 
 
-def ingest(writer: Writer, config: Config, conv: Conversation, index_date: bool,
-           captions: bool) -> dict[int, str]:
+def ingest(writer: Writer, config: Config, conv: Conversation, form: Form) -> dict[int, str]:
     """Store every turn through the write path; returns event id -> dia_id."""
+    if form.name == "product":
+        writer.submit(lambda con: set_profile(con, conv.sample_id, "name", conv.user,
+                                              source="user", worker="user"))
     jobs = []
-    for dia_id, session, speaker, text, when, caption in conv.turns:
-        event = prepare_event(config, conv.sample_id, f"session_{session}", "user",
-                              turn_content(speaker, text, when, index_date,
-                                           caption if captions else ""),
-                              created_at=to_rfc3339(when))
-        jobs.append((dia_id, writer.submit_nowait(lambda con, e=event: insert_event(con, e))))
+    for turn in conv.turns:
+        event = prepare_event(config, conv.sample_id, f"session_{turn.session}",
+                              form.role(conv, turn), form.content(turn),
+                              created_at=to_rfc3339(turn.when))
+        jobs.append((turn.dia_id, writer.submit_nowait(lambda con, e=event: insert_event(con, e))))
     return {job.result().id: dia_id for dia_id, job in jobs}
 
 
@@ -174,49 +252,128 @@ def retrieve(con: apsw.Connection, method: str, query: Query,
                                  query=query, weights=weights)]
 
 
-def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdir: Path,
-              index_date: bool, captions: bool = True,
-              weight_sets: dict[str, dict[str, float]] | None = None) -> dict:
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def context_recall(messages: list[dict], evidence_texts: list[str]) -> float:
+    """The share of the evidence turns whose whole text is in the messages."""
+    told = "\n".join(_flat(m["content"]) for m in messages)
+    return sum(_flat(text) in told for text in evidence_texts) / len(evidence_texts)
+
+
+@dataclass
+class SplitRun:
+    """Scores by method and category (0: all), latencies by method."""
+
+    scores: dict[str, dict[int, Scores]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Scores)))
+    latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, method: str, category: int, name: str, value: float) -> None:
+        for c in (0, category):
+            self.scores[method][c].add(name, value)
+
+    def add_ranking(self, method: str, category: int, ranked: list[str],
+                    evidence: frozenset[str]) -> None:
+        for c in (0, category):
+            self.scores[method][c].add_ranking(ranked, evidence)
+
+    def summary(self, method: str) -> dict:
+        return {"overall": self.scores[method][0].summary(),
+                "categories": {CATEGORIES[c]: self.scores[method][c].summary()
+                               for c in CATEGORIES},
+                "latency_ms_p50": round(percentile(self.latency[method], 50), 2),
+                "latency_ms_p95": round(percentile(self.latency[method], 95), 2)}
+
+
+Variant = Callable[[apsw.Connection, Query], list[int]]
+
+
+def _ms(began: float) -> float:
+    return (time.perf_counter() - began) * 1000
+
+
+def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[int, str],
+                       embedder: LocalEmbedder, run: SplitRun, query_embed_ms: list[float],
+                       variants: dict[str, Variant] | None) -> None:
+    """Every question of one conversation, asked a minute after its last turn."""
     config = Config()
-    scores = {m: defaultdict(Scores) for m in METHODS}
-    latency: dict[str, list[float]] = {m: [] for m in METHODS}
-    query_embed_ms: list[float] = []
-    tuning: dict[str, Scores] = {}
-    ingest_seconds = embed_seconds = 0.0
-    turns = 0
-    with Writer(workdir / "memory.sqlite3", Durability.NORMAL) as writer:
-        dia_of: dict[int, str] = {}
+    user = conv.sample_id
+    asked_at = conv.turns[-1].when + timedelta(minutes=1)
+    stored = {dia_of[event_id]: content for event_id, content
+              in con.execute("SELECT id, content FROM events")}
+    for q in conv.questions:
         began = time.perf_counter()
-        for conv in conversations:
-            dia_of.update(ingest(writer, config, conv, index_date, captions))
+        question_vector = embedder.embed([q.text])[0]
+        query_embed_ms.append(_ms(began))
+        began = time.perf_counter()
+        searched, labels = focus_question(con, user, q.text, asked_at)
+        focus_ms = _ms(began)
+        # make_query embeds the searched words; not timed, as the question's embedding.
+        vector = (question_vector if searched == q.text else embedder.embed([searched])[0])
+
+        # A fresh Query for every method: nothing one computed may be reused by the next.
+        def plain() -> Query:
+            return Query(user, q.text, vector=question_vector, model=embedder.model)
+
+        def product(with_vector: bool = True) -> Query:
+            return Query(user, q.text, searched=searched, labels=labels,
+                         vector=vector if with_vector else None,
+                         model=embedder.model if with_vector else None)
+
+        for method in METHODS:
+            query = plain() if method in PLAIN_METHODS else product(method != "fusion, no embedder")
+            began = time.perf_counter()
+            ids = retrieve(con, method.split(",")[0], query)
+            extra = 0.0 if method in PLAIN_METHODS else focus_ms
+            run.latency[method].append(_ms(began) + extra)
+            run.add_ranking(method, q.category, [dia_of[i] for i in ids], q.evidence)
+        evidence_texts = [stored[d] for d in sorted(q.evidence)]
+        for name, with_vector in zip(CONTEXTS, (True, False)):
+            query = product(with_vector)
+            began = time.perf_counter()
+            built = build_context(con, config, TokenCounter(), user, q.text,
+                                  session_id=QUESTION_SESSION, window=[], query=query)
+            run.latency[name].append(_ms(began) + focus_ms)
+            run.add(name, q.category, "context recall",
+                    context_recall(built.messages, evidence_texts))
+            run.add(name, q.category, "tokens", built.tokens)
+            run.add(name, q.category, "events quoted", len(built.explain["events"]))
+        for name, variant in (variants or {}).items():
+            ranked = [dia_of[i] for i in variant(con, product())][:K]
+            run.add_ranking(name, q.category, ranked, q.evidence)
+
+
+def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdir: Path,
+              form: Form, variants: dict[str, Variant] | None = None) -> dict:
+    config = Config()
+    run = SplitRun()
+    query_embed_ms: list[float] = []
+    turns = 0
+    ingest_seconds = embed_seconds = embed_cpu_seconds = 0.0
+    for conv in conversations:
+        # One memory file per user, as Hilo keeps them: word statistics are the user's own.
+        path = workdir / f"{conv.sample_id}.sqlite3"
+        with Writer(path, Durability.NORMAL) as writer:
+            began = time.perf_counter()
+            dia_of = ingest(writer, config, conv, form)
+            ingest_seconds += time.perf_counter() - began
             turns += len(conv.turns)
-        ingest_seconds = time.perf_counter() - began
-        began, cpu = time.perf_counter(), time.process_time()
-        while embed_pending(writer, embedder, limit=4096, batch_size=64):
-            pass
-        embed_seconds = time.perf_counter() - began
-        embed_cpu_seconds = time.process_time() - cpu
-        con = connect_readonly(writer.path)
+            began, cpu = time.perf_counter(), time.process_time()
+            while embed_pending(writer, embedder, limit=4096, batch_size=64):
+                pass
+            embed_seconds += time.perf_counter() - began
+            embed_cpu_seconds += time.process_time() - cpu
+        con = connect_readonly(path)
         try:
-            for conv in conversations:
-                for question, category, evidence in conv.questions:
-                    began = time.perf_counter()
-                    query = make_query(conv.sample_id, question, embedder)
-                    query_embed_ms.append((time.perf_counter() - began) * 1000)
-                    for method in METHODS:
-                        began = time.perf_counter()
-                        ids = retrieve(con, method, query)
-                        latency[method].append((time.perf_counter() - began) * 1000)
-                        ranked = [dia_of[i] for i in ids]
-                        scores[method][category].add(ranked, evidence)
-                        scores[method][0].add(ranked, evidence)
-                    for name, weights in (weight_sets or {}).items():
-                        ranked = [dia_of[i] for i in retrieve(con, "fusion", query, weights)]
-                        tuning.setdefault(name, Scores()).add(ranked, evidence)
+            score_conversation(con, conv, dia_of, embedder, run, query_embed_ms, variants)
         finally:
             con.close()
     return {
         "conversations": [c.sample_id for c in conversations],
+        "roles": {c.sample_id: {"user": c.user, "assistant": c.assistant}
+                  for c in conversations},
         "turns": turns,
         "questions": sum(len(c.questions) for c in conversations),
         "skipped_questions": sum(c.skipped_questions for c in conversations),
@@ -225,108 +382,141 @@ def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdi
         "embed_ms_per_turn": round(embed_seconds * 1000 / turns, 2) if turns else None,
         "embed_cpu_seconds": round(embed_cpu_seconds, 2),
         "query_embedding_ms_p50": round(percentile(query_embed_ms, 50), 2),
-        "methods": {
-            m: {"overall": scores[m][0].summary(),
-                "categories": {CATEGORIES[c]: scores[m][c].summary() for c in CATEGORIES},
-                "latency_ms_p50": round(percentile(latency[m], 50), 2),
-                "latency_ms_p95": round(percentile(latency[m], 95), 2)}
-            for m in METHODS
-        },
-        **({"tuning": {n: t.summary() for n, t in tuning.items()}} if tuning else {}),
+        "contexts": {name: run.summary(name) for name in CONTEXTS},
+        "methods": {m: run.summary(m) for m in METHODS},
+        **({"variants": {n: run.summary(n) for n in variants}} if variants else {}),
     }
 
 
-def best_single_stream(split: dict) -> tuple[str, float]:
-    return max(((m, split["methods"][m]["overall"]["recall@10"]) for m in SINGLE_STREAMS),
-               key=lambda pair: pair[1])
+def _table(head: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ranking_rows(methods: dict) -> list[list]:
+    rows = []
+    for m, s in methods.items():
+        o = s["overall"]
+        timed = s["latency_ms_p50"] == s["latency_ms_p50"]  # not NaN: measured
+        rows.append([m, o["recall@2"], o["recall@5"], o["recall@10"], o["hit@10"],
+                     *[s["categories"][name]["recall@10"] for name in CATEGORIES.values()],
+                     *((s["latency_ms_p50"], s["latency_ms_p95"]) if timed else ("–", "–"))])
+    return rows
 
 
 def markdown(results: dict) -> str:
     parts = [
-        "Evidence recall of the top 10 events (LoCoMo categories 1-4; turn units). "
-        "Embedder: local all-MiniLM-L6-v2. Latency is per question and excludes "
-        "embedding the question (its p50 is given separately).",
-        f"Turn content: `{results['turn_content']}`. RRF k = {results['rrf_k']}; fusion "
-        f"weights: {results['weights']}; session spread: {results['session_spread']}.",
-        "Single streams: bm25, vector (rule is the reference REPL's). The session stream "
-        "is not one: it combines BM25 and vector evidence and spreads it to the turns "
-        "around each turn in its session; it carries the fusion's text evidence, so the "
-        "two are close.",
+        f"Stored form: {results['form']}.",
+        "Context recall: the share of a question's evidence turns whose whole text is in "
+        "the messages `build_context` gives the model (num_ctx "
+        f"{results['num_ctx']}, {results['budget']} tokens after the reply reserve; the "
+        "question as the new user message of a new session; no facts, cards or diary: "
+        "they need a model). R@k: evidence recall of the top k events (LoCoMo categories "
+        "1-4; turn units). Embedder: local all-MiniLM-L6-v2. Latencies are per question, "
+        "a fresh Query per method, without embedding the question (its p50 is given "
+        "separately).",
+        f"RRF k = {results['rrf_k']}; fusion weights: {results['weights']}; session "
+        f"spread: {results['session_spread']}.",
+        "Development conversations are where everything was chosen; the held-out figures "
+        "come from one run made after the choices, and nothing was changed after it.",
         "",
-        "| split | fusion R@10 | best single stream R@10 | session stream R@10 | fusion p50 ms |",
-        "|---|---|---|---|---|",
+        _table(["split", "context recall", "context tokens (mean)", "fusion R@2",
+                "fusion R@5", "fusion R@10", "BM25 R@2", "BM25 R@10", "context p50 ms",
+                "fusion p50 ms"],
+               [[split,
+                 r["contexts"]["context"]["overall"]["context recall"],
+                 r["contexts"]["context"]["overall"]["tokens"],
+                 *[r["methods"]["fusion"]["overall"][f"recall@{k}"] for k in (2, 5, 10)],
+                 r["methods"]["bm25"]["overall"]["recall@2"],
+                 r["methods"]["bm25"]["overall"]["recall@10"],
+                 r["contexts"]["context"]["latency_ms_p50"],
+                 r["methods"]["fusion"]["latency_ms_p50"]]
+                for split, r in results["splits"].items()]),
     ]
     for split, r in results["splits"].items():
-        name, best = best_single_stream(r)
-        m = r["methods"]
-        parts.append(f"| {split} | {m['fusion']['overall']['recall@10']} | {best} ({name}) | "
-                     f"{m['session']['overall']['recall@10']} | {m['fusion']['latency_ms_p50']} |")
-    for split, r in results["splits"].items():
+        roles = "; ".join(f"{c} user {v['user']}, assistant {v['assistant']}"
+                          for c, v in r["roles"].items())
+        if results["form"].startswith("legacy"):
+            roles = "every turn role user"
         parts.append(f"\n### {split}: {', '.join(r['conversations'])}\n\n"
                      f"{r['turns']:,} turns, {r['questions']:,} questions "
-                     f"({r['skipped_questions']} skipped: no usable evidence). "
+                     f"({r['skipped_questions']} skipped: no usable evidence). Roles: {roles}. "
                      f"Ingest {r['ingest_seconds']} s; embedding {r['embed_seconds']} s "
                      f"({r['embed_ms_per_turn']} ms/turn; {r['embed_cpu_seconds']} s of CPU); "
                      f"question embedding p50 {r['query_embedding_ms_p50']} ms.\n")
-        head = "| method | " + " | ".join(
-            ["overall R@5", "overall R@10", "overall hit@10",
-             *[f"{name} R@10" for name in CATEGORIES.values()], "p50 ms", "p95 ms"]) + " |"
-        rows = [head, "|" + "---|" * (head.count("|") - 1)]
-        for m, s in r["methods"].items():
-            o = s["overall"]
-            cats = [str(s["categories"][name]["recall@10"]) for name in CATEGORIES.values()]
-            rows.append(f"| {m} | {o['recall@5']} | {o['recall@10']} | {o['hit@10']} | "
-                        + " | ".join(cats) + f" | {s['latency_ms_p50']} | {s['latency_ms_p95']} |")
-        parts.append("\n".join(rows))
-        if r.get("tuning"):
-            parts.append("\nFusion weights tried (development only), overall R@10:\n")
-            parts.append("\n".join(f"- {name}: {t['recall@10']}"
-                                   for name, t in r["tuning"].items()))
+        parts.append(_table(
+            ["context", "recall", *[f"{name} recall" for name in CATEGORIES.values()],
+             "tokens (mean)", "events quoted (mean)", "build p50 ms", "build p95 ms"],
+            [[name, s["overall"]["context recall"],
+              *[s["categories"][c]["context recall"] for c in CATEGORIES.values()],
+              s["overall"]["tokens"], s["overall"]["events quoted"],
+              s["latency_ms_p50"], s["latency_ms_p95"]]
+             for name, s in r["contexts"].items()]))
+        parts.append("")
+        head = ["method", "R@2", "R@5", "R@10", "hit@10",
+                *[f"{name} R@10" for name in CATEGORIES.values()], "p50 ms", "p95 ms"]
+        parts.append(_table(head, _ranking_rows(r["methods"])))
+        if r.get("variants"):
+            parts.append("\nVariants tried (development only):\n")
+            parts.append(_table(head, _ranking_rows(r["variants"])))
     return "\n".join(parts) + "\n"
 
 
-def tuning_grid() -> dict[str, dict[str, float]]:
-    """The fusion weights (app.retrieval.WEIGHTS) and a grid around them."""
-    grid = {"chosen": dict(WEIGHTS),
-            "no session stream, BM25 1, vector 0.25 (the old fusion)": {
-                **WEIGHTS, "session": 0.0, "bm25": 1.0, "vector": 0.25}}
-    for raw in (0.0, 0.05, 0.1, 0.25, 0.5):
-        grid[f"session 1, BM25 = vector = {raw}"] = {**WEIGHTS, "bm25": raw, "vector": raw}
-    for importance, recency in ((0.0, 0.0), (0.25, 0.3), (0.25, 1.0)):
-        grid[f"importance {importance}, recency {recency}"] = {
-            **WEIGHTS, "importance": importance, "recency": recency}
-    return grid
+def tuning_variants() -> dict[str, Variant]:
+    """Fusion weights around app.retrieval.WEIGHTS."""
+    grid: dict[str, dict[str, float]] = {"chosen": dict(WEIGHTS),
+                                         "no labels stream": {**WEIGHTS, "labels": 0.0}}
+    for labels in (0.5, 2.0):
+        grid[f"labels {labels}"] = {**WEIGHTS, "labels": labels}
+    for raw in (0.0, 0.25):
+        grid[f"BM25 = vector = {raw}"] = {**WEIGHTS, "bm25": raw, "vector": raw}
+    grid["importance 0, recency 0"] = {**WEIGHTS, "importance": 0.0, "recency": 0.0}
+    return {name: (lambda con, query, w=weights: retrieve(con, "fusion", query, w))
+            for name, weights in grid.items()}
 
 
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
                    help="locomo10.json (relative paths are from the repository root)")
+    p.add_argument("--split", choices=("both", "development", "held-out"), default="both",
+                   help="which conversations (only `both` is recorded in BENCHMARKS.md)")
+    p.add_argument("--form", choices=("product", "legacy"), default="product",
+                   help="how turns are stored (legacy: the earlier benchmark's variant)")
     p.add_argument("--no-date", action="store_true",
-                   help="do not prefix each turn with its session date")
+                   help="legacy form: do not prefix each turn with its session date")
     p.add_argument("--no-captions", action="store_true",
-                   help="leave out the captions of the photos shared in turns")
+                   help="legacy form: leave out the captions of the photos shared in turns")
     p.add_argument("--tune", action="store_true",
-                   help="also score a grid of fusion weights (development conversations only)")
+                   help="also score fusion weight variants (development conversations only)")
     args = p.parse_args()
     path = args.data if args.data.is_absolute() else (REPO_ROOT / args.data).resolve()
     if not path.exists():
         raise SystemExit(f"LoCoMo data not found at {path}: pass --data PATH to locomo10.json")
-    index_date, captions = not args.no_date, not args.no_captions
-    splits = {"development": DEVELOPMENT} if not args.quick else {"development (quick)": QUICK}
-    if not args.quick:
-        splits["held out"] = HELD_OUT
+    form = Form(args.form, not args.no_date, not args.no_captions)
+    if args.quick:
+        splits = {"development (quick)": (QUICK, "development")}
+    else:
+        splits = {"development": (DEVELOPMENT, "development"),
+                  "held out": (HELD_OUT, "held-out")}
+        if args.split != "both":
+            splits = {k: v for k, v in splits.items() if v[1] == args.split}
+            args.no_write = True  # a partial run does not replace the recorded one
+    if form.name != "product":
+        args.no_write = True  # BENCHMARKS.md records the product's form
     embedder = LocalEmbedder()
     embedder.embed(["warm up"])  # model loading is not ingest time
-    content = ("[8 May 2023] " if index_date else "") + "Speaker: text" + (
-        " [photo: caption]" if captions else "")
-    results = {"k": K, "embedder": embedder.model, "turn_content": content, "rrf_k": RRF_K,
+    config = Config()
+    results = {"k": K, "embedder": embedder.model, "form": form.described,
+               "num_ctx": config.llm.num_ctx,
+               "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
                "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD), "splits": {}}
-    for name, ids in splits.items():
+    for name, (ids, role) in splits.items():
         with tempfile.TemporaryDirectory() as tmp:
-            grid = tuning_grid() if args.tune and ids != HELD_OUT else None
-            results["splits"][name] = run_split(load(path, ids), embedder, Path(tmp), index_date,
-                                                captions, grid)
+            variants = tuning_variants() if args.tune and role == "development" else None
+            split = run_split(load(path, ids), embedder, Path(tmp), form, variants)
+            results["splits"][name] = {"role": role, **split}
     emit(args, "locomo", results, markdown(results))
 
 
