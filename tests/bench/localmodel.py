@@ -7,7 +7,8 @@ request per model at a time, one KV slot per model that keeps the longest common
 of the last prompt and what was generated after it (Ollama with OLLAMA_NUM_PARALLEL=1).
 Embeddings are instant. A scripted 40-turn conversation (tests/bench/localmodel_script.py)
 is sent twice by a client that resends its whole history each turn, `--think` seconds
-after each reply:
+after each reply (and once `--pause` seconds, longer than the workers' idle gap, so they
+learn mid-conversation):
 
 - directly to the model server: the memory-less client;
 - through a real `hilo serve`, with a real `hilo worker` learning from it on the same
@@ -25,10 +26,11 @@ fact must become a distilled fact soon after the first conversation went idle; t
 worker is given time to finish what it learns from the conversation.
 
     python -m tests.bench.localmodel [--quick] [--json] [--no-write]
-        [--prompt-tps 60] [--generate-tps 15] [--think 3] [--turns 40] [--keep-logs]
+        [--prompt-tps 60] [--generate-tps 15] [--think 3] [--pause 20:45] [--turns 40] [--keep-logs]
         [--set HILO_KEY=value ...]
 
---quick: 12 turns, 1 s of thinking, the same speeds; BENCHMARKS.md is not touched.
+--quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
+touched.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ SEED_SESSION_ID = "earlier"
 TARGETS = {"new_prompt_ratio": 2.5, "ttft_ratio": 1.5, "background_per_turn": 0.5,
            "overlaps": 0, "distilled_within_s": 60.0}
 FOLLOW_UP_DELAY_S = 3.0
+# A longer pause mid-conversation (turn: seconds): longer than [queue] chat_idle_seconds,
+# so the worker learns while the conversation is still going.
+DEFAULT_PAUSES = ["20:45"]
 DISTILLED_TIMEOUT_S = 180.0
 # After the fact is distilled: wait until the worker has been quiet this long (or the cap).
 QUIET_S = 10.0
@@ -134,7 +139,8 @@ def send_turn(client: httpx.Client, url: str, history: list[dict]) -> tuple[floa
     return sent, (first or ended) - sent, ended, "".join(pieces)
 
 
-def converse(url: str, turns: list[Turn], think: float, run: Run) -> None:
+def converse(url: str, turns: list[Turn], think: float, run: Run,
+             pauses: dict[int, float]) -> None:
     history: list[dict] = []
     with httpx.Client(timeout=600) as client:
         for index, turn in enumerate(turns, 1):
@@ -143,7 +149,7 @@ def converse(url: str, turns: list[Turn], think: float, run: Run) -> None:
             history.append({"role": "assistant", "content": reply})
             run.turns.append(TurnResult(index, sent, ttft, ended))
             if index < len(turns):
-                time.sleep(think)
+                time.sleep(pauses.get(index, think))
 
 
 def attribute(fake: FakeOllama, run: Run, until: float) -> None:
@@ -191,11 +197,11 @@ def overlaps(run: Run) -> dict[str, Any]:
 # -- the memory-less client ----------------------------------------------------------------------
 
 
-def direct_run(fake: FakeOllama, turns: list[Turn], think: float) -> Run:
+def direct_run(fake: FakeOllama, turns: list[Turn], think: float, pauses: dict[int, float]) -> Run:
     fake.reset()
     fake.responder = model_reply
     run = Run("direct")
-    converse(fake.url, turns, think, run)
+    converse(fake.url, turns, think, run, pauses)
     attribute(fake, run, until=time.monotonic())
     return run
 
@@ -272,7 +278,7 @@ def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
 
 
 def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
-             settings: dict[str, str]) -> Run:
+             pauses: dict[int, float], settings: dict[str, str]) -> Run:
     fake.reset()
     fake.responder = model_reply
     config = hilo_config(root, fake)
@@ -287,7 +293,7 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
     try:
         fake.reset()  # what the start-up checks asked is not part of the conversation
         fake.responder = model_reply
-        converse(server.url, turns, think, run)
+        converse(server.url, turns, think, run, pauses)
         idle_at = run.turns[-1].ended_at
         time.sleep(max(0.0, idle_at + FOLLOW_UP_DELAY_S - time.monotonic()))
         with httpx.Client(timeout=600) as client:
@@ -377,7 +383,9 @@ def markdown(results: dict) -> str:
     speeds = results["speeds"]
     lines = [
         f"A scripted {direct['turns']}-turn conversation, the client resending its history, "
-        f"{results['think_s']} s between a reply and the next message; the fake model server "
+        f"{results['think_s']} s between a reply and the next message"
+        + "".join(f" ({s:g} s after turn {t})" for t, s in results["pauses"].items())
+        + "; the fake model server "
         f"simulates a CPU model: prompt {speeds['prompt_tps']} tokens/s, reply "
         f"{speeds['generate_tps']} tokens/s, one request per model at a time, one KV slot per "
         "model keeping the longest common prefix (Ollama with OLLAMA_NUM_PARALLEL=1); "
@@ -443,6 +451,8 @@ def main() -> None:
     p.add_argument("--generate-tps", type=float, default=15.0, help="reply tokens written per second")
     p.add_argument("--think", type=float, default=None, help="seconds between a reply and the next message")
     p.add_argument("--turns", type=int, default=None, help="turns of the conversation (at most 40)")
+    p.add_argument("--pause", action="append", default=None, metavar="TURN:SECONDS",
+                   help="a longer pause after a turn (default 20:45; none with --quick)")
     p.add_argument("--keep-logs", action="store_true", help="keep the data directory and logs")
     p.add_argument("--set", action="append", default=[], metavar="HILO_KEY=value",
                    help="a setting for serve and worker (repeatable)")
@@ -450,16 +460,18 @@ def main() -> None:
     count = args.turns or (12 if args.quick else len(TURNS))
     think = args.think if args.think is not None else (1.0 if args.quick else 3.0)
     turns = TURNS[:count]
+    pause_specs = args.pause if args.pause is not None else ([] if args.quick else DEFAULT_PAUSES)
+    pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
     settings = dict(item.split("=", 1) for item in args.set)
     fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps)).start()
     try:
-        direct = direct_run(fake, turns, think)
+        direct = direct_run(fake, turns, think, pauses)
         root = Path(tempfile.mkdtemp(prefix="hilo-bench-localmodel-"))
-        hilo = hilo_run(fake, root, turns, think, settings)
+        hilo = hilo_run(fake, root, turns, think, pauses, settings)
     finally:
         fake.stop()
     results = {
-        "quick": args.quick, "think_s": think, "settings": settings,
+        "quick": args.quick, "think_s": think, "pauses": pauses, "settings": settings,
         "speeds": {"prompt_tps": args.prompt_tps, "generate_tps": args.generate_tps},
         "direct": summary(direct), "hilo": summary(hilo),
         "direct_turns": [asdict(t) for t in direct.turns],
