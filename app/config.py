@@ -201,6 +201,11 @@ class MemoryConfig:
     bootstrap_max_tokens: int = setting(500, between(0, 100_000))
     dedupe_similarity: float = setting(0.75, between(0.1, 1))
     user_id: str = setting("default", NON_EMPTY)
+    # What is retrieved for a message after a conversation's first (facts, cards, quoted
+    # messages not shown yet), placed just before it: at most this many tokens.
+    retrieved_max_tokens: int = setting(300, between(0, 100_000))
+    # A conversation's first message gets as much memory as the budget holds.
+    fill_first_message: bool = setting(True)
 
 
 @dataclass(frozen=True)

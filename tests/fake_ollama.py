@@ -862,6 +862,12 @@ def _send_stream(
     http.end_stream()
 
 
+def _paced_by(run: ModelRun, generated: str) -> tuple:
+    """The pacing arguments of _send_stream / _send_whole: none without a simulated CPU,
+    so the default call is the plain one (tests replace _send_stream with their own)."""
+    return () if run.evaluation is None else (run, generated)
+
+
 def _shares(text: str, count: int) -> list[str]:
     """`text` cut into `count` consecutive pieces (the last takes the rest)."""
     if count <= 0:
@@ -968,16 +974,16 @@ def _chat_reply(http: _Handler, body: dict[str, Any], head: dict[str, Any], answ
             frames.append(_ndjson({**head, "message": {"role": "assistant", "content": "",
                                                        "tool_calls": _ollama_calls(answer)}, "done": False}))
         done = {**head, "message": {"role": "assistant", "content": ""}, "done": True, **stats}
-        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault, run,
-                     _generated(answer))
+        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault,
+                     *_paced_by(run, _generated(answer)))
     else:
         message: dict[str, Any] = {"role": "assistant", "content": answer.text}
         if answer.thinking:
             message["thinking"] = answer.thinking
         if answer.tool_calls:
             message["tool_calls"] = _ollama_calls(answer)
-        _send_whole(http, {**head, "message": message, "done": True, **stats}, answer.fault, run,
-                    _generated(answer))
+        _send_whole(http, {**head, "message": message, "done": True, **stats}, answer.fault,
+                    *_paced_by(run, _generated(answer)))
 
 
 def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -996,11 +1002,11 @@ def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None
             frames = [_ndjson({**head, "response": piece, "done": False})
                       for piece in _split_into_pieces(answer.text)]
             done = {**head, "response": "", "done": True, **stats}
-            _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault, run,
-                         answer.text)
+            _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault,
+                         *_paced_by(run, answer.text))
         else:
             _send_whole(http, {**head, "response": answer.text, "done": True, **stats}, answer.fault,
-                        run, answer.text)
+                        *_paced_by(run, answer.text))
 
 
 def _embeddings(
@@ -1181,7 +1187,8 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             ending.append(_sse({**chunk, "choices": [], "usage": usage}))
         ending.append(b"data: [DONE]\n\n")
         with fake.model_run(http, model, "/v1/chat/completions", body) as run:
-            _send_stream(http, "text/event-stream", frames, ending, answer.fault, run, _generated(answer))
+            _send_stream(http, "text/event-stream", frames, ending, answer.fault,
+                         *_paced_by(run, _generated(answer)))
     else:
         message: dict[str, Any] = {"role": "assistant",
                                    "content": answer.text if answer.text or not answer.tool_calls else None}
@@ -1196,7 +1203,7 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             "usage": usage,
         }
         with fake.model_run(http, model, "/v1/chat/completions", body) as run:
-            _send_whole(http, whole, answer.fault, run, _generated(answer))
+            _send_whole(http, whole, answer.fault, *_paced_by(run, _generated(answer)))
 
 
 def v1_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -1217,12 +1224,13 @@ def v1_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> No
         ending = [_sse({**head, "choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}),
                   b"data: [DONE]\n\n"]
         with fake.model_run(http, model, "/v1/completions", body) as run:
-            _send_stream(http, "text/event-stream", frames, ending, answer.fault, run, answer.text)
+            _send_stream(http, "text/event-stream", frames, ending, answer.fault,
+                         *_paced_by(run, answer.text))
     else:
         whole = {**head, "choices": [{"index": 0, "text": answer.text, "finish_reason": "stop"}],
                  "usage": usage}
         with fake.model_run(http, model, "/v1/completions", body) as run:
-            _send_whole(http, whole, answer.fault, run, answer.text)
+            _send_whole(http, whole, answer.fault, *_paced_by(run, answer.text))
 
 
 def v1_model(fake: FakeOllama, http: _Handler, body: Any, name: str) -> None:

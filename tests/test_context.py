@@ -277,8 +277,9 @@ def test_the_live_conversation_is_not_quoted_back(writer, config):
 
 def test_deterministic_with_past_events(rich_memory, config):
     args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
-    a = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
-    b = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
+    roomy = config.replace(memory={"retrieved_max_tokens": 100_000})  # many quoted events
+    a = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
+    b = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
     assert a.messages == b.messages and len(a.explain["events"]) > 2
 
 
