@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Protocol, Sequence
@@ -30,6 +32,8 @@ Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool"
 JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON value
 
 PROVIDERS = ("ollama", "openai")
+# How often a background call that must give way to a person checks whether it must.
+YIELD_CHECK_SECONDS = 0.2
 # Longest slice of a server's error body worth putting in a message.
 _EXCERPT_CHARS = 300
 
@@ -143,6 +147,11 @@ class StreamInterrupted(ModelError):
         )
         self.partial_text = partial_text
         self.reason = reason
+
+
+class ModelCallYielded(HiloError):
+    """A background call gave way to a person: the connection was cut so the model
+    server stops working on it (not a failure; the work is done later)."""
 
 
 class MalformedResponse(ModelError):
@@ -343,12 +352,59 @@ class _Transport:
         self._raise_for_status(response, f"GET {path}", model="")
         return self._decode(response, f"GET {path}")
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+    def post_json(self, path: str, body: Mapping[str, Any],
+                  yield_to: Callable[[], bool] | None = None) -> Any:
+        """POST and decode the JSON answer; with `yield_to`, on a connection of its own
+        that is cut the moment yield_to() says so (ModelCallYielded)."""
+        if yield_to is not None:
+            return self._post_yielding(path, body, yield_to)
         try:
             with self.working(path):
                 response = self._http.post(path, json=body)
         except httpx.HTTPError as exc:
             raise self._translate(exc, "") from exc
+        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+        return self._decode(response, f"POST {path}")
+
+    def _post_yielding(self, path: str, body: Mapping[str, Any],
+                       yield_to: Callable[[], bool]) -> Any:
+        # Shutting the socket down (not closing it) wakes the read blocked on it, and the
+        # server sees its client go: Ollama and llama.cpp then stop the request.
+        sockets: list[socket.socket] = []
+
+        def trace(event: str, info: dict) -> None:
+            if event == "connection.connect_tcp.complete" and info.get("return_value"):
+                sock = info["return_value"].get_extra_info("socket")
+                if sock is not None:
+                    sockets.append(sock)
+
+        answered, yielded = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            while not answered.wait(YIELD_CHECK_SECONDS):
+                if yield_to():
+                    yielded.set()
+                    for sock in sockets:
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    return
+
+        watcher = threading.Thread(target=watch, name="hilo-yield-watch", daemon=True)
+        with httpx.Client(base_url=self.url, headers=self._http.headers,
+                          timeout=self._http.timeout) as client:
+            watcher.start()
+            try:
+                response = client.post(path, json=body, extensions={"trace": trace})
+                response.read()
+            except httpx.HTTPError as exc:
+                if yielded.is_set():
+                    raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
+                raise self._translate(exc, "") from exc
+            finally:
+                answered.set()
+                watcher.join()
         self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
         return self._decode(response, f"POST {path}")
 
@@ -517,12 +573,14 @@ class _OllamaAPI:
         return _ollama_reply(data, text, model)
 
     def generate_json(
-        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         fields: dict[str, Any] = {"prompt": prompt, "format": schema, "stream": False}
         if system is not None:
             fields["system"] = system
-        data = self._transport.post_json("/api/generate", self._body(model, {"temperature": temperature}, **fields))
+        data = self._transport.post_json(
+            "/api/generate", self._body(model, {"temperature": temperature}, **fields), yield_to)
         text = _field(data, "response")
         if not isinstance(text, str):
             raise self._transport.malformed("POST /api/generate", "no response text in the reply")
@@ -619,17 +677,19 @@ class _OpenAIAPI:
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
-        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None, **fields: Any
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        yield_to: Callable[[], bool] | None = None, **fields: Any
     ) -> ChatReply:
         body = self._body(model, messages, options, stream=False, **fields)
-        data = self._transport.post_json(self._chat_path, body)
+        data = self._transport.post_json(self._chat_path, body, yield_to)
         text = _field(data, "choices", 0, "message", "content")
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
         return _openai_reply(data.get("usage") or {}, text, model, _field(data, "choices", 0, "finish_reason"))
 
     def generate_json(
-        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
             {"role": "user", "content": prompt}
@@ -638,7 +698,8 @@ class _OpenAIAPI:
             response_format: dict[str, Any] = {"type": "json_object"}
         else:
             response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
-        reply = self.chat(model, messages, {"temperature": temperature}, response_format=response_format)
+        reply = self.chat(model, messages, {"temperature": temperature}, yield_to,
+                          response_format=response_format)
         return reply.text
 
     @property
@@ -920,21 +981,27 @@ class ModelClient:
         system: str | None = None,
         temperature: float = 0.1,
         model: str | None = None,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         """The model's raw text, constrained to `schema`; parse it with parse_json_leniently.
 
         The text is returned unparsed because local models still break JSON now and
-        then, and the caller decides whether to retry or fall back.
+        then, and the caller decides whether to retry or fall back. With `yield_to`, the
+        call gives way (ModelCallYielded) the moment yield_to() says a person needs the
+        model.
         """
-        return self._api.generate_json(model or self.distill_model, prompt, schema, system, temperature)
+        return self._api.generate_json(model or self.distill_model, prompt, schema, system,
+                                       temperature, yield_to)
 
     def continue_json(self, after: SentChat, instruction: str, schema: JsonSchema, *,
-                      temperature: float = 0.1) -> str:
+                      temperature: float = 0.1,
+                      yield_to: Callable[[], bool] | None = None) -> str:
         """The model's raw JSON text for `instruction`, asked as the next message of the
         chat `after`: the same request, its reply, then the instruction, so a server
         whose KV cache still holds that chat reads only the instruction anew. The
         request keeps every field that shapes the prompt or the loaded model (tools,
-        options, keep_alive); it does not stream and does not think."""
+        options, keep_alive); it does not stream and does not think. `yield_to` as for
+        generate_json."""
         body = {k: v for k, v in after.body.items() if k not in _NOT_CONTINUED}
         body["messages"] = [*after.body.get("messages", []),
                             {"role": "assistant", "content": after.reply},
@@ -943,14 +1010,14 @@ class ModelClient:
         if after.path == "/api/chat":
             body["format"] = schema
             body["options"] = {**(after.body.get("options") or {}), "temperature": temperature}
-            data = self._transport.post_json(after.path, body)
+            data = self._transport.post_json(after.path, body, yield_to)
             text = _field(data, "message", "content")
         else:
             body["response_format"] = (
                 {"type": "json_object"} if isinstance(schema, str) else
                 {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}})
             body["temperature"] = temperature
-            data = self._transport.post_json(after.path, body)
+            data = self._transport.post_json(after.path, body, yield_to)
             text = _field(data, "choices", 0, "message", "content")
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {after.path}", "no message content in the reply")

@@ -188,7 +188,10 @@ def test_a_person_coming_back_stops_the_learning_before_the_next_call(cfg, write
     answers = iter([True, False])
     with ModelClient.from_config(cfg) as model:
         learned = learn_session(writer, model, cfg, "ana", "s1", go_on=lambda: next(answers))
-    assert learned.stopped and learned.calls == 1 and learned.cards == 1
+    assert learned.stopped and learned.calls == 1
+    # The latest turns went first; the two chunks before them wait for the next run.
+    assert [v for (v,) in query(cfg, "SELECT value FROM facts ORDER BY value")] == [
+        f"alpha{n}" for n in (10, 11, 8, 9)]
     assert scalar(cfg, "SELECT count(*) FROM events WHERE distilled_at IS NULL") == 16
 
 
@@ -224,3 +227,28 @@ def test_learning_continues_the_chat_so_the_cache_stays_warm(config, data_dir, b
     # So the model read only the question anew.
     assert learning.cached_chars >= last_chat.prompt_chars + last_chat.generated_chars
     assert sorted(v for (v,) in query(cfg, "SELECT value FROM facts")) == ["alpha1", "alpha2"]
+
+
+def test_a_learning_call_in_progress_gives_way_to_a_chat(config, data_dir, writer, bound_queue):
+    # A slow CPU: the learning call would take a minute to read its prompt.
+    with FakeOllama(cpu=CpuSpeed(prompt_tokens_per_second=20,
+                                 generate_tokens_per_second=20)) as fake:
+        cfg = scripted_queue(config.replace(queue={"chat_idle_seconds": 60.0}), fake, bound_queue)
+        for n in range(3):
+            add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n} " + "and more words " * 20)
+        activity = ChatActivity(huey, cfg.llm.url)
+        outcome: list = []
+        with ModelClient.from_config(cfg) as model:
+            learning = threading.Thread(target=lambda: outcome.append(learn_session(
+                writer, model, cfg, "ana", "s1",
+                go_on=lambda: chat_deferral(huey, cfg, cfg.llm.url, None) is None)))
+            learning.start()
+            wait_until(lambda: fake.evaluations, 10, "the learning call to reach the model")
+            activity.begin()  # the person sends a message
+            learning.join(10)
+            activity.end()
+        assert not learning.is_alive() and outcome[0].stopped and outcome[0].calls == 0
+        [call] = fake.evaluations
+        wait_until(lambda: call.ended is not None, 5, "the model to let go of the call")
+        assert call.dropped and call.first_token is None  # it stopped reading the prompt
+    assert scalar(cfg, "SELECT count(*) FROM events WHERE distilled_at IS NULL") == 6

@@ -19,7 +19,7 @@ runs found, not "the user said: check in briefly".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
@@ -76,11 +76,12 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
     return rows[:size] if len(rows) >= threshold else None
 
 
-def summarise(model: ModelClient, events: list[ChunkEvent],
-              after: SentChat | None = None) -> CardText:
+def summarise(model: ModelClient, events: list[ChunkEvent], after: SentChat | None = None,
+              yield_to: Callable[[], bool] | None = None) -> CardText:
     lines = "\n".join(f"{LABELS.get(e.role, e.role.upper())}: {e.content[:MAX_EVENT_CHARS]}"
                       for e in events)
-    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after)
+    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after,
+                         yield_to)
     return parse_card(raw, text)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
@@ -265,10 +265,10 @@ def _write(writer: Writer, config: Config, user_id: str, session_id: str,
 
 
 def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: str,
-                 session_id: str, event_ids: list[int],
-                 after: SentChat | None = None) -> DistillResult:
+                 session_id: str, event_ids: list[int], after: SentChat | None = None,
+                 yield_to: Callable[[], bool] | None = None) -> DistillResult:
     """Extract and store the turn's memory; raises ModelError / InvalidOutput to be retried.
-    `after`: a chat to ask the question after (model_output.ask_json)."""
+    `after`, `yield_to`: as model_output.ask_json takes them."""
     with reading(writer) as con:
         events = undistilled_events(con, user_id, session_id, event_ids)
     if not events:
@@ -277,7 +277,7 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
     voices = voices_of(session_id)
     if any(e.role in voices.sources for e in events):
         raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM,
-                             after)
+                             after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
     return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
 

@@ -13,7 +13,7 @@ error and then degrade — never a silent loss.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -266,16 +266,19 @@ def _detail(exc: ValidationError) -> str:
 
 
 def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any],
-             system: str | None = None, after: SentChat | None = None) -> tuple[dict | list, str]:
+             system: str | None = None, after: SentChat | None = None,
+             yield_to: Callable[[], bool] | None = None) -> tuple[dict | list, str]:
     """The parsed JSON value of the model's reply (and the raw text); InvalidOutput if none.
 
     With `after`, the question is asked as the next message of that chat, whose prompt
-    the model server's cache still holds: only the question is read anew."""
+    the model server's cache still holds: only the question is read anew. With
+    `yield_to`, the call gives way to a person (app.llm.ModelCallYielded)."""
     if after is not None:
         question = f"{system}\n\n{prompt}" if system else prompt
-        text = model.continue_json(after, question, schema, temperature=0.1)
+        text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to)
     else:
-        text = model.generate_json(prompt, schema, system=system, temperature=0.1)
+        text = model.generate_json(prompt, schema, system=system, temperature=0.1,
+                                   yield_to=yield_to)
     parsed = parse_json_leniently(text)
     if parsed is None:
         raise InvalidOutput(job, "no JSON object in the reply", text)

@@ -52,9 +52,6 @@ from app.events import append_event
 from app.memory import NewCard, add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
-    DISTILLED_KEY,
-    FOLLOW_UP,
-    FOLLOW_UP_FACT,
     SEED_CARD,
     SEED_DIARY,
     SEED_FACTS,
@@ -63,6 +60,7 @@ from tests.bench.localmodel_script import (
     SYSTEM_PROMPT,
     TURNS,
     Turn,
+    follow_up_for,
     model_reply,
 )
 from tests.bench.report import emit, parser
@@ -295,17 +293,20 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         fake.responder = model_reply
         converse(server.url, turns, think, run, pauses)
         idle_at = run.turns[-1].ended_at
+        follow_up = follow_up_for(turns)
+        run.extra["follow_up"] = follow_up.question
         time.sleep(max(0.0, idle_at + FOLLOW_UP_DELAY_S - time.monotonic()))
         with httpx.Client(timeout=600) as client:
             before = len(fake.bodies("/api/chat"))
-            send_turn(client, server.url, [{"role": "user", "content": FOLLOW_UP.user}])
+            send_turn(client, server.url, [{"role": "user", "content": follow_up.question}])
             prompts = [b for b in fake.bodies("/api/chat")[before:] if not b.get("format")]
-        follow_up_prompt = "\n".join(str(m.get("content")) for m in prompts[0]["messages"]) if prompts else ""
-        run.extra["fact_in_new_conversation"] = FOLLOW_UP_FACT in follow_up_prompt
+        asked = "\n".join(str(m.get("content")) for m in prompts[0]["messages"]) if prompts else ""
+        run.extra["fact_in_new_conversation"] = follow_up.words in asked
         deadline = idle_at + DISTILLED_TIMEOUT_S
-        while not distilled_fact(config, DISTILLED_KEY) and time.monotonic() < deadline:
+        while not distilled_fact(config, follow_up.key) and time.monotonic() < deadline:
             time.sleep(0.2)
-        found = distilled_fact(config, DISTILLED_KEY)
+        found = distilled_fact(config, follow_up.key)
+        run.extra["distilled_fact"] = follow_up.key
         run.extra["distilled_after_idle_s"] = round(time.monotonic() - idle_at, 1) if found else None
         run.extra["quiet_after_s"] = round(wait_quiet(fake, QUIET_S, QUIET_CAP_S), 1)
         run.extra["learned"] = learned(config)
@@ -422,10 +423,11 @@ def markdown(results: dict) -> str:
         f"a chat request was waiting or served; {hilo['overlaps']['chats_that_waited_for_background']} "
         f"chat requests found a background call running (longest wait "
         f"{hilo['overlaps']['longest_wait_s']} s, total {hilo['overlaps']['total_wait_s']} s); target 0.",
-        f"A new conversation {FOLLOW_UP_DELAY_S:g} s after the last reply asks about a fact of the "
-        f"first: in its prompt: **{'yes' if hilo.get('fact_in_new_conversation') else 'no'}**; a "
-        f"distilled fact {hilo.get('distilled_after_idle_s')} s after the first conversation's last "
-        f"reply (target ≤ 60 s). Learned by the end: {hilo.get('learned')}.",
+        f"A new conversation {FOLLOW_UP_DELAY_S:g} s after the last reply asks about the latest "
+        f"fact of the first (\"{hilo.get('follow_up')}\"): in its prompt: "
+        f"**{'yes' if hilo.get('fact_in_new_conversation') else 'no'}**; a distilled fact "
+        f"(`{hilo.get('distilled_fact')}`) {hilo.get('distilled_after_idle_s')} s after the first "
+        f"conversation's last reply (target ≤ 60 s). Learned by the end: {hilo.get('learned')}.",
         "",
         "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
                                 for name, ok in judged["met"].items()) + ".",

@@ -144,11 +144,30 @@ TURNS: list[Turn] = [
          "You're welcome. Good luck with the sprint."),
 ]
 
-# A new conversation, three seconds after the first ends, asks about a fact of the first.
-FOLLOW_UP = Turn("Quick one: how many attempts did we settle on for webhook retries?",
-                 "Five attempts with exponential backoff, then the dead-letter table.")
-FOLLOW_UP_FACT = "dead-letter table"  # must be in the new conversation's first prompt
-DISTILLED_KEY = "webhook retries"  # ... and a distilled fact within a bound after idle
+@dataclass(frozen=True)
+class FollowUp:
+    """A new conversation, three seconds after the first ends, asks about a fact of the
+    first: `words` must be in its first prompt, and the fact (`key`) distilled soon."""
+
+    key: str
+    question: str
+    words: str
+
+
+# By the fact's key; the bench asks about the latest of these its conversation reached.
+FOLLOW_UPS = [
+    FollowUp("webhook retries", "Quick one: how many attempts did we settle on for webhook "
+             "retries?", "dead-letter table"),
+    FollowUp("backoff base", "Quick one: which backoff base did we pick for the retries?",
+             "2 seconds"),
+    FollowUp("sprint start", "Quick one: when does our sprint start?", "the 14th"),
+]
+
+
+def follow_up_for(turns: list[Turn]) -> FollowUp:
+    """The follow-up about the latest fact the conversation stated."""
+    said = [turn.fact[1] for turn in turns if turn.fact]
+    return max((f for f in FOLLOW_UPS if f.key in said), key=lambda f: said.index(f.key))
 
 SYSTEM_PROMPT = "You are a helpful assistant for a software engineer. Answer briefly."
 
@@ -181,8 +200,8 @@ SEED_DIARY = ("Dana moved the payment webhooks to a Redis stream and fixed the f
 
 # -- the model's side ---------------------------------------------------------------------------
 
-_FACTS_BY_TEXT = {turn.user: turn.fact for turn in [*TURNS, FOLLOW_UP] if turn.fact}
-_REPLIES = {turn.user: turn.reply for turn in [*TURNS, FOLLOW_UP]}
+_FACTS_BY_TEXT = {turn.user: turn.fact for turn in TURNS if turn.fact}
+_REPLIES = {turn.user: turn.reply for turn in TURNS}
 
 
 def _schema_properties(body: dict) -> dict:
