@@ -73,6 +73,9 @@ PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "diary", "events
 LAYOUT = ("bootstrap", "profile", "diary", "facts", "cards", "events")
 # What is retrieved for one message, in the order a note shows it.
 RETRIEVED = ("facts", "cards", "events")
+# A new stretch (after a conversation's first message) leaves this share of the budget
+# free, for the turns it will hold.
+GROWTH_SHARE = 4
 # A note: memory retrieved for one message, placed just before its text.
 NOTE_OPEN, NOTE_CLOSE = "<memory>\n", "\n</memory>\n\n"
 HEADERS = {
@@ -432,6 +435,9 @@ class _Turn:
             base, user_text = self.base, text
             budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
                             + sum(_message_cost(budget, m) for m in tail))
+        # Room for the conversation to grow before the next stretch: the prompt then moves
+        # in large steps. A conversation's first message may fill it all.
+        budget.left -= 0 if first else min(max(0, budget.left), total // GROWTH_SHARE)
 
         reports: dict[str, LayerReport] = {}
         sections: dict[str, str] = {}

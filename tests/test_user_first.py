@@ -214,18 +214,26 @@ def test_learning_continues_the_chat_so_the_cache_stays_warm(config, data_dir, b
                     history.append({"role": "assistant", "content": reply["content"]})
                 last_chat = fake.evaluations[-1]
                 drain()  # the conversation is quiet: its turns are learned
+                history.append({"role": "user", "content": "What was the first code?"})
+                client.post(f"{server.url}/api/chat", json={
+                    "model": "gemma3:4b", "messages": history, "stream": False,
+                    "options": {"num_ctx": 8192}})
         finally:
             server.stop()
     [learning] = [e for e in fake.evaluations if e.wants_json]
+    next_turn = fake.evaluations[-1]
     [asked] = [b for b in fake.bodies("/api/chat") if b.get("format")]
     chats = [b for b in fake.bodies("/api/chat") if not b.get("format")]
     # The question follows the last chat as the server saw it, with the chat's own
     # options (another num_ctx would reload the model), and its reply.
-    assert asked["messages"][:-2] == chats[-1]["messages"]
-    assert asked["messages"][-2] == {"role": "assistant", "content": history[-1]["content"]}
+    assert asked["messages"][:-2] == chats[1]["messages"]  # the second turn's request
+    assert asked["messages"][-2] == {"role": "assistant", "content": history[-2]["content"]}
     assert asked["options"]["num_ctx"] == 8192
-    # So the model read only the question anew.
+    # So the model read only the question anew; and the person's next message found the
+    # chat still in the cache: only that message (and what memory it brought) was new.
     assert learning.cached_chars >= last_chat.prompt_chars + last_chat.generated_chars
+    assert next_turn.cached_chars >= last_chat.prompt_chars + last_chat.generated_chars
+    assert next_turn.new_chars < 400
     assert sorted(v for (v,) in query(cfg, "SELECT value FROM facts")) == ["alpha1", "alpha2"]
 
 
