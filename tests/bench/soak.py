@@ -211,8 +211,11 @@ def exactly_once(config: Config, acknowledged: list[int]) -> dict:
 
 
 def fresh_config(root: Path, name: str, fake: FakeOllama) -> Config:
+    # The fake model answers at once and sixteen clients keep a chat always in flight: the
+    # workers do not wait for the chat here (tests.bench.localmodel measures that wait).
     config = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=root / name).replace(
-        llm={"url": fake.url}, logging={"level": "warning", "format": "json"})
+        llm={"url": fake.url}, logging={"level": "warning", "format": "json"},
+        queue={"chat_idle_seconds": 0.0})
     DataDir.of(config).init()
     (root / f"{name}-logs").mkdir()
     return config
