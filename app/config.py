@@ -204,8 +204,9 @@ class MemoryConfig:
     # What is retrieved for a message after a conversation's first (facts, cards, quoted
     # messages not shown yet), placed just before it: at most this many tokens.
     retrieved_max_tokens: int = setting(300, between(0, 100_000))
-    # A conversation's first message gets as much memory as the budget holds.
-    fill_first_message: bool = setting(True)
+    # True: a conversation's first message gets as much memory as the budget holds (best
+    # recall; on a CPU that prompt is read at tens of tokens a second).
+    fill_first_message: bool = setting(False)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
 
 - A stretch's first turn builds the system prompt: the stable layers first (bootstrap,
   profile, diary), then what is retrieved for that message (facts, cards, past
-  messages). A conversation's first message may fill the budget (`[memory]
-  fill_first_message`); any other stretch start retrieves at most `[memory]
-  retrieved_max_tokens`. The window starts there.
+  messages), at most `[memory] retrieved_max_tokens` — or, with `[memory]
+  fill_first_message`, as much as the budget holds for a conversation's first message.
+  The window starts there.
 - The stretch's later turns keep that system prompt, word for word, and the
   conversation grows append-only: the window keeps every event since the stretch began,
   compacted into cards or not. What is retrieved for a new message — facts, cards and

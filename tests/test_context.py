@@ -226,6 +226,7 @@ def past_events(writer, config, count: int, session: str = "old", compacted: boo
 
 
 def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
+    config = config.replace(memory={"fill_first_message": True})
     events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 8)
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
                                           "is a vegetable patch", source="user", worker="user"))
@@ -245,6 +246,7 @@ def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
 
 
 def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config):
+    config = config.replace(memory={"fill_first_message": True})  # room for every layer
     ctx = build_context(rich_memory, config, TokenCounter(), "ana", "rust deploy editor",
                         session_id="s", window=[], bootstrap="I am Ana.")
     system = ctx.system_prompt

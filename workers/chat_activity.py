@@ -136,6 +136,16 @@ def last_chat(queue: Any, url: str) -> LastChat | None:
         return None
 
 
+def forget_last_chat(queue: Any, url: str | None) -> None:
+    """The server is about to read another prompt: its cache will not hold the last chat."""
+    if url is None:
+        return
+    try:
+        queue.delete(LAST_CHAT_PREFIX + server_id(url))
+    except Exception:  # a later learning call only reads more than it needed to
+        pass
+
+
 def chat_to_continue(queue: Any, config: Config, url: str | None, user_id: str,
                      session_id: str, now: float | None = None) -> SentChat | None:
     """The session's chat the server answered last, if its cache may still hold it: it

@@ -32,7 +32,12 @@ from app.vectors import pending_owners
 from app.writer import Writer
 from workers import jobs
 from workers import metrics as job_metrics
-from workers.chat_activity import chat_deferral, chat_to_continue
+from workers.chat_activity import (
+    chat_deferral,
+    chat_to_continue,
+    forget_last_chat,
+    server_id,
+)
 from workers.consolidate import consolidate as consolidate_memory
 from workers.diary import write_diary
 from workers.embed import embed_pending
@@ -55,6 +60,8 @@ from workers.scheduler import scheduler_tick
 
 log = structlog.get_logger(__name__)
 
+# A learning job that finds another learning on its model server comes back this much later.
+LEARNER_BUSY_SECONDS = 1.0
 # Where consolidate keeps the time of its last importance decay (Huey's key-value store).
 LAST_DECAY_KEY = "hilo.consolidate.last_decay_at"
 
@@ -176,12 +183,29 @@ class JobRunner:
             return
         if self._waits_for_chat(job, args, {"attempt": attempt}, since, **ids):
             return
+        if self.chat_server is None or config.queue.chat_idle_seconds <= 0:
+            self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
+            return
+        # On the chat's server, one learning run at a time (it serves one request at a
+        # time): the others come back in a moment, and each finds the prompt cache as the
+        # last one left it.
+        with exclusive(f"learn-on:{server_id(self.chat_server)}") as free:
+            if not free:
+                job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
+                return
+            self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
+
+    def _learn_locked(self, job: TaskWrapper, args: tuple, user_id: str, session_id: str,
+                      attempt: int, task: Task | None, since: float, ids: dict[str, str]) -> None:
+        config, writer = self.config, self.writer
         with exclusive(f"learn:{user_id}:{session_id}") as mine:
             if not mine:
                 # Another worker is learning this session; it takes everything still undone.
                 log.debug("learn.locked", **ids)
                 return
             after = chat_to_continue(self.queue, config, self.chat_server, user_id, session_id)
+            if after is None:  # this run's questions will take the chat's place in the cache
+                forget_last_chat(self.queue, self.chat_server)
             outcome = attempt_job(
                 config, job.func.__name__, attempt, ids,
                 work=lambda: learn_session(writer, self.learner, config, user_id, session_id,
@@ -195,8 +219,10 @@ class JobRunner:
         learned = outcome.value
         log.info("learn.done", calls=learned.calls, cards=learned.cards, facts=learned.facts,
                  events=learned.events, stopped=learned.stopped, **ids)
-        if learned.stopped:  # the person came back: the rest waits for them again
-            self._waits_for_chat(job, args, {"attempt": attempt}, since, **ids)
+        if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,
+                                                         **ids):
+            # The person came back and is already gone again: the rest now.
+            job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
         jobs.embed(user_id)  # the turns' events, and the new facts and cards
 
     def embed(self, user_id: str | None, attempt: int, task: Task | None) -> None:

@@ -312,6 +312,14 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         run.extra["learned"] = learned(config)
         # The follow-up conversation is not part of the measured one.
         attribute(fake, run, until=time.monotonic())
+        with fake._lock:
+            run.extra["after_idle"] = [  # every model call once the conversation ended
+                {"json": e.wants_json, "arrived_s": round(e.arrived - idle_at, 1),
+                 "started_s": round((e.started or e.arrived) - idle_at, 1),
+                 "ended_s": round((e.ended or time.monotonic()) - idle_at, 1),
+                 "new_tokens": e.new_tokens, "prompt_tokens": e.prompt_tokens,
+                 "dropped": e.dropped}
+                for e in fake.evaluations if e.arrived >= idle_at]
         run.chats = [c for c in run.chats if c.arrived < idle_at]
     finally:
         server.stop()
