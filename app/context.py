@@ -467,12 +467,16 @@ class _Turn:
         reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
 
         facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
-        sections["facts"], reports["facts"] = budget.take_section(
-            "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
-
         cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
-        sections["cards"], reports["cards"] = budget.take_section(
-            "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+        # With bounded room, what matched comes first: the most recent facts and cards
+        # (when none matched) take only what the past messages that matched leave.
+        later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
+                 if fallback and budget.retrieval is not None}
+        lines = {"facts": [_fact_line(f) for f in facts], "cards": [_card_line(c) for c in cards]}
+        for name in ("facts", "cards"):
+            if name not in later:
+                sections[name], reports[name] = budget.take_section(name, HEADERS[name],
+                                                                    lines[name])
 
         diary = last_diary(con, user_id, exclude_session=self.session_id, limit=mem.diary_k)
         sections["diary"], reports["diary"] = budget.take_section(
@@ -485,6 +489,8 @@ class _Turn:
         sections["events"], reports["events"] = budget.take_section(
             "events", HEADERS["events"], [e.line() for e in past],
             shown_in=[(e.created_at, e.id) for e in past])
+        for name in sorted(later):
+            sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
 
         layers = "".join(sections[name] for name in LAYOUT)
         system = ({"role": "system", "content": base + layers} if opening is None
