@@ -182,6 +182,9 @@ class JobRunner:
             jobs.embed(user_id)  # nothing to learn; the turn's events may still need vectors
             return
         if self._waits_for_chat(job, args, {"attempt": attempt}, since, **ids):
+            # The turns' vectors meanwhile: a new conversation searches them at once (the
+            # embedding model is another, quick one).
+            jobs.embed(user_id)
             return
         if self.chat_server is None or config.queue.chat_idle_seconds <= 0:
             self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
