@@ -94,8 +94,8 @@ def waiting_since(con: apsw.Connection, config: Config, user_id: str,
 def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: str,
                   session_id: str, *, go_on: Callable[[], bool] | None = None,
                   after: SentChat | None = None) -> LearnResult:
-    """Learn what the session has not: chunks (facts and card in one call), then the
-    undistilled rest. Raises ModelError / InvalidOutput to be retried; what was written
+    """Learn what the session has not: its latest turns' facts, then its chunks (facts and
+    card in one call each), then anything still undistilled. Raises ModelError / InvalidOutput to be retried; what was written
     before stays written. With `after` (the session's last chat, still in the model
     server's cache), each question is asked as the next message of that chat: the model
     reads only the question anew, and the chat's cache is still there for the person.

@@ -49,7 +49,7 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import append_event
-from app.memory import NewCard, add_diary_entry, end_session, set_profile, store_fact
+from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
     SEED_CARD,
