@@ -33,6 +33,7 @@ from app.llm import ChatReply, ChatStream, ModelActivity, ModelClient, ModelErro
 from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query
+from app.sanitize import Secret, find_secrets
 from app.tokens import TokenCounter
 from app.writer import Writer
 
@@ -170,10 +171,11 @@ class Turn:
     """
 
     def __init__(self, service: ChatService, outcome: TurnOutcome, stream: ChatStream,
-                 started: float | None = None) -> None:
+                 started: float | None = None, client: ClientChat | None = None) -> None:
         self.service = service
         self.outcome = outcome
         self._stream = stream
+        self._client = client
         self._interrupt = threading.Event()
         self._started = started or time.perf_counter()  # when the model was asked
 
@@ -228,6 +230,14 @@ class Turn:
         self._finish(self._stream.text, interrupted=self.outcome.interrupted)
         yield from held
 
+    def _secrets_sent(self) -> tuple[Secret, ...]:
+        """The secrets in the client's own messages, relayed as sent: a model may repeat
+        a piece of one, which its rule no longer recognises. (What Hilo sends of its own
+        is stored text, redacted already.)"""
+        if self._client is None:
+            return ()
+        return find_secrets("\n".join(message_text(m) for m in self._client.messages))
+
     def run(self) -> TurnOutcome:
         """Consume the whole reply; ModelError propagates after the user event is stored."""
         for _ in self:
@@ -244,7 +254,8 @@ class Turn:
         if text or tool_calls:
             self.outcome.reply_event = self.service.append(
                 self.outcome.user_event.user_id, self.outcome.user_event.session_id,
-                "assistant", text, tool_calls=tool_calls or None)
+                "assistant", text, tool_calls=tool_calls or None,
+                echoes_of=self._secrets_sent())
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
@@ -252,7 +263,16 @@ class Turn:
             ids.append(self.outcome.reply_event.id)
         self.service.handoff.after_reply(self.outcome.user_event.user_id,
                                          self.outcome.user_event.session_id, ids,
-                                         sent=None if interrupted else self._stream.exchange())
+                                         sent=self._exchange(interrupted))
+
+    def _exchange(self, interrupted: bool) -> SentChat | None:
+        """The request and the reply as stored (secrets redacted, echoes included), for
+        the workers to continue; none for a reply cut short."""
+        exchange = self._stream.exchange()
+        reply = self.outcome.reply_event
+        if interrupted or exchange is None or reply is None:
+            return None
+        return SentChat(exchange.path, exchange.body, reply.content)
 
 
 class ChatService:
@@ -410,7 +430,7 @@ class ChatService:
             self.handoff.after_reply(user_id, session_id,
                                      sorted({e.id for e in stored} | {user_event.id}))
             raise
-        return Turn(self, outcome, stream, started)
+        return Turn(self, outcome, stream, started, client)
 
     def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
         chars = sum(len(message_text(m)) for m in context.messages)

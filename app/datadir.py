@@ -187,8 +187,3 @@ def _pid_file_owner(path: Path) -> int | None:
     except PermissionError:
         return pid  # alive, owned by another user
     return pid
-
-
-# Until app/cli uses DataDir.of(config).init(): remove then.
-def init_data_dir(config: Config) -> InitReport:
-    return DataDir.of(config).init()

@@ -56,11 +56,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 QUICK_CHECK_SHOWN = 3
 
 
-# Until app/cli and app/transfer use DataDir(...).memory_db: remove then.
-def memory_db_path(data_dir: Path) -> Path:
-    return Path(data_dir) / MEMORY_DB
-
-
 def connect(path: Path, durability: Durability = Durability.NORMAL) -> apsw.Connection:
     """A read-write connection. Creates the file (not its directory) if missing."""
     con = apsw.Connection(str(path))

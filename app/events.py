@@ -20,7 +20,7 @@ import apsw
 
 from app.config import Config
 from app.errors import InvalidInput
-from app.sanitize import clean_text, redact_secrets, secret_kind
+from app.sanitize import Secret, clean_text, redact_secrets, secret_kind
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
@@ -163,7 +163,13 @@ def prepare_event(
     tool_calls: Any = None,
     created_at: datetime | str | None = None,
     importance: float | None = None,
+    echoes_of: tuple[Secret, ...] = (),
 ) -> PreparedEvent:
+    """An event ready to insert: checked, cleaned, truncated, its secrets redacted.
+
+    `echoes_of`: secrets the content may repeat in part (app.sanitize.redact_secrets),
+    e.g. those of the prompt a model's reply answers.
+    """
     _check_id("user_id", user_id)
     _check_id("session_id", session_id)
     if role not in ROLES:
@@ -184,7 +190,7 @@ def prepare_event(
     cap = config.memory.max_message_chars
     # Redact a margin past the cap so a secret straddling the cut is caught whole;
     # nothing beyond the margin can survive truncation, so it is never scanned.
-    redacted = redact_secrets(text[: cap + 4096])
+    redacted = redact_secrets(text[: cap + 4096], echoes_of=echoes_of)
     text = truncate(redacted.text, cap, length)
     original_length = length if length > cap else None
 
@@ -199,7 +205,7 @@ def prepare_event(
         if len(tool_calls_json) > MAX_TOOL_CALLS_CHARS:
             raise InvalidEvent(f"tool_calls is {len(tool_calls_json)} characters of JSON; at "
                                f"most {MAX_TOOL_CALLS_CHARS} are allowed")
-        tool_calls_json = redact_secrets(tool_calls_json).text
+        tool_calls_json = redact_secrets(tool_calls_json, echoes_of=echoes_of).text
     return PreparedEvent(
         uuid=str(uuidlib.uuid4()),
         user_id=user_id,

@@ -451,16 +451,68 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
-def redact_secrets(text: str) -> Redacted:
-    """Replace every secret in text with [REDACTED:kind]; ordinary text is unchanged."""
+@dataclass(frozen=True)
+class Secret:
+    """A secret found in a text: what it is, and its characters."""
+
+    kind: str
+    value: str
+
+
+def redact_secrets(text: str, *, echoes_of: tuple[Secret, ...] = ()) -> Redacted:
+    """Replace every secret in text with [REDACTED:kind]; ordinary text is unchanged.
+
+    `echoes_of`: secrets the text may repeat in part (a model's reply to a prompt that
+    held them). A piece of one is no longer the shape its rule knows, so any run of
+    ECHO_MIN_CHARS or more of its characters is redacted too, as its kind.
+    """
+    claimed = _findings(text)
+    if echoes_of:
+        claimed = _claim(claimed, _echoes(text, echoes_of))
+    kinds = tuple(f.kind for f in claimed if f.kind is not None)
+    return Redacted(text=_replace(text, claimed), kinds=kinds)
+
+
+def find_secrets(text: str) -> tuple[Secret, ...]:
+    """The secrets in text, in text order, each once."""
+    found = {Secret(f.kind, text[f.start:f.end]) for f in _findings(text) if f.kind is not None}
+    return tuple(sorted(found, key=lambda s: text.index(s.value)))
+
+
+def _findings(text: str) -> list[_Finding]:
     # Markers already in the text are claimed first, so redacting twice changes nothing.
     claimed = [_Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
     lowered = text.lower()
     for rule in _RULES:
         if rule.applies_to(lowered):
             claimed = _claim(claimed, rule.find(text))
-    kinds = tuple(f.kind for f in claimed if f.kind is not None)
-    return Redacted(text=_replace(text, claimed), kinds=kinds)
+    return claimed
+
+
+# Ten characters of a random token do not occur in prose by chance, and fewer give away
+# little of it.
+ECHO_MIN_CHARS = 10
+
+
+def _echoes(text: str, secrets: tuple[Secret, ...]) -> Iterator[_Finding]:
+    """Maximal runs of text made of ECHO_MIN_CHARS-long pieces of one of the secrets."""
+    pieces: dict[str, str] = {}
+    for secret in secrets:
+        for start in range(len(secret.value) - ECHO_MIN_CHARS + 1):
+            pieces.setdefault(secret.value[start:start + ECHO_MIN_CHARS], secret.kind)
+    run_start = run_end = -1
+    run_kind = ""
+    for start in range(len(text) - ECHO_MIN_CHARS + 1):
+        kind = pieces.get(text[start:start + ECHO_MIN_CHARS])
+        if kind is None:
+            continue
+        if start > run_end:
+            if run_end > run_start:
+                yield _Finding(run_start, run_end, run_kind)
+            run_start, run_kind = start, kind
+        run_end = start + ECHO_MIN_CHARS
+    if run_end > run_start:
+        yield _Finding(run_start, run_end, run_kind)
 
 
 def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Finding]:

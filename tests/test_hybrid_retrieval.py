@@ -15,8 +15,8 @@ import pytest
 from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
-from app.retrieval import (RRF_K, STREAMS, WEIGHTS, bm25_stream, make_query, search,
-                           session_neighbours, session_stream, vector_stream)
+from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
+                           search, session_neighbours, session_stream, vector_stream)
 from app.vectors import VECTOR_INDEX
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import embed_pending
@@ -181,6 +181,23 @@ def test_one_strong_match_outranks_an_event_between_weak_ones(writer, config):
     con = connect_readonly(writer.path)
     found = session_stream(con, make_query("ana", "dog walk park"), "event", 10)
     assert found.index(ids[8]) < found.index(ids[3])
+
+
+def test_a_message_that_tells_outranks_one_that_asks_with_the_same_words(writer, config):
+    asked = append_event(writer, config, "ana", "s1", "user", "What's your best camping memory?").id
+    told = append_event(writer, config, "ana", "s2", "assistant",
+                        "My best camping memory is the meteor shower we watched at the lake.").id
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "best camping memory")
+    assert bm25_stream(con, query, "event", 10) == [asked, told]  # the shorter matches better
+    assert session_stream(con, query, "event", 10)[:2] == [told, asked]
+
+
+@pytest.mark.parametrize(("text", "share"), [
+    ("What's your name?", 1.0), ("I moved here. Do you like it?", 0.5),
+    ("Great news! We got a puppy.", 0.0), ("", 0.0), ("¿Qué tal?", 1.0)])
+def test_the_share_of_a_message_that_asks(text, share):
+    assert asking_share(text) == share
 
 
 # -- reading the question: the user's name, common words, times ------------------------------

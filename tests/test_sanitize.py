@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sanitize import Redacted, redact_secrets
+from app.sanitize import Redacted, Secret, find_secrets, redact_secrets
 
 _ALNUM = string.ascii_letters + string.digits
 _UPPER_ALNUM = string.ascii_uppercase + string.digits
@@ -465,3 +465,37 @@ def test_megabyte_adversarial_input_completes(text: str) -> None:
     redacted = redact_secrets(text)
 
     assert isinstance(redacted.text, str)
+
+
+DYNATRACE = "dt0c01." + "BM506B82369LKONCRVJL2XKH" + "." + "53CW3AW62GAOE5R0SOKJD4H3H9AU" * 2 + "Q" * 8
+
+
+def test_find_secrets_names_each_secret_once_in_text_order() -> None:
+    text = f"token {DYNATRACE} and ghp_{'a1B2' * 9} then {DYNATRACE} again"
+    found = find_secrets(text)
+    assert [s.kind for s in found] == ["dynatrace_token", "github_token"]
+    assert found[0].value == DYNATRACE
+
+
+def test_a_piece_of_a_known_secret_is_redacted_as_its_kind() -> None:
+    """A model repeating the start of a token it was shown: no rule knows the piece."""
+    (secret,) = find_secrets(f"my token is {DYNATRACE}")
+    reply = f"ok: {DYNATRACE[:44]}"
+    assert redact_secrets(reply).text == reply  # the shape alone does not catch it
+    echoed = redact_secrets(reply, echoes_of=(secret,))
+    assert echoed.text == "ok: [REDACTED:dynatrace_token]"
+    assert echoed.kinds == ("dynatrace_token",)
+
+
+def test_echoes_spare_text_sharing_fewer_characters_with_the_secret() -> None:
+    secret = Secret("dynatrace_token", DYNATRACE)
+    text = f"dt0c01 is a prefix; {DYNATRACE[7:16]} is nine characters of it"
+    assert redact_secrets(text, echoes_of=(secret,)).text == text
+
+
+def test_several_echoes_of_several_secrets_are_each_redacted() -> None:
+    github = "ghp_" + "a1B2" * 9
+    secrets = find_secrets(f"{DYNATRACE} {github}")
+    text = f"a {github[5:30]} b {DYNATRACE[10:40]} c"
+    assert redact_secrets(text, echoes_of=secrets).text == \
+        "a [REDACTED:github_token] b [REDACTED:dynatrace_token] c"

@@ -253,7 +253,7 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
                      (session,))
 
     wait_until(lambda: len(replies()) >= 2, 30, "the task's turn in its session")
-    assert replies()[0] == ("user", "Summarise what I decided yesterday")
+    assert replies()[0] == ("system", "Summarise what I decided yesterday")  # instructions, not the user
     assert replies()[1][0] == "assistant"
     next_run = query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
                      (added.task.id,))[0]

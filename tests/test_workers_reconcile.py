@@ -21,7 +21,10 @@ from workers import jobs
 from workers.queue import huey
 from workers.reconcile import default_grace_seconds, find_undone_work
 
-LATER = datetime.now(timezone.utc) + timedelta(minutes=5)
+def later() -> datetime:
+    """Past the grace period of work stored just now (read when asked: the suite may run
+    for longer than the grace period before it reaches these tests)."""
+    return datetime.now(timezone.utc) + timedelta(minutes=5)
 
 
 @pytest.fixture
@@ -33,14 +36,14 @@ def cfg(config, data_dir, fake_ollama, bound_queue):
 def test_events_never_distilled_are_found_after_the_grace_period(cfg, writer):
     ids = add_turn(writer, cfg, "ana", "s1", "Remember code alpha1")
     assert find_undone_work(writer, cfg).distill == []  # still within grace: its task may be queued
-    assert find_undone_work(writer, cfg, now=LATER).distill == [("ana", "s1", ids)]
+    assert find_undone_work(writer, cfg, now=later()).distill == [("ana", "s1", ids)]
 
 
 def test_undistilled_events_are_batched_per_session(cfg, writer):
     for n in range(15):
         add_turn(writer, cfg, "ana", "s1", f"turn {n}")
     add_turn(writer, cfg, "bo", "s9", "hello")
-    work = find_undone_work(writer, cfg, grace_seconds=0, now=LATER)
+    work = find_undone_work(writer, cfg, grace_seconds=0, now=later())
     assert [(u, s, len(ids)) for u, s, ids in work.distill] == [
         ("ana", "s1", 20), ("ana", "s1", 10), ("bo", "s9", 2)]
 
@@ -57,17 +60,17 @@ def test_sessions_over_the_threshold_are_found(cfg, writer):
     for n in range(cfg.memory.compaction_threshold // 2):
         add_turn(writer, cfg, "ana", "s1", f"turn {n}")
     add_turn(writer, cfg, "ana", "s2", "short")
-    assert find_undone_work(writer, cfg, now=LATER).compact == [("ana", "s1")]
+    assert find_undone_work(writer, cfg, now=later()).compact == [("ana", "s1")]
 
 
 def test_ended_sessions_without_a_diary_are_found(cfg, writer):
     add_turn(writer, cfg, "ana", "s1", "hello")
     add_turn(writer, cfg, "ana", "s2", "hello")
     writer.submit(lambda con: end_session(con, "ana", "s1"))
-    assert find_undone_work(writer, cfg, now=LATER).diary == [("ana", "s1")]
+    assert find_undone_work(writer, cfg, now=later()).diary == [("ana", "s1")]
     jobs.diary("ana", "s1")
     drain()
-    assert find_undone_work(writer, cfg, now=LATER).diary == []
+    assert find_undone_work(writer, cfg, now=later()).diary == []
 
 
 def test_idle_sessions_are_closed_and_get_their_diary(cfg, writer):
@@ -85,9 +88,9 @@ def test_a_clean_database_has_nothing_to_redo_and_reconciling_twice_changes_noth
         jobs.distill("ana", "s1", ids)
     jobs.diary("ana", "s1")
     drain()
-    assert not find_undone_work(writer, cfg, now=LATER)
+    assert not find_undone_work(writer, cfg, now=later())
     before = snapshot(cfg)
-    find_undone_work(writer, cfg, now=LATER)
+    find_undone_work(writer, cfg, now=later())
     assert snapshot(cfg) == before
 
 

@@ -30,7 +30,8 @@ import apsw
 from app.access import TOKEN_PREFIX, token_user, tokens_in_use
 from app.api.errors import error_response
 from app.config import Config
-from app.db import connect_readonly, corrupt_memory, memory_db_path
+from app.datadir import DataDir
+from app.db import connect_readonly, corrupt_memory
 
 # Routes open without the token.
 OPEN_PATHS = frozenset({"/health"})
@@ -82,7 +83,7 @@ class Gate:
         self.token = config.server.token.encode()
         self.allowed_hosts = _patterns(config.server.allowed_hosts)
         self.allowed_origins = _patterns(config.server.allowed_origins)
-        self.db_path = memory_db_path(config.data_dir)
+        self.db_path = DataDir.of(config).memory_db
         self._local = threading.local()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:

@@ -21,6 +21,7 @@ from app.errors import HiloError
 from app.cli.memory import memory
 from app.cli.queue import queue
 from app.cli.tasks import tasks
+from app.cli.tokens import token
 
 
 class HiloGroup(Group):
@@ -65,7 +66,7 @@ def hilo() -> None:
 
 for command in (ops.init, ops.doctor, run.chat, run.serve, run.mcp, run.worker,
                 ops.backup_command, ops.restore_command, ops.rebuild_command, ops.export,
-                ops.import_command, queue, tasks, memory):
+                ops.import_command, queue, tasks, memory, token):
     hilo.add_command(command)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -140,18 +140,14 @@ def _writer(config: Config) -> Writer:
     return Writer.from_config(config, Durability.FULL)
 
 
-def _stored(config: Config, user: str, category: str, key: str, value: str,
-            as_json: bool) -> int:
-    from app.memory import get_fact, store_fact
-
+def _edited(config: Config, write: Callable[[Any], Any], as_json: bool) -> int:
+    """Run the user's edit (app/memory/edits.py, as the HTTP API and MCP do) and say it."""
     with _writer(config) as writer:
-        written = writer.submit(lambda con: store_fact(
-            con, user, category, key, value, source="user", worker="user",
-            similarity=config.memory.dedupe_similarity))
-    fact = get_fact(open_memory(config), user, written.fact_id) if written.fact_id else None
-    emit(as_json, {"action": written.action, "fact": asdict(fact) if fact else None},
-         lambda: print(f"{written.action.capitalize()}: {fact_row(fact)}" if fact
-                       else f"Nothing stored ({written.action})"))
+        edited = writer.submit(write)
+    fact = edited.fact
+    emit(as_json, {"action": edited.action, "fact": asdict(fact) if fact else None},
+         lambda: print(f"{edited.action.capitalize()}: {fact_row(fact)}" if fact
+                       else f"Nothing stored ({edited.action})"))
     return 0
 
 
@@ -166,7 +162,11 @@ def _stored(config: Config, user: str, category: str, key: str, value: str,
 def add(config: Config, category: str, key: str, value: str, user: str | None,
         as_json: bool) -> int:
     """add a fact, or a new value for its key"""
-    return _stored(config, user or config.memory.user_id, category, key, value, as_json)
+    from app.memory import remember_fact
+
+    user = user or config.memory.user_id
+    return _edited(config, lambda con: remember_fact(
+        con, user, category, key, value, similarity=config.memory.dedupe_similarity), as_json)
 
 
 @memory.command("edit")
@@ -180,14 +180,10 @@ def edit(config: Config, fact_id: int, value: str, user: str | None, as_json: bo
 
     FACT_ID: the id shown by `hilo memory facts`
     """
-    from app.memory import get_fact
+    from app.memory import correct_fact
 
     user = user or config.memory.user_id
-    fact = get_fact(open_memory(config), user, fact_id)
-    if fact is None or fact.superseded_at or fact.deleted_at:
-        raise CommandError(f"no current fact #{fact_id} (see: hilo memory facts)",
-                           command="memory edit")
-    return _stored(config, user, fact.category, fact.key, value, as_json)
+    return _edited(config, lambda con: correct_fact(con, user, fact_id, value), as_json)
 
 
 @memory.command("forget")

@@ -346,16 +346,11 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
     """
     folder = Path(folder)
     for directory, kind in ((CARDS_DIR, "card"), (FACTS_DIR, "fact")):
-        for item in _folder_files(folder, directory):
+        for item in _front_matter_files(folder, directory):
             if isinstance(item, Problem):
                 yield item
                 continue
-            where, file = item
-            try:
-                head, body = split_front_matter(file.text)
-            except (ValueError, yaml.YAMLError) as exc:
-                yield _problem(where, f"unreadable front-matter: {exc}")
-                continue
+            where, file, head, body = item
             modified = to_rfc3339(datetime.fromtimestamp(file.modified, timezone.utc))
             record = {"source": "user", "created_at": modified, **head, "type": kind,
                       "_where": where}
@@ -375,7 +370,18 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
             yield item
         else:
             yield from _parse_diary(item[1].text, item[0])
-    for item in _folder_files(folder, TASKS_DIR):
+    for item in _front_matter_files(folder, TASKS_DIR):
+        if isinstance(item, Problem):
+            yield item
+            continue
+        where, _, head, body = item
+        yield {**head, "type": "task", "prompt": body.strip(), "_where": where}
+
+
+def _front_matter_files(folder: Path, directory: str) -> Iterator[Any]:
+    """Each file of `directory` as (where, file, front matter, body), or the Problem
+    that kept it out (a link, an oversized file, unreadable front matter)."""
+    for item in _folder_files(folder, directory):
         if isinstance(item, Problem):
             yield item
             continue
@@ -385,4 +391,4 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
         except (ValueError, yaml.YAMLError) as exc:
             yield _problem(where, f"unreadable front-matter: {exc}")
             continue
-        yield {**head, "type": "task", "prompt": body.strip(), "_where": where}
+        yield where, file, head, body

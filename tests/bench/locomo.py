@@ -63,6 +63,7 @@ from app.db import Durability, connect_readonly
 from app.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
+from app import retrieval
 from app.memory import set_profile
 from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
                            focus_question, search, session_stream, vector_stream)
@@ -417,7 +418,8 @@ def markdown(results: dict) -> str:
         "a fresh Query per method, without embedding the question (its p50 is given "
         "separately).",
         f"RRF k = {results['rrf_k']}; fusion weights: {results['weights']}; session "
-        f"spread: {results['session_spread']}.",
+        f"spread: {results['session_spread']}; a message's own evidence where it asks: "
+        f"{results['asking_weight']}.",
         "Development conversations are where everything was chosen; the held-out figures "
         "come from one run made after the choices, and nothing was changed after it.",
         "",
@@ -472,8 +474,22 @@ def tuning_variants() -> dict[str, Variant]:
     for raw in (0.0, 0.25):
         grid[f"BM25 = vector = {raw}"] = {**WEIGHTS, "bm25": raw, "vector": raw}
     grid["importance 0, recency 0"] = {**WEIGHTS, "importance": 0.0, "recency": 0.0}
-    return {name: (lambda con, query, w=weights: retrieve(con, "fusion", query, w))
-            for name, weights in grid.items()}
+    variants: dict[str, Variant] = {
+        name: (lambda con, query, w=weights: retrieve(con, "fusion", query, w))
+        for name, weights in grid.items()}
+    for asking in (1.0, 0.0):
+        variants[f"messages that ask weigh {asking}"] = (
+            lambda con, query, a=asking: _with_asking_weight(a, con, query))
+    return variants
+
+
+def _with_asking_weight(weight: float, con: apsw.Connection, query: Query) -> list[int]:
+    chosen = retrieval.ASKING_WEIGHT
+    retrieval.ASKING_WEIGHT = weight
+    try:
+        return retrieve(con, "fusion", query)
+    finally:
+        retrieval.ASKING_WEIGHT = chosen
 
 
 def main() -> None:
@@ -511,7 +527,8 @@ def main() -> None:
     results = {"k": K, "embedder": embedder.model, "form": form.described,
                "num_ctx": config.llm.num_ctx,
                "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
-               "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD), "splits": {}}
+               "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
+               "asking_weight": retrieval.ASKING_WEIGHT, "splits": {}}
     for name, (ids, role) in splits.items():
         with tempfile.TemporaryDirectory() as tmp:
             variants = tuning_variants() if args.tune and role == "development" else None

@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from app.access import AccessError, issue_token, list_tokens, revoke_token, token_user
-from app.db import MIGRATIONS_TABLE, connect, connect_readonly, memory_db_path, migrate
+from app.datadir import DataDir
+from app.db import MIGRATIONS_TABLE, connect, connect_readonly, migrate
 from tests.test_api_support import HiloServer, hilo, serve  # noqa: F401 — the fixture
 
 SHARED = "shared-secret-token"
@@ -103,9 +104,9 @@ def test_the_shared_token_still_lets_the_header_choose_the_user(config, data_dir
 def test_a_token_is_stored_hashed_and_listed_by_its_prefix(config, writer) -> None:
     issued = issue_token(writer, "ana", "phone")
 
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     assert issued.token.startswith("hilo_") and len(issued.token) > 40
-    assert issued.token.encode() not in memory_db_path(config.data_dir).read_bytes()
+    assert issued.token.encode() not in DataDir.of(config).memory_db.read_bytes()
     assert all(issued.token not in str(row) for row in con.execute("SELECT * FROM access_tokens"))
     [listed] = list_tokens(con)
     assert (listed.user_id, listed.name, listed.prefix) == ("ana", "phone", issued.token[:11])
@@ -119,7 +120,7 @@ def test_revoking_by_prefix_and_unknown_tokens(config, writer) -> None:
     assert revoke_token(writer, issued.record.prefix).id == issued.record.id
     with pytest.raises(AccessError, match="no token 'hilo_nope'"):
         revoke_token(writer, "hilo_nope")
-    con = connect_readonly(memory_db_path(config.data_dir))
+    con = connect_readonly(DataDir.of(config).memory_db)
     assert list_tokens(con) == []
     assert len(list_tokens(con, include_revoked=True)) == 1
 
@@ -133,7 +134,7 @@ def test_a_token_for_a_bad_user_id_is_refused(writer, user: str) -> None:
 def test_a_database_migrated_past_the_tokens_number_still_gets_their_table(config, data_dir) -> None:
     # Migrations are applied by name, so one numbered below the newest applied (a gap
     # filled by a later release) is applied on the next start.
-    con = connect(memory_db_path(config.data_dir))
+    con = connect(DataDir.of(config).memory_db)
     migrate(con)
     con.execute("DROP TABLE access_tokens")
     con.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = '0006_access_tokens.sql'")
