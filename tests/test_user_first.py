@@ -65,7 +65,9 @@ def test_a_model_job_never_starts_while_a_chat_request_is_in_flight(cfg, writer,
                      "messages": [{"role": "user", "content": "what next?"}]},
             "timeout": 30})
         chat.start()
-        wait_until(lambda: read_activity(huey, cfg.llm.url).in_flight == 1, 10, "the chat in flight")
+        # The reply is being written (the query's embedding, before it, counts too).
+        wait_until(lambda: fake_ollama.bodies("/api/chat"), 10, "the chat to reach the model")
+        assert read_activity(huey, cfg.llm.url).in_flight == 1
 
         huey.execute(huey.dequeue())  # the turn's distill: it waits instead
         assert learning_calls(fake_ollama) == 0
