@@ -17,6 +17,7 @@ import pytest
 from app.llm import ModelClient
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.test_api_support import HiloServer
+from tests.test_queue_ops import as_json, hilo_queue
 from tests.test_workers_support import (  # noqa: F401 — bound_queue is a fixture
     add_turn,
     bound_queue,
@@ -165,8 +166,13 @@ def test_queue_status_says_whether_model_jobs_wait(cfg):
     activity.begin()
     wait = QueueView(cfg).status().chat_wait
     assert wait.waiting and wait.in_flight == 1 and wait.server == cfg.llm.url
+    _, out, _ = hilo_queue(cfg, "status")
+    assert ("Model jobs: waiting for the chat — 1 chat request(s) in flight; they start when "
+            f"{cfg.llm.url} has served no chat request for {IDLE:g} s") in " ".join(out.split())
     activity.end()
     assert "ended" in QueueView(cfg).status().chat_wait.reason
+    _, doc = as_json(cfg, "status")
+    assert doc["chat_wait"]["waiting"] and doc["chat_wait"]["in_flight"] == 0
 
 
 # -- learning a conversation together -------------------------------------------------------------
