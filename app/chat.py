@@ -24,12 +24,13 @@ import apsw
 
 from app.chat_formats import ClientChat, ReplyRecord, events_as_messages, message_text
 from app.config import Config
-from app.context import BuiltContext, build_context, read_bootstrap
+from app.context import BuiltContext, ContextPlan, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
-from app.llm import ChatReply, ChatStream, ModelClient, ModelError, ToolSpec
+from app.llm import (ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, SentChat,
+                     ToolSpec)
 from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query
@@ -74,18 +75,43 @@ class WorkingMemory:
             if not events or events[-1].id < event.id:
                 events.append(event)
 
-    def window(self, con: apsw.Connection, user_id: str, session_id: str) -> list[Event]:
-        """The session's un-compacted recent events, oldest first."""
+    def window(self, con: apsw.Connection, user_id: str, session_id: str,
+               since: int | None = None) -> list[Event] | None:
+        """The session's un-compacted recent events, oldest first. With `since`, every
+        event from that id on, compacted or not (a stretch's window: app/context.py), or
+        None when the working memory no longer reaches back that far."""
+        with self._lock:
+            events = list(self._get(con, user_id, session_id))
+        if since is not None:
+            if not events or events[0].id > since:
+                return None
+            return [e for e in events if e.id >= since]
         row = con.execute(
             "SELECT max(id) FROM events WHERE user_id = ? AND session_id = ? AND compacted = 1",
             (user_id, session_id),
         ).fetchone()
         compacted_upto = row[0] or 0
+        return [e for e in events if e.id > compacted_upto]
+
+
+class ContextPlans:
+    """Each session's ContextPlan (app/context.py) between its turns, in RAM: lost, a
+    session's next turn starts a new stretch. The least recently used go first."""
+
+    def __init__(self) -> None:
+        self._plans: OrderedDict[tuple[str, str], ContextPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, session_id: str) -> ContextPlan | None:
         with self._lock:
-            events = self._get(con, user_id, session_id)
-            while events and events[0].id <= compacted_upto:
-                events.popleft()
-            return list(events)
+            return self._plans.get((user_id, session_id))
+
+    def put(self, user_id: str, session_id: str, plan: ContextPlan) -> None:
+        with self._lock:
+            self._plans[(user_id, session_id)] = plan
+            self._plans.move_to_end((user_id, session_id))
+            while len(self._plans) > MAX_CACHED_SESSIONS:
+                self._plans.popitem(last=False)
 
 
 class Handoff(Protocol):
@@ -96,12 +122,20 @@ class Handoff(Protocol):
     the database (undistilled events, an ended session without its diary) later.
     """
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
-        """A turn's events are stored: distill them. True when the job was handed off."""
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: SentChat | None = None) -> bool:
+        """A turn's events are stored: distill them. True when the job was handed off.
+        `sent`: the model request and its reply, which the workers' learning can start
+        with to find the model's prompt cache still warm."""
         ...
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         """A session was closed: write its diary entry. True when the job was handed off."""
+        ...
+
+    def model_activity(self) -> ModelActivity | None:
+        """Where this front-end's requests to the model server are reported, so that the
+        workers' model jobs wait for the person (None: nowhere)."""
         ...
 
 
@@ -109,11 +143,15 @@ class NoHandoff:
     """Hands off nothing: the reconcile sweep of a running worker finds the work in the
     database after its grace period (a minute or two). For library use and tests."""
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: SentChat | None = None) -> bool:
         return False
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         return False
+
+    def model_activity(self) -> ModelActivity | None:
+        return None
 
 
 @dataclass
@@ -168,17 +206,18 @@ class Turn:
     def __iter__(self) -> Iterator[Any]:
         """Text pieces; for a relayed request, the bytes to pass on to the client.
 
-        A relayed reply's last piece goes only once the reply is stored: a client that
-        sends its next message the moment the reply ends finds it already remembered.
+        A relayed reply's end (the pieces from the one where the model says it is done)
+        goes only once the reply is stored: a client that sends its next message the
+        moment the reply ends finds it already remembered. Every piece before it goes
+        as it arrives, the first one included.
         """
-        relayed = self._stream.record is not None
-        held: Any = None
+        record = self._stream.record
+        held: list[Any] = []
         try:
             for piece in self._stream:
-                if relayed:
-                    piece, held = held, piece
-                    if piece is None:
-                        continue
+                if record is not None and (held or record.finished or record.done_reason):
+                    held.append(piece)
+                    continue
                 yield piece
                 if self._interrupt.is_set():
                     self.outcome.interrupted = True
@@ -187,8 +226,7 @@ class Turn:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             self.outcome.error = exc
             self._finish(self._stream.text, interrupted=True)
-            if held is not None:
-                yield held
+            yield from held
             raise
         except (KeyboardInterrupt, GeneratorExit):
             self.outcome.interrupted = True
@@ -197,8 +235,7 @@ class Turn:
         finally:
             self._stream.close()
         self._finish(self._stream.text, interrupted=self.outcome.interrupted)
-        if held is not None:
-            yield held
+        yield from held
 
     def _secrets_sent(self) -> tuple[Secret, ...]:
         """The secrets in the client's own messages, relayed as sent: a model may repeat
@@ -232,7 +269,17 @@ class Turn:
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)
         self.service.handoff.after_reply(self.outcome.user_event.user_id,
-                                         self.outcome.user_event.session_id, ids)
+                                         self.outcome.user_event.session_id, ids,
+                                         sent=self._exchange(interrupted))
+
+    def _exchange(self, interrupted: bool) -> SentChat | None:
+        """The request and the reply as stored (secrets redacted, echoes included), for
+        the workers to continue; none for a reply cut short."""
+        exchange = self._stream.exchange()
+        reply = self.outcome.reply_event
+        if interrupted or exchange is None or reply is None:
+            return None
+        return SentChat(exchange.path, exchange.body, reply.content)
 
 
 class ChatService:
@@ -253,11 +300,15 @@ class ChatService:
         self.handoff: Handoff = handoff or NoHandoff()
         self._owns = (writer is None, model is None)
         self.writer = writer or Writer.from_config(config, Durability.FULL)
-        self.model = model or ModelClient.from_config(config)
+        # The person's requests to the model server are reported through the hand-off:
+        # the workers' model jobs wait while they run (workers/chat_activity.py).
+        self.model = model or ModelClient.from_config(config,
+                                                      activity=self.handoff.model_activity())
         self.embedder = make_embedder(config, client=self.model)
         VECTOR_INDEX.ann_threshold = config.embedder.ann_threshold
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)
+        self.plans = ContextPlans()
         self._local = threading.local()
 
     def close(self) -> None:
@@ -310,16 +361,22 @@ class ChatService:
     def build_context(self, user_id: str, session_id: str, text: str, *,
                       client_system: str | None = None, model: str | None = None,
                       before_event_id: int | None = None,
-                      client: ClientChat | None = None) -> BuiltContext:
+                      client: ClientChat | None = None, turn: bool = False) -> BuiltContext:
         """The context for `text`; with before_event_id, the window stops before that
         event (the message being answered). With `client`, the client's own messages
         are sent (app.context's `history`), after the window only if it asks for one;
         otherwise the window, the request's own messages included, is only kept out of
-        the quoted past."""
+        the quoted past. A `turn` continues the session's stretch (app/context.py's
+        ContextPlan) and keeps it for the next; without, the context is a preview."""
         query = self._query(user_id, text)
         started = time.perf_counter()
         con = self.reader()
-        window = self.working.window(con, user_id, session_id)
+        plan = self.plans.get(user_id, session_id) if turn else None
+        window = None
+        if plan is not None and plan.window_start is not None:
+            window = self.working.window(con, user_id, session_id, since=plan.window_start)
+        if window is None:
+            window = self.working.window(con, user_id, session_id) or []
         if before_event_id is not None and (client is None or client.with_window):
             window = [e for e in window if e.id < before_event_id]
         context = build_context(
@@ -328,7 +385,10 @@ class ChatService:
             client_system=client_system, model=model, query=query,
             history=client.messages if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
-            show_window=client is None or client.with_window)
+            show_window=client is None or client.with_window, plan=plan,
+            message_id=before_event_id)
+        if turn and context.plan is not None:
+            self.plans.put(user_id, session_id, context.plan)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
         return context
 
@@ -387,7 +447,7 @@ class ChatService:
         context = self.build_context(user_id, session_id,
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
-                                     before_event_id=user_event.id, client=history)
+                                     before_event_id=user_event.id, client=history, turn=True)
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()

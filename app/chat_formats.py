@@ -89,6 +89,14 @@ def with_text_appended(message: Mapping[str, Any], text: str) -> dict[str, Any]:
     return {**message, "content": (content or "") + text}
 
 
+def with_text_prepended(message: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The message with `text` before its own, whatever shape its content has."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [{"type": "text", "text": text}, *content]}
+    return {**message, "content": text + (content or "")}
+
+
 # ----------------------------------------------------------------------------- tool calls
 
 

@@ -123,6 +123,11 @@ def model_server_url(text: str) -> str:
     return f"http://{host}:{port or OLLAMA_PORT}" + (f"/{path}" if path else "")
 
 
+def optional_server_url(text: str) -> str:
+    """[llm] distill_url: "" (the same server as [llm] url), or a model server URL."""
+    return "" if not text.strip() else model_server_url(text)
+
+
 def redis_url(text: str) -> str:
     """[queue] redis_url: redis://, rediss:// or unix://, with a valid port if any."""
     expected = "expected a URL such as redis://127.0.0.1:6379/0 (redis://, rediss:// or unix://)"
@@ -184,8 +189,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class MemoryConfig:
     window_events: int = setting(6, between(1, 200))
-    compaction_threshold: int = setting(8, between(2, 1000))
-    chunk_size: int = setting(4, between(1, 500))
+    compaction_threshold: int = setting(16, between(2, 1000))
+    chunk_size: int = setting(8, between(1, 500))
     facts_k: int = setting(4, between(0, 50))
     cards_k: int = setting(2, between(0, 50))
     diary_k: int = setting(1, between(0, 10))
@@ -196,6 +201,12 @@ class MemoryConfig:
     bootstrap_max_tokens: int = setting(500, between(0, 100_000))
     dedupe_similarity: float = setting(0.75, between(0.1, 1))
     user_id: str = setting("default", NON_EMPTY)
+    # What is retrieved for a message after a conversation's first (facts, cards, quoted
+    # messages not shown yet), placed just before it: at most this many tokens.
+    retrieved_max_tokens: int = setting(300, between(0, 100_000))
+    # True: a conversation's first message gets as much memory as the budget holds (best
+    # recall; on a CPU that prompt is read at tens of tokens a second).
+    fill_first_message: bool = setting(False)
 
 
 @dataclass(frozen=True)
@@ -212,6 +223,8 @@ class LLMConfig:
     url: str = setting("http://127.0.0.1:11434", parse=model_server_url)
     chat_model: str = setting("gemma3:4b", NON_EMPTY)
     distill_model: str = setting("gemma3:4b", NON_EMPTY)
+    # The workers' model server; "" is [llm] url's (and then they wait for the chat).
+    distill_url: str = setting("", parse=optional_server_url)
     api_key: str = setting("", NO_CONTROL_CHARACTERS)
     num_ctx: int = setting(4096, between(512, 1_048_576))
     reply_reserve: int = setting(1024, between(64, 1_000_000))
@@ -239,6 +252,11 @@ class QueueConfig:
     max_attempts: int = setting(5, between(1, 100))
     backoff_base_seconds: float = setting(2.0, between(0, 3600))
     worker_nice: int = setting(10, between(0, 19))
+    # The user first: jobs that need the chat's model server wait until it has served no
+    # chat request for this long (0: they never wait), unless their work has waited
+    # max_defer_seconds already.
+    chat_idle_seconds: float = setting(20.0, between(0, 3600))
+    max_defer_seconds: float = setting(600.0, between(0, 7 * 24 * 3600))
 
 
 @dataclass(frozen=True)

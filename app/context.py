@@ -1,27 +1,42 @@
 """Context assembly: the messages a model receives for one turn, always within budget.
 
 The system prompt carries the layers — bootstrap MEMORY.md, profile, the last diary
-entry, relevant facts with their dates, relevant context cards, and as many of the
-best-ranked past messages as the budget still holds — then come the sliding window of
-recent events and the new user message. The budget is `num_ctx − reply_reserve` tokens
-and is never exceeded: layers are filled in a fixed priority (bootstrap, profile,
-window, facts, cards, diary, events), each taking whole items while they fit, so the
-same inputs always give the same context. The past messages come last in priority
-because they take whatever room is left.
+entry, relevant facts with their dates, relevant context cards, and the best-ranked past
+messages — then come the window of recent events and the new user message. The budget
+is `num_ctx − reply_reserve` tokens and is never exceeded: layers are filled in a fixed
+priority (bootstrap, profile, window, facts, cards, diary, events), each taking whole
+items while they fit, so the same inputs always give the same context.
 
-Layout follows the local model's prompt cache: a server re-evaluates only what follows
-the longest prefix it has seen, so the layers that stay the same from turn to turn
-(bootstrap, profile, diary) open the layers and what is retrieved for this turn (facts,
-cards, past messages) closes them.
+Layout follows the local model's prompt cache. A server keeps the last prompt it read
+(and what it wrote after it) and re-evaluates only what follows the longest prefix it
+has seen, which on a CPU is most of the wait before the first token. So a session's
+prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
+
+- A stretch's first turn builds the system prompt: the stable layers first (bootstrap,
+  profile, diary), then what is retrieved for that message (facts, cards, past
+  messages), at most `[memory] retrieved_max_tokens` — or, with `[memory]
+  fill_first_message`, as much as the budget holds for a conversation's first message.
+  The window starts there.
+- The stretch's later turns keep that system prompt, word for word, and the
+  conversation grows append-only: the window keeps every event since the stretch began,
+  compacted into cards or not. What is retrieved for a new message — facts, cards and
+  past messages with evidence of relevance that the prompt does not show yet, at most
+  `retrieved_max_tokens` — goes into that message, just before its text, and stays
+  there on later turns. So a turn reads anew only its own message and that note.
+- When the next turn would not fit, the stretch ends and a new one starts from the
+  current message: one large step rather than a sliding window that changes the prompt
+  at every turn.
 
 A client of `hilo serve` that sends its own history gets that history instead of the
-window, as it sent it and never cut: the layers join its system prompt (or open one)
-and take what room the history leaves. Its `num_ctx`, when it names one, sets the budget.
+window, as it sent it and never cut: the layers join its system prompt (or open one),
+notes go into its messages as they do in the window, and the layers take what room the
+history leaves. Its `num_ctx`, when it names one, sets the budget.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 import apsw
 
@@ -32,6 +47,7 @@ from app.chat_formats import (
     image_count,
     message_text,
     with_text_appended,
+    with_text_prepended,
 )
 from app.config import Config
 from app.events import Event
@@ -45,7 +61,7 @@ from app.memory import (
     list_facts,
     list_profile,
 )
-from app.retrieval import STREAM_DEPTH, Candidate, Query, make_query, search
+from app.retrieval import STREAM_DEPTH, Candidate, Query, make_query, matching, search
 from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -55,6 +71,13 @@ DEFAULT_SYSTEM_PROMPT = (
 PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "diary", "events")
 # Where each system-prompt layer goes: stable ones first, this turn's retrieval last.
 LAYOUT = ("bootstrap", "profile", "diary", "facts", "cards", "events")
+# What is retrieved for one message, in the order a note shows it.
+RETRIEVED = ("facts", "cards", "events")
+# A new stretch (after a conversation's first message) leaves this share of the budget
+# free, for the turns it will hold.
+GROWTH_SHARE = 4
+# A note: memory retrieved for one message, placed just before its text.
+NOTE_OPEN, NOTE_CLOSE = "<memory>\n", "\n</memory>\n\n"
 HEADERS = {
     "bootstrap": "## What the user wants you to always know",
     "profile": "## About the user",
@@ -89,12 +112,28 @@ class LayerReport:
                 "of": self.available, "tokens": self.tokens}
 
 
+@dataclass(frozen=True)
+class ContextPlan:
+    """What a session's prompt has shown since its stretch began, so the next turn's
+    prompt starts with the same text (the model server's cache then holds all of it).
+
+    A function of the turns that made it; lost, the next turn starts a new stretch."""
+
+    key: tuple  # what the stretch was built for: model, budget, system prompt, mode
+    layers: str  # the system prompt's layers, word for word
+    shown: frozenset[str]  # what the prompt shows: "fact:3", "card:9", "event:41"
+    notes: tuple[tuple[str, str], ...] = ()  # (message key, its note)
+    window_start: int | None = None  # the first event the window shows (window mode)
+    explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
+
+
 @dataclass
 class BuiltContext:
     messages: list[dict]
     tokens: int
     budget: int
     explain: dict = field(default_factory=dict)
+    plan: ContextPlan | None = None  # give it to the session's next turn
 
     @property
     def system_prompt(self) -> str:
@@ -165,13 +204,20 @@ def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
 
 
 class _Budget:
-    """Token accounting: items are taken whole, in order, while they fit."""
+    """Token accounting: items are taken whole, in order, while they fit. `retrieval`,
+    when set, is what the retrieved sections (facts, cards, past messages) may still take
+    of it."""
 
-    def __init__(self, chars_per_token: float, total: int) -> None:
-        self.chars_per_token, self.left = chars_per_token, total
+    def __init__(self, chars_per_token: float, total: int, retrieval: int | None = None) -> None:
+        self.chars_per_token, self.left, self.retrieval = chars_per_token, total, retrieval
 
     def cost(self, text: str) -> int:
         return estimate_tokens(text, self.chars_per_token)
+
+    def room(self, retrieved: bool = False) -> int:
+        if retrieved and self.retrieval is not None:
+            return min(self.left, self.retrieval)
+        return self.left
 
     def take_section(self, name: str, header: str, lines: list[str], *,
                      shown_in: list | None = None) -> tuple[str, LayerReport]:
@@ -182,18 +228,21 @@ class _Budget:
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
+        room = self.room(retrieved=name in RETRIEVED)
         block = f"\n\n{header}\n"
         spent = self.cost(block)
         kept = []
         for line in lines:
             line_cost = self.cost(line + "\n")
-            if spent + line_cost > self.left:
+            if spent + line_cost > room:
                 break
             kept.append(line + "\n")
             spent += line_cost
         if not kept:
             return "", report
         self.left -= spent
+        if name in RETRIEVED and self.retrieval is not None:
+            self.retrieval -= spent
         report.included, report.tokens = len(kept), spent
         if shown_in is not None:
             kept = [line for _, line in sorted(zip(shown_in, kept), key=lambda pair: pair[0])]
@@ -214,7 +263,8 @@ def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
     """The best-ranked past events worth quoting, best first: not in the window, and not
     the live part of this session (its un-compacted events: the window shows the recent
     ones, and the message being answered is among them)."""
-    if budget.left < MIN_EVENT_LINE_TOKENS:
+    room = budget.room(retrieved=True)
+    if room < MIN_EVENT_LINE_TOKENS:
         return [], []
     in_window = {e.id for e in window}
     kept: list[Candidate] = []
@@ -226,7 +276,7 @@ def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                 and (found[c.id].session_id != session_id or found[c.id].compacted)]
         wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
                                                      for c in kept)
-        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * budget.left:
+        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
             break
     return kept, [found[c.id] for c in kept]
 
@@ -265,6 +315,8 @@ def build_context(
     num_ctx: int | None = None,
     api: str | None = None,
     show_window: bool = True,
+    plan: ContextPlan | None = None,
+    message_id: int | None = None,
 ) -> BuiltContext:
     """The messages for one turn: system prompt with layers, the window, the user message.
 
@@ -278,105 +330,272 @@ def build_context(
     window is not sent (the client's history holds it) but still kept out of the quoted
     past. `num_ctx` is the client's context window; `api` ("ollama" or "openai") the
     shape of the window's messages, by default the model server's.
+
+    `plan` is what the session's previous turn returned (BuiltContext.plan): while it
+    still applies the turn continues its stretch (module docstring), and `window` then
+    holds every event since the plan's `window_start`. `message_id` is the stored event
+    of `text`, which the next turns' windows show with its note.
     """
     query = query or make_query(user_id, text, con=con)
     model = model or config.llm.chat_model
-    mem = config.memory
+    api = api or config.llm.provider
     reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,
                                                                    num_ctx // 2)
     total = (num_ctx or config.llm.num_ctx) - reserve
     # One ratio for the whole build, so a calibration landing mid-way cannot skew it.
     ratio = counter.chars_per_token(model)
-    budget = _Budget(ratio, total)
-
-    opening = None
-    if history is None:
-        # The system and user messages always go; if together they overflow, the system
-        # prompt is held to half the budget and the user text gets the rest, both cut.
-        base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
-        budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
-        base = _fit_text(ratio, base, max(0, budget.left) // 2)
-        budget.left -= budget.cost(base)
-        user_text = _fit_text(ratio, text, budget.left)
-        budget.left -= budget.cost(user_text)
-        tail = [{"role": "user", "content": user_text}]
-    else:
-        # The client's messages all go, uncut; the layers get what room they leave.
+    opening, tail = None, []
+    if history is not None:
         if history and history[0].get("role") in SYSTEM_ROLES:
             opening, tail = history[0], list(history[1:])
         else:
             tail = list(history)
         base = (message_text(opening) if opening is not None
                 else (client_system or DEFAULT_SYSTEM_PROMPT).strip())
-        user_text = text
-        budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
-                        + sum(_message_cost(budget, m) for m in tail))
+    else:
+        base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
+    key = (model, total, api, _digest(base), _digest(bootstrap))
+    turn = _Turn(con, config, query, text, session_id, window, opening, base, tail, history,
+                 api, show_window, total, ratio, model, message_id)
+    if plan is not None and plan.key == key:
+        built = turn.continue_stretch(plan)
+        if built is not None:
+            return built
+        reason = "the conversation outgrew the budget"
+    else:
+        reason = "first turn" if plan is None else "the model, budget or system prompt changed"
+    return turn.start_stretch(key, bootstrap, reason)
 
-    reports: dict[str, LayerReport] = {}
-    sections: dict[str, str] = {}
 
-    capped = _fit_text(ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
-    sections["bootstrap"], reports["bootstrap"] = budget.take_section(
-        "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
-    profile = [f"{p.key}: {p.value}" for p in list_profile(con, user_id)]
-    sections["profile"], reports["profile"] = budget.take_section(
-        "profile", HEADERS["profile"], profile)
 
-    # The window keeps the newest events: walk back from the end while they fit.
-    recent = window[-mem.window_events:] if mem.window_events and show_window else []
-    kept_events: list[Event] = []
-    spent = 0
-    for event in reversed(recent):
-        cost = budget.cost(event.content + (event.tool_calls_json or "")) + MESSAGE_OVERHEAD_TOKENS
-        if spent + cost > budget.left:
-            break
-        kept_events.insert(0, event)
-        spent += cost
-    budget.left -= spent
-    kept_window = events_as_messages(kept_events, api or config.llm.provider)
-    reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
+def _message_keys(messages: list[dict]) -> list[str]:
+    """What finds a message again in the next turn's prompt, shown from the window or
+    sent by the client: its words, and how many earlier messages said the same."""
+    seen: dict[str, int] = {}
+    keys = []
+    for message in messages:
+        words = _digest(f"{message.get('role')}:{message_text(message)}")
+        keys.append(f"{words}:{seen.get(words, 0)}")
+        seen[words] = seen.get(words, 0) + 1
+    return keys
 
-    facts, fact_candidates, facts_fallback = _relevant(con, query, "fact", mem.facts_k)
-    sections["facts"], reports["facts"] = budget.take_section(
-        "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
 
-    cards, card_candidates, cards_fallback = _relevant(con, query, "card", mem.cards_k)
-    sections["cards"], reports["cards"] = budget.take_section(
-        "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+def _with_note(note: str) -> str:
+    return f"{NOTE_OPEN}{note}{NOTE_CLOSE}"
 
-    diary = last_diary(con, user_id, exclude_session=session_id, limit=mem.diary_k)
-    sections["diary"], reports["diary"] = budget.take_section(
-        "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
 
-    # Whatever room the compiled layers leave goes to the raw past (compacted events
-    # included), best-ranked first, shown in the order they were said.
-    event_candidates, past = _quotable_events(con, query, session_id, window, budget)
-    sections["events"], reports["events"] = budget.take_section(
-        "events", HEADERS["events"], [e.line() for e in past],
-        shown_in=[(e.created_at, e.id) for e in past])
+@dataclass
+class _Turn:
+    """One build: what it was asked, and the two ways to answer it."""
 
-    layers = "".join(sections[name] for name in LAYOUT)
-    system = ({"role": "system", "content": base + layers} if opening is None
-              else with_text_appended(opening, layers))
-    messages = [system, *kept_window, *tail]
-    tokens = sum(_message_cost(budget, m) for m in messages)
+    con: apsw.Connection
+    config: Config
+    query: Query
+    text: str
+    session_id: str
+    window: list[Event]
+    opening: dict | None
+    base: str
+    tail: list[dict]
+    history: list[dict] | None
+    api: str
+    show_window: bool
+    total: int
+    ratio: float
+    model: str
+    message_id: int | None
 
-    explain = {
-        "budget": total,
-        "tokens": tokens,
-        "model": model,
-        "chars_per_token": round(ratio, 3),
-        "user_text_truncated": user_text != text,
-        "client_messages": None if history is None else len(history),
-        "layers": [reports[name].to_dict() for name in PRIORITY],
-        "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
-        "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
-        "events": [c.explain() for c in event_candidates[: reports["events"].included]],
-        "window": [e.id for e in kept_events],
-        "diary": [d.session_id for d in diary[: reports["diary"].included]],
-    }
-    return BuiltContext(messages, tokens, total, explain)
+    def _first_message(self) -> bool:
+        """Nothing said before it in this conversation: no window, no earlier reply."""
+        if self.show_window and self.window:
+            return False
+        return not any(m.get("role") == "assistant" for m in self.tail)
+
+    # -- a new stretch ---------------------------------------------------------------------
+
+    def start_stretch(self, key: tuple, bootstrap: str, reason: str) -> BuiltContext:
+        config, con, mem = self.config, self.con, self.config.memory
+        ratio, total, text, user_id = self.ratio, self.total, self.text, self.query.user_id
+        first = mem.fill_first_message and self._first_message()
+        budget = _Budget(ratio, total, None if first else mem.retrieved_max_tokens)
+        opening, tail = self.opening, self.tail
+        if self.history is None:
+            # The system and user messages always go; if together they overflow, the system
+            # prompt is held to half the budget and the user text gets the rest, both cut.
+            budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
+            base = _fit_text(ratio, self.base, max(0, budget.left) // 2)
+            budget.left -= budget.cost(base)
+            user_text = _fit_text(ratio, text, budget.left)
+            budget.left -= budget.cost(user_text)
+            tail = [{"role": "user", "content": user_text}]
+        else:
+            # The client's messages all go, uncut; the layers get what room they leave.
+            base, user_text = self.base, text
+            budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
+                            + sum(_message_cost(budget, m) for m in tail))
+        # Room for the conversation to grow before the next stretch: the prompt then moves
+        # in large steps. A conversation's first message may fill it all.
+        budget.left -= 0 if first else min(max(0, budget.left), total // GROWTH_SHARE)
+
+        reports: dict[str, LayerReport] = {}
+        sections: dict[str, str] = {}
+
+        capped = _fit_text(ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
+        sections["bootstrap"], reports["bootstrap"] = budget.take_section(
+            "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
+
+        profile = [f"{p.key}: {p.value}" for p in list_profile(con, user_id)]
+        sections["profile"], reports["profile"] = budget.take_section(
+            "profile", HEADERS["profile"], profile)
+
+        # The window keeps the newest events: walk back from the end while they fit.
+        window = self.window
+        recent = window[-mem.window_events:] if mem.window_events and self.show_window else []
+        kept_events: list[Event] = []
+        spent = 0
+        for event in reversed(recent):
+            cost = (budget.cost(event.content + (event.tool_calls_json or ""))
+                    + MESSAGE_OVERHEAD_TOKENS)
+            if spent + cost > budget.left:
+                break
+            kept_events.insert(0, event)
+            spent += cost
+        budget.left -= spent
+        kept_window = events_as_messages(kept_events, self.api)
+        reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
+
+        facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
+        cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
+        # With bounded room, what matched comes first: the most recent facts and cards
+        # (when none matched) take only what the past messages that matched leave.
+        later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
+                 if fallback and budget.retrieval is not None}
+        lines = {"facts": [_fact_line(f) for f in facts], "cards": [_card_line(c) for c in cards]}
+        for name in ("facts", "cards"):
+            if name not in later:
+                sections[name], reports[name] = budget.take_section(name, HEADERS[name],
+                                                                    lines[name])
+
+        diary = last_diary(con, user_id, exclude_session=self.session_id, limit=mem.diary_k)
+        sections["diary"], reports["diary"] = budget.take_section(
+            "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
+
+        # Whatever room the compiled layers leave goes to the raw past (compacted events
+        # included), best-ranked first, shown in the order they were said.
+        event_candidates, past = _quotable_events(con, self.query, self.session_id, window,
+                                                  budget)
+        sections["events"], reports["events"] = budget.take_section(
+            "events", HEADERS["events"], [e.line() for e in past],
+            shown_in=[(e.created_at, e.id) for e in past])
+        for name in sorted(later):
+            sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
+
+        layers = "".join(sections[name] for name in LAYOUT)
+        system = ({"role": "system", "content": base + layers} if opening is None
+                  else with_text_appended(opening, layers))
+        messages = [system, *kept_window, *tail]
+        tokens = sum(_message_cost(budget, m) for m in messages)
+
+        explain = {
+            "budget": total,
+            "tokens": tokens,
+            "model": self.model,
+            "chars_per_token": round(ratio, 3),
+            "user_text_truncated": user_text != text,
+            "client_messages": None if self.history is None else len(self.history),
+            "layers": [reports[name].to_dict() for name in PRIORITY],
+            "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
+            "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
+            "events": [c.explain() for c in event_candidates[: reports["events"].included]],
+            "window": [e.id for e in kept_events],
+            "diary": [d.session_id for d in diary[: reports["diary"].included]],
+        }
+        shown = frozenset(
+            [f"fact:{f['id']}" for f in explain["facts"]]
+            + [f"card:{c['id']}" for c in explain["cards"]]
+            + [f"event:{e['id']}" for e in explain["events"]])
+        window_start = kept_events[0].id if kept_events else self.message_id
+        plan = ContextPlan(key, layers, shown, (), window_start, explain)
+        explain["stretch"] = {"turn": "new", "why": reason}
+        return BuiltContext(messages, tokens, total, explain, plan)
+
+    # -- a stretch going on ----------------------------------------------------------------
+
+    def continue_stretch(self, plan: ContextPlan) -> BuiltContext | None:
+        """The plan's prompt, word for word, this turn's message and its note after it;
+        None when that would not fit the budget."""
+        budget = _Budget(self.ratio, self.total)
+        system = ({"role": "system", "content": self.base + plan.layers} if self.opening is None
+                  else with_text_appended(self.opening, plan.layers))
+        shown: list[Event] = []
+        if self.show_window:
+            if plan.window_start is None or (self.window and self.window[0].id > plan.window_start):
+                return None  # the window no longer reaches the stretch's start
+            shown = [e for e in self.window if e.id >= plan.window_start]
+        said = [*events_as_messages(shown, self.api),
+                *(self.tail if self.history is not None else [{"role": "user", "content": self.text}])]
+        keys = _message_keys(said)
+        notes = dict(plan.notes)
+        said = [with_text_prepended(m, _with_note(notes[k])) if k in notes else m
+                for m, k in zip(said, keys)]
+        current_key = keys[-1] if said and said[-1].get("role") == "user" else None
+        fixed_cost = sum(_message_cost(budget, m) for m in (system, *said))
+        if fixed_cost > self.total:
+            return None
+        note, note_explain, note_items = "", {name: [] for name in RETRIEVED}, frozenset()
+        room = min(self.config.memory.retrieved_max_tokens,
+                   self.total - fixed_cost - budget.cost(_with_note("")) - 1)
+        if current_key is not None and current_key not in notes and room > 0:
+            note, note_explain, note_items = self._note(plan.shown, self.window, room)
+        if note:
+            said[-1] = with_text_prepended(said[-1], _with_note(note))
+        messages = [system, *said]
+        tokens = sum(_message_cost(budget, m) for m in messages)
+        if tokens > self.total:
+            return None
+        explain = {**plan.explain, "tokens": tokens, "budget": self.total,
+                   "chars_per_token": round(self.ratio, 3), "user_text_truncated": False,
+                   "client_messages": None if self.history is None else len(self.history),
+                   "window": [e.id for e in shown],
+                   "stretch": {"turn": "continued", "notes": len(plan.notes) + bool(note)},
+                   "note": note_explain}
+        notes_now = plan.notes + (((current_key, note),) if note else ())
+        next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items)
+        return BuiltContext(messages, tokens, self.total, explain, next_plan)
+
+    def _note(self, shown: frozenset[str], window: list[Event],
+              room: int) -> tuple[str, dict, frozenset[str]]:
+        """What to retrieve for this message that the prompt does not show yet: facts,
+        cards and past messages with evidence of relevance (words in common, or a close
+        meaning), best first, within `room` tokens."""
+        con, query, mem = self.con, self.query, self.config.memory
+        budget = _Budget(self.ratio, room)
+        found: dict[str, list[Candidate]] = {}
+        for kind, k in (("fact", mem.facts_k), ("card", mem.cards_k)):
+            candidates = search(con, query.user_id, query.text, kind, k, query=query) if k else []
+            found[kind] = [c for c in matching(con, query, kind, candidates)
+                           if f"{kind}:{c.id}" not in shown]
+        facts = facts_by_ids(con, query.user_id, [c.id for c in found["fact"]])
+        cards = cards_by_ids(con, query.user_id, [c.id for c in found["card"]])
+        sections = {}
+        sections["facts"], facts_report = budget.take_section(
+            "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
+        sections["cards"], cards_report = budget.take_section(
+            "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+        quotable, past = _quotable_events(con, query, self.session_id, window, budget)
+        evident = {c.id for c in matching(con, query, "event", quotable)}
+        past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
+        sections["events"], events_report = budget.take_section(
+            "events", HEADERS["events"], [e.line() for e in past],
+            shown_in=[(e.created_at, e.id) for e in past])
+        kept = {"facts": [f.id for f in facts[: facts_report.included]],
+                "cards": [c.id for c in cards[: cards_report.included]],
+                "events": [e.id for e in past[: events_report.included]]}
+        items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
+        return "".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Protocol, Sequence
 
 import httpx
 
@@ -38,6 +40,8 @@ JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON va
 ToolSpec = Mapping[str, Any]
 
 PROVIDERS = ("ollama", "openai")
+# How often a background call that must give way to a person checks whether it must.
+YIELD_CHECK_SECONDS = 0.2
 # Longest slice of a server's error body worth putting in a message.
 _EXCERPT_CHARS = 300
 
@@ -153,6 +157,11 @@ class StreamInterrupted(ModelError):
         self.reason = reason
 
 
+class ModelCallYielded(HiloError):
+    """A background call gave way to a person: the connection was cut so the model
+    server stops working on it (not a failure; the work is done later)."""
+
+
 class MalformedResponse(ModelError):
     retryable = True
 
@@ -180,6 +189,17 @@ class ChatReply:
     tool_calls: tuple[dict[str, Any], ...] = ()
 
 
+@dataclass(frozen=True)
+class SentChat:
+    """A chat request as a model server received it, and the reply it gave: what its KV
+    cache holds afterwards, so a request that starts with the same messages is read
+    anew only after them (ModelClient.continue_json)."""
+
+    path: str  # the server's path: /api/chat, or an OpenAI-compatible /chat/completions
+    body: Mapping[str, Any]
+    reply: str
+
+
 # Yielded first by the stream generators once the server has accepted the request, so
 # ChatStream raises refusals (model not pulled, server down) at creation. Real pieces
 # are never empty.
@@ -197,14 +217,22 @@ class ChatStream:
     """
 
     def __init__(self, events: Generator[Any, None, ChatReply], model: str,
-                 record: ReplyRecord | None = None) -> None:
+                 record: ReplyRecord | None = None, sent: dict[str, Any] | None = None) -> None:
         self._events = events
         self._pieces: list[str] = []
         self.model = model
         self.record = record
         self.reply: ChatReply | None = None
+        self._sent = sent if sent is not None else {}
         accepted = next(events)
         assert not accepted  # _ACCEPTED, or b"" from a relay
+
+    def exchange(self) -> SentChat | None:
+        """The request as sent and the reply, once it is complete (text only: a reply
+        with tool calls is not one a later request can continue)."""
+        if not self.done or self.tool_calls or "body" not in self._sent:
+            return None
+        return SentChat(self._sent["path"], self._sent["body"], self.text)
 
     def __iter__(self) -> ChatStream:
         return self
@@ -259,6 +287,29 @@ class ChatStream:
 # ----------------------------------------------------------------------------- HTTP
 
 
+class ModelActivity(Protocol):
+    """Told when a request that makes the model work (chat, completion, embedding) starts
+    and when it ends: a front-end's requests, reported so that background jobs keep out
+    of their way (workers/chat_activity.py). Must never raise or block for long."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+# Endpoints that make the model work (a relayed /api/tags or /api/show does not).
+_WORK_ENDPOINTS = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
+                   "/chat/completions", "/completions", "/embeddings")
+
+
+def makes_model_work(path: str) -> bool:
+    return path.rstrip("/").endswith(_WORK_ENDPOINTS)
+
+
+def _nothing() -> None:
+    pass
+
+
 class _Transport:
     """HTTP to one server, turning every failure into the ModelError a user can act on."""
 
@@ -271,6 +322,7 @@ class _Transport:
         connect_timeout_seconds: float,
         api_key: str | None,
         model_settings: Mapping[str, str],
+        activity: ModelActivity | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(
@@ -283,9 +335,27 @@ class _Transport:
         self._timeout_seconds = timeout_seconds
         self._connect_timeout_seconds = connect_timeout_seconds
         self._model_settings = model_settings
+        self._activity = activity
 
     def close(self) -> None:
         self._http.close()
+
+    def start_work(self, path: str) -> Callable[[], None]:
+        """Report that a request to `path` starts, if it makes the model work; returns
+        what reports its end (call it once)."""
+        activity = self._activity
+        if activity is None or not makes_model_work(path):
+            return _nothing
+        activity.begin()
+        return activity.end
+
+    @contextmanager
+    def working(self, path: str) -> Iterator[None]:
+        end = self.start_work(path)
+        try:
+            yield
+        finally:
+            end()
 
     def get_json(self, path: str) -> Any:
         try:
@@ -295,43 +365,98 @@ class _Transport:
         self._raise_for_status(response, f"GET {path}", model="")
         return self._decode(response, f"GET {path}")
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+    def post_json(self, path: str, body: Mapping[str, Any],
+                  yield_to: Callable[[], bool] | None = None) -> Any:
+        """POST and decode the JSON answer; with `yield_to`, on a connection of its own
+        that is cut the moment yield_to() says so (ModelCallYielded)."""
+        if yield_to is not None:
+            return self._post_yielding(path, body, yield_to)
         try:
-            response = self._http.post(path, json=body)
+            with self.working(path):
+                response = self._http.post(path, json=body)
         except httpx.HTTPError as exc:
             raise self._translate(exc, "") from exc
         self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
         return self._decode(response, f"POST {path}")
 
+    def _post_yielding(self, path: str, body: Mapping[str, Any],
+                       yield_to: Callable[[], bool]) -> Any:
+        # Shutting the socket down (not closing it) wakes the read blocked on it, and the
+        # server sees its client go: Ollama and llama.cpp then stop the request.
+        sockets: list[socket.socket] = []
+
+        def trace(event: str, info: dict) -> None:
+            if event == "connection.connect_tcp.complete" and info.get("return_value"):
+                sock = info["return_value"].get_extra_info("socket")
+                if sock is not None:
+                    sockets.append(sock)
+
+        answered, yielded = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            while not answered.wait(YIELD_CHECK_SECONDS):
+                if yield_to():
+                    yielded.set()
+                    for sock in sockets:
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    return
+
+        watcher = threading.Thread(target=watch, name="hilo-yield-watch", daemon=True)
+        with httpx.Client(base_url=self.url, headers=self._http.headers,
+                          timeout=self._http.timeout) as client:
+            watcher.start()
+            try:
+                response = client.post(path, json=body, extensions={"trace": trace})
+                response.read()
+            except httpx.HTTPError as exc:
+                if yielded.is_set():
+                    raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
+                raise self._translate(exc, "") from exc
+            finally:
+                answered.set()
+                watcher.join()
+        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+        return self._decode(response, f"POST {path}")
+
     @contextmanager
-    def open_stream(self, path: str, body: Mapping[str, Any], received: list[str]) -> Iterator[Iterator[str]]:
+    def open_stream(self, path: str, body: Mapping[str, Any], received: list[str],
+                    sent: dict[str, Any] | None = None) -> Iterator[Iterator[str]]:
         """Send the request, check the status, and give the response's lines.
 
         `received` is the caller's list of text pieces so far, reported if the
-        connection breaks mid-stream.
+        connection breaks mid-stream; `sent`, if given, gets the path and body sent.
         """
-        with self.open_response(path, body, received) as response:
+        with self.open_response(path, body, received, sent) as response:
             yield response.iter_lines()
 
     @contextmanager
-    def open_response(self, path: str, body: Mapping[str, Any], received: list[str]) -> Iterator[httpx.Response]:
+    def open_response(self, path: str, body: Mapping[str, Any], received: list[str],
+                      sent: dict[str, Any] | None = None) -> Iterator[httpx.Response]:
         """`open_stream`, giving the response itself (its body unread)."""
+        if sent is not None:
+            sent.update(path=path, body=body)
         try:
-            with self._http.stream("POST", path, json=body) as response:
+            with self.working(path), self._http.stream("POST", path, json=body) as response:
                 self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
                 yield response
         except httpx.HTTPError as exc:
             raise self._translate(exc, "".join(received)) from exc
 
     def send(self, method: str, path: str, *, content: bytes | None, params: Any,
-             headers: Mapping[str, str]) -> httpx.Response:
-        """One request as is, its answer returned unread whatever its status (the caller
-        closes it); only failing to get an answer raises."""
+             headers: Mapping[str, str]) -> tuple[httpx.Response, Callable[[], None]]:
+        """One request as is, its answer returned unread whatever its status, with what
+        to call once it is read or abandoned (the caller closes the answer); only failing
+        to get an answer raises."""
         request = self._http.build_request(method, path, content=content, params=params,
                                            headers=headers)
+        end = self.start_work(path)
         try:
-            return self._http.send(request, stream=True)
+            return self._http.send(request, stream=True), end
         except httpx.HTTPError as exc:
+            end()
             raise self._translate(exc, "") from exc
 
     def decode_line(self, line: str, endpoint: str) -> dict[str, Any]:
@@ -433,13 +558,14 @@ class _OllamaAPI:
     def chat_events(
         self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
         tools: Sequence[ToolSpec] | None = None,
+        sent: dict[str, Any] | None = None,
     ) -> Generator[str, None, ChatReply]:
         body = self._body(model, options, messages=[dict(m) for m in messages], stream=True)
         if tools:
             body["tools"] = [dict(t) for t in tools]
         received: list[str] = []
         calls: list[dict[str, Any]] = []
-        with self._transport.open_stream("/api/chat", body, received) as lines:
+        with self._transport.open_stream("/api/chat", body, received, sent) as lines:
             yield _ACCEPTED
             for line in lines:
                 if not line.strip():
@@ -465,12 +591,14 @@ class _OllamaAPI:
         return _ollama_reply(data, text, model)
 
     def generate_json(
-        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         fields: dict[str, Any] = {"prompt": prompt, "format": schema, "stream": False}
         if system is not None:
             fields["system"] = system
-        data = self._transport.post_json("/api/generate", self._body(model, {"temperature": temperature}, **fields))
+        data = self._transport.post_json(
+            "/api/generate", self._body(model, {"temperature": temperature}, **fields), yield_to)
         text = _field(data, "response")
         if not isinstance(text, str):
             raise self._transport.malformed("POST /api/generate", "no response text in the reply")
@@ -539,6 +667,7 @@ class _OpenAIAPI:
     def chat_events(
         self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
         tools: Sequence[ToolSpec] | None = None,
+        sent: dict[str, Any] | None = None,
     ) -> Generator[str, None, ChatReply]:
         body = self._body(model, messages, options, stream=True, stream_options={"include_usage": True})
         if tools:
@@ -547,7 +676,7 @@ class _OpenAIAPI:
         usage: Mapping[str, Any] = {}
         finish_reason = None
         calls = ReplyRecord()  # gathers the tool calls, streamed in pieces
-        with self._transport.open_stream(self._chat_path, body, received) as lines:
+        with self._transport.open_stream(self._chat_path, body, received, sent) as lines:
             yield _ACCEPTED
             for line in lines:
                 if not line.startswith("data:"):
@@ -576,17 +705,19 @@ class _OpenAIAPI:
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
-        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None, **fields: Any
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        yield_to: Callable[[], bool] | None = None, **fields: Any
     ) -> ChatReply:
         body = self._body(model, messages, options, stream=False, **fields)
-        data = self._transport.post_json(self._chat_path, body)
+        data = self._transport.post_json(self._chat_path, body, yield_to)
         text = _field(data, "choices", 0, "message", "content")
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
         return _openai_reply(data.get("usage") or {}, text, model, _field(data, "choices", 0, "finish_reason"))
 
     def generate_json(
-        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
             {"role": "user", "content": prompt}
@@ -595,7 +726,8 @@ class _OpenAIAPI:
             response_format: dict[str, Any] = {"type": "json_object"}
         else:
             response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
-        reply = self.chat(model, messages, {"temperature": temperature}, response_format=response_format)
+        reply = self.chat(model, messages, {"temperature": temperature}, yield_to,
+                          response_format=response_format)
         return reply.text
 
     @property
@@ -636,11 +768,13 @@ class Relayed:
     """A model server's answer to a relayed request: its status, its content type, and
     its body as it arrives (iterate once; the connection closes at the end)."""
 
-    def __init__(self, response: httpx.Response, transport: _Transport) -> None:
+    def __init__(self, response: httpx.Response, transport: _Transport,
+                 done: Callable[[], None]) -> None:
         self.status_code = response.status_code
         self.media_type = _media_type(response)
         self._response = response
         self._transport = transport
+        self._done = done
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -648,10 +782,12 @@ class Relayed:
         except httpx.HTTPError as exc:
             raise self._transport._translate(exc, "") from exc
         finally:
-            self._response.close()
+            self.close()
 
     def close(self) -> None:
         self._response.close()
+        done, self._done = self._done, _nothing
+        done()
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -683,12 +819,13 @@ def _relay_reply(record: ReplyRecord, model: str) -> ChatReply:
 
 
 def _relayed_chat(transport: _Transport, path: str, body: dict[str, Any], api: str,
-                  record: ReplyRecord, model: str) -> Generator[bytes, None, ChatReply]:
+                  record: ReplyRecord, model: str,
+                  sent: dict[str, Any]) -> Generator[bytes, None, ChatReply]:
     """The reply to a chat request relayed in the client's own API, passed on as it
     arrives, each frame read into `record` on the way."""
     endpoint = f"POST {path}"
     read = record.read_ollama if api == "ollama" else record.read_openai
-    with transport.open_response(path, body, record.text_parts) as response:
+    with transport.open_response(path, body, record.text_parts, sent) as response:
         record.media_type = _media_type(response)
         yield b""
         if not record.streaming:
@@ -722,13 +859,14 @@ def _relayed_chat(transport: _Transport, path: str, body: dict[str, Any], api: s
 
 
 def _translated_chat(transport: _Transport, path: str, body: Mapping[str, Any],
-                     record: ReplyRecord, model: str) -> Generator[bytes, None, ChatReply]:
+                     record: ReplyRecord, model: str,
+                     sent: dict[str, Any]) -> Generator[bytes, None, ChatReply]:
     """An Ollama client's chat request, answered by an OpenAI-compatible server: the
     request and each reply frame translated (app.chat_formats)."""
     endpoint = f"POST {path}"
     request = ollama_request_as_openai(body)
     as_ollama = OpenAIReplyAsOllama(model, record)
-    with transport.open_response(path, request, record.text_parts) as response:
+    with transport.open_response(path, request, record.text_parts, sent) as response:
         streaming = _media_type(response).startswith("text/event-stream")
         record.media_type = "application/x-ndjson" if streaming else "application/json"
         yield b""
@@ -771,6 +909,11 @@ def _error_text(frame: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- the client
 
+# Fields of a chat request that a JSON question asked after it leaves out: they shape
+# only how the answer comes back, not the prompt the server's cache holds.
+_NOT_CONTINUED = frozenset({"stream", "stream_options", "think", "tool_choice", "format",
+                            "response_format", "n", "logprobs", "top_logprobs", "messages"})
+
 
 class ModelClient:
     """Chat, JSON extraction and embeddings against one model server.
@@ -790,7 +933,10 @@ class ModelClient:
         timeout_seconds: float,
         connect_timeout_seconds: float,
         api_key: str | None = None,
+        activity: ModelActivity | None = None,
     ) -> None:
+        """`activity`, when given, is told when each request that makes the model work
+        starts and ends (a front-end's client; the worker's has none)."""
         if provider not in PROVIDERS:
             raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
         if not url.startswith(("http://", "https://")):
@@ -816,6 +962,7 @@ class ModelClient:
                 distill_model: "[llm] distill_model",
                 chat_model: "[llm] chat_model",
             },
+            activity=activity,
         )
         self._api: _OllamaAPI | _OpenAIAPI = (
             _OllamaAPI(self._transport, num_ctx, keep_alive)
@@ -824,12 +971,14 @@ class ModelClient:
         )
 
     @classmethod
-    def from_config(cls, cfg: Config) -> ModelClient:
-        """Build from the program's Config (its `llm` and `embedder` sections)."""
+    def from_config(cls, cfg: Config, *, activity: ModelActivity | None = None,
+                    url: str | None = None) -> ModelClient:
+        """Build from the program's Config (its `llm` and `embedder` sections); `url`
+        replaces [llm] url (the workers' own model server, [llm] distill_url)."""
         llm = cfg.llm
         return cls(
             provider=llm.provider,
-            url=llm.url,
+            url=url or llm.url,
             chat_model=llm.chat_model,
             distill_model=llm.distill_model,
             embed_model=cfg.embedder.model,
@@ -838,6 +987,7 @@ class ModelClient:
             timeout_seconds=llm.timeout_seconds,
             connect_timeout_seconds=llm.connect_timeout_seconds,
             api_key=llm.api_key or None,
+            activity=activity,
         )
 
     def chat_stream(
@@ -847,7 +997,9 @@ class ModelClient:
         """Start a streamed reply; see ChatStream for when errors surface. With `tools`,
         the model may call them: the calls are in `stream.tool_calls` once it ends."""
         model = model or self.chat_model
-        return ChatStream(self._api.chat_events(model, messages, options, tools), model)
+        sent: dict[str, Any] = {}
+        return ChatStream(self._api.chat_events(model, messages, options, tools, sent), model,
+                          sent=sent)
 
     def chat(
         self, messages: Sequence[Message], *, model: str | None = None, options: Mapping[str, Any] | None = None
@@ -862,13 +1014,47 @@ class ModelClient:
         system: str | None = None,
         temperature: float = 0.1,
         model: str | None = None,
+        yield_to: Callable[[], bool] | None = None,
     ) -> str:
         """The model's raw text, constrained to `schema`; parse it with parse_json_leniently.
 
         The text is returned unparsed because local models still break JSON now and
-        then, and the caller decides whether to retry or fall back.
+        then, and the caller decides whether to retry or fall back. With `yield_to`, the
+        call gives way (ModelCallYielded) the moment yield_to() says a person needs the
+        model.
         """
-        return self._api.generate_json(model or self.distill_model, prompt, schema, system, temperature)
+        return self._api.generate_json(model or self.distill_model, prompt, schema, system,
+                                       temperature, yield_to)
+
+    def continue_json(self, after: SentChat, instruction: str, schema: JsonSchema, *,
+                      temperature: float = 0.1,
+                      yield_to: Callable[[], bool] | None = None) -> str:
+        """The model's raw JSON text for `instruction`, asked as the next message of the
+        chat `after`: the same request, its reply, then the instruction, so a server
+        whose KV cache still holds that chat reads only the instruction anew. The
+        request keeps every field that shapes the prompt or the loaded model (tools,
+        options, keep_alive); it does not stream and does not think. `yield_to` as for
+        generate_json."""
+        body = {k: v for k, v in after.body.items() if k not in _NOT_CONTINUED}
+        body["messages"] = [*after.body.get("messages", []),
+                            {"role": "assistant", "content": after.reply},
+                            {"role": "user", "content": instruction}]
+        body["stream"] = False
+        if after.path == "/api/chat":
+            body["format"] = schema
+            body["options"] = {**(after.body.get("options") or {}), "temperature": temperature}
+            data = self._transport.post_json(after.path, body, yield_to)
+            text = _field(data, "message", "content")
+        else:
+            body["response_format"] = (
+                {"type": "json_object"} if isinstance(schema, str) else
+                {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}})
+            body["temperature"] = temperature
+            data = self._transport.post_json(after.path, body, yield_to)
+            text = _field(data, "choices", 0, "message", "content")
+        if not isinstance(text, str):
+            raise self._transport.malformed(f"POST {after.path}", "no message content in the reply")
+        return text
 
     def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         """One vector per text, in order, from a single batched request."""
@@ -892,9 +1078,9 @@ class ModelClient:
         whatever its status; ModelError only when there is none. `path` is the client's
         (/api/..., /v1/...)."""
         headers = {"Content-Type": content_type} if content_type else {}
-        response = self._transport.send(method, self.upstream_path(path), content=content,
-                                        params=params, headers=headers)
-        return Relayed(response, self._transport)
+        response, done = self._transport.send(method, self.upstream_path(path), content=content,
+                                              params=params, headers=headers)
+        return Relayed(response, self._transport, done)
 
     def relay_chat(self, api: str, body: Mapping[str, Any]) -> ChatStream:
         """Send a client's chat request, in the client's own API ("ollama": /api/chat,
@@ -907,13 +1093,14 @@ class ModelClient:
         """
         model = str(body.get("model") or self.chat_model)
         record = ReplyRecord()
+        sent: dict[str, Any] = {}
         if api == "ollama" and self.provider == "openai":
             events = _translated_chat(self._transport, self.upstream_path("/v1/chat/completions"),
-                                      body, record, model)
+                                      body, record, model, sent)
         else:
             path = "/api/chat" if api == "ollama" else self.upstream_path("/v1/chat/completions")
-            events = _relayed_chat(self._transport, path, dict(body), api, record, model)
-        return ChatStream(events, model, record)
+            events = _relayed_chat(self._transport, path, dict(body), api, record, model, sent)
+        return ChatStream(events, model, record, sent=sent)
 
     def upstream_path(self, path: str) -> str:
         """The server's path for a client's: an OpenAI-compatible [llm] url may already

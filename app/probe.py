@@ -95,23 +95,32 @@ def probe_models(config: Config, timeout: float = PROBE_TIMEOUT_SECONDS) -> Prob
     quick = config.replace(llm={"timeout_seconds": timeout,
                                 "connect_timeout_seconds": min(timeout,
                                                                config.llm.connect_timeout_seconds)})
-    with ModelClient.from_config(quick) as client:
-        try:
-            available: list[str] | None = client.list_models()
-            server_problem = ""
-        except ModelError as exc:
-            available, server_problem = None, str(exc)
+    def listed(url: str) -> tuple[list[str] | None, str]:
+        with ModelClient.from_config(quick, url=url) as client:
+            try:
+                return client.list_models(), ""
+            except ModelError as exc:
+                return None, str(exc)
+
+    available, server_problem = listed(config.llm.url)
+    # The workers' own server, when [llm] distill_url names one.
+    distill_url = config.llm.distill_url
+    separate = bool(distill_url) and distill_url != config.llm.url
+    learner_models = listed(distill_url)[0] if separate else available
     # Only Ollama lists what it can load; other servers name their models freely.
     lists_models = config.llm.provider == "ollama"
 
-    def status(role: str, name: str, hint: str = "") -> ModelStatus:
-        if available is None:
+    def status(role: str, name: str, hint: str = "",
+               models: list[str] | None = available) -> ModelStatus:
+        if models is None:
             return ModelStatus(role, name, False, "not checked: the server does not answer")
-        if not lists_models or is_pulled(name, available):
+        if not lists_models or is_pulled(name, models):
             return ModelStatus(role, name, True)
         return ModelStatus(role, name, False, "not pulled" + hint, f"run `ollama pull {name}`")
 
-    models = [status("chat", config.llm.chat_model), status("distill", config.llm.distill_model)]
+    models = [status("chat", config.llm.chat_model),
+              status("distill", config.llm.distill_model,
+                     f" on {distill_url}" if separate else "", learner_models)]
     kind = config.embedder.kind
     if kind == "ollama":
         models.append(status("embedding", config.embedder.model,

@@ -769,7 +769,7 @@ def search_memory(con: apsw.Connection, user_id: str, text: str,
     query = make_query(user_id, text, embedder, con=con)
     for kind in ("fact", "card", "event"):
         found = search(con, user_id, text, kind, limit - len(hits), query=query)
-        for candidate in _matching(con, query, kind, found):
+        for candidate in matching(con, query, kind, found):
             row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
             if row:
                 hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate))
@@ -778,8 +778,8 @@ def search_memory(con: apsw.Connection, user_id: str, text: str,
     return hits
 
 
-def _matching(con: apsw.Connection, query: Query, kind: OwnerKind,
-              found: list[Candidate]) -> list[Candidate]:
+def matching(con: apsw.Connection, query: Query, kind: OwnerKind,
+             found: list[Candidate]) -> list[Candidate]:
     """`found` when some of it matches by keyword or by close meaning; then without what
     only a distant vector brought. Session neighbours stay beside a match."""
     close: set[int] = set()

@@ -31,8 +31,10 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    """The repository's defaults with a fresh data directory."""
-    return load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "data")
+    """The repository's defaults with a fresh data directory, except that the workers'
+    model jobs do not wait for the chat (tests of that wait set [queue] chat_idle_seconds)."""
+    return load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "data").replace(
+        queue={"chat_idle_seconds": 0.0})
 
 
 @pytest.fixture

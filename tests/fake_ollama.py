@@ -38,9 +38,23 @@ Every request is recorded in `fake.requests` (method, path, parsed JSON body wha
 its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
 `fake.images()` every image a chat request carried.
 
+By default every reply is instant and requests are served in parallel. With
+`cpu=CpuSpeed(prompt, generate)` (benchmarks) the chat and completion endpoints serve
+each model as a CPU does with one slot (`OLLAMA_NUM_PARALLEL=1`): one request per
+model at a time, the others waiting their turn; a KV cache per model holding the last
+request's prompt and what was generated after it, so only what follows the longest
+common prefix is evaluated anew, at `prompt` tokens per second; and the reply streamed
+at `generate` tokens per second. Prompts are compared as rendered by a simple chat
+template (`rendered_prompt`). Each request served is recorded in `fake.evaluations`
+(when it arrived, started, gave its first token and ended; prompt, cached and
+generated characters), and the done line carries `prompt_eval_cached_count`, as
+Ollama's does. A client that hangs up while waiting or being served is dropped at
+once, its slot keeping what was evaluated.
+
 Run it standalone (end-to-end tests, benchmarks); it prints its URL on one line:
 
     python -m tests.fake_ollama --port 11500 [--latency-ms 5] [--script-file F]
+                                [--prompt-tps 60 --generate-tps 12]
 
 The script file is JSON: {"chat": [...], "generate": [...], "embed": [...],
 "models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>},
@@ -59,13 +73,15 @@ import hashlib
 import json
 import math
 import re
+import select
 import signal
 import socket
 import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Sequence
@@ -173,6 +189,80 @@ class RecordedRequest:
     headers: dict[str, str]
 
 
+@dataclass(frozen=True)
+class CpuSpeed:
+    """How fast a simulated CPU model reads a prompt and writes a reply, in tokens/s."""
+
+    prompt_tokens_per_second: float
+    generate_tokens_per_second: float
+
+
+@dataclass
+class Evaluation:
+    """One chat or completion request as the simulated model served it (times are
+    time.monotonic())."""
+
+    model: str
+    path: str
+    arrived: float
+    prompt_chars: int
+    started: float | None = None  # the model took it (after the requests ahead of it)
+    cached_chars: int = 0  # the prompt's longest common prefix with the slot
+    first_token: float | None = None  # the prompt read, the first piece sent
+    ended: float | None = None
+    generated_chars: int = 0
+    dropped: bool = False  # the client hung up before the reply ended
+    wants_json: bool = False  # the request asked for JSON (`format`, `response_format`)
+    waited_behind: list[str] = field(default_factory=list)  # paths served while it waited
+
+    @property
+    def new_chars(self) -> int:
+        """Characters of the prompt the model evaluated anew."""
+        return self.prompt_chars - self.cached_chars
+
+    @property
+    def new_tokens(self) -> int:
+        return tokens_of_chars(self.new_chars)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return tokens_of_chars(self.prompt_chars)
+
+
+def tokens_of_chars(chars: int) -> int:
+    return (chars + 3) // 4
+
+
+def rendered_prompt(path: str, body: dict[str, Any]) -> str:
+    """A request's prompt as a chat template renders it: what a KV cache compares."""
+    if path in ("/api/chat", "/v1/chat/completions"):
+        turns = []
+        for message in body.get("messages") or []:
+            if not isinstance(message, dict):
+                continue
+            calls = message.get("tool_calls")
+            extra = json.dumps(calls, sort_keys=True) if calls else ""
+            turns.append(f"<|{message.get('role')}|>\n{message_text(message)}{extra}<|end|>\n")
+        return "".join(turns) + "<|assistant|>\n"
+    if path == "/v1/completions":
+        return str(body.get("prompt") or "")
+    system = str(body.get("system") or "")
+    opening = f"<|system|>\n{system}<|end|>\n" if system else ""
+    return f"{opening}<|user|>\n{body.get('prompt') or ''}<|end|>\n<|assistant|>\n"
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of a and b."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:  # binary search on equal slices: fast for long prompts
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def count_tokens(text: str) -> int:
     """The fake's tokenizer: one token per 4 characters, rounded up."""
     return (len(text) + 3) // 4
@@ -244,8 +334,13 @@ class FakeOllama:
         latency: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
+        cpu: CpuSpeed | None = None,
     ) -> None:
         self._initial_models = list(models)
+        self.cpu = cpu  # None: instant replies, requests served in parallel
+        self.slots: dict[str, str] = {}  # model -> what its KV cache holds (with cpu)
+        self.evaluations: list[Evaluation] = []  # requests the simulated CPU served
+        self._model_locks: dict[str, threading.Lock] = {}
         self.models: list[str] = list(models)
         self.embedding_dim = embedding_dim
         self._initial_latency = latency
@@ -328,6 +423,8 @@ class FakeOllama:
             for script in self._scripts.values():
                 script.clear()
             self.requests.clear()
+            self.evaluations.clear()
+            self.slots.clear()
         self.responder = None
         self.latency = self._initial_latency
         self.models = list(self._initial_models)
@@ -390,6 +487,108 @@ class FakeOllama:
     def _queue(self, kind: str, items: Sequence[Any]) -> None:
         with self._lock:
             self._scripts[kind].extend(items)
+
+    @contextmanager
+    def model_run(self, http: _Handler, model: str, path: str, body: dict[str, Any]) -> Iterator[ModelRun]:
+        """The model serving one request: with `cpu`, one request per model at a time
+        and the time its slot's cache does not save; without, nothing to wait for."""
+        if self.cpu is None:
+            yield ModelRun(self, http, None, "")
+            return
+        name = _full_name(model)
+        prompt = rendered_prompt(path, body)
+        evaluation = Evaluation(name, path, time.monotonic(), len(prompt), wants_json=_wants_json(body))
+        with self._lock:
+            lock = self._model_locks.setdefault(name, threading.Lock())
+            self.evaluations.append(evaluation)
+        run = ModelRun(self, http, evaluation, prompt)
+        while not lock.acquire(timeout=0.01):
+            run.check_client()
+        try:
+            with self._lock:
+                evaluation.started = time.monotonic()
+                evaluation.cached_chars = common_prefix(self.slots.get(name, ""), prompt)
+                evaluation.waited_behind = [e.path for e in self.evaluations
+                                            if e.model == name and e.started is not None
+                                            and e is not evaluation
+                                            and e.started <= evaluation.started
+                                            and (e.ended is None or e.ended > evaluation.arrived)]
+            yield run
+        finally:
+            with self._lock:
+                self.slots[name] = prompt[:evaluation.cached_chars + run.evaluated_chars] + run.generated
+                evaluation.generated_chars = len(run.generated)
+                evaluation.ended = time.monotonic()
+                evaluation.dropped = run.dropped or evaluation.first_token is None
+            lock.release()
+
+
+class ModelRun:
+    """One request on the simulated CPU: read the prompt, then generate piece by piece.
+    Without a CPU (`evaluation` None) every step is instant."""
+
+    def __init__(self, fake: FakeOllama, http: _Handler, evaluation: Evaluation | None,
+                 prompt: str) -> None:
+        self.fake, self.http, self.evaluation, self.prompt = fake, http, evaluation, prompt
+        self.evaluated_chars = 0
+        self.generated = ""
+        self.dropped = False
+
+    @property
+    def cached_tokens(self) -> int | None:
+        if self.evaluation is None:
+            return None
+        return self.evaluation.cached_chars // 4
+
+    def check_client(self) -> None:
+        """Stop serving a client that hung up (a worker abandoning its call)."""
+        if self.evaluation is not None and _peer_closed(self.http.connection):
+            self.dropped = True
+            raise ConnectionAbortedError("the client hung up")
+
+    def _spend(self, seconds: float, on_step: Callable[[float], None] | None = None) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.fake._stopping.is_set():
+            self.check_client()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            step = min(left, 0.01)
+            time.sleep(step)
+            if on_step is not None:
+                on_step(step)
+
+    def read_prompt(self) -> None:
+        """Evaluate what follows the cached prefix."""
+        evaluation, cpu = self.evaluation, self.fake.cpu
+        if evaluation is None or evaluation.first_token is not None or cpu is None:
+            return
+        rate = cpu.prompt_tokens_per_second * 4  # characters per second
+        total = evaluation.new_chars
+
+        def advance(step: float) -> None:
+            self.evaluated_chars = min(total, self.evaluated_chars + int(step * rate))
+
+        self._spend(tokens_of_chars(total) / cpu.prompt_tokens_per_second, advance)
+        self.evaluated_chars = total
+        evaluation.first_token = time.monotonic()
+
+    def generate(self, text: str) -> None:
+        """Write `text` at the model's speed (reading the prompt first if not yet done)."""
+        self.read_prompt()
+        if self.evaluation is None or self.fake.cpu is None or not text:
+            return
+        self._spend(count_tokens(text) / self.fake.cpu.generate_tokens_per_second)
+        self.generated += text
+
+
+def _peer_closed(connection: socket.socket) -> bool:
+    """Whether the client closed its end (readable, with nothing to read)."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def _wants_json(body: dict[str, Any]) -> bool:
@@ -635,9 +834,16 @@ def _answer(
 
 
 def _send_stream(
-    http: _Handler, content_type: str, frames: list[bytes], ending: list[bytes], fault: Fault | None
+    http: _Handler, content_type: str, frames: list[bytes], ending: list[bytes], fault: Fault | None,
+    run: ModelRun | None = None, generated: str = "",
 ) -> None:
-    """Send content frames then the ending; a fault cuts or garbles the stream."""
+    """Send content frames then the ending; a fault cuts or garbles the stream. With a
+    `run`, the prompt is read before the first frame and `generated` is written across
+    the frames at the model's speed."""
+    paced: Iterator[bytes] = iter(frames)
+    if run is not None:
+        run.read_prompt()
+        paced = _paced(frames, _shares(generated, len(frames)), run)
     http.start_stream(content_type)
     if fault is not None and fault.kind == "malformed_json":
         garbage = b"<html>this is not json</html>"
@@ -645,16 +851,42 @@ def _send_stream(
         http.end_stream()
         return
     if fault is not None and fault.kind == "cut_stream":
-        for frame in frames[: fault.after_chunks]:
+        for _, frame in zip(range(fault.after_chunks), paced):
             http.write_chunk(frame)
         http.hang_up()
         return
-    for frame in frames + ending:
+    for frame in paced:
+        http.write_chunk(frame)
+    for frame in ending:
         http.write_chunk(frame)
     http.end_stream()
 
 
-def _send_whole(http: _Handler, obj: Any, fault: Fault | None) -> None:
+def _paced_by(run: ModelRun, generated: str) -> tuple:
+    """The pacing arguments of _send_stream / _send_whole: none without a simulated CPU,
+    so the default call is the plain one (tests replace _send_stream with their own)."""
+    return () if run.evaluation is None else (run, generated)
+
+
+def _shares(text: str, count: int) -> list[str]:
+    """`text` cut into `count` consecutive pieces (the last takes the rest)."""
+    if count <= 0:
+        return []
+    size = len(text) // count
+    return [text[i * size:(i + 1) * size] if i < count - 1 else text[i * size:] for i in range(count)]
+
+
+def _paced(frames: list[bytes], shares: list[str], run: ModelRun) -> Iterator[bytes]:
+    for frame, share in zip(frames, shares):
+        run.generate(share)
+        yield frame
+
+
+def _send_whole(http: _Handler, obj: Any, fault: Fault | None, run: ModelRun | None = None,
+                generated: str = "") -> None:
+    if run is not None:
+        run.generate(generated)
+        run.read_prompt()
     if fault is not None and fault.kind == "cut_stream":
         http.hang_up()
     elif fault is not None and fault.kind == "malformed_json":
@@ -671,9 +903,13 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str = "stop") -> dict[str, Any]:
+def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str = "stop",
+                run: ModelRun | None = None) -> dict[str, Any]:
     total = int((time.perf_counter() - started) * 1e9)
+    cached = {} if run is None or run.cached_tokens is None else {
+        "prompt_eval_cached_count": min(run.cached_tokens, prompt_count)}
     return {
+        **cached,
         "done_reason": done_reason,
         "total_duration": total,
         "load_duration": 0,
@@ -713,7 +949,19 @@ def api_chat(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
     answer = _answer(fake, "chat", body, http, lambda status, message: _ollama_error(message))
     if answer is None:
         return
-    stats = _done_stats(started, prompt_tokens(body.get("messages") or []), answer.text, answer.done_reason)
+    with fake.model_run(http, model, "/api/chat", body) as run:
+        _chat_reply(http, body, head, answer, run, started)
+
+
+def _generated(answer: _Answer) -> str:
+    """What the model writes for an answer: thinking, text and tool calls."""
+    return answer.thinking + answer.text + (json.dumps(answer.calls()) if answer.tool_calls else "")
+
+
+def _chat_reply(http: _Handler, body: dict[str, Any], head: dict[str, Any], answer: _Answer,
+                run: ModelRun, started: float) -> None:
+    stats = _done_stats(started, prompt_tokens(body.get("messages") or []), answer.text, answer.done_reason,
+                        run)
     if body.get("stream", True):
         frames = [
             _ndjson({**head, "message": {"role": "assistant", "content": "", "thinking": piece}, "done": False})
@@ -726,14 +974,16 @@ def api_chat(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
             frames.append(_ndjson({**head, "message": {"role": "assistant", "content": "",
                                                        "tool_calls": _ollama_calls(answer)}, "done": False}))
         done = {**head, "message": {"role": "assistant", "content": ""}, "done": True, **stats}
-        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault)
+        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault,
+                     *_paced_by(run, _generated(answer)))
     else:
         message: dict[str, Any] = {"role": "assistant", "content": answer.text}
         if answer.thinking:
             message["thinking"] = answer.thinking
         if answer.tool_calls:
             message["tool_calls"] = _ollama_calls(answer)
-        _send_whole(http, {**head, "message": message, "done": True, **stats}, answer.fault)
+        _send_whole(http, {**head, "message": message, "done": True, **stats}, answer.fault,
+                    *_paced_by(run, _generated(answer)))
 
 
 def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -746,13 +996,17 @@ def api_generate(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None
         return
     head = {"model": model, "created_at": _now_iso()}
     prompt_count = count_tokens(str(body.get("system") or "")) + count_tokens(str(body.get("prompt") or ""))
-    stats = _done_stats(started, prompt_count, answer.text)
-    if body.get("stream", True):
-        frames = [_ndjson({**head, "response": piece, "done": False}) for piece in _split_into_pieces(answer.text)]
-        done = {**head, "response": "", "done": True, **stats}
-        _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault)
-    else:
-        _send_whole(http, {**head, "response": answer.text, "done": True, **stats}, answer.fault)
+    with fake.model_run(http, model, "/api/generate", body) as run:
+        stats = _done_stats(started, prompt_count, answer.text, run=run)
+        if body.get("stream", True):
+            frames = [_ndjson({**head, "response": piece, "done": False})
+                      for piece in _split_into_pieces(answer.text)]
+            done = {**head, "response": "", "done": True, **stats}
+            _send_stream(http, "application/x-ndjson", frames, [_ndjson(done)], answer.fault,
+                         *_paced_by(run, answer.text))
+        else:
+            _send_whole(http, {**head, "response": answer.text, "done": True, **stats}, answer.fault,
+                        *_paced_by(run, answer.text))
 
 
 def _embeddings(
@@ -932,7 +1186,9 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
         if (body.get("stream_options") or {}).get("include_usage"):
             ending.append(_sse({**chunk, "choices": [], "usage": usage}))
         ending.append(b"data: [DONE]\n\n")
-        _send_stream(http, "text/event-stream", frames, ending, answer.fault)
+        with fake.model_run(http, model, "/v1/chat/completions", body) as run:
+            _send_stream(http, "text/event-stream", frames, ending, answer.fault,
+                         *_paced_by(run, _generated(answer)))
     else:
         message: dict[str, Any] = {"role": "assistant",
                                    "content": answer.text if answer.text or not answer.tool_calls else None}
@@ -946,7 +1202,8 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
         }
-        _send_whole(http, whole, answer.fault)
+        with fake.model_run(http, model, "/v1/chat/completions", body) as run:
+            _send_whole(http, whole, answer.fault, *_paced_by(run, _generated(answer)))
 
 
 def v1_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -966,10 +1223,14 @@ def v1_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> No
                   for piece in _split_into_pieces(answer.text)]
         ending = [_sse({**head, "choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}),
                   b"data: [DONE]\n\n"]
-        _send_stream(http, "text/event-stream", frames, ending, answer.fault)
+        with fake.model_run(http, model, "/v1/completions", body) as run:
+            _send_stream(http, "text/event-stream", frames, ending, answer.fault,
+                         *_paced_by(run, answer.text))
     else:
-        _send_whole(http, {**head, "choices": [{"index": 0, "text": answer.text, "finish_reason": "stop"}],
-                           "usage": usage}, answer.fault)
+        whole = {**head, "choices": [{"index": 0, "text": answer.text, "finish_reason": "stop"}],
+                 "usage": usage}
+        with fake.model_run(http, model, "/v1/completions", body) as run:
+            _send_whole(http, whole, answer.fault, *_paced_by(run, answer.text))
 
 
 def v1_model(fake: FakeOllama, http: _Handler, body: Any, name: str) -> None:
@@ -1151,7 +1412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names (default: %(default)s)"
     )
     parser.add_argument("--embedding-dim", type=int, default=DEFAULT_EMBEDDING_DIM)
+    parser.add_argument("--prompt-tps", type=float, default=0.0,
+                        help="simulate a CPU model: prompt tokens read per second (with --generate-tps)")
+    parser.add_argument("--generate-tps", type=float, default=0.0,
+                        help="simulate a CPU model: reply tokens written per second")
     args = parser.parse_args(argv)
+    cpu = (CpuSpeed(args.prompt_tps, args.generate_tps)
+           if args.prompt_tps > 0 and args.generate_tps > 0 else None)
 
     fake = FakeOllama(
         models=[m.strip() for m in args.models.split(",") if m.strip()],
@@ -1159,6 +1426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         latency=args.latency_ms / 1000,
         host=args.host,
         port=args.port,
+        cpu=cpu,
     )
     if args.script_file:
         fake.load_script(args.script_file)

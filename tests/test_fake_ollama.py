@@ -8,6 +8,7 @@ import math
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.fake_ollama import (
     MALFORMED_JSON_CONTENT,
+    CpuSpeed,
     FakeOllama,
     Fault,
     Reply,
@@ -375,6 +377,83 @@ def test_a_body_without_content_type_is_read_as_json(fake_ollama):
         {"model": "gemma3:4b", "messages": USER_SAYS_HI, "stream": False}).encode())
     assert response.json()["message"]["content"] == "ok: hi there"
     assert fake_ollama.bodies("/api/chat")[0]["stream"] is False
+
+
+# ----------------------------------------------------------------------------- a CPU model
+
+
+@pytest.fixture
+def cpu_model() -> Iterator[FakeOllama]:
+    """A fake serving models as a fast CPU would: one slot per model, a KV cache."""
+    fake = FakeOllama(cpu=CpuSpeed(prompt_tokens_per_second=4000, generate_tokens_per_second=4000))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+def _chat(fake: FakeOllama, messages: list[dict], model: str = "gemma3:4b") -> dict:
+    return httpx.post(f"{fake.url}/api/chat", json={"model": model, "messages": messages,
+                                                    "stream": False}, timeout=30).json()
+
+
+def test_a_cpu_model_reads_anew_only_what_follows_the_cached_prefix(cpu_model):
+    history = [{"role": "system", "content": "Be brief. " * 40}, {"role": "user", "content": "hello"}]
+    first = _chat(cpu_model, history)
+    history += [first["message"], {"role": "user", "content": "and then?"}]
+    second = _chat(cpu_model, history)
+    assert first["prompt_eval_cached_count"] == 0
+    # The whole first prompt and its reply are cached: only the new turn is read.
+    assert second["prompt_eval_cached_count"] > 0.9 * second["prompt_eval_count"]
+    one, two = cpu_model.evaluations
+    assert one.cached_chars == 0 and one.new_chars == one.prompt_chars
+    assert two.new_chars == len("<|end|>\n<|user|>\nand then?<|end|>\n<|assistant|>\n")
+
+
+def test_another_prompt_to_the_same_model_evicts_the_cache(cpu_model):
+    history = [{"role": "system", "content": "Be brief. " * 40}, {"role": "user", "content": "hello"}]
+    first = _chat(cpu_model, history)
+    httpx.post(f"{cpu_model.url}/api/generate", json={"model": "gemma3:4b", "prompt": "extract facts",
+                                                      "stream": False}, timeout=30)
+    _chat(cpu_model, [*history, first["message"], {"role": "user", "content": "and then?"}])
+    last = cpu_model.evaluations[-1]
+    assert last.new_chars > 0.95 * last.prompt_chars  # read again from (almost) the start
+
+
+def test_each_model_has_its_own_slot(cpu_model):
+    history = [{"role": "user", "content": "hello " * 50}]
+    _chat(cpu_model, history)
+    _chat(cpu_model, [{"role": "user", "content": "something else"}], model="qwen2.5:3b")
+    _chat(cpu_model, history)
+    assert cpu_model.evaluations[-1].cached_chars == cpu_model.evaluations[-1].prompt_chars
+
+
+def test_a_cpu_model_serves_one_request_at_a_time(cpu_model):
+    cpu_model.cpu = CpuSpeed(prompt_tokens_per_second=2000, generate_tokens_per_second=2000)
+    with httpx.Client(timeout=30) as client:
+        threads = [threading.Thread(target=client.post, args=(f"{cpu_model.url}/api/chat",), kwargs={
+            "json": {"model": "gemma3:4b", "messages": [{"role": "user", "content": f"question {i} " * 100}],
+                     "stream": False}}) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    served = sorted(cpu_model.evaluations, key=lambda e: e.started)
+    assert len(served) == 3
+    for earlier, later in zip(served, served[1:]):
+        assert earlier.ended <= later.started
+    assert any(e.waited_behind for e in served)
+
+
+def test_a_client_that_hangs_up_is_dropped_and_frees_the_model(cpu_model):
+    cpu_model.cpu = CpuSpeed(prompt_tokens_per_second=50, generate_tokens_per_second=50)
+    body = {"model": "gemma3:4b", "prompt": "long " * 2000, "stream": False}  # 50 s to read
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{cpu_model.url}/api/generate", json=body, timeout=0.3)
+    cpu_model.cpu = CpuSpeed(prompt_tokens_per_second=4000, generate_tokens_per_second=4000)
+    assert _chat(cpu_model, USER_SAYS_HI)["message"]["content"] == "ok: hi there"
+    dropped, served = cpu_model.evaluations
+    assert dropped.dropped and not served.dropped
+    assert dropped.ended <= served.started
 
 
 # ----------------------------------------------------------------------------- command line

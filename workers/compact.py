@@ -19,13 +19,13 @@ runs found, not "the user said: check in briefly".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
 from app.chat_formats import text_with_tool_calls
 from app.config import Config
-from app.llm import ModelClient
+from app.llm import ModelClient, SentChat
 from app.memory import NewCard, add_card
 from app.writer import Writer
 from workers import extractive
@@ -89,9 +89,11 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
     return rows[:size] if len(rows) >= threshold else None
 
 
-def summarise(model: ModelClient, events: list[ChunkEvent]) -> CardText:
+def summarise(model: ModelClient, events: list[ChunkEvent], after: SentChat | None = None,
+              yield_to: Callable[[], bool] | None = None) -> CardText:
     lines = "\n".join(e.line for e in events)
-    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM)
+    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after,
+                         yield_to)
     return parse_card(raw, text)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 
 from app.config import Config
-from app.llm import ModelClient
+from app.llm import ModelClient, SentChat
 from app.memory import add_diary_entry, end_session, replace_extractive_diary
 from app.writer import Writer
 from workers import extractive
@@ -102,8 +102,9 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_e
 
 
 def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_id: str,
-                session_id: str, *, extractive: bool = False) -> str:
-    """'written', 'updated', or 'up-to-date' (nothing to do). Raises model errors unless extractive."""
+                session_id: str, *, extractive: bool = False, after: SentChat | None = None) -> str:
+    """'written', 'updated', or 'up-to-date' (nothing to do). Raises model errors unless
+    extractive. `after`: a chat to ask the question after (model_output.ask_json)."""
     with reading(writer) as con:
         session = session_to_summarise(con, user_id, session_id)
     if session is None:
@@ -111,7 +112,7 @@ def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_
     if extractive or model is None:
         entry, is_extractive = extractive_entry(session), True
     else:
-        raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM)
+        raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM, after)
         entry, is_extractive = parse_entry(raw, text), False
     return writer.submit(lambda con: _store(con, user_id, session_id, entry, is_extractive))
 

@@ -18,14 +18,14 @@ re-checks which events are still undistilled, so a second run does nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
 from app.chat_formats import text_with_tool_calls
 from app.config import Config
 from app.fts import terms
-from app.llm import ModelClient
+from app.llm import ModelClient, SentChat
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.scheduled_tasks import is_task_session
 from app.timeutil import utc_now
@@ -130,14 +130,27 @@ class DistillResult:
 
 def undistilled_events(con: apsw.Connection, user_id: str, session_id: str,
                        event_ids: list[int]) -> list[TurnEvent]:
+    return turn_events(con, user_id, session_id, event_ids, undistilled_only=True)
+
+
+def turn_events(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
+                *, undistilled_only: bool = False) -> list[TurnEvent]:
+    """The session's events among `event_ids`, oldest first."""
     if not event_ids:
         return []
     marks = ",".join("?" * len(event_ids))
+    pending = "AND distilled_at IS NULL " if undistilled_only else ""
     return [TurnEvent(*row) for row in con.execute(
         f"SELECT id, role, content, tool_name, tool_calls_json FROM events "
-        f"WHERE user_id = ? AND session_id = ? "
-        f"AND distilled_at IS NULL AND id IN ({marks}) ORDER BY id",
+        f"WHERE user_id = ? AND session_id = ? {pending}AND id IN ({marks}) ORDER BY id",
         (user_id, session_id, *event_ids))]
+
+
+def undistilled_in_session(con: apsw.Connection, user_id: str, session_id: str) -> list[int]:
+    """Ids of the session's events not distilled yet, oldest first."""
+    return [row[0] for row in con.execute(
+        "SELECT id FROM events WHERE user_id = ? AND session_id = ? AND distilled_at IS NULL "
+        "ORDER BY id", (user_id, session_id))]
 
 
 def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session_id: str) -> bool:
@@ -151,7 +164,8 @@ def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session
 # -- the model's part ----------------------------------------------------------------------
 
 
-def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION) -> str:
+def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "") -> str:
+    """The instructions (with `also` asked besides), then the turns, one labelled line each."""
     lines = []
     budget = MAX_PROMPT_CHARS
     for event in events:
@@ -167,7 +181,10 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION) -> str:
         budget -= len(text)
         if budget <= 0:
             break
-    return voices.instructions + "\n".join(lines)
+    instructions = voices.instructions
+    if also:
+        instructions = instructions.rstrip("\n") + "\n" + also.rstrip("\n") + "\n\n"
+    return instructions + "\n".join(lines)
 
 
 def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
@@ -200,9 +217,11 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent],
 # -- writing -------------------------------------------------------------------------------
 
 
-def _store(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
-           extraction: Extraction, worker: str, source_event_id: int | None,
-           similarity: float) -> DistillResult:
+def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
+                     extraction: Extraction, worker: str, source_event_id: int | None,
+                     similarity: float) -> DistillResult:
+    """Write what was extracted from `event_ids` and mark the ones still undistilled;
+    nothing when another run marked them all first."""
     pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
     if not pending:
         return DistillResult()  # another run got here first
@@ -234,15 +253,17 @@ def _write(writer: Writer, config: Config, user_id: str, session_id: str,
     source_event_id = sources[-1] if sources else None
     ids = [e.id for e in events]
     similarity = config.memory.dedupe_similarity
-    result = writer.submit(lambda con: _store(con, user_id, session_id, ids, extraction, worker,
-                                              source_event_id, similarity))
+    result = writer.submit(lambda con: store_extraction(con, user_id, session_id, ids, extraction,
+                                                        worker, source_event_id, similarity))
     result.dropped += dropped
     return result
 
 
 def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: str,
-                 session_id: str, event_ids: list[int]) -> DistillResult:
-    """Extract and store the turn's memory; raises ModelError / InvalidOutput to be retried."""
+                 session_id: str, event_ids: list[int], after: SentChat | None = None,
+                 yield_to: Callable[[], bool] | None = None) -> DistillResult:
+    """Extract and store the turn's memory; raises ModelError / InvalidOutput to be retried.
+    `after`, `yield_to`: as model_output.ask_json takes them."""
     with reading(writer) as con:
         events = undistilled_events(con, user_id, session_id, event_ids)
     if not events:
@@ -250,7 +271,8 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
     extraction, dropped = Extraction(), 0
     voices = voices_of(session_id)
     if any(e.role in voices.sources for e in events):
-        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM)
+        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM,
+                             after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
     return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
 

@@ -14,21 +14,32 @@ import structlog
 from huey.api import Task
 
 from app.config import Config
+from app.llm import SentChat
 from workers import jobs
+from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
 
 log = structlog.get_logger(__name__)
 
 
 class QueueHandoff:
-    """Hands a turn's events and an ended session to the workers through `queue`."""
+    """Hands a turn's events and an ended session to the workers through `queue`, and,
+    with `activity`, reports the front-end's requests to the model server there."""
 
-    def __init__(self, queue: HiloHuey) -> None:
+    def __init__(self, queue: HiloHuey, activity: ChatActivity | None = None) -> None:
         self.queue = queue
+        self.activity = activity
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
-        """Enqueue distill for a turn's events (the distill job then checks for compaction)."""
+    def model_activity(self) -> ChatActivity | None:
+        return self.activity
+
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: SentChat | None = None) -> bool:
+        """Enqueue distill for a turn's events (the job learns the session's turns); keep
+        the exchange the model server answered, for the job to continue."""
         ids = [int(i) for i in event_ids]
+        if sent is not None and self.activity is not None:
+            self.activity.served(user_id, session_id, sent)
         return self._enqueue("distill", lambda: jobs.distill.s(user_id, session_id, ids),
                              user_id=user_id, session_id=session_id, events=ids)
 
@@ -48,7 +59,9 @@ class QueueHandoff:
 
 
 def queue_handoff(config: Config) -> QueueHandoff:
-    """A front-end's start: bind this process's queue to `config` and hand off through it.
+    """A front-end's start: bind this process's queue to `config` and hand off through it;
+    its requests to the model server are reported there, so model jobs wait for them.
     A damaged queue file is refused here (CorruptQueue), before the first turn."""
     check_queue_file(config)
-    return QueueHandoff(configure(config))
+    queue = configure(config)
+    return QueueHandoff(queue, ChatActivity(queue, config.llm.url))

@@ -34,6 +34,7 @@ from app.config import Config
 from app.datadir import DataDir
 from app.errors import Unavailable
 from workers import jobs  # noqa: F401 — declares the task names retry and revoke resolve
+from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
 
@@ -213,9 +214,36 @@ class WorkerPoll:
                 "host": self.host, "active": self.active}
 
 
+# Jobs that need the model, and so wait for the person (workers/chat_activity.py).
+MODEL_JOBS = ("distill", "compact", "diary", "consolidate")
+
+
+@dataclass
+class ChatWait:
+    """Whether the workers' model jobs wait for a person right now, and why."""
+
+    server: str | None  # the chat's model server; None when the workers have their own
+    idle_seconds: float  # [queue] chat_idle_seconds (0: they never wait)
+    max_defer_seconds: float
+    in_flight: int  # chat requests on that server now
+    last_chat_at: float | None  # when one last started or ended
+    waiting: bool
+    reason: str | None
+    until: float | None  # when they may start, unless another chat request comes
+    waiting_jobs: int  # model jobs not due yet (waiting for the chat, or a retry's backoff)
+
+    def to_dict(self) -> dict:
+        return {"server": self.server, "idle_seconds": self.idle_seconds,
+                "max_defer_seconds": self.max_defer_seconds, "in_flight": self.in_flight,
+                "last_chat_at": iso_time(self.last_chat_at), "waiting": self.waiting,
+                "reason": self.reason, "until": iso_time(self.until),
+                "waiting_jobs": self.waiting_jobs}
+
+
 @dataclass
 class QueueStatus:
-    """Counts, the oldest due job, failures by task, locks held and the worker's last poll."""
+    """Counts, the oldest due job, failures by task, locks held, the worker's last poll
+    and whether model jobs wait for a chat."""
 
     backend: str  # "sqlite" or "redis"
     location: str  # the queue file, or the Redis URL without its password
@@ -230,6 +258,7 @@ class QueueStatus:
     by_task: dict[str, TaskCounts]  # short task name → counts, sorted by name
     locks: list[str]
     worker: WorkerPoll
+    chat_wait: ChatWait
 
     def to_dict(self) -> dict:
         return {
@@ -249,6 +278,7 @@ class QueueStatus:
                                "failed": c.failed} for name, c in self.by_task.items()},
             "locks": self.locks,
             "worker": self.worker.to_dict(),
+            "chat_wait": self.chat_wait.to_dict(),
         }
 
 
@@ -456,7 +486,24 @@ class QueueView:
                 host=beat.get("host") if beat else None,
                 active=since_poll is not None and since_poll <= ACTIVE_WITHIN_SECONDS,
             ),
+            chat_wait=self.chat_wait(pending + scheduled, now),
         )
+
+    def chat_wait(self, jobs: list[Job], now: float) -> ChatWait:
+        config = self.config
+        separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
+        server = None if separate else config.llm.url
+        activity = (read_activity(self.huey, server, now) if server and self.exists
+                    else ServerActivity(0, None))
+        deferral = (chat_deferral(self.huey, config, server, None, now)
+                    if server and self.exists else None)
+        return ChatWait(
+            server=server, idle_seconds=config.queue.chat_idle_seconds,
+            max_defer_seconds=config.queue.max_defer_seconds, in_flight=activity.in_flight,
+            last_chat_at=activity.last_at, waiting=deferral is not None,
+            reason=deferral.reason if deferral else None,
+            until=deferral.until if deferral else None,
+            waiting_jobs=sum(1 for job in jobs if job.name in MODEL_JOBS and not job.is_due(now)))
 
     # -- steering ---------------------------------------------------------------------------
 

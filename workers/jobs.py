@@ -46,7 +46,7 @@ class Runner(Protocol):
 
     def diary(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None: ...
 
-    def consolidate(self, attempt: int, task: Task | None) -> None: ...
+    def consolidate(self, attempt: int, task: Task | None, since: float | None = None) -> None: ...
 
     def reconcile(self, grace_seconds: float | None) -> None: ...
 
@@ -90,13 +90,15 @@ def attached() -> Runner:
 @huey.task(context=True)
 def distill(user_id: str, session_id: str, event_ids: list[int], attempt: int = 1,
             task: Task | None = None) -> None:
-    """A turn's events → profile and facts; then compaction if due, and vectors."""
+    """After a turn: the session's unlearned turns → profile, facts and cards
+    (workers/learn.py), once the person is not using the model; and vectors."""
     attached().distill(user_id, session_id, event_ids, attempt, task)
 
 
 @huey.task(context=True)
 def compact(user_id: str, session_id: str, attempt: int = 1, task: Task | None = None) -> None:
-    """A session's oldest un-compacted events → context cards, under a per-session lock."""
+    """A session over the compaction threshold → its cards (and the facts of their
+    chunks), as distill does: both learn the session, under one per-session lock."""
     attached().compact(user_id, session_id, attempt, task)
 
 
@@ -135,9 +137,10 @@ def consolidate_periodically(task: Task | None = None) -> None:
 
 
 @huey.task(context=True)
-def consolidate(attempt: int = 1, task: Task | None = None) -> None:
-    """Merge duplicate facts, fold old cards, decay importance."""
-    attached().consolidate(attempt, task)
+def consolidate(attempt: int = 1, task: Task | None = None, since: float | None = None) -> None:
+    """Merge duplicate facts, fold old cards, decay importance; `since`: when it first
+    came due, if it has waited for a chat (workers/chat_activity.py)."""
+    attached().consolidate(attempt, task, since)
 
 
 @huey.periodic_task(crontab(), context=True)  # every minute

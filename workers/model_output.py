@@ -13,7 +13,7 @@ error and then degrade — never a silent loss.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -29,7 +29,7 @@ from pydantic import (
 
 from app.errors import HiloError
 from app.fts import terms
-from app.llm import ModelClient, parse_json_leniently
+from app.llm import ModelClient, SentChat, parse_json_leniently
 from app.memory import CATEGORIES
 
 # Values a model writes when it has nothing to say; never stored.
@@ -227,6 +227,16 @@ class CardOutput(ModelOutput):
                         BeforeValidator(_comma_separated)] = Field(default_factory=list)
 
 
+class ChunkOutput(DistillOutput):
+    """learn: a chunk of turns in one answer — its profile attributes and facts, as
+    distill's, and its card, as compact's."""
+
+    summary: Annotated[str, _cleaned(SUMMARY_CHARS)]
+    keywords: Annotated[list[Keyword], WrapValidator(_valid_items),
+                        AfterValidator(lambda words: words[:MAX_KEYWORDS]),
+                        BeforeValidator(_comma_separated)] = Field(default_factory=list)
+
+
 class DiaryOutput(ModelOutput):
     """diary: a session's entry."""
 
@@ -256,9 +266,19 @@ def _detail(exc: ValidationError) -> str:
 
 
 def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any],
-             system: str | None = None) -> tuple[dict | list, str]:
-    """The parsed JSON value of the model's reply (and the raw text); InvalidOutput if none."""
-    text = model.generate_json(prompt, schema, system=system, temperature=0.1)
+             system: str | None = None, after: SentChat | None = None,
+             yield_to: Callable[[], bool] | None = None) -> tuple[dict | list, str]:
+    """The parsed JSON value of the model's reply (and the raw text); InvalidOutput if none.
+
+    With `after`, the question is asked as the next message of that chat, whose prompt
+    the model server's cache still holds: only the question is read anew. With
+    `yield_to`, the call gives way to a person (app.llm.ModelCallYielded)."""
+    if after is not None:
+        question = f"{system}\n\n{prompt}" if system else prompt
+        text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to)
+    else:
+        text = model.generate_json(prompt, schema, system=system, temperature=0.1,
+                                   yield_to=yield_to)
     parsed = parse_json_leniently(text)
     if parsed is None:
         raise InvalidOutput(job, "no JSON object in the reply", text)

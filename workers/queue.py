@@ -33,6 +33,7 @@ from app.config import Config
 from app.datadir import DataDir
 from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
+from workers.chat_activity import ACTIVITY_PREFIX, activity_is_stale
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.locks import (
     OWNER_BEAT_PREFIX,
@@ -291,7 +292,8 @@ def held_locks() -> list[HeldLock]:
 
 def flush_stale_locks() -> list[str]:
     """Delete the locks whose owner is gone (a killed worker); a live worker's stay.
-    Huey's flush_locks only knows static locks. Owner heartbeats of gone owners go too."""
+    Huey's flush_locks only knows static locks. Owner heartbeats of gone owners go too,
+    and the chat activity of front-ends that are gone (workers/chat_activity.py)."""
     flushed = []
     for key, raw in huey.all_results().items():
         if key.startswith(LOCK_PREFIX):
@@ -302,6 +304,8 @@ def flush_stale_locks() -> list[str]:
             beat = _deserialize(raw)
             if not (isinstance(beat, (int, float)) and time.time() - beat < OWNER_SILENT_SECONDS):
                 _delete_if_unchanged(key, raw)
+        elif key.startswith(ACTIVITY_PREFIX) and activity_is_stale(_deserialize(raw), time.time()):
+            _delete_if_unchanged(key, raw)
     return sorted(flushed)
 
 

@@ -15,6 +15,7 @@ job enqueues next.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import structlog
@@ -27,17 +28,24 @@ from app.db import Durability
 from app.embedders import Embedder, make_embedder
 from app.llm import ModelClient
 from app.scheduled_tasks import sync_config_tasks
+from app.timeutil import parse_rfc3339
 from app.vectors import pending_owners
 from app.writer import Writer
 from workers import jobs
 from workers import metrics as job_metrics
-from workers.compact import compact_session
+from workers.chat_activity import (
+    chat_deferral,
+    chat_to_continue,
+    forget_last_chat,
+    server_id,
+)
 from workers.consolidate import consolidate as consolidate_memory
 from workers.diary import write_diary
-from workers.distill import capture_turn, distill_turn, needs_compaction
 from workers.embed import embed_pending
 from workers.handoff import QueueHandoff
 from workers.macros import learn_all_macros
+from workers.hooks import task_id_time
+from workers.learn import learn_by_rules, learn_session, waiting_since
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -54,6 +62,8 @@ from workers.scheduler import scheduler_tick
 
 log = structlog.get_logger(__name__)
 
+# A learning job that finds another learning on its model server comes back this much later.
+LEARNER_BUSY_SECONDS = 1.0
 # Where consolidate keeps the time of its last importance decay (Huey's key-value store).
 LAST_DECAY_KEY = "hilo.consolidate.last_decay_at"
 
@@ -84,6 +94,12 @@ class JobRunner:
         self.queue = queue
         self.writer = Writer.from_config(config, Durability.NORMAL)
         self.model = ModelClient.from_config(config)
+        # What learns (distill, cards, diary, consolidation): [llm] distill_url's server,
+        # else the chat's, whose person it then waits for (workers/chat_activity.py).
+        separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
+        self.learner = (ModelClient.from_config(config, url=config.llm.distill_url)
+                        if separate else self.model)
+        self.chat_server: str | None = None if separate else config.llm.url
         # None with [embedder] kind = "none".
         self.embedder: Embedder | None = make_embedder(config, client=self.model)
         # Scheduled tasks run as turns, sharing the writer and the model client; a task's
@@ -111,6 +127,8 @@ class JobRunner:
             self._stop_counting()
         self.chat_service.close()  # leaves the shared writer and model client open
         self.writer.close()
+        if self.learner is not self.model:
+            self.learner.close()
         self.model.close()
 
     def prepare(self) -> None:
@@ -127,44 +145,91 @@ class JobRunner:
         jobs.reconcile(0.0)
         jobs.run_scheduled_tasks_now()
 
+    # -- the user first ------------------------------------------------------------------------
+
+    def _waits_for_chat(self, job: TaskWrapper, args: tuple, kwargs: dict[str, Any],
+                        since: float | None, **ids: Any) -> bool:
+        """When the person is using the model server: re-enqueue the job for when they
+        may not be (same attempt), and say so."""
+        deferral = chat_deferral(self.queue, self.config, self.chat_server, since)
+        if deferral is None:
+            return False
+        delay = max(0.05, deferral.until - time.time())
+        job.schedule(args=args, kwargs=kwargs, delay=delay)
+        log.debug("job.deferred", job=job.func.__name__, reason=deferral.reason,
+                  retry_in_seconds=round(delay, 1), **ids)
+        return True
+
+    def _free(self, since: float | None) -> Callable[[], bool]:
+        """Whether a running job may make its next model call."""
+        return lambda: chat_deferral(self.queue, self.config, self.chat_server, since) is None
+
     # -- per turn and per session ------------------------------------------------------------
 
     def distill(self, user_id: str, session_id: str, event_ids: list[int], attempt: int,
                 task: Task | None) -> None:
-        config, writer = self.config, self.writer
-        outcome = attempt_job(
-            config, "distill", attempt,
-            {"user_id": user_id, "session_id": session_id, "events": event_ids},
-            work=lambda: distill_turn(writer, self.model, config, user_id, session_id, event_ids),
-            fallback=lambda: capture_turn(writer, config, user_id, session_id, event_ids),
-            retry=_again(jobs.distill, (user_id, session_id, event_ids), attempt),
-            **_policy(task),
-        )
-        if outcome.status == "retrying":
-            return
-        if outcome.value.events:
-            with reading(writer) as con:
-                over = needs_compaction(con, config, user_id, session_id)
-            if over:
-                jobs.compact(user_id, session_id)
-        jobs.embed(user_id)  # the turn's events and any new facts
+        """A turn's events are a hint: the session's turns are learned together."""
+        self._learn(jobs.distill, (user_id, session_id, event_ids), user_id, session_id,
+                    attempt, task)
 
     def compact(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None:
+        self._learn(jobs.compact, (user_id, session_id), user_id, session_id, attempt, task)
+
+    def _learn(self, job: TaskWrapper, args: tuple, user_id: str, session_id: str,
+               attempt: int, task: Task | None) -> None:
         config, writer = self.config, self.writer
-        with exclusive(f"compact:{user_id}:{session_id}") as mine:
-            if not mine:
-                # Another worker is compacting this session; it loops until below the threshold.
-                log.debug("compact.locked", user_id=user_id, session_id=session_id)
+        ids = {"user_id": user_id, "session_id": session_id}
+        with reading(writer) as con:
+            since = waiting_since(con, config, user_id, session_id)
+        if since is None:
+            jobs.embed(user_id)  # nothing to learn; the turn's events may still need vectors
+            return
+        if self._waits_for_chat(job, args, {"attempt": attempt}, since, **ids):
+            # The turns' vectors meanwhile: a new conversation searches them at once (the
+            # embedding model is another, quick one).
+            jobs.embed(user_id)
+            return
+        if self.chat_server is None or config.queue.chat_idle_seconds <= 0:
+            self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
+            return
+        # On the chat's server, one learning run at a time (it serves one request at a
+        # time): the others come back in a moment, and each finds the prompt cache as the
+        # last one left it.
+        with exclusive(f"learn-on:{server_id(self.chat_server)}") as free:
+            if not free:
+                job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
                 return
-            attempt_job(
-                config, "compact", attempt, {"user_id": user_id, "session_id": session_id},
-                work=lambda: compact_session(writer, self.model, config, user_id, session_id),
-                fallback=lambda: compact_session(writer, None, config, user_id, session_id,
-                                                 extractive=True),
-                retry=_again(jobs.compact, (user_id, session_id), attempt),
+            self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
+
+    def _learn_locked(self, job: TaskWrapper, args: tuple, user_id: str, session_id: str,
+                      attempt: int, task: Task | None, since: float, ids: dict[str, str]) -> None:
+        config, writer = self.config, self.writer
+        with exclusive(f"learn:{user_id}:{session_id}") as mine:
+            if not mine:
+                # Another worker is learning this session; it takes everything still undone.
+                log.debug("learn.locked", **ids)
+                return
+            after = chat_to_continue(self.queue, config, self.chat_server, user_id, session_id)
+            if after is None:  # this run's questions will take the chat's place in the cache
+                forget_last_chat(self.queue, self.chat_server)
+            outcome = attempt_job(
+                config, job.func.__name__, attempt, ids,
+                work=lambda: learn_session(writer, self.learner, config, user_id, session_id,
+                                           go_on=self._free(since), after=after),
+                fallback=lambda: learn_by_rules(writer, config, user_id, session_id),
+                retry=_again(job, args, attempt),
                 **_policy(task),
             )
-        jobs.embed(user_id)  # the new cards
+        if outcome.status == "retrying":
+            return
+        learned = outcome.value
+        log.info("learn.done", calls=learned.calls, cards=learned.cards, facts=learned.facts,
+                 events=learned.events, stopped=learned.stopped, **ids)
+        if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,
+                                                         **ids):
+            # The person came back and is already gone again: the rest now.
+            job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
+        jobs.embed(user_id)  # the turns' events, and the new facts and cards
 
     def embed(self, user_id: str | None, attempt: int, task: Task | None) -> None:
         embedder = self.embedder
@@ -184,9 +249,18 @@ class JobRunner:
 
     def diary(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None:
         config, writer = self.config, self.writer
+        with reading(writer) as con:
+            row = con.execute("SELECT ended_at FROM sessions WHERE user_id = ? AND id = ?",
+                              (user_id, session_id)).fetchone()
+        since = parse_rfc3339(row[0]).timestamp() if row and row[0] else None
+        if self._waits_for_chat(jobs.diary, (user_id, session_id), {"attempt": attempt}, since,
+                                user_id=user_id, session_id=session_id):
+            return
         attempt_job(
             config, "diary", attempt, {"user_id": user_id, "session_id": session_id},
-            work=lambda: write_diary(writer, self.model, config, user_id, session_id),
+            work=lambda: write_diary(writer, self.learner, config, user_id, session_id,
+                                     after=chat_to_continue(self.queue, config, self.chat_server,
+                                                            user_id, session_id)),
             fallback=lambda: write_diary(writer, None, config, user_id, session_id,
                                          extractive=True),
             retry=_again(jobs.diary, (user_id, session_id), attempt),
@@ -195,12 +269,15 @@ class JobRunner:
 
     # -- periodic ------------------------------------------------------------------------------
 
-    def consolidate(self, attempt: int, task: Task | None) -> None:
+    def consolidate(self, attempt: int, task: Task | None, since: float | None = None) -> None:
         config, writer, queue = self.config, self.writer, self.queue
+        since = since or (task_id_time(task.id) if task is not None else None) or time.time()
+        if self._waits_for_chat(jobs.consolidate, (), {"attempt": attempt, "since": since}, since):
+            return
         last_decay_at = queue.get(LAST_DECAY_KEY, peek=True)
         attempt_job(
             config, "consolidate", attempt, {},
-            work=lambda: consolidate_memory(writer, self.model, config,
+            work=lambda: consolidate_memory(writer, self.learner, config,
                                             last_decay_at=last_decay_at,
                                             record_decay=self._record_decay),
             fallback=lambda: consolidate_memory(writer, None, config,

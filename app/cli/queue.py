@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from workers.inspection import (
+        ChatWait,
         Failure,
         Flushed,
         Job,
@@ -281,6 +282,23 @@ def _show_status(console: Console, found: QueueStatus) -> None:
                             "`hilo queue retry --all-failed`."))
     if found.locks:
         console.print(_text("Locks held: " + ", ".join(found.locks)))
+    console.print(_text(_chat_wait_line(found.chat_wait)))
+
+
+def _chat_wait_line(wait: ChatWait) -> str:
+    """Whether the model jobs wait for the person, in one line."""
+    if wait.server is None:
+        return "Model jobs: on their own model server ([llm] distill_url); they never wait for the chat"
+    if wait.idle_seconds <= 0:
+        return "Model jobs: never wait for the chat ([queue] chat_idle_seconds = 0)"
+    queued = f"; {wait.waiting_jobs} waiting" if wait.waiting_jobs else ""
+    if wait.waiting:
+        return (f"Model jobs: waiting for the chat — {wait.reason}; they start when "
+                f"{wait.server} has served no chat request for {wait.idle_seconds:g} s, or once "
+                f"their work has waited {wait.max_defer_seconds:g} s{queued}")
+    last = ("no chat request seen" if wait.last_chat_at is None
+            else f"the last chat request ended {ago(max(0.0, time.time() - wait.last_chat_at))} ago")
+    return f"Model jobs: free to run ({last}){queued}"
 
 
 def _show_jobs(console: Console, where: str, jobs: list[Job], shown: list[Job],

@@ -51,10 +51,13 @@ def free_port() -> int:
 
 
 class Process:
-    """`hilo serve` or `hilo worker` for this config, restarted as often as it is killed."""
+    """`hilo serve` or `hilo worker` for this config, restarted as often as it is killed;
+    `settings` are HILO_* variables added to its environment."""
 
-    def __init__(self, config: Config, role: str, logs: Path, port: int) -> None:
+    def __init__(self, config: Config, role: str, logs: Path, port: int,
+                 settings: dict[str, str] | None = None) -> None:
         self.config, self.role, self.logs, self.port = config, role, logs, port
+        self.settings = settings or {}
         self.starts = 0
         self.process: subprocess.Popen | None = None
 
@@ -67,7 +70,8 @@ class Process:
         log = self.logs / f"{self.role}-{self.starts}.log"
         argv = ["serve", "--port", str(self.port)] if self.role == "serve" else ["worker"]
         self.process = subprocess.Popen(hilo_command(*argv), cwd=REPO_ROOT,
-                                        env=consumer_env(self.config), stdout=log.open("wb"),
+                                        env={**consumer_env(self.config), **self.settings},
+                                        stdout=log.open("wb"),
                                         stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_TIMEOUT
         while not self._ready(log):
@@ -207,8 +211,11 @@ def exactly_once(config: Config, acknowledged: list[int]) -> dict:
 
 
 def fresh_config(root: Path, name: str, fake: FakeOllama) -> Config:
+    # The fake model answers at once and sixteen clients keep a chat always in flight: the
+    # workers do not wait for the chat here (tests.bench.localmodel measures that wait).
     config = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=root / name).replace(
-        llm={"url": fake.url}, logging={"level": "warning", "format": "json"})
+        llm={"url": fake.url}, logging={"level": "warning", "format": "json"},
+        queue={"chat_idle_seconds": 0.0})
     DataDir.of(config).init()
     (root / f"{name}-logs").mkdir()
     return config

@@ -81,7 +81,8 @@ def test_the_rule_based_fallback_captures_nothing_from_the_instructions(setup):
 
 def test_a_tasks_card_is_told_the_instructions_are_not_the_user(setup):
     cfg, writer, model, fake = setup
-    session, _ = run_task(setup, "Check in briefly", [f"All quiet, check {n}." for n in range(4)])
+    runs = cfg.memory.compaction_threshold // 2  # a prompt and a reply each: one chunk due
+    session, _ = run_task(setup, "Check in briefly", [f"All quiet, check {n}." for n in range(runs)])
     assert compact_session(writer, model, cfg, USER, session)
     card_prompts = [b["prompt"] for b in fake.bodies("/api/generate")
                     if "summary" in b["format"]["properties"]]
@@ -91,7 +92,8 @@ def test_a_tasks_card_is_told_the_instructions_are_not_the_user(setup):
 
 def test_a_quoted_card_of_a_task_quotes_what_it_found(setup):
     cfg, writer, _, _ = setup
-    session, _ = run_task(setup, "Check in briefly", [f"All quiet, check {n}." for n in range(4)])
+    runs = cfg.memory.compaction_threshold // 2  # a prompt and a reply each: one chunk due
+    session, _ = run_task(setup, "Check in briefly", [f"All quiet, check {n}." for n in range(runs)])
     assert compact_session(writer, None, cfg, USER, session, extractive=True)
     [(summary, keywords)] = query(cfg, "SELECT summary, keywords FROM context_cards")
     assert "Check in briefly" not in summary and "briefly" not in keywords

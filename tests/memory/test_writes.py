@@ -149,7 +149,7 @@ def test_a_fact_the_user_deleted_is_never_recreated_by_a_worker_but_the_user_may
 
 def test_a_card_from_compaction_is_logged_once(setup):
     cfg, writer, _ = setup
-    for n in range(4):  # 8 events: the threshold
+    for n in range(cfg.memory.compaction_threshold // 2):  # the threshold's events
         add_turn(writer, cfg, "ana", "s1", f"Step {n}: configure the nginx proxy")
     log = Log(cfg)
     (card_id,) = compact_session(writer, None, cfg, "ana", "s1", extractive=True)

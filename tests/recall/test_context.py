@@ -226,6 +226,7 @@ def past_events(writer, config, count: int, session: str = "old", compacted: boo
 
 
 def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
+    config = config.replace(memory={"fill_first_message": True})
     events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 8)
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
                                           "is a vegetable patch", source="user", worker="user"))
@@ -245,6 +246,7 @@ def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
 
 
 def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config):
+    config = config.replace(memory={"fill_first_message": True})  # room for every layer
     ctx = build_context(rich_memory, config, TokenCounter(), "ana", "rust deploy editor",
                         session_id="s", window=[], bootstrap="I am Ana.")
     system = ctx.system_prompt
@@ -277,8 +279,9 @@ def test_the_live_conversation_is_not_quoted_back(writer, config):
 
 def test_deterministic_with_past_events(rich_memory, config):
     args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
-    a = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
-    b = build_context(rich_memory, config, TokenCounter(), "ana", "deploy editor", **args)
+    roomy = config.replace(memory={"retrieved_max_tokens": 100_000})  # many quoted events
+    a = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
+    b = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
     assert a.messages == b.messages and len(a.explain["events"]) > 2
 
 
@@ -295,3 +298,134 @@ def test_a_clients_history_gets_the_past_after_its_own_system_prompt(writer, con
     assert ctx.messages[1:] == history[1:]  # the client's messages, as sent
     layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
     assert layers["events"]["status"] == "truncated" and ctx.tokens <= ctx.budget
+
+
+# -- laid out for the prompt cache: stretches, notes, large steps ------------------------------
+
+def said(i: int, content: str, role: str = "user") -> Event:
+    return Event(id=i, uuid=f"u{i}", user_id="ana", session_id="s", role=role, content=content,
+                 created_at="2026-11-30T10:00:00Z", importance=0.5)
+
+
+def conversation(rich_memory, config, texts: list[str], counter: TokenCounter | None = None):
+    """Build a session's turns one after the other, as ChatService does: each turn gets the
+    previous turn's plan and the window since the stretch began."""
+    counter = counter or TokenCounter()
+    built, events, plan = [], [], None
+    for n, text in enumerate(texts):
+        start = plan.window_start if plan is not None else None
+        window = [e for e in events if start is None or e.id >= start]
+        ctx = build_context(rich_memory, config, counter, "ana", text, session_id="s",
+                            window=window, plan=plan, message_id=2 * n + 1)
+        built.append(ctx)
+        plan = ctx.plan
+        events += [said(2 * n + 1, text), said(2 * n + 2, f"answer {n}", "assistant")]
+    return built
+
+
+def test_a_sessions_next_prompt_starts_with_the_last_one_word_for_word(rich_memory, config):
+    first, second, third = conversation(
+        rich_memory, config, ["which editor do I use?", "and what about the deploy?",
+                              "thanks, and rust?"])
+    assert second.explain["stretch"]["turn"] == third.explain["stretch"]["turn"] == "continued"
+    assert second.messages[:2] == first.messages  # the system prompt and the first message
+    assert third.messages[:4] == second.messages  # the second message keeps its note
+    assert [m["role"] for m in third.messages] == ["system", "user", "assistant", "user",
+                                                   "assistant", "user"]
+
+
+def test_memory_for_a_later_message_goes_just_before_it_bounded_and_never_twice(rich_memory,
+                                                                                 config):
+    config = config.replace(memory={"fill_first_message": False})  # leave room for notes
+    first, second, third = conversation(
+        rich_memory, config, ["which editor do I use?", "tell me about the deploy with docker",
+                              "the deploy with docker again"])
+    asked = second.messages[-1]["content"]
+    assert asked.startswith("<memory>\n") and asked.endswith("tell me about the deploy with docker")
+    note = asked.split("</memory>")[0]
+    assert estimate_tokens(note, TokenCounter().chars_per_token(config.llm.chat_model)) <= (
+        config.memory.retrieved_max_tokens + 10)
+    noted = {f"{kind[:-1]}:{i}" for kind, ids in second.explain["note"].items() for i in ids}
+    assert noted and not noted & first.plan.shown  # nothing the prompt already showed
+    again = {f"{kind[:-1]}:{i}" for kind, ids in third.explain["note"].items() for i in ids}
+    assert not again & noted
+
+
+def test_a_message_with_nothing_new_to_recall_gets_no_note(rich_memory, config):
+    *_, last = conversation(rich_memory, config, ["which editor do I use?", "zzzz qqqq"])
+    assert last.messages[-1]["content"] == "zzzz qqqq"
+    assert last.plan.notes == ()
+
+
+def test_a_stretch_that_outgrows_the_budget_starts_again_in_one_large_step(rich_memory, config):
+    # A first message that does not fill the budget: the first stretch has room to grow.
+    tight = with_ctx(config, 2048, 512, fill_first_message=False)
+    texts = [f"step {n} of the deploy: " + "details of the plan " * 12 for n in range(14)]
+    built = conversation(rich_memory, tight, texts)
+    restarts = [n for n, b in enumerate(built) if b.explain["stretch"]["turn"] == "new"]
+    assert 3 <= len(restarts) <= len(built) // 2  # never at every turn
+    for n, b in enumerate(built[1:], 1):
+        if n in restarts:
+            assert b.explain["stretch"]["why"] == "the conversation outgrew the budget"
+        else:  # append-only between restarts
+            assert b.messages[:len(built[n - 1].messages)] == built[n - 1].messages
+    # Once the conversation is under way, a restart moves the window's start by several
+    # turns at once.
+    last = restarts[-1]
+    assert built[last].explain["window"][0] - built[last - 1].explain["window"][0] >= 4
+    assert all(b.tokens <= b.budget for b in built)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_ctx=st.integers(800, 6000), lengths=st.lists(st.integers(0, 3000), min_size=2,
+                                                         max_size=14),
+       retrieved=st.integers(0, 2000))
+def test_the_budget_holds_over_a_whole_conversation(rich_memory, config, num_ctx, lengths,
+                                                    retrieved):
+    cfg = with_ctx(config, num_ctx, num_ctx // 4, retrieved_max_tokens=retrieved)
+    counter = TokenCounter()
+    for ctx in conversation(rich_memory, cfg, ["rust deploy editor " * (n // 19) for n in lengths],
+                            counter):
+        assert ctx.tokens <= ctx.budget
+        assert count_independently(ctx.messages, counter.chars_per_token(cfg.llm.chat_model)) \
+            <= ctx.budget
+
+
+def test_the_same_plan_and_message_give_the_same_prompt(rich_memory, config):
+    first, second = conversation(rich_memory, config, ["which editor?", "and the deploy?"])
+    window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
+    again = build_context(rich_memory, config, TokenCounter(), "ana", "and the deploy?",
+                          session_id="s", window=window, plan=first.plan, message_id=3)
+    assert again.messages == second.messages and again.plan == second.plan
+
+
+def test_another_system_prompt_or_budget_starts_a_new_stretch(rich_memory, config):
+    first, = conversation(rich_memory, config, ["which editor?"])
+    window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
+    for changed in ({"client_system": "Be terse."}, {"num_ctx": 2048}):
+        ctx = build_context(rich_memory, config, TokenCounter(), "ana", "and the deploy?",
+                            session_id="s", window=window, plan=first.plan, message_id=3,
+                            **changed)
+        assert ctx.explain["stretch"] == {"turn": "new", "why": "the model, budget or system "
+                                          "prompt changed"}
+
+
+def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config):
+    config = config.replace(memory={"fill_first_message": False})
+    history = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "which editor do I use?"}]
+    plan, built = None, []
+    for n, text in enumerate(["tell me about the deploy with docker", "and rust?"]):
+        ctx = build_context(rich_memory, config, TokenCounter(), "ana", history[-1]["content"],
+                            session_id="s", window=[], history=list(history), plan=plan,
+                            show_window=False)
+        built.append(ctx)
+        plan = ctx.plan
+        history += [{"role": "assistant", "content": f"answer {n}"}, {"role": "user", "content": text}]
+    ctx = build_context(rich_memory, config, TokenCounter(), "ana", history[-1]["content"],
+                        session_id="s", window=[], history=list(history), plan=plan,
+                        show_window=False)
+    assert ctx.messages[:len(built[1].messages)] == built[1].messages
+    assert ctx.messages[3]["content"].startswith("<memory>")  # where the client has it plain
+    assert history[3]["content"] == "tell me about the deploy with docker"

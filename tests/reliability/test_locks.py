@@ -143,13 +143,14 @@ def test_a_second_worker_leaves_the_first_ones_live_locks_alone(
         return scripted_model(body)
 
     fake_ollama.responder = responder
-    for n in range(6):  # 12 events: over the threshold of 8
+    for n in range(cfg.memory.compaction_threshold // 2 + 2):  # over the compaction threshold
         ids = add_turn(writer, cfg, "ana", "s1", f"Turn {n}: remember code alpha{n}")
         handoff.after_reply("ana", "s1", ids)
 
     first = consumers(cfg, tmp_path / "worker-1.log")
     wait_until(compacting.is_set, DEADLINE, "the first worker to compact")
-    [lock] = [lock for lock in held_locks() if lock.name.startswith("compact:")]
+    # The session's learning lock: distill and compact both learn a session under it.
+    [lock] = [lock for lock in held_locks() if lock.name.startswith("learn:")]
     assert lock.owner.split(":")[1] == str(first.process.pid)
 
     second = consumers(cfg, tmp_path / "worker-2.log")
@@ -162,10 +163,10 @@ def test_a_second_worker_leaves_the_first_ones_live_locks_alone(
         wait_until(lambda: huey.pending_count() == 0, DEADLINE, "the compact jobs to be taken")
     finally:
         go_on.set()
-    wait_until(lambda: scalar(cfg, "SELECT count(*) FROM events WHERE compacted = 0") < 8,
-               DEADLINE, "the session compacted")
-    wait_until(lambda: not [h for h in held_locks() if h.name.startswith("compact:")],
-               DEADLINE, "the compact lock released")
+    wait_until(lambda: scalar(cfg, "SELECT count(*) FROM events WHERE compacted = 0")
+               < cfg.memory.compaction_threshold, DEADLINE, "the session compacted")
+    wait_until(lambda: not [h for h in held_locks() if h.name.startswith("learn:")],
+               DEADLINE, "the learning lock released")
     cards = scalar(cfg, "SELECT count(*) FROM context_cards WHERE level = 0")
     assert len(summaries) == cards, "a chunk was summarised by both workers"
     assert scalar(cfg, "SELECT count(*) FROM events WHERE compacted = 1") == scalar(

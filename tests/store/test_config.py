@@ -24,7 +24,7 @@ def test_repository_config_toml_holds_exactly_the_defaults():
 
 def test_design_defaults():
     c = Config()
-    assert (c.memory.window_events, c.memory.compaction_threshold, c.memory.chunk_size) == (6, 8, 4)
+    assert (c.memory.window_events, c.memory.compaction_threshold, c.memory.chunk_size) == (6, 16, 8)
     assert (c.memory.facts_k, c.memory.cards_k, c.memory.diary_k) == (4, 2, 1)
     assert c.memory.consolidation_interval_hours == 6
     assert c.memory.working_memory_cap == 50

@@ -158,13 +158,17 @@ def _user_lines(prompt: str) -> str:
 
 
 def scripted_model(body: dict) -> Any:
-    """Replies derived from the request: facts from USER lines, fixed cards and diaries.
+    """Replies derived from the request: facts from USER lines, fixed cards and diaries,
+    each field the schema asks for.
 
     "code alphaN" → fact (fact, itemN, alphaN); "my name is X" → profile name;
     "I use X as my editor" → preference editor.
     """
     props = _props(body)
-    prompt = body.get("prompt") or ""
+    # A question asked alone (/api/generate), or after the chat it continues (its last message).
+    messages = body.get("messages") or [{}]
+    prompt = body.get("prompt") or str(messages[-1].get("content") or "")
+    reply: dict[str, Any] = {}
     if "facts" in props:
         said = _user_lines(prompt)
         facts = [{"category": "fact", "key": f"item{code[5:]}", "value": code}
@@ -172,13 +176,13 @@ def scripted_model(body: dict) -> Any:
         facts += [{"category": "preference", "key": "editor", "value": f"uses {editor}"}
                   for editor in _EDITOR.findall(said)]
         names = _NAME.findall(said)
-        return {"profile": {"name": names[-1]} if names else {}, "facts": facts}
-    if "summary" in props:
-        return {"summary": "The user and the assistant went through part of the work.",
-                "keywords": ["work", "progress"]}
+        reply.update({"profile": {"name": names[-1]} if names else {}, "facts": facts})
+    if "summary" in props:  # a card; asked with the facts when a chunk is learned at once
+        reply.update({"summary": "The user and the assistant went through part of the work.",
+                      "keywords": ["work", "progress"]})
     if "entry" in props:
-        return {"entry": "The user worked through a list of codes with the assistant."}
-    return None
+        reply["entry"] = "The user worked through a list of codes with the assistant."
+    return reply or None
 
 
 # -- the real consumer in its own process ------------------------------------------------------
@@ -198,7 +202,8 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_MEMORY_SESSION_IDLE_MINUTES": str(config.memory.session_idle_minutes),
     })
     for key in ("backend", "redis_url", "workers", "poll_max_delay", "max_attempts",
-                "backoff_base_seconds", "worker_nice"):
+                "backoff_base_seconds", "chat_idle_seconds", "max_defer_seconds",
+                "worker_nice"):
         env[f"HILO_QUEUE_{key.upper()}"] = str(getattr(config.queue, key))
     for key, value in dataclasses.asdict(config.tools).items():
         env[f"HILO_TOOLS_{key.upper()}"] = (json.dumps(list(value)) if isinstance(value, tuple)

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from app.fts import build_match_query
-from tests.workers.support import add_turn, query, scalar, snapshot
+from app.llm import ModelClient
+from tests.workers.support import add_turn, query, scalar, scripted_model, snapshot, worker_config
 from workers.compact import CARD_SCHEMA, ChunkEvent, CardText, compact_session, next_chunk, write_card
 from workers.reading import reading
+
+
+@pytest.fixture
+def job_parts(config, data_dir, writer, fake_ollama):
+    # Chunks of four at a threshold of eight: small numbers to count cards by.
+    cfg = worker_config(config, fake_ollama).replace(
+        memory={"compaction_threshold": 8, "chunk_size": 4})
+    fake_ollama.responder = scripted_model
+    with ModelClient.from_config(cfg) as model:
+        yield cfg, writer, model, fake_ollama
 
 
 def turns(cfg, writer, count, session="s1", user="ana"):

@@ -159,7 +159,7 @@ def test_extractive_cards_and_diaries_are_rewritten_when_the_model_is_back(job_p
     from workers.diary import write_diary
 
     cfg, writer, model, _ = job_parts
-    for n in range(4):
+    for n in range(cfg.memory.compaction_threshold // 2):  # one chunk to compact
         add_turn(writer, cfg, "ana", "s1", f"message {n}")
     compact_session(writer, None, cfg, "ana", "s1", extractive=True)
     write_diary(writer, None, cfg, "ana", "s1", extractive=True)

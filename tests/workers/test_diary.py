@@ -46,7 +46,7 @@ def test_the_prompt_uses_card_summaries_for_compacted_parts(job_parts):
     from workers.compact import compact_session
 
     cfg, writer, model, fake = job_parts
-    for n in range(5):
+    for n in range(cfg.memory.compaction_threshold // 2 + 1):  # one chunk to compact
         add_turn(writer, cfg, "ana", "s1", f"message {n}")
     compact_session(writer, model, cfg, "ana", "s1")
     write_diary(writer, model, cfg, "ana", "s1")

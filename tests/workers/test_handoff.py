@@ -29,13 +29,17 @@ class RecordingHandoff:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def after_reply(self, user_id: str, session_id: str, event_ids: list[int]) -> bool:
+    def after_reply(self, user_id: str, session_id: str, event_ids: list[int],
+                    sent: object = None) -> bool:
         self.calls.append(("after_reply", user_id, session_id, list(event_ids)))
         return True
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         self.calls.append(("session_ended", user_id, session_id))
         return True
+
+    def model_activity(self) -> None:
+        return None
 
 
 def test_a_turn_hands_its_events_and_the_session_end_to_the_injected_handoff(

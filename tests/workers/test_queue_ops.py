@@ -93,8 +93,9 @@ def jobs(cfg, writer, fake_ollama, monkeypatch) -> dict[str, str]:
     ids["degraded"] = queue_jobs.diary("ana", "s1").id
     run_next()
     # Raised: a bug, recorded by Huey with its traceback.
+    add_turn(writer, cfg, "ana", "s2", "Remember code alpha2")  # something to learn
     with monkeypatch.context() as patch:
-        patch.setattr(runner, "compact_session", _broken_compact)
+        patch.setattr(runner, "learn_session", _broken_compact)
         ids["raised"] = queue_jobs.compact("ana", "s2").id
         run_next()
     # Scheduled: a retry an hour ahead, moved to the schedule by the worker.

@@ -79,7 +79,7 @@ def test_compaction_degrades_to_an_extractive_card(cfg, writer, fake_ollama):
     for n in range(cfg.memory.compaction_threshold // 2):
         handoff.after_reply("ana", "s1", add_turn(
             writer, cfg, "ana", "s1", f"Deploying release {n} of the billing service"))
-    drain()
+        drain()  # each turn distilled as it comes: the chunk then needs only its card
     cards = query(cfg, "SELECT summary, keywords, is_extractive, event_count FROM context_cards")
     assert len(cards) == 1 and cards[0][2] == 1 and cards[0][3] == cfg.memory.chunk_size
     assert "Deploying release 0 of the billing service" in cards[0][0]
