@@ -11,6 +11,7 @@ import pytest
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import Durability
+from app.vectors import VECTOR_INDEX
 from app.writer import Writer
 
 pytest_plugins = ["tests.fake_ollama"]
@@ -27,6 +28,15 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setenv("TZ", "UTC")  # [schedule] timezone defaults to the machine's
+
+
+@pytest.fixture(autouse=True)
+def _fresh_vector_index():
+    """Each test starts and ends with the process's vector index empty, as a process
+    that just started (its cache is keyed by data, not by the test's directory)."""
+    VECTOR_INDEX.clear()
+    yield
+    VECTOR_INDEX.clear()
 
 
 @pytest.fixture

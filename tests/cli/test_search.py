@@ -7,7 +7,6 @@ import pytest
 from app.db import connect_readonly
 from app.events import append_event
 from app.retrieval import search_memory
-from app.vectors import VECTOR_INDEX
 from tests.embedding_fixtures import ConceptEmbedder
 from workers.embed import embed_pending
 
@@ -17,13 +16,6 @@ TEXTS = [
     "We cooked pasta for dinner on Friday",
     "The flight to Lisbon was delayed by two hours",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_index():
-    VECTOR_INDEX.clear()
-    yield
-    VECTOR_INDEX.clear()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from app.events import append_event
 from app.llm import ModelClient
 from app.memory import upsert_fact
 from app.retrieval import make_query, vector_stream
-from app.vectors import VECTOR_INDEX, count_pending, decode_vector, encode_vector, pending_owners
+from app.vectors import count_pending, decode_vector, encode_vector, pending_owners
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import EmbedFailed, embed_pending, reembed
 
@@ -195,10 +195,3 @@ def test_reembed_keeps_the_old_model_while_some_owners_fail(writer, config):
     result = reembed(config, None, embedder=FailingEmbedder("new-model"), writer=writer)
     assert (result.embedded, result.failed, result.remaining, result.removed) == (1, 1, 1, 0)
     assert rows(writer, "SELECT count(*) FROM embeddings WHERE model = 'old-model'") == [(2,)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_index():
-    VECTOR_INDEX.clear()
-    yield
-    VECTOR_INDEX.clear()

@@ -17,7 +17,6 @@ from app.events import append_event
 from app.memory import set_profile, upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
                            search, session_neighbours, session_stream, vector_stream)
-from app.vectors import VECTOR_INDEX
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import embed_pending
 
@@ -29,13 +28,6 @@ OTHERS = [
     "We cooked pasta for dinner on Friday",
     "The flight to Lisbon was delayed by two hours",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_index():
-    VECTOR_INDEX.clear()
-    yield
-    VECTOR_INDEX.clear()
 
 
 def seed(writer, config, embedder) -> dict[str, int]:
