@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 from functools import cache
 from typing import Any
@@ -66,6 +67,9 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
         kind = worker_type if worker_type in WORKER_TYPES else "non-thread"
         print(f"hilo worker: {REFUSED.format(kind=kind)}", file=sys.stderr)
         return 2
+    # Huey installs its graceful SIGTERM handler only once its threads run; a SIGTERM
+    # before then (a supervisor stopping a worker that is still starting) is a clean stop.
+    signal.signal(signal.SIGTERM, _stop_while_starting)
     workers = workers or config.queue.workers
     yield_cpu_to_turns(config)
     if config.logging.level != "debug":
@@ -95,6 +99,10 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
         runner.close()  # the writer commits what it holds
     log.info("worker.stopped")
     return 0
+
+
+def _stop_while_starting(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def yield_cpu_to_turns(config: Config) -> None:
