@@ -21,6 +21,7 @@ from workers import jobs
 from workers.queue import huey
 from workers.reconcile import default_grace_seconds, find_undone_work
 
+
 def later() -> datetime:
     """Past the grace period of work stored just now (read when asked: the suite may run
     for longer than the grace period before it reaches these tests)."""
