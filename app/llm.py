@@ -41,7 +41,7 @@ ToolSpec = Mapping[str, Any]
 
 PROVIDERS = ("ollama", "openai")
 # How often a background call that must give way to a person checks whether it must.
-YIELD_CHECK_SECONDS = 0.2
+YIELD_CHECK_SECONDS = 0.02
 # Longest slice of a server's error body worth putting in a message.
 _EXCERPT_CHARS = 300
 

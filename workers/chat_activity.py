@@ -14,6 +14,8 @@ between two requests.
   in flight while it runs. The count and the time it last changed go to the queue's
   key-value store under `hilo.chat.<server>.<process>`, where a worker on this host or
   another (Redis) reads them: one small write when a request starts, one when it ends.
+  Each start also stamps `hilo.chat-began.<server>`: a background call already running
+  reads that one key every few milliseconds and gives way (`chat_began_after`).
 - `chat_deferral`, the workers' side: whether a job should wait, why, and until when.
 - `ChatActivity.served` / `last_chat`: the last chat request the server answered and its
   reply (sanitised, under `hilo.prompt.<server>`): the model's prompt cache holds it, so a
@@ -45,6 +47,9 @@ from workers.locks import LockOwner, owner_alive, this_process
 log = structlog.get_logger(__name__)
 
 ACTIVITY_PREFIX = "hilo.chat."
+# When a front-end last started a request to a server: one key a running background call
+# can read many times a second, to give way within a few milliseconds of the person.
+CHAT_BEGAN_PREFIX = "hilo.chat-began."
 LAST_CHAT_PREFIX = "hilo.prompt."
 # A chat bigger than this is not kept for the workers to continue (images, huge pastes).
 MAX_KEPT_CHARS = 400_000
@@ -72,6 +77,7 @@ class ChatActivity:
         with self._lock:
             self._in_flight += 1
             self._write()
+            self._put(CHAT_BEGAN_PREFIX + server_id(self.url), time.time())
 
     def end(self) -> None:
         with self._lock:
@@ -91,10 +97,12 @@ class ChatActivity:
             log.warning("chat_activity.unrecorded", error=str(exc))
 
     def _write(self) -> None:
-        value = {"url": self.url, "in_flight": self._in_flight,
-                 "owner": this_process().to_value(time.time()), "at": time.time()}
+        self._put(self.key, {"url": self.url, "in_flight": self._in_flight,
+                             "owner": this_process().to_value(time.time()), "at": time.time()})
+
+    def _put(self, key: str, value: Any) -> None:
         try:
-            self.queue.put(self.key, value)
+            self.queue.put(key, value)
         except Exception as exc:  # the chat goes on; the worker may then not wait for it
             if not self._warned:
                 self._warned = True
@@ -251,6 +259,18 @@ def chat_deferral(queue: Any, config: Config, url: str | None, waiting_since: fl
     else:
         return None
     return Deferral(reason, min(until, give_up_at))
+
+
+def chat_began_after(queue: Any, url: str | None, moment: float) -> bool:
+    """Whether a front-end started a request to model server `url` after `moment` (Unix
+    time): one key read, cheap enough to ask while a background call runs."""
+    if url is None:
+        return False
+    try:
+        began = queue.get(CHAT_BEGAN_PREFIX + server_id(url), peek=True)
+    except Exception:  # unreadable: the call goes on, as it would have
+        return False
+    return isinstance(began, (int, float)) and began > moment
 
 
 def activity_is_stale(value: Any, now: float) -> bool:

@@ -93,6 +93,7 @@ def waiting_since(con: apsw.Connection, config: Config, user_id: str,
 
 def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: str,
                   session_id: str, *, go_on: Callable[[], bool] | None = None,
+                  interrupted: Callable[[], bool] | None = None,
                   after: SentChat | None = None) -> LearnResult:
     """Learn what the session has not: its latest turns' facts, then its chunks (facts and
     card in one call each), then anything still undistilled. Raises ModelError / InvalidOutput to be retried; what was written
@@ -100,10 +101,11 @@ def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: s
     server's cache), each question is asked as the next message of that chat: the model
     reads only the question anew, and the chat's cache is still there for the person.
 
-    `go_on()`, when given, is asked before each call, and watched during it: a call in
-    progress when it says no gives way at once (the server stops working on it)."""
+    `go_on()`, when given, is asked before each call; `interrupted()` (by default: not
+    go_on()) is watched during it, and a call in progress when it says yes gives way at
+    once (the server stops working on it)."""
     result = LearnResult()
-    steps = _Steps(model, go_on, after, result)
+    steps = _Steps(model, go_on, interrupted, after, result)
     try:
         _learn(writer, config, user_id, session_id, steps)
     except ModelCallYielded:
@@ -117,6 +119,7 @@ class _Steps:
 
     model: ModelClient
     go_on: Callable[[], bool] | None
+    interrupted: Callable[[], bool] | None
     after: SentChat | None
     result: LearnResult
 
@@ -128,7 +131,9 @@ class _Steps:
 
     def yield_to(self) -> Callable[[], bool] | None:
         go_on = self.go_on
-        return None if go_on is None else (lambda: not go_on())
+        if self.interrupted is not None or go_on is None:
+            return self.interrupted
+        return lambda: not go_on()
 
 
 def _learn(writer: Writer, config: Config, user_id: str, session_id: str, steps: _Steps) -> None:

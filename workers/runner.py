@@ -34,6 +34,7 @@ from app.writer import Writer
 from workers import jobs
 from workers import metrics as job_metrics
 from workers.chat_activity import (
+    chat_began_after,
     chat_deferral,
     chat_to_continue,
     forget_last_chat,
@@ -164,6 +165,14 @@ class JobRunner:
         """Whether a running job may make its next model call."""
         return lambda: chat_deferral(self.queue, self.config, self.chat_server, since) is None
 
+    def _chat_began(self, since: float | None) -> Callable[[], bool]:
+        """Watched while a call runs, which gives way when it says yes: a person has
+        started a chat on the model server since now (one cheap read, many times a
+        second), and the job's work may still wait for them."""
+        started = time.time()
+        return lambda: (chat_began_after(self.queue, self.chat_server, started)
+                        and not self._free(since)())
+
     # -- per turn and per session ------------------------------------------------------------
 
     def distill(self, user_id: str, session_id: str, event_ids: list[int], attempt: int,
@@ -215,7 +224,9 @@ class JobRunner:
             outcome = attempt_job(
                 config, job.func.__name__, attempt, ids,
                 work=lambda: learn_session(writer, self.learner, config, user_id, session_id,
-                                           go_on=self._free(since), after=after),
+                                           go_on=self._free(since),
+                                           interrupted=self._chat_began(since),
+                                           after=after),
                 fallback=lambda: learn_by_rules(writer, config, user_id, session_id),
                 retry=_again(job, args, attempt),
                 **_policy(task),

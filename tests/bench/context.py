@@ -22,6 +22,10 @@ to the time to first token.
    of `hilo serve` under that load (VmHWM from /proc).
 
     python -m tests.bench.context [--quick] [--json] [--no-vectors] [--sizes 10000,100000]
+                                  [--keep DIR]
+
+`--keep DIR` keeps the memories it builds in DIR and reuses them on the next run (the
+10^6 one takes minutes to build); each run adds its few hundred turns to them.
 
 Targets: p50 <= 5 ms at 10^5; p99 <= 25 ms at 10^6; p50(10^6) / p50(10^4) <= 4;
 TTFT overhead <= 15 ms at p50; with a vector for each of 10^6 facts and cards: p50 <=
@@ -158,6 +162,21 @@ class Memory:
     load_seconds: float
     db_mib: float
     index_seconds: float = 0.0  # building the approximate indexes, once
+
+
+def kept_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker) -> Memory:
+    """The memory built by an earlier run with --keep, or a new one kept for the next."""
+    described = data_dir / "bench-memory.json"
+    if described.exists():
+        config = bench_config(data_dir)
+        DataDir.of(config).init()  # migrations added since it was built
+        return Memory(config, **json.loads(described.read_text()))
+    memory = load_memory(data_dir, events, vectors=vectors, text=text)
+    described.write_text(json.dumps({
+        "events": memory.events, "facts": memory.facts, "cards": memory.cards,
+        "load_seconds": memory.load_seconds, "db_mib": memory.db_mib,
+        "index_seconds": memory.index_seconds}))
+    return memory
 
 
 def bench_config(data_dir: Path) -> Config:
@@ -479,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--no-vectors", action="store_true", help="skip the runs with stored vectors")
     p.add_argument("--sizes", help="comma-separated event counts (default: 10^4, 10^5, 10^6)")
+    p.add_argument("--keep", metavar="DIR", help="keep the memories in DIR and reuse them")
     args = p.parse_args(argv)
     configure_logging("warning")  # stdout carries the report (or the JSON) only
     sizes = SIZES_QUICK if args.quick else SIZES_FULL
@@ -490,11 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     vectors = not args.no_vectors
     results: dict = {"sizes": {}, "ttft": {}, "targets": TARGETS}
     with tempfile.TemporaryDirectory(prefix="hilo-bench-context-") as tmp:
+        kept = Path(args.keep) if args.keep else None
         fresh = bench_config(Path(tmp) / "fresh")
         DataDir.of(fresh).init()
         results["ttft"]["fresh"] = time_to_first_token(Memory(fresh, 0, 0, 0, 0, 0), turns, text)
         for size in sizes:
-            memory = load_memory(Path(tmp) / f"m{size}", size, vectors=vectors, text=text)
+            name = f"m{size}" if vectors else f"m{size}-no-vectors"
+            if kept is not None:
+                memory = kept_memory(kept / name, size, vectors=vectors, text=text)
+            else:
+                memory = load_memory(Path(tmp) / name, size, vectors=vectors, text=text)
             entry = {"events": memory.events, "facts": memory.facts, "cards": memory.cards,
                      "load_seconds": memory.load_seconds, "db_mib": memory.db_mib,
                      "index_seconds": memory.index_seconds,
@@ -507,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["ttft"][str(size)] = time_to_first_token(
                     memory, turns if size == 100_000 else min(turns, 60), text)
             results["sizes"][str(size)] = entry
-            _remove(memory.config.data_dir)
+            if kept is None:
+                _remove(memory.config.data_dir)
     results["bench_peak_rss_mib"] = peak_rss_mib()
     results["verdict"] = verdict(results)
     emit(args, "context", results, markdown(results))

@@ -29,7 +29,7 @@ from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
     scripted_queue,
     wait_until,
 )
-from workers.chat_activity import ChatActivity, chat_deferral, read_activity
+from workers.chat_activity import ChatActivity, chat_began_after, chat_deferral, read_activity
 from workers.inspection import QueueView
 from workers.learn import learn_session
 from workers.queue import huey
@@ -269,3 +269,31 @@ def test_a_learning_call_in_progress_gives_way_to_a_chat(config, data_dir, write
         wait_until(lambda: call.ended is not None, 5, "the model to let go of the call")
         assert call.dropped and call.first_token is None  # it stopped reading the prompt
     assert scalar(cfg, "SELECT count(*) FROM events WHERE distilled_at IS NULL") == 6
+
+
+def test_a_learning_job_gives_way_the_moment_a_person_starts_a_chat(config, data_dir, writer,
+                                                                     bound_queue):
+    # The job as the worker runs it: its call is watched for a chat starting on the
+    # model server (one key read many times a second), not only before each call.
+    with FakeOllama(cpu=CpuSpeed(prompt_tokens_per_second=20,
+                                 generate_tokens_per_second=20)) as fake:
+        cfg = scripted_queue(config.replace(queue={"chat_idle_seconds": 60.0}), fake, bound_queue)
+        for n in range(3):
+            add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n} " + "and more words " * 20)
+        assert not chat_began_after(huey, cfg.llm.url, time.time() - 60)
+        handoff.after_reply("ana", "s1", [])
+        job = threading.Thread(target=lambda: huey.execute(huey.dequeue()))
+        job.start()
+        wait_until(lambda: fake.evaluations, 10, "the learning call to reach the model")
+        activity = ChatActivity(huey, cfg.llm.url)
+        activity.begin()  # the person sends a message
+        assert chat_began_after(huey, cfg.llm.url, time.time() - 60)
+        [call] = fake.evaluations
+        wait_until(lambda: call.ended is not None, 5, "the model to let go of the call")
+        job.join(10)
+        activity.end()
+        assert not job.is_alive()
+        assert call.dropped and call.first_token is None  # it stopped reading the prompt
+    assert scalar(cfg, "SELECT count(*) FROM events WHERE distilled_at IS NULL") == 6
+    # The job waits for the person to be done, as one that never started would.
+    assert [job.name for job in huey.pending() if job.name.endswith("distill")]
