@@ -27,6 +27,7 @@ import apsw
 from app.config import Config
 from app.datadir import BOOTSTRAP_FILE, DataDir
 from app.db import (
+    FTS_TABLES,
     Durability,
     applied_migrations,
     available_migrations,
@@ -52,7 +53,6 @@ Progress = Callable[[str, int, int], None]
 PAGES_PER_STEP = 1024
 # How rebuild signs its changes in memory_log.
 REBUILD_WORKER = "rebuild"
-FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 # The tables a file must have to be a Hilo memory database worth restoring.
 REQUIRED_TABLES = ("sessions", "events", "context_cards", "profile", "facts", "diary")
 

@@ -31,6 +31,8 @@ MEMORY_DB = "memory.sqlite3"
 QUEUE_DB = "queue.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
 MIGRATIONS_TABLE = "_hilo_migrations"
+# The schema's full-text indexes (the migrations create them), for checks and rebuilds.
+FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 
 
 class Durability(Enum):

@@ -15,6 +15,7 @@ from app.config import Config
 from app.bootstrap import read_bootstrap
 from app.datadir import DataDir
 from app.db import (
+    FTS_TABLES,
     MIGRATIONS_TABLE,
     applied_migrations,
     available_migrations,
@@ -29,7 +30,6 @@ from workers.inspection import QueueError, QueueView
 from workers.queue import configure as bind_queue
 from workers.queue import held_locks
 
-FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
 LOW_DISK_WARN = 1 << 30
 LOW_DISK_FAIL = 100 << 20
 

@@ -65,14 +65,22 @@ def has_metacharacters(command: str) -> bool:
     return METACHARACTERS.search(command) is not None
 
 
-def matching_prefix(command: str, prefixes: list[str]) -> str | None:
-    """The allowed prefix the command starts with, word by word; None when none does or
-    the command holds a shell metacharacter."""
+def _plain_words(command: str) -> list[str] | None:
+    """The command's words, or None when it holds a shell metacharacter or does not
+    split (an unclosed quote): such a command never matches or earns a prefix."""
     if has_metacharacters(command):
         return None
     try:
-        words = shlex.split(command)
+        return shlex.split(command)
     except ValueError:
+        return None
+
+
+def matching_prefix(command: str, prefixes: list[str]) -> str | None:
+    """The allowed prefix the command starts with, word by word; None when none does or
+    the command holds a shell metacharacter."""
+    words = _plain_words(command)
+    if words is None:
         return None
     for prefix in prefixes:
         try:
@@ -87,12 +95,7 @@ def matching_prefix(command: str, prefixes: list[str]) -> str | None:
 def prefix_to_allow(command: str) -> str | None:
     """What "allow always" stores for a command: its program (first word). None for a
     command with metacharacters: that can be allowed once, never always."""
-    if has_metacharacters(command):
-        return None
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
+    words = _plain_words(command)
     return words[0] if words else None
 
 
