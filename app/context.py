@@ -61,7 +61,15 @@ from app.memory import (
     list_facts,
     list_profile,
 )
-from app.retrieval import STREAM_DEPTH, Candidate, Query, make_query, matching, search
+from app.retrieval import (
+    STREAM_DEPTH,
+    Candidate,
+    Query,
+    make_query,
+    matching,
+    search,
+    search_vectors_ahead,
+)
 from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -337,6 +345,9 @@ def build_context(
     of `text`, which the next turns' windows show with its note.
     """
     query = query or make_query(user_id, text, con=con)
+    # The vector searches run beside the keyword streams from here on.
+    search_vectors_ahead(con, query, {"fact": config.memory.facts_k,
+                                      "card": config.memory.cards_k, "event": STREAM_DEPTH})
     model = model or config.llm.chat_model
     api = api or config.llm.provider
     reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,

@@ -26,7 +26,7 @@ import weakref
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
 import apsw
 import numpy as np
@@ -89,6 +89,9 @@ class Query:
     # same BM25 and vector ranks that are fused beside it.
     _ranked: dict[tuple, list[int]] = field(default_factory=dict, repr=False, compare=False)
     _depths: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
+    # Vector searches started ahead (search_vectors_ahead): kind -> (depth, hits when done).
+    _ahead: dict[str, tuple[int, Callable[[], list[tuple[int, float]]]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.searched is None:
@@ -373,25 +376,52 @@ def _current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]
     return [i for i in ids if i in keep]
 
 
-# The cosine of every stored vector costs the same whatever the depth kept, so the first
-# read keeps this many: a deeper look later (the context's second look at past events)
-# reuses it instead of scanning the matrix again.
-VECTOR_READ_DEPTH = 100
+# Past events get a second, deeper look (app.context: QUOTE_DEPTHS): their first read
+# keeps this many, so the second reuses it instead of searching again. Facts and cards
+# are read as deep as asked: an approximate index pays for every hit it returns.
+EVENT_VECTOR_DEPTH = 100
+
+
+def _vector_read_depth(kind: OwnerKind, depth: int) -> int:
+    return max(depth, EVENT_VECTOR_DEPTH) if kind == "event" else depth
+
+
+def _hits_wanted(kind: OwnerKind, depth: int) -> int:
+    # Superseded facts and folded cards keep their vectors: look deeper, then filter.
+    return 2 * depth if kind in _CURRENT_SQL else depth
+
+
+def search_vectors_ahead(con: apsw.Connection, query: Query,
+                         limits: Mapping[OwnerKind, int]) -> None:
+    """Start the vector searches of the searches to come (kind -> search()'s limit) now,
+    to run beside the keyword streams (app.vectors: nearest_soon); the vector stream
+    picks them up."""
+    if query.vector is None or query.model is None:
+        return
+    for kind, limit in limits.items():
+        if limit <= 0:  # not searched
+            continue
+        wanted = _hits_wanted(kind, _vector_read_depth(kind, _stream_depth(limit)))
+        query._ahead[kind] = (wanted, VECTOR_INDEX.nearest_soon(
+            con, query.user_id, query.model, kind, query.vector, wanted))
 
 
 def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     """Owners whose stored vector (same model as the query's) is closest by cosine."""
-    return query.ranked_to(("vector", kind), max(depth, VECTOR_READ_DEPTH),
+    return query.ranked_to(("vector", kind), _vector_read_depth(kind, depth),
                            lambda d: _vector_ranks(con, query, kind, d))[:depth]
 
 
 def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.vector is None or query.model is None:
         return []
-    # Superseded facts and folded cards keep their vectors: look deeper, then filter.
-    extra = depth if kind in _CURRENT_SQL else 0
-    nearest = VECTOR_INDEX.nearest(con, query.user_id, query.model, kind, query.vector,
-                                   depth + extra)
+    wanted = _hits_wanted(kind, depth)
+    ahead_depth, ahead = query._ahead.pop(kind, (0, None))
+    if ahead is not None and ahead_depth >= wanted:
+        nearest = ahead()
+    else:
+        nearest = VECTOR_INDEX.nearest(con, query.user_id, query.model, kind, query.vector,
+                                       wanted)
     return _current(con, query.user_id, kind, [owner_id for owner_id, _ in nearest])[:depth]
 
 
@@ -695,6 +725,11 @@ def fuse(ranked: dict[str, list[int | None]], kind: OwnerKind,
     return candidates
 
 
+def _stream_depth(limit: int) -> int:
+    """How deep each stream is read for a search of the top `limit`."""
+    return max(limit, STREAM_DEPTH)
+
+
 def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
            limit: int, streams: dict[str, Stream] | None = None, *,
            query: Query | None = None, embedder: Embedder | None = None,
@@ -710,7 +745,7 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
     if query is None:
         query = make_query(user_id, text, embedder, con=con)
     streams = STREAMS if streams is None else streams
-    depth = max(limit, STREAM_DEPTH)
+    depth = _stream_depth(limit)
     ranked: dict[str, list[int | None]] = {
         name: stream(con, query, kind, depth) for name, stream in streams.items()
         if name in MATCH_STREAMS}

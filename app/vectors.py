@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
@@ -396,27 +397,24 @@ class VectorIndex:
 
         Empty while a background warm-up is still loading this block: the keyword
         streams answer meanwhile."""
+        block = self._current_block(con, user_id, model, kind)
+        return [] if block is None else _search(block, query, depth)
+
+    def nearest_soon(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
+                     query: np.ndarray, depth: int) -> Callable[[], list[tuple[int, float]]]:
+        """nearest(), searching on a thread of its own while the caller goes on (faiss
+        and numpy release the GIL: on a second core the search costs the turn nothing).
+        The block is brought up to date here, through `con`; call the result for the hits."""
+        block = self._current_block(con, user_id, model, kind)
+        if block is None:
+            return list
+        return _SEARCHES.submit(_search, block, query, depth).result
+
+    def _current_block(self, con: apsw.Connection, user_id: str, model: str,
+                       kind: OwnerKind) -> _Block | None:
         if self._block(con, user_id, model, kind).warming:
-            return []
-        block = self.refresh(con, user_id, model, kind)
-        with block.lock:
-            if block.size == 0 or query.shape[-1] != block.dim or depth <= 0:
-                return []
-            norm = float(np.linalg.norm(query)) or 1.0
-            unit = query.astype(np.float32) / norm
-            if block.ann is not None:
-                # As many more as rows were removed (up to `depth`): they are dropped here.
-                row_ids, scores = block.ann.search(unit, depth + min(len(block.dead), depth))
-                owner_ids, scores = block.hits(row_ids, scores)
-                top = np.arange(min(depth, len(owner_ids)))
-            else:
-                owner_ids = block.owner_ids[:block.size]
-                scores = block.matrix[:block.size] @ unit
-                depth = min(depth, len(scores))
-                top = np.argpartition(-scores, depth - 1)[:depth]
-        # Best score first; the same score: the newer owner first, as in fuse().
-        top = top[np.lexsort((-owner_ids[top], -scores[top]))]
-        return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
+            return None
+        return self.refresh(con, user_id, model, kind)
 
     def warm(self, path: Path, model: str) -> threading.Thread:
         """Load every block of `model` in the database at `path`, in a background thread
@@ -461,6 +459,32 @@ class VectorIndex:
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
+
+
+# One thread does the searches started ahead (nearest_soon): a turn starts two or three.
+_SEARCHES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-search")
+
+
+def _search(block: _Block, query: np.ndarray, depth: int) -> list[tuple[int, float]]:
+    """The block's `depth` owners nearest the query, best first, with cosine."""
+    with block.lock:
+        if block.size == 0 or query.shape[-1] != block.dim or depth <= 0:
+            return []
+        norm = float(np.linalg.norm(query)) or 1.0
+        unit = query.astype(np.float32) / norm
+        if block.ann is not None:
+            # As many more as rows were removed (up to `depth`): they are dropped here.
+            row_ids, scores = block.ann.search(unit, depth + min(len(block.dead), depth))
+            owner_ids, scores = block.hits(row_ids, scores)
+            top = np.arange(min(depth, len(owner_ids)))
+        else:
+            owner_ids = block.owner_ids[:block.size]
+            scores = block.matrix[:block.size] @ unit
+            depth = min(depth, len(scores))
+            top = np.argpartition(-scores, depth - 1)[:depth]
+    # Best score first; the same score: the newer owner first, as in fuse().
+    top = top[np.lexsort((-owner_ids[top], -scores[top]))]
+    return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
 
 
 def rebuild_indexes(con: apsw.Connection, ann_threshold: int = ANN_THRESHOLD) -> int:

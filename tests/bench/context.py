@@ -555,6 +555,7 @@ def verdict(results: dict) -> dict:
             checks[f"p50 <= 5 ms at 10^5{label}"] = sizes["100000"][key]["p50_ms"] <= 5
         if "1000000" in sizes:
             checks[f"p99 <= 25 ms at 10^6{label}"] = sizes["1000000"][key]["p99_ms"] <= 25
+        if "1000000" in sizes and "10000" in sizes:
             growth = sizes["1000000"][key]["p50_ms"] / sizes["10000"][key]["p50_ms"]
             checks[f"p50 10^6 / 10^4 <= 4{label}"] = growth <= 4
     vectors = sizes.get("1000000", {}).get("with_vectors")

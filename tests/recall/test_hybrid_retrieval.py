@@ -16,7 +16,8 @@ from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
-                           search, session_neighbours, session_stream, vector_stream)
+                           search, search_vectors_ahead, session_neighbours, session_stream,
+                           vector_stream)
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import embed_pending
 
@@ -43,6 +44,24 @@ def test_a_paraphrase_is_found_by_vectors_and_missed_by_keywords(writer, config,
     query = make_query("ana", "my dog", text_embedder)
     assert bm25_stream(con, query, "event", 10) == []
     assert ids[PUPPY] in vector_stream(con, query, "event", 10)[:2]
+
+
+def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, config):
+    # build_context starts them before the keyword streams, to run beside them.
+    embedder = ConceptEmbedder()
+    seed(writer, config, embedder)
+    writer.submit(lambda con: [upsert_fact(con, "ana", "fact", key, value, source="user",
+                                           worker="test")
+                               for key, value in (("pet", "a golden retriever puppy"),
+                                                  ("lunch", "pasta on Friday"))])
+    embed_pending(writer, embedder)
+    con = connect_readonly(writer.path)
+    on_demand = make_query("ana", "my dog", embedder)
+    ahead = make_query("ana", "my dog", embedder)
+    search_vectors_ahead(con, ahead, {"event": 3, "fact": 2, "card": 0})
+    for kind in ("event", "fact"):
+        assert vector_stream(con, ahead, kind, 10) == vector_stream(con, on_demand, kind, 10) != []
+    assert not ahead._ahead  # both were taken from the searches started ahead
 
 
 def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config):
