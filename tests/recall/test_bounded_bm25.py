@@ -102,3 +102,25 @@ def test_a_word_count_above_the_row_total_scores_like_a_word_in_every_row(memory
     everywhere = retrieval._common_share(memory, part, ["alpha"], {"alpha": rows}, rows,
                                          mean_length, ids)
     assert newer == everywhere and set(newer) == set(ids)
+
+
+@pytest.mark.parametrize("kind", ["event", "fact"])
+def test_the_stream_keeps_only_the_users_current_rows_even_when_others_outrank_them(
+        writer, config, kind):
+    # Read from the index alone, the best-scored rows are another user's and superseded
+    # facts: the stream still gives this user's current rows, in bm25()'s order.
+    for n in range(30):
+        append_event(writer, config, "bob", "s1", "user", f"alpha alpha alpha {n}")
+        writer.submit(lambda con, n=n: upsert_fact(con, "bob", "fact", f"alpha {n}",
+                                                   "alpha alpha", source="user", worker="user"))
+    for n in range(3):
+        append_event(writer, config, "ana", "s2", "user", f"alpha and other words {n}")
+        for version in ("alpha alpha alpha", f"alpha and other words {n}"):  # one superseded
+            writer.submit(lambda con, n=n, v=version: upsert_fact(
+                con, "ana", "fact", f"topic {n}", v, source="user", worker="user"))
+    con = connect_readonly(writer.path)
+    expected = [row[0] for row in con.execute(
+        retrieval._FTS_SQL[kind], (build_match_query("alpha"), "ana", 50))]
+    assert len(expected) == 3
+    assert bm25_stream(con, make_query("ana", "alpha"), kind, 2) == expected[:2]
+    con.close()
