@@ -393,7 +393,8 @@ _CURRENT_SQL = {
 }
 
 
-_OWNED_SQL = {**_CURRENT_SQL, "event": "SELECT id FROM events WHERE +user_id = ? AND id IN ({marks})"}
+_OWNED_SQL = {**_CURRENT_SQL,
+              "event": "SELECT id FROM events WHERE +user_id = ? AND id IN ({marks})"}
 
 
 def _current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -> list[int]:

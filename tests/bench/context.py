@@ -24,7 +24,8 @@ to the time to first token.
     python -m tests.bench.context [--quick] [--json] [--no-vectors] [--sizes 10000,100000]
                                   [--keep DIR]
 
-`--keep DIR` keeps the memories it builds in DIR and reuses them on the next run (the
+`--keep DIR` (e.g. `.bench/context`, ignored by git) keeps the memories it builds in DIR
+and reuses them on the next run (the
 10^6 one takes minutes to build); each run adds its few hundred turns to them.
 
 Targets: p50 <= 5 ms at 10^5; p99 <= 25 ms at 10^6; p50(10^6) / p50(10^4) <= 4;
