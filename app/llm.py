@@ -25,6 +25,7 @@ import httpx
 from app.chat_formats import (
     OpenAIReplyAsOllama,
     ReplyRecord,
+    SentChat,
     ollama_request_as_openai,
     tool_calls_of,
 )
@@ -187,17 +188,6 @@ class ChatReply:
     done_reason: str | None = None
     # The tools the model called, in app.chat_formats' neutral shape ({"id", "name", "arguments"}).
     tool_calls: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class SentChat:
-    """A chat request as a model server received it, and the reply it gave: what its KV
-    cache holds afterwards, so a request that starts with the same messages is read
-    anew only after them (ModelClient.continue_json)."""
-
-    path: str  # the server's path: /api/chat, or an OpenAI-compatible /chat/completions
-    body: Mapping[str, Any]
-    reply: str
 
 
 # Yielded first by the stream generators once the server has accepted the request, so
