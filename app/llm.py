@@ -15,12 +15,22 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Protocol, Sequence
 
-import httpx
+if "httpx" not in sys.modules:
+    # httpx loads its command-line client (with rich, pygments and click, when installed),
+    # which Hilo never runs: ~35 ms of start-up. Hide it while httpx loads, as app/log.py
+    # hides rich from structlog.
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx
+    finally:
+        del sys.modules["httpx._main"]
+import httpx  # noqa: E402
 
 from app.chat_formats import (
     OpenAIReplyAsOllama,
