@@ -22,15 +22,14 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import apsw
 
-from app.chat_formats import ClientChat, ReplyRecord, events_as_messages, message_text
+from app.chat_formats import ClientChat, ReplyRecord, SentChat, events_as_messages, message_text
 from app.config import Config
 from app.context import BuiltContext, ContextPlan, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
 from app.events import Event, append_event, session_events
-from app.llm import (ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, SentChat,
-                     ToolSpec)
+from app.llm import ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, ToolSpec
 from app.memory import end_session
 from app import metrics
 from app.retrieval import Query, make_query

@@ -339,6 +339,17 @@ class ReplyRecord:
                 json.dumps(arguments) if arguments is not None else "")
 
 
+@dataclass(frozen=True)
+class SentChat:
+    """A chat request as a model server received it, and the reply it gave: what its KV
+    cache holds afterwards, so a request that starts with the same messages is read
+    anew only after them (app.llm's ModelClient.continue_json)."""
+
+    path: str  # the server's path: /api/chat, or an OpenAI-compatible /chat/completions
+    body: Mapping[str, Any]
+    reply: str
+
+
 # ----------------------------------------------------------------------------- Ollama → OpenAI
 
 # Ollama options with an OpenAI request field. The rest (num_ctx, top_k, repeat_penalty,

@@ -15,16 +15,27 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Protocol, Sequence
 
-import httpx
+if "httpx" not in sys.modules:
+    # httpx loads its command-line client (with rich, pygments and click, when installed),
+    # which Hilo never runs: ~35 ms of start-up. Hide it while httpx loads, as app/log.py
+    # hides rich from structlog.
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx
+    finally:
+        del sys.modules["httpx._main"]
+import httpx  # noqa: E402
 
 from app.chat_formats import (
     OpenAIReplyAsOllama,
     ReplyRecord,
+    SentChat,
     ollama_request_as_openai,
     tool_calls_of,
 )
@@ -187,17 +198,6 @@ class ChatReply:
     done_reason: str | None = None
     # The tools the model called, in app.chat_formats' neutral shape ({"id", "name", "arguments"}).
     tool_calls: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class SentChat:
-    """A chat request as a model server received it, and the reply it gave: what its KV
-    cache holds afterwards, so a request that starts with the same messages is read
-    anew only after them (ModelClient.continue_json)."""
-
-    path: str  # the server's path: /api/chat, or an OpenAI-compatible /chat/completions
-    body: Mapping[str, Any]
-    reply: str
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 
@@ -47,13 +48,26 @@ class _Finding(NamedTuple):  # a tuple: megabyte logs can hold 100k of them
     kind: str | None  # None: a marker already in the text, kept as it is
 
 
+class _Pattern:
+    """A rule's regular expression, compiled when it first runs: compiling all ninety
+    takes ~10 ms, which the start-up of a process that stores nothing need not pay."""
+
+    def __init__(self, source: str, flags: int = 0) -> None:
+        self.source = source
+        self.flags = flags
+
+    @cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.source, self.flags)
+
+
 @dataclass(frozen=True)
 class _Rule:
     """One pattern; `classify(match, secret)` names the kind, or None to let it pass.
 
     With keywords (lower case), the pattern runs only on text that contains one."""
 
-    pattern: re.Pattern[str]
+    pattern: _Pattern
     classify: Callable[[re.Match[str], str], str | None]
     keywords: tuple[str, ...] = ()
 
@@ -61,10 +75,11 @@ class _Rule:
         return not self.keywords or any(word in lowered for word in self.keywords)
 
     def find(self, text: str) -> Iterator[_Finding]:
+        pattern = self.pattern.compiled
         # Groups named secret* hold the value; the rest of a match (a key name,
         # "Bearer", a URL's user and host) stays readable.
-        secret_groups = [name for name in self.pattern.groupindex if name.startswith("secret")]
-        for match in self.pattern.finditer(text):
+        secret_groups = [name for name in pattern.groupindex if name.startswith("secret")]
+        for match in pattern.finditer(text):
             start, end = _secret_span(match, secret_groups)
             kind = self.classify(match, text[start:end])
             if kind is not None:
@@ -82,7 +97,7 @@ def _always(kind: str) -> Callable[[re.Match[str], str], str]:
     return lambda match, secret: kind
 
 
-_PRIVATE_KEY = re.compile(
+_PRIVATE_KEY = _Pattern(
     r"""
     -----BEGIN[ ](?P<label>[A-Z0-9 ]{0,40}?)PRIVATE[ ]KEY(?P<block>(?:[ ]BLOCK)?)-----
     (?:
@@ -105,21 +120,21 @@ def _classify_private_key(match: re.Match[str], secret: str) -> str | None:
     return "private_key" if _KEY_MATERIAL.search(body) else None
 
 
-_AWS_ACCESS_KEY_ID = re.compile(
+_AWS_ACCESS_KEY_ID = _Pattern(
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"
 )
-_AWS_SECRET_ACCESS_KEY = re.compile(
+_AWS_SECRET_ACCESS_KEY = _Pattern(
     r"(?i:(?:aws[_-]?)?secret[_-]?access[_-]?key)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?"
     r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
 )
-_GITHUB_TOKEN = re.compile(
+_GITHUB_TOKEN = _Pattern(
     r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)"
 )
-_GITLAB_TOKEN = re.compile(
+_GITLAB_TOKEN = _Pattern(
     r"(?<![A-Za-z0-9_-])"
     r"(?:gl(?:pat|dt|rt|ptt|ft|soat|ffct|oas|agent|imt|cbt)-[A-Za-z0-9_-]{20,}+|GR1348941[\w-]{20})"
 )
-_API_KEY = re.compile(
+_API_KEY = _Pattern(
     r"""(?<![A-Za-z0-9_-])
     (?: sk-[A-Za-z0-9_-]{20,}+             # OpenAI sk-/sk-proj-, Anthropic sk-ant-
       | xox[abeoprs]-[A-Za-z0-9-]{10,}+    # Slack
@@ -128,14 +143,14 @@ _API_KEY = re.compile(
     )""",
     re.VERBOSE,
 )
-_JWT = re.compile(
+_JWT = _Pattern(
     r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"
 )
-_AUTHORIZATION_HEADER = re.compile(
+_AUTHORIZATION_HEADER = _Pattern(
     r"(?i:\bauthorization)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?i:bearer|basic|token|bot)[ \t]+"
     r"(?P<secret>[^\s\"',;]++)"
 )
-_BEARER_IN_TEXT = re.compile(
+_BEARER_IN_TEXT = _Pattern(
     r"(?i:\bbearer)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{8,}+=*+)"
 )
 
@@ -153,7 +168,7 @@ def _looks_random(token: str) -> bool:
     return upper >= 2 and len(token) - upper >= 2 and len(token) >= 20
 
 
-_CONNECTION_STRING = re.compile(
+_CONNECTION_STRING = _Pattern(
     r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s:/@]*+:"
     # Greedy up to the last "@" before the host, so "p@ss" stays whole.
     r"(?P<secret>[^\s/?#]+)@"
@@ -165,7 +180,7 @@ _TOKEN_END = r"(?![A-Za-z0-9_])"
 
 def _shape(kind: str, pattern: str, *keywords: str) -> _Rule:
     """A credential recognised by its own shape (a service's prefix, a fixed length)."""
-    return _Rule(re.compile(f"{_TOKEN_START}(?:{pattern}){_TOKEN_END}"), _always(kind), keywords)
+    return _Rule(_Pattern(f"{_TOKEN_START}(?:{pattern}){_TOKEN_END}"), _always(kind), keywords)
 
 
 # From the gitleaks and detect-secrets rule sets: shapes specific enough to stand alone.
@@ -180,9 +195,9 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
     _shape("alibaba_key", r"LTAI[A-Za-z0-9]{20}", "ltai"),
     _shape("artifactory_key", r"AKCp[A-Za-z0-9]{69}|cmVmd[A-Za-z0-9]{59}", "akcp", "cmvmd"),
     _shape("aws_bedrock_key", r"ABSK[A-Za-z0-9+/]{109,269}+={0,2}", "absk"),
-    _Rule(re.compile(r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"
+    _Rule(_Pattern(r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"
                      r"(?![A-Za-z0-9_~.-])"), _always("azure_secret"), ("q~",)),
-    _Rule(re.compile(r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)"),
+    _Rule(_Pattern(r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)"),
           _always("azure_storage_key"), ("accountkey=",)),
     _shape("atlassian_token", r"ATATT3[A-Za-z0-9_=-]{150,}+", "atatt3"),
     _shape("clickhouse_key", r"4b1d[A-Za-z0-9]{38}", "4b1d"),
@@ -191,7 +206,7 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
     _shape("databricks_token", r"dapi[a-f0-9]{32}(?:-\d)?", "dapi"),
     _shape("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}", "_v1_"),
     _shape("discord_token", r"[MNO][A-Za-z0-9]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"),
-    _Rule(re.compile(r"discord(?:app)?\.com/api/webhooks/(?P<secret>\d{17,20}/[A-Za-z0-9_-]{60,68})"),
+    _Rule(_Pattern(r"discord(?:app)?\.com/api/webhooks/(?P<secret>\d{17,20}/[A-Za-z0-9_-]{60,68})"),
           _always("discord_webhook"), ("/api/webhooks/",)),
     _shape("doppler_token", r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}", "dp."),
     _shape("dropbox_token", r"sl\.[A-Za-z0-9_=-]{130,}+", "sl."),
@@ -245,7 +260,7 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
     _shape("shippo_token", r"shippo_(?:live|test)_[a-fA-F0-9]{40}", "shippo_"),
     _shape("shopify_token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
            "shpat_", "shpca_", "shppa_", "shpss_"),
-    _Rule(re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/"
+    _Rule(_Pattern(r"hooks\.slack\.com/(?:services|workflows|triggers)/"
                      r"(?P<secret>[A-Za-z0-9+/]{43,56}+)"), _always("slack_webhook"),
           ("hooks.slack.com",)),
     _shape("sourcegraph_token", r"sgp_(?:[a-fA-F0-9]{16}|local)_[a-fA-F0-9]{40}", "sgp_"),
@@ -256,7 +271,7 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
     _shape("supabase_token", r"sbp_[a-f0-9]{40}", "sbp_"),
     _shape("tailscale_key", r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}+-"
            r"[A-Za-z0-9]{16,}+", "tskey-"),
-    _Rule(re.compile(r"\.webhook\.office\.com/webhookb2/(?P<secret>[A-Za-z0-9@/_-]{40,400}+)"),
+    _Rule(_Pattern(r"\.webhook\.office\.com/webhookb2/(?P<secret>[A-Za-z0-9@/_-]{40,400}+)"),
           _always("teams_webhook"), ("webhookb2",)),
     _shape("telegram_token", r"\d{8,10}:AA[A-Za-z0-9_-]{33}", ":aa"),
     _shape("terraform_token", r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}", "atlasv1"),
@@ -265,13 +280,13 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
            "hvs.", "hvb."),
     _shape("xai_key", r"xai-[A-Za-z0-9]{70,90}", "xai-"),
     # `curl -u user:password`: the part after the colon.
-    _Rule(re.compile(r"\bcurl\b[^\n]{0,200}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']{1,100}+:"
+    _Rule(_Pattern(r"\bcurl\b[^\n]{0,200}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']{1,100}+:"
                      r"(?P<secret>[^\s\"']{1,200}+)"), _always("password"), ("curl",)),
 )
 
 # Key names end where the separator begins, so "max_tokens=512" and "passwordless:"
 # are not secrets while "DB_PASSWORD=", "clientSecret:" and "x-api-key:" are.
-_ASSIGNMENT = re.compile(
+_ASSIGNMENT = _Pattern(
     r"""
     (?<![/\\])  # "/etc/passwd: no such file" is a path, not an assignment
     (?i:
@@ -333,7 +348,7 @@ def _looks_like_key_material(value: str) -> bool:
 # about one real password: its value is redacted unless it is a word that describes a
 # password ("wrong", "incorrecta"). Without either ("the password is required") the value
 # must also look like a password: a digit, a symbol or an inner capital.
-_PROSE_PASSWORD = re.compile(
+_PROSE_PASSWORD = _Pattern(
     r"""
     (?i:
         (?P<owner>\b(?:my|our|your|his|her|their|mi|tu|su|nuestra|nuestro|vuestra)[ \t]+
@@ -403,7 +418,7 @@ def _classify_prose_password(match: re.Match[str], value: str) -> str | None:
 # one case) are not; nor are identifiers and paths, made of words (half their letters in
 # runs like "Account") with few changes between case and digits. Measured on random keys
 # against made-up 40-character identifiers: 99 % of keys caught, 3 % of identifiers.
-_UNLABELLED_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_UNLABELLED_AWS_SECRET = _Pattern(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 _MIN_CLASS_CHANGES = 16
 _WORDLIKE = re.compile(r"[A-Z]?[a-z]{3,}")
 _MAX_WORDLIKE_CHARS = 20

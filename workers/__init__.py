@@ -2,6 +2,7 @@
 
     queue.py        the Huey instance (queue.sqlite3 or Redis), configure(), locks, failures
     storage.py      Huey's SQLite storage on APSW (WAL, synchronous=NORMAL)
+    huey_loader.py  Huey without the Redis client, for a process whose queue is SQLite
     jobs.py         the jobs as the queue knows them: names, arguments, policy (light)
     runner.py       JobRunner: the worker's resources and each job's body (retry, locks)
     consumer.py     the consumer's start: `hilo worker` (thread workers only), huey_consumer

@@ -39,8 +39,8 @@ from typing import Any
 
 import structlog
 
+from app.chat_formats import SentChat
 from app.config import Config
-from app.llm import SentChat
 from app.sanitize import redact_secrets
 from workers.locks import LockOwner, owner_alive, this_process
 

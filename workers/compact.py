@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 import apsw
 
-from app.chat_formats import text_with_tool_calls
+from app.chat_formats import SentChat, text_with_tool_calls
 from app.config import Config
-from app.llm import ModelClient, SentChat
+from app.llm import ModelClient
 from app.memory import NewCard, add_card
 from app.writer import Writer
 from workers import extractive

@@ -15,8 +15,9 @@ from typing import Any
 
 import apsw
 
+from app.chat_formats import SentChat
 from app.config import Config
-from app.llm import ModelClient, SentChat
+from app.llm import ModelClient
 from app.memory import add_diary_entry, end_session, replace_extractive_diary
 from app.writer import Writer
 from workers import extractive

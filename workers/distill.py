@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 import apsw
 
-from app.chat_formats import text_with_tool_calls
+from app.chat_formats import SentChat, text_with_tool_calls
 from app.config import Config
 from app.fts import terms
-from app.llm import ModelClient, SentChat
+from app.llm import ModelClient
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.scheduled_tasks import is_task_session
 from app.timeutil import utc_now

@@ -13,8 +13,8 @@ from typing import Any, Callable
 import structlog
 from huey.api import Task
 
+from app.chat_formats import SentChat
 from app.config import Config
-from app.llm import SentChat
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure

@@ -33,7 +33,6 @@ from huey.utils import Error
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Unavailable
-from workers import jobs  # noqa: F401 — declares the task names retry and revoke resolve
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
@@ -507,10 +506,17 @@ class QueueView:
 
     # -- steering ---------------------------------------------------------------------------
 
+    def _registry(self) -> Any:
+        """Huey's registry, with every job declared: retry and revoke resolve names in it."""
+        # start-up: the jobs load the model client; reading the queue needs none of them
+        from workers import jobs  # noqa: F401 — declares the tasks
+
+        return self.huey._registry
+
     def task_names(self) -> dict[str, str]:
         """Every registered task: short name and registry name → registry name."""
         names = {}
-        for full in self.huey._registry._registry:
+        for full in self._registry()._registry:
             names[full] = full
             names[short_name(full)] = full
         return names
@@ -519,7 +525,7 @@ class QueueView:
         """Re-enqueue failed jobs (all with ids=None)."""
         failures = {f.id: f for f in self.failures()}
         wanted = list(failures) if ids is None else ids
-        registry = self.huey._registry
+        registry = self._registry()
         outcome = RetryOutcome()
         for job_id in wanted:
             failure = failures.get(job_id)

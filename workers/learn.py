@@ -30,8 +30,9 @@ from typing import Any, Callable
 
 import apsw
 
+from app.chat_formats import SentChat
 from app.config import Config
-from app.llm import ModelCallYielded, ModelClient, SentChat
+from app.llm import ModelCallYielded, ModelClient
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
 from workers.compact import (

@@ -27,9 +27,10 @@ from pydantic import (
     model_validator,
 )
 
+from app.chat_formats import SentChat
 from app.errors import HiloError
 from app.fts import terms
-from app.llm import ModelClient, SentChat, parse_json_leniently
+from app.llm import ModelClient, parse_json_leniently
 from app.memory import CATEGORIES
 
 # Values a model writes when it has nothing to say; never stored.

@@ -15,10 +15,10 @@ from app.cli.common import (
     user_option,
     with_config,
 )
-from app.config import Config
 from app.format import macro_row
 
 if TYPE_CHECKING:
+    from app.config import Config
     from app.writer import Writer
 
 # Every `hilo` run imports every command module, so each command imports the library

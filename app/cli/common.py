@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from app.config import Config, ConfigError, load_config
 from app.errors import HiloError
 
 if TYPE_CHECKING:
     import apsw
 
     from app.backup import Progress as ProgressCallback
+    from app.config import Config
 
 
 class CommandError(HiloError):
@@ -77,6 +77,9 @@ def with_config(fn: Callable[..., int]) -> Callable[..., int]:
 
 
 def _config(data_dir: Path | None, config_file: Path | None) -> Config:
+    # start-up: `hilo --help` and `--version` read no configuration
+    from app.config import Config, ConfigError, load_config
+
     ctx = click.get_current_context()
     if isinstance(ctx.obj, Config):
         return ctx.obj

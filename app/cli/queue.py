@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 import click
 
 from app.cli.common import CommandError, Group, emit, json_option, print_json, with_config
-from app.config import Config
 from app.errors import InvalidInput
 from app.format import ago
 
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from app.config import Config
     from workers.inspection import (
         ChatWait,
         Failure,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
 
 # workers.inspection is imported when a queue command runs, for start-up time: it loads
-# Huey (and Huey loads the Redis client), which no other command needs.
+# Huey, which no other command needs (and without the Redis client for a SQLite queue).
 
 DEFAULT_LIMIT = 100
 
@@ -62,6 +62,9 @@ def queue() -> None:
 def _reading(config: Config, as_json: bool) -> Iterator[QueueView]:
     """The configured queue; what cannot be done fails the command with one line (and,
     with --json, an error document)."""
+    from workers.huey_loader import load_huey
+
+    load_huey(config.queue.backend)  # this process's queue is the one it reads
     from workers.inspection import QueueError, QueueView
 
     if config.queue.backend == "sqlite" and not config.data_dir.is_dir():
@@ -99,7 +102,7 @@ def status(config: Config, as_json: bool) -> int:
     """counts, oldest pending job, failures, whether a worker polls"""
     with _reading(config, as_json) as view:
         found = view.status(time.time())
-    emit(as_json, found.to_dict(), lambda: _show_status(_console(), found))
+    emit(as_json, found.to_dict(), lambda: _show_status(found))
     return 0
 
 
@@ -252,8 +255,10 @@ def _limited(items: list, limit: int | None) -> list:
     return items if not limit or limit <= 0 else items[:limit]
 
 
-def _show_status(console: Console, found: QueueStatus) -> None:
-    console.print(_text(f"Queue: {found.backend}, {found.location}"))
+def _show_status(found: QueueStatus) -> None:
+    # Plain lines; rich only for the table by task, for start-up time (rich is ~17 ms of a
+    # command that, with an empty queue, prints lines only).
+    click.echo(f"Queue: {found.backend}, {found.location}")
     worker = found.worker
     if worker.last_poll_at is None:
         line = "Worker: no worker has polled this queue — start one: hilo worker"
@@ -263,26 +268,25 @@ def _show_status(console: Console, found: QueueStatus) -> None:
     else:
         line = (f"Worker: none polling — the last poll was {ago(worker.seconds_since_poll)} "
                 f"ago (pid {worker.pid} on {worker.host}); start one: hilo worker")
-    console.print(_text(line))
+    click.echo(line)
     oldest = found.oldest_pending
     waiting = (f"; the oldest, {oldest.task}, waiting {ago(oldest.waiting_seconds)}"
                if oldest else "")
-    console.print(_text(
+    click.echo(
         f"Pending {found.pending} ({found.due} due{waiting}) · scheduled {found.scheduled}"
         f" · failed {found.failed} · results {found.results}"
-        + (f" · revoked {found.revoked}" if found.revoked else "")))
+        + (f" · revoked {found.revoked}" if found.revoked else ""))
     if found.by_task:
         table = _table("task", "pending", "scheduled", "failed")
         for name, counts in found.by_task.items():
             table.add_row(_text(name), _text(counts.pending), _text(counts.scheduled),
                           _text(counts.failed))
-        console.print(table)
+        _console().print(table)
     if found.failed:
-        console.print(_text("See `hilo queue failed`; retry with "
-                            "`hilo queue retry --all-failed`."))
+        click.echo("See `hilo queue failed`; retry with `hilo queue retry --all-failed`.")
     if found.locks:
-        console.print(_text("Locks held: " + ", ".join(found.locks)))
-    console.print(_text(_chat_wait_line(found.chat_wait)))
+        click.echo("Locks held: " + ", ".join(found.locks))
+    click.echo(_chat_wait_line(found.chat_wait))
 
 
 def _chat_wait_line(wait: ChatWait) -> str:

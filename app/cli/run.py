@@ -3,10 +3,14 @@ worker (the queue's consumer)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from app.cli.common import user_option, with_config
-from app.config import Config
+
+if TYPE_CHECKING:
+    from app.config import Config
 
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 from app.cli.common import Group, emit, json_option, open_memory, user_option, with_config
-from app.config import Config
 from app.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
+    from app.config import Config
     from app.scheduled_tasks import ScheduledTask, TaskRunResult
     from app.writer import Writer
 

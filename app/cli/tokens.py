@@ -7,11 +7,14 @@ other. Only the token's SHA-256 is stored, so `add` prints the token once.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
 from app.cli.common import Group, emit, json_option, open_memory, with_config
-from app.config import Config
+
+if TYPE_CHECKING:
+    from app.config import Config
 
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.

@@ -499,3 +499,12 @@ def test_several_echoes_of_several_secrets_are_each_redacted() -> None:
     text = f"a {github[5:30]} b {DYNATRACE[10:40]} c"
     assert redact_secrets(text, echoes_of=secrets).text == \
         "a [REDACTED:github_token] b [REDACTED:dynatrace_token] c"
+
+
+def test_every_rule_pattern_compiles_though_each_waits_for_its_first_use() -> None:
+    """Rules compile their patterns when they first run (for start-up time): a broken
+    one would otherwise surface only on the first message holding its keyword."""
+    from app.sanitize import _RULES
+
+    for rule in _RULES:
+        assert rule.pattern.compiled.pattern == rule.pattern.source
