@@ -13,37 +13,15 @@ there still ends on a person's screen. Anywhere else (systemd, Docker, a file) J
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
-import threading
-import types
-from typing import Any, Mapping, TextIO
-
-_importing = threading.Lock()
-
-
-class _ImportedOnFirstUse(types.ModuleType):
-    """Stands in for a module in sys.modules until one of its attributes is read; then
-    imports the real module, which replaces it there."""
-
-    def __getattr__(self, attr: str) -> Any:
-        with _importing:
-            if sys.modules.get(self.__name__) is self:
-                del sys.modules[self.__name__]
-            module = importlib.import_module(self.__name__)
-        return getattr(module, attr)
-
+from typing import Mapping, TextIO
 
 if "structlog" not in sys.modules and "rich" not in sys.modules:
     # structlog loads rich, when installed, for pretty tracebacks that Hilo does not use
     # (its tracebacks are plain and never show locals): ~45 ms of every process's
     # start-up. Hide rich while structlog loads; what prints with rich imports it itself.
-    # It also imports asyncio for its async loggers, which Hilo does not use (~20 ms of
-    # start-up): asyncio is imported when something first uses it (the server, httpx).
-    if "asyncio" not in sys.modules:
-        sys.modules["asyncio"] = _ImportedOnFirstUse("asyncio")
     sys.modules["rich"] = None  # type: ignore[assignment]
     try:
         import structlog
