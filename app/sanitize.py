@@ -531,21 +531,35 @@ def _echoes(text: str, secrets: tuple[Secret, ...]) -> Iterator[_Finding]:
 
 
 def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Finding]:
-    """claimed plus the candidates that overlap none of it, sorted by position.
+    """claimed plus the candidates, sorted by position. A candidate that overlaps secrets
+    already claimed widens them to cover it (the first claim names the kind): no piece of
+    a longer token is left in clear, to be found by the next pass. One that overlaps a
+    marker already in the text is dropped.
 
     Both inputs are sorted and non-overlapping, so one forward pass suffices.
     """
-    kept: list[_Finding] = []
+    merged: list[_Finding] = []
     i = 0
     for candidate in candidates:
         while i < len(claimed) and claimed[i].end <= candidate.start:
+            merged.append(claimed[i])
             i += 1
-        if i < len(claimed) and claimed[i].start < candidate.end:
-            continue
-        kept.append(candidate)
-    if not kept:
-        return claimed
-    return sorted(claimed + kept, key=lambda f: f.start)
+        j = i
+        while j < len(claimed) and claimed[j].start < candidate.end:
+            j += 1
+        overlapped = claimed[i:j]
+        i = j
+        if merged and merged[-1].end > candidate.start:  # widened by the candidate before
+            overlapped.insert(0, merged.pop())
+        if not overlapped:
+            merged.append(candidate)
+        elif any(f.kind is None for f in overlapped):
+            merged.extend(overlapped)
+        else:
+            merged.append(_Finding(min(candidate.start, overlapped[0].start),
+                                   max(candidate.end, overlapped[-1].end), overlapped[0].kind))
+    merged.extend(claimed[i:])
+    return merged
 
 
 def _replace(text: str, findings: list[_Finding]) -> str:

@@ -508,3 +508,12 @@ def test_every_rule_pattern_compiles_though_each_waits_for_its_first_use() -> No
 
     for rule in _RULES:
         assert rule.pattern.compiled.pattern == rule.pattern.source
+
+
+def test_a_token_holding_another_is_redacted_whole():
+    # The GitHub rule claims the token's tail first; the API-key rule's longer match
+    # widens that claim instead of leaving its head in clear for the next pass to find.
+    text = "key: sk-passwordpasswordxoxb-ghp_" + "A" * 36 + " ok"
+    once = redact_secrets(text)
+    assert once.text == "key: [REDACTED:github_token] ok"
+    assert redact_secrets(once.text).text == once.text
