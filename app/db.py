@@ -287,3 +287,21 @@ def migrate(con: apsw.Connection) -> list[str]:
             con.execute("ROLLBACK")
             raise
     return applied
+
+
+def merge_fts_segments(con: apsw.Connection, table: str, pages: int) -> bool:
+    """One step of merging an FTS5 index's segments, about `pages` pages of work; False
+    once there is nothing left to merge.
+
+    Each write adds a segment and FTS5's own merging lets a dozen or more pile up; every
+    query reads each one. With 'usermerge' 2, two segments on a level are enough to
+    merge, so the index ends with about one per level (FTS5's documented test of whether
+    a 'merge' did any work: total_changes() moved by 2 or more)."""
+    if table not in FTS_TABLES:
+        raise ValueError(f"{table} is not one of the full-text indexes {FTS_TABLES}")
+    usermerge = con.execute(f"SELECT v FROM '{table}_config' WHERE k = 'usermerge'").fetchone()
+    if usermerge is None or usermerge[0] != 2:  # set once: a write changes the index
+        con.execute(f"INSERT INTO {table}({table}, rank) VALUES('usermerge', 2)")
+    before = con.total_changes()
+    con.execute(f"INSERT INTO {table}({table}, rank) VALUES('merge', ?)", (pages,))
+    return con.total_changes() - before >= 2

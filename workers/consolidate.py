@@ -9,6 +9,8 @@
   below a floor: higher for read items, highest for solutions, preferences and
   frequently read facts. Nothing is ever deleted.
 - re-summarises extractive cards and diary entries written while the model was down.
+- merges the full-text indexes' segments, in small steps (each its own short write, so a
+  chat's message waits for one step at most): a query reads every segment.
 
 Every step is safe to repeat: merged and folded rows are no longer candidates, and the
 decay is skipped when less than half an interval passed since `last_decay_at`.
@@ -24,6 +26,7 @@ import apsw
 import structlog
 
 from app.config import Config
+from app.db import FTS_TABLES, merge_fts_segments
 from app.llm import ModelClient, ModelError
 from app.memory import (
     Fact,
@@ -73,6 +76,7 @@ class ConsolidationReport:
     decayed: int = 0
     decayed_at: str | None = None  # when decay ran; pass back as last_decay_at next time
     resummarised: int = 0
+    fts_merge_steps: int = 0
 
 
 def _normalised(text: str) -> str:
@@ -247,6 +251,24 @@ def resummarise_extractive(writer: Writer, model: ModelClient, limit: int = RESU
 # -- the job ------------------------------------------------------------------------------
 
 
+# -- full-text index segments ---------------------------------------------------------------
+
+# Pages of merging per write: at 10^6 events a step takes some tens of milliseconds.
+FTS_MERGE_PAGES = 100
+# Enough for a first merge of a 10^6-event index; the next runs only meet the new segments.
+FTS_MERGE_MAX_STEPS = 5_000
+
+
+def merge_fts_indexes(writer: Writer) -> int:
+    """Merge each full-text index's segments, one short write per step; the steps taken."""
+    steps = 0
+    for table in FTS_TABLES:
+        while steps < FTS_MERGE_MAX_STEPS and writer.submit(
+                lambda con, table=table: merge_fts_segments(con, table, FTS_MERGE_PAGES)):
+            steps += 1
+    return steps
+
+
 def consolidate(writer: Writer, model: ModelClient | None, config: Config, *,
                 now: datetime | None = None, last_decay_at: str | None = None,
                 record_decay: Callable[[str], None] | None = None,
@@ -267,4 +289,5 @@ def consolidate(writer: Writer, model: ModelClient | None, config: Config, *,
         writer, model, now=now, extractive=extractive or model is None)
     if model is not None and not extractive:
         report.resummarised = resummarise_extractive(writer, model)
+    report.fts_merge_steps = merge_fts_indexes(writer)
     return report

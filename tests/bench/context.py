@@ -4,7 +4,8 @@ to the time to first token.
 1. `build_context` p50/p99 on memories of 10^4, 10^5 and 10^6 events, with facts and
    context cards at half that each (so 10^6 events carry 5x10^5 facts, 5x10^5 cards and
    a vector for every one), bulk-loaded in one transaction through the real schema
-   (FTS5 triggers fire). The text is Zipf-distributed words with English stop-words
+   (FTS5 triggers fire), the full-text indexes' segments then merged as the six-hourly
+   consolidation leaves them (the turns timed add segments again). The text is Zipf-distributed words with English stop-words
    mixed in, so common words match many rows as in real conversation. Measured without
    vectors (keywords, importance, recency) and with 384-d vectors stored for every fact
    and card and a precomputed query vector (the query's embedding is not timed). The
@@ -57,13 +58,14 @@ import numpy as np
 from app.config import Config, load_config
 from app.context import build_context, read_bootstrap
 from app.datadir import DataDir
-from app.db import Durability, connect, connect_readonly
+from app.db import FTS_TABLES, Durability, connect, connect_readonly, merge_fts_segments
 from app.events import session_events
 from app.log import configure_logging
 from app.retrieval import make_query
 from app.tokens import TokenCounter
 from app.vectors import VECTOR_INDEX, encode_vector, rebuild_indexes
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
+from workers.consolidate import FTS_MERGE_PAGES
 
 USER = "bench"
 SESSION_EVENTS = 20  # events per session
@@ -171,6 +173,9 @@ def kept_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker) 
     if described.exists():
         config = bench_config(data_dir)
         DataDir.of(config).init()  # migrations added since it was built
+        con = connect(DataDir(data_dir).memory_db, Durability.NORMAL)
+        merge_as_consolidation_does(con)  # the turns earlier runs added
+        con.close()
         return Memory(config, **json.loads(described.read_text()))
     memory = load_memory(data_dir, events, vectors=vectors, text=text)
     described.write_text(json.dumps({
@@ -275,9 +280,18 @@ def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
     if vectors:  # once, as `hilo rebuild` or the first start does; then read from disk
         rebuild_indexes(con, config.embedder.ann_threshold)
     index_seconds = time.perf_counter() - indexed
+    merge_as_consolidation_does(con)
     con.close()
     size = DataDir(data_dir).memory_db.stat().st_size / 2**20
     return Memory(config, events, n_facts, n_cards, seconds, size, index_seconds)
+
+
+def merge_as_consolidation_does(con) -> None:
+    """The full-text indexes as the consolidation job leaves them, every six hours
+    (workers/consolidate.py): their segments merged."""
+    for table in FTS_TABLES:
+        while merge_fts_segments(con, table, FTS_MERGE_PAGES):
+            pass
 
 
 # -- build_context latency -------------------------------------------------------------------
@@ -579,8 +593,9 @@ def _cell(entry: dict, key: str, stat: str) -> str:
 def markdown(results: dict) -> str:
     lines = ["### `build_context` latency (ms)", "",
              "One user; facts and cards at half the events each; Zipf-distributed words with "
-             "English stop-words, so common words match many rows. A commit by another "
-             "connection before every call, one BLAS thread. *keywords*: BM25, "
+             "English stop-words, so common words match many rows; the full-text indexes' "
+             "segments merged as the consolidation job leaves them, and a new event committed "
+             "by another connection before every call; one BLAS thread. *keywords*: BM25, "
              "importance and recency streams; *+ vectors*: also 384-d synthetic unit vectors "
              "stored for every fact and card (timing only), the query vector precomputed "
              "(embedding not timed); exact search up to `[embedder] ann_threshold` vectors "

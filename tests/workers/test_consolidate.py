@@ -199,3 +199,26 @@ def test_consolidation_runs_every_interval_on_the_hour_utc():
     assert not every_six(datetime(2026, 1, 1, 6, 1))
     every_two_days = consolidation_schedule(48)
     assert every_two_days(datetime(2026, 1, 3, 0, 0)) and not every_two_days(datetime(2026, 1, 2, 0, 0))
+
+
+def segments(cfg, table: str) -> int:
+    return scalar(cfg, f"SELECT count(DISTINCT segid) FROM '{table}_idx'")
+
+
+def test_the_full_text_indexes_are_merged_and_find_the_same(job_parts):
+    # Each turn is its own write, and so its own segment: FTS5 lets them pile up, and
+    # every search reads each one.
+    cfg, writer, model, _ = job_parts
+    for n in range(40):
+        add_turn(writer, cfg, "ana", "s1", f"note {n}: the nginx upstream for host db{n % 7}")
+    piled = segments(cfg, "events_fts")
+    found = query(cfg, "SELECT rowid FROM events_fts WHERE events_fts MATCH 'nginx db3' "
+                       "ORDER BY bm25(events_fts)")
+    first = consolidate(writer, model, cfg, now=NOW)
+    assert first.fts_merge_steps > 0
+    assert segments(cfg, "events_fts") < piled and segments(cfg, "events_fts") <= 2
+    assert query(cfg, "SELECT rowid FROM events_fts WHERE events_fts MATCH 'nginx db3' "
+                      "ORDER BY bm25(events_fts)") == found
+    again = consolidate(writer, model, cfg, now=NOW + timedelta(minutes=1),
+                        last_decay_at=first.decayed_at)
+    assert again.fts_merge_steps == 0
