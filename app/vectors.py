@@ -419,15 +419,23 @@ class VectorIndex:
     def warm(self, path: Path, model: str) -> threading.Thread:
         """Load every block of `model` in the database at `path`, in a background thread
         (reading the persisted indexes, or building them), so the first turn after a
-        start is as fast as the hundredth. Queries skip a block while it loads."""
-        def load() -> None:
+        start is as fast as the hundredth. Queries skip a block while it loads: the
+        blocks are marked before this returns, so a turn that comes at once does not
+        load one again itself."""
+        con: apsw.Connection | None = None
+        blocks: list[tuple[_Block, str, str]] = []
+        try:
             con = connect_readonly(path)
+            keys = con.execute("SELECT user_id, owner_kind FROM embedding_generations "
+                               "WHERE model = ? ORDER BY added DESC", (model,)).fetchall()
+            blocks = [(self._block(con, user, model, kind), user, kind) for user, kind in keys]
+        except Exception as exc:  # noqa: BLE001 - queries load on demand instead
+            log.warning("vector_index_warm_failed", error=str(exc))
+        for block, _, _ in blocks:
+            block.warming = True
+
+        def load() -> None:
             try:
-                keys = con.execute("SELECT user_id, owner_kind FROM embedding_generations "
-                                   "WHERE model = ? ORDER BY added DESC", (model,)).fetchall()
-                blocks = [(self._block(con, user, model, kind), user, kind) for user, kind in keys]
-                for block, _, _ in blocks:
-                    block.warming = True
                 for block, user, kind in blocks:
                     try:
                         self.refresh(con, user, model, kind)
@@ -438,10 +446,11 @@ class VectorIndex:
                              vectors=sum(b.size for b, _, _ in blocks))
             except Exception as exc:  # noqa: BLE001 - queries load on demand instead
                 log.warning("vector_index_warm_failed", error=str(exc))
-                for block in self._blocks.values():
+                for block, _, _ in blocks:
                     block.warming = False
             finally:
-                con.close()
+                if con is not None:
+                    con.close()
 
         thread = threading.Thread(target=load, name="vector-index-warm", daemon=True)
         thread.start()

@@ -4,6 +4,7 @@ exact search, updated as vectors arrive, persisted beside the database, rebuilt 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import apsw
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import app.ann
+import app.vectors
 from app.backup import rebuild
 from app.config import Config
 from app.datadir import DataDir
@@ -211,4 +213,33 @@ def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
     reader = database(tmp_path)
     monkeypatch.setattr(VectorIndex, "_read_new_rows", staticmethod(
         lambda *args: pytest.fail("warm left rows to read")))
+    assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
+
+
+def test_a_turn_right_after_warm_starts_skips_the_block_still_loading(tmp_path, monkeypatch):
+    # The first turn after a start comes at once: it answers without the block (the
+    # keyword streams do) instead of loading it a second time itself.
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    con.close()
+    loading = threading.Event()  # the warm-up's thread waits for it at every step
+
+    def in_the_warm_thread_later(step):
+        def slow(*args):
+            if threading.current_thread().name == "vector-index-warm":
+                loading.wait(10)
+            return step(*args)
+        return slow
+
+    monkeypatch.setattr(VectorIndex, "refresh", in_the_warm_thread_later(VectorIndex.refresh))
+    monkeypatch.setattr(app.vectors, "connect_readonly",
+                        in_the_warm_thread_later(app.vectors.connect_readonly))
+    index = VectorIndex(ann_threshold=100)
+    warming = index.warm(DataDir(tmp_path).memory_db, MODEL)
+    reader = database(tmp_path)
+    assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1) == []
+    loading.set()
+    warming.join(timeout=60)
     assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
