@@ -202,12 +202,18 @@ def test_rebuild_writes_the_approximate_indexes(tmp_path):
     assert len(list(DataDir(tmp_path).vector_indexes.glob("*.faiss"))) == 1
 
 
-def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
+def persisted_block(tmp_path) -> np.ndarray:
+    """300 fact vectors whose approximate index is on disk, as a stopped process left it."""
     con = database(tmp_path)
     vectors = unit_vectors(300)
     store(con, 1, vectors)
     VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
     con.close()
+    return vectors
+
+
+def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
+    vectors = persisted_block(tmp_path)
     index = VectorIndex(ann_threshold=100)
     index.warm(DataDir(tmp_path).memory_db, MODEL).join(timeout=60)
     reader = database(tmp_path)
@@ -219,11 +225,7 @@ def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
 def test_a_turn_right_after_warm_starts_skips_the_block_still_loading(tmp_path, monkeypatch):
     # The first turn after a start comes at once: it answers without the block (the
     # keyword streams do) instead of loading it a second time itself.
-    con = database(tmp_path)
-    vectors = unit_vectors(300)
-    store(con, 1, vectors)
-    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
-    con.close()
+    vectors = persisted_block(tmp_path)
     loading = threading.Event()  # the warm-up's thread waits for it at every step
 
     def in_the_warm_thread_later(step):
