@@ -323,11 +323,6 @@ class ChatService:
         if self.embedder is not None:
             VECTOR_INDEX.warm(DataDir.of(self.config).memory_db, self.embedder.model)
 
-    def save_vectors(self) -> None:
-        """Write what the approximate vector indexes hold that is not on disk yet, so the
-        next start reads it instead of the table; front-ends call it as they stop."""
-        VECTOR_INDEX.save(self.reader())
-
     def __enter__(self) -> ChatService:
         return self
 

@@ -394,7 +394,6 @@ def serve_stdio(config: Config, user: str | None = None) -> int:
     with ChatService(config) as service:
         service.warm_vectors()
         anyio.run(build_server(service, lambda header: user_id).run_stdio_async)
-        service.save_vectors()
     return 0
 
 

@@ -548,7 +548,6 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
             service.end_session(repl.user_id, repl.session_id)
             repl.say(f"Session {repl.session_id} closed; its diary entry will be written "
                      "in the background.", "dim")
-        service.save_vectors()
     return 0
 
 

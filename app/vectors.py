@@ -9,8 +9,9 @@ it saw. Triggers count each (user, model, kind)'s added and removed vectors in
 
 Index: per (database, user, model, owner kind), an L2-normalised float32 matrix held
 in memory, a query being one matrix-vector product; above `[embedder] ann_threshold`
-vectors, an HNSW index instead (app/ann.py), written to the data directory's vectors/
-and read back at the next start. Only vectors of the query's own model are compared.
+vectors, an HNSW graph (app/ann.py) written to the data directory's vectors/ and mapped
+back at the next start, with the vectors stored since in a small exact matrix until the
+background adds them to it. Only vectors of the query's own model are compared.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import apsw
 import numpy as np
 import structlog
 
-from app.ann import HnswIndex
+from app.ann import HnswIndex, use_one_thread
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.timeutil import utc_now
@@ -145,24 +146,27 @@ def delete_other_models(con: apsw.Connection, model: str) -> int:
 # through an approximate index (app/ann.py); brute force stays exact and fast below it.
 ANN_THRESHOLD = 20_000
 _INDEX_FORMAT = 2  # of the files beside the database; another number: rebuilt
-# An approximate index is written again when this share of its vectors is not on disk
-# yet (a restart reads the rest from the table, so writing rarely only costs a little).
-_UNSAVED_SHARE = 0.1
+# Vectors stored after a block's graph was made are searched exactly until they are this
+# share of `ann_threshold` (a tenth: ~0.2 ms a query at the default), then added to a copy
+# of the graph in the background: adding one takes ~2.4 ms at 5x10^5 vectors, too long
+# for a turn to wait on.
+_EXACT_SHARE = 0.1
 _READ_CHUNK = 16_384  # rows decoded at a time when a block loads
 
 
 @dataclass
 class _Block:
-    """The vectors of one (user, model, kind), exact (a matrix) or approximate (HNSW).
+    """The vectors of one (user, model, kind): above the threshold, an HNSW graph of all but
+    the newest (app/ann.py); the rest (below it, all) in an exact matrix.
 
-    Either way `row_ids` and `owner_ids` say, in the order read (ascending row ids),
-    which embeddings row and which owner each vector is: a query never reads the
-    table to name its hits."""
+    `row_ids` and `owner_ids` say, in the order read (ascending row ids), which embeddings
+    row and which owner each vector is: the graph holds the first `graph_size` of them,
+    the matrix the others. A query never reads the table to name its hits."""
 
     user_id: str
     model: str
     kind: str
-    files: _IndexFiles | None  # where the approximate index persists beside the database
+    files: _IndexFiles | None  # where the graph persists beside the database
     last_row: int = 0  # highest embeddings.id read
     # embedding_generations (added, removed) when last read: unchanged means nothing new.
     generation: tuple[int, int] | None = None
@@ -175,54 +179,95 @@ class _Block:
     # `dead` and dropped from the hits, so a removal never forces a rebuild.
     ann: HnswIndex | None = None
     dead: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    unsaved: int = 0  # vectors in `ann` not yet written to its file
+    folding: bool = False  # the matrix's vectors are being added to a copy of the graph
+    loads: int = 0  # times the block was read again from the start (a fold of before: dropped)
     tried_files: bool = False
     warming: bool = False  # a background load holds the lock: queries skip this block
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def graph_size(self) -> int:
+        return self.ann.size if self.ann is not None else 0
+
+    @property
+    def exact_size(self) -> int:
+        return self.size - self.graph_size
+
     def reset(self) -> None:
-        self.last_row = self.dim = self.size = self.unsaved = 0
+        self.loads += 1
+        self.last_row = self.dim = self.size = 0
         self.generation, self.ann = None, None
         self.matrix = np.zeros((0, 0), dtype=np.float32)
         self.owner_ids = self.row_ids = self.dead = np.zeros(0, dtype=np.int64)
 
     def append(self, ids: np.ndarray, rows: np.ndarray, new: np.ndarray) -> None:
+        """Add vectors after the others, to the matrix (grown by doubling, so incremental
+        refreshes stay amortised O(new rows))."""
         if not len(ids):
             return
-        needed = self.size + len(ids)
-        exact = self.ann is None
-        stale_matrix = exact and self.matrix.shape != (len(self.row_ids), self.dim)
-        if len(self.row_ids) < needed or stale_matrix:
-            # Grow by doubling, so incremental refreshes stay amortised O(new rows).
+        needed, exact, end = self.size + len(ids), self.exact_size, self.exact_size + len(ids)
+        if len(self.row_ids) < needed:
             capacity = max(needed, 2 * len(self.row_ids), 64)
-            owner_ids = np.zeros(capacity, dtype=np.int64)
-            row_ids = np.zeros(capacity, dtype=np.int64)
-            owner_ids[:self.size] = self.owner_ids[:self.size]
-            row_ids[:self.size] = self.row_ids[:self.size]
+            self.owner_ids = _grown(self.owner_ids[:self.size], capacity)
+            self.row_ids = _grown(self.row_ids[:self.size], capacity)
+        if len(self.matrix) < end or self.matrix.shape[1] != self.dim:
+            matrix = np.zeros((max(end, 2 * len(self.matrix), 64), self.dim), dtype=np.float32)
             if exact:
-                matrix = np.zeros((capacity, self.dim), dtype=np.float32)
-                if self.size:
-                    matrix[:self.size] = self.matrix[:self.size]
-                self.matrix = matrix
-            self.owner_ids, self.row_ids = owner_ids, row_ids
-        if exact:
-            self.matrix[self.size:needed] = new
-        else:
-            self.ann.add(new, rows)
-            self.unsaved += len(ids)
+                matrix[:exact] = self.matrix[:exact]
+            self.matrix = matrix
+        self.matrix[exact:end] = new
         self.owner_ids[self.size:needed] = ids
         self.row_ids[self.size:needed] = rows
         self.size = needed
 
-    def make_approximate(self) -> None:
-        """Move the exact matrix into an HNSW index (and drop the matrix)."""
-        self.ann = HnswIndex.build(self.matrix[:self.size], self.row_ids[:self.size])
-        self.matrix = np.zeros((0, 0), dtype=np.float32)
-        self.unsaved = self.size
+    def fold(self) -> None:
+        """Move the matrix's vectors into the graph, building it if there is none (here and
+        now: while the block loads, or for `hilo rebuild`)."""
+        vectors, rows = self.matrix[:self.exact_size], self.row_ids[self.graph_size:self.size]
+        if self.ann is None:
+            self.ann = HnswIndex.build(vectors, rows)
+        else:
+            graph = self.ann.copy() if self.ann.mapped else self.ann
+            graph.add(vectors, rows)
+            self.ann = graph
+        self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+
+    def fold_in_background(self, con: apsw.Connection) -> None:
+        """Add the matrix's vectors to a copy of the graph (or build the graph) on the fold
+        thread, write it and put it in place; queries go on meanwhile with the graph and
+        matrix as they are. Called with the lock held."""
+        graph, count, loads = self.ann, self.exact_size, self.loads
+        vectors = self.matrix[:count].copy()
+        rows, owners = self.row_ids[:self.size].copy(), self.owner_ids[:self.size].copy()
+        description = self._description(con, self.size)
+        dead = self.dead.copy()
+        self.folding = True
+
+        def fold() -> None:
+            try:
+                use_one_thread()
+                if graph is None:
+                    folded = HnswIndex.build(vectors, rows[-count:])
+                else:
+                    folded = graph.copy()
+                    folded.add(vectors, rows[-count:])
+                if self.files is not None:
+                    _write_index(self.files, folded, rows, owners, dead, description)
+                with self.lock:
+                    if (self.ann, self.loads) == (graph, loads):  # else: read again meanwhile
+                        rest = self.exact_size - count
+                        self.matrix[:rest] = self.matrix[count:count + rest]
+                        self.ann = folded
+            except Exception as exc:  # noqa: BLE001 - the matrix keeps the vectors meanwhile
+                log.warning("vector_index_fold_failed", kind=self.kind, error=str(exc))
+            finally:
+                self.folding = False
+
+        _FOLDS.submit(fold)
 
     def forget_removed(self, con: apsw.Connection) -> None:
-        """List the rows of the approximate index that are no longer in the table (one
-        pass over the block's ids in the table's index; only after a removal)."""
+        """List the rows of the block that are no longer in the table (one pass over the
+        block's ids in the table's index; only after a removal)."""
         live = np.fromiter(
             (row for (row,) in con.execute(
                 "SELECT id FROM embeddings WHERE user_id = ? AND model = ? AND owner_kind = ? "
@@ -230,32 +275,42 @@ class _Block:
             dtype=np.int64)
         self.dead = np.setdiff1d(self.row_ids[:self.size], live, assume_unique=True)
 
-    def hits(self, row_ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The owners of the approximate index's hits whose rows still exist, in order."""
+    def nearest(self, unit: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Owners and cosines of up to `depth` candidates from the graph and from the matrix
+        each (as many more as rows were removed, up to `depth`: they are dropped here)."""
+        wanted = depth + min(len(self.dead), depth)
+        rows, scores = (self.ann.search(unit, wanted) if self.ann is not None
+                        else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)))
+        graph_size, exact = self.graph_size, self.exact_size
+        if exact:
+            cosines = self.matrix[:exact] @ unit
+            wanted = min(wanted, exact)
+            top = np.argpartition(-cosines, wanted - 1)[:wanted]
+            rows = np.concatenate([rows, self.row_ids[graph_size + top]])
+            scores = np.concatenate([scores, cosines[top]])
         if len(self.dead):
-            live = ~np.isin(row_ids, self.dead)
-            row_ids, scores = row_ids[live], scores[live]
-        at = np.searchsorted(self.row_ids[:self.size], row_ids)
-        return self.owner_ids[at], scores
+            live = ~np.isin(rows, self.dead)
+            rows, scores = rows[live], scores[live]
+        return self.owner_ids[np.searchsorted(self.row_ids[:self.size], rows)], scores
 
     def write(self, con: apsw.Connection) -> None:
-        """Persist the approximate index with what it covers, so a restart reads only newer rows."""
+        """Persist the graph with what it covers, so a restart reads only newer rows."""
         if self.files is None or self.ann is None or self.generation is None:
             return
-        self.ann.write(self.files.index)
-        _write_atomically(self.files.rows, lambda file: np.savez(
-            file, rows=self.row_ids[:self.size], owners=self.owner_ids[:self.size],
-            dead=self.dead))
-        self.files.description.write_text(json.dumps({
-            "format": _INDEX_FORMAT, "user_id": self.user_id, "model": self.model,
-            "kind": self.kind, "dim": self.dim, "size": self.size, "last_row": self.last_row,
-            "last_row_digest": _row_digest(con, self.last_row),
-            "added": self.generation[0], "removed": self.generation[1],
-        }), encoding="utf-8")
-        self.unsaved = 0
+        graph_size = self.graph_size
+        _write_index(self.files, self.ann, self.row_ids[:graph_size],
+                     self.owner_ids[:graph_size], self.dead, self._description(con, graph_size))
+
+    def _description(self, con: apsw.Connection, covered: int) -> dict:
+        """What a graph of the first `covered` vectors is, for the file beside it."""
+        last_row = int(self.row_ids[covered - 1])
+        return {"format": _INDEX_FORMAT, "user_id": self.user_id, "model": self.model,
+                "kind": self.kind, "dim": self.dim, "size": covered, "last_row": last_row,
+                "last_row_digest": _row_digest(con, last_row),
+                "added": self.generation[0], "removed": self.generation[1]}
 
     def read(self, con: apsw.Connection, generation: tuple[int, int]) -> None:
-        """Load the persisted index if it still describes this database's rows."""
+        """Map the persisted graph if it still describes this database's rows."""
         self.tried_files = True
         if self.files is None or not all(f.exists() for f in self.files):
             return
@@ -285,6 +340,66 @@ class _Block:
         self.row_ids, self.owner_ids = row_ids.astype(np.int64), owner_ids.astype(np.int64)
         self.dead = dead.astype(np.int64)
         self.last_row, self.generation = saved["last_row"], (saved["added"], saved["removed"])
+
+    def read_new_rows(self, con: apsw.Connection, ann_threshold: int) -> bool:
+        """Append the rows above last_row, in chunks. When the matrix passes the threshold
+        with more chunks to come (a block loading), its vectors go into the graph there and
+        then, so loading 10^6 vectors never holds them all as float32 at once; what is
+        left after the last chunk waits for a fold in the background (refresh). True if
+        the graph changed."""
+        owner_ids: list[int] = []
+        row_ids: list[int] = []
+        blobs: list[bytes] = []
+        folded = False
+
+        def flush(more_to_come: bool) -> None:
+            nonlocal folded
+            if blobs:
+                new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, self.dim)
+                norms = np.linalg.norm(new, axis=1, keepdims=True)
+                self.append(np.asarray(owner_ids, dtype=np.int64),
+                            np.asarray(row_ids, dtype=np.int64),
+                            (new / np.where(norms == 0, 1, norms)).astype(np.float32))
+                owner_ids.clear()
+                row_ids.clear()
+                blobs.clear()
+            if more_to_come and self.exact_size > ann_threshold and not self.folding:
+                self.fold()
+                folded = True
+
+        for row_id, owner_id, dim, blob in con.execute(
+                "SELECT id, owner_id, dim, vector FROM embeddings WHERE user_id = ? "
+                "AND model = ? AND owner_kind = ? AND id > ? ORDER BY id",
+                (self.user_id, self.model, self.kind, self.last_row)):
+            self.last_row = row_id
+            if blob is None:
+                continue
+            if self.dim == 0:
+                self.dim = dim
+            if dim != self.dim or len(blob) != 4 * dim:  # one model, one dimension
+                continue
+            owner_ids.append(owner_id)
+            row_ids.append(row_id)
+            blobs.append(blob)
+            if len(blobs) >= _READ_CHUNK:
+                flush(more_to_come=True)
+        flush(more_to_come=False)
+        return folded
+
+
+def _grown(values: np.ndarray, capacity: int) -> np.ndarray:
+    grown = np.zeros(capacity, dtype=values.dtype)
+    grown[:len(values)] = values
+    return grown
+
+
+def _write_index(files: _IndexFiles, graph: HnswIndex, rows: np.ndarray, owners: np.ndarray,
+                 dead: np.ndarray, description: dict) -> None:
+    """The graph, its rows and owners, and what they cover (written last)."""
+    graph.write(files.index)
+    _write_atomically(files.rows, lambda file: np.savez(
+        file, rows=rows[:description["size"]], owners=owners[:description["size"]], dead=dead))
+    _write_atomically(files.description, lambda file: file.write(json.dumps(description).encode()))
 
 
 def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -332,7 +447,7 @@ class VectorIndex:
 
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
         """Read the rows stored since the last refresh; an exact block reloads if any older
-        row went away (an approximate one lists such rows, to drop them from its hits)."""
+        row went away (one with a graph lists such rows, to drop them from its hits)."""
         block = self._block(con, user_id, model, kind)
         generation = _generation(con, user_id, model, kind)
         with block.lock:
@@ -343,53 +458,17 @@ class VectorIndex:
             removed = block.generation is not None and block.generation[1] != generation[1]
             if removed and block.ann is None:
                 block.reset()  # a vector was replaced or deleted: read the block again
-            self._read_new_rows(con, block, self.ann_threshold)
+            graph_changed = block.read_new_rows(con, self.ann_threshold)
             if removed and block.ann is not None:
                 block.forget_removed(con)
             block.generation = generation
-            if block.ann is not None and block.unsaved > _UNSAVED_SHARE * block.size:
+            if graph_changed:
                 block.write(con)
+            if not block.folding and block.exact_size > (
+                    self.ann_threshold if block.ann is None
+                    else _EXACT_SHARE * self.ann_threshold):
+                block.fold_in_background(con)
         return block
-
-    @staticmethod
-    def _read_new_rows(con: apsw.Connection, block: _Block, ann_threshold: int) -> None:
-        """Append the rows above block.last_row, in chunks: past the threshold the block
-        turns approximate and later chunks go straight into the graph, so loading 10^6
-        vectors never holds them all as float32 at once."""
-        owner_ids: list[int] = []
-        row_ids: list[int] = []
-        blobs: list[bytes] = []
-
-        def flush() -> None:
-            if blobs:
-                new = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, block.dim)
-                norms = np.linalg.norm(new, axis=1, keepdims=True)
-                block.append(np.asarray(owner_ids, dtype=np.int64),
-                             np.asarray(row_ids, dtype=np.int64),
-                             (new / np.where(norms == 0, 1, norms)).astype(np.float32))
-                owner_ids.clear()
-                row_ids.clear()
-                blobs.clear()
-            if block.ann is None and block.size > ann_threshold:
-                block.make_approximate()
-
-        for row_id, owner_id, dim, blob in con.execute(
-                "SELECT id, owner_id, dim, vector FROM embeddings WHERE user_id = ? "
-                "AND model = ? AND owner_kind = ? AND id > ? ORDER BY id",
-                (block.user_id, block.model, block.kind, block.last_row)):
-            block.last_row = row_id
-            if blob is None:
-                continue
-            if block.dim == 0:
-                block.dim = dim
-            if dim != block.dim or len(blob) != 4 * dim:  # one model, one dimension
-                continue
-            owner_ids.append(owner_id)
-            row_ids.append(row_id)
-            blobs.append(blob)
-            if len(blobs) >= _READ_CHUNK:
-                flush()
-        flush()
 
     def nearest(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
                 query: np.ndarray, depth: int) -> list[tuple[int, float]]:
@@ -456,15 +535,6 @@ class VectorIndex:
         thread.start()
         return thread
 
-    def save(self, con: apsw.Connection) -> None:
-        """Write every approximate index with vectors not yet on disk (at shutdown)."""
-        with self._lock:
-            blocks = [b for key, b in self._blocks.items() if key[0] == (con.filename or id(con))]
-        for block in blocks:
-            with block.lock:
-                if block.unsaved:
-                    block.write(con)
-
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
@@ -472,6 +542,8 @@ class VectorIndex:
 
 # One thread does the searches started ahead (nearest_soon): a turn starts two or three.
 _SEARCHES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-search")
+# One thread adds new vectors to copies of the graphs (_Block.fold_in_background).
+_FOLDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-fold")
 
 
 def _search(block: _Block, query: np.ndarray, depth: int) -> list[tuple[int, float]]:
@@ -480,19 +552,9 @@ def _search(block: _Block, query: np.ndarray, depth: int) -> list[tuple[int, flo
         if block.size == 0 or query.shape[-1] != block.dim or depth <= 0:
             return []
         norm = float(np.linalg.norm(query)) or 1.0
-        unit = query.astype(np.float32) / norm
-        if block.ann is not None:
-            # As many more as rows were removed (up to `depth`): they are dropped here.
-            row_ids, scores = block.ann.search(unit, depth + min(len(block.dead), depth))
-            owner_ids, scores = block.hits(row_ids, scores)
-            top = np.arange(min(depth, len(owner_ids)))
-        else:
-            owner_ids = block.owner_ids[:block.size]
-            scores = block.matrix[:block.size] @ unit
-            depth = min(depth, len(scores))
-            top = np.argpartition(-scores, depth - 1)[:depth]
+        owner_ids, scores = block.nearest(query.astype(np.float32) / norm, depth)
     # Best score first; the same score: the newer owner first, as in fuse().
-    top = top[np.lexsort((-owner_ids[top], -scores[top]))]
+    top = np.lexsort((-owner_ids, -scores))[:depth]
     return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
 
 
@@ -503,15 +565,17 @@ def rebuild_indexes(con: apsw.Connection, ann_threshold: int = ANN_THRESHOLD) ->
     if index_dir is not None and index_dir.exists():
         for stale in index_dir.iterdir():
             stale.unlink()
-    scratch = VectorIndex(ann_threshold)
     written = 0
     for user, model, kind in con.execute(
             "SELECT user_id, model, owner_kind FROM embedding_generations").fetchall():
-        block = scratch.refresh(con, user, model, kind)
-        with block.lock:
-            if block.ann is not None:
-                block.write(con)
-                written += 1
+        block = _Block(user, model, kind, _index_files(con, user, model, kind),
+                       generation=_generation(con, user, model, kind))
+        block.read_new_rows(con, ann_threshold)
+        if block.size > ann_threshold:
+            if block.exact_size:
+                block.fold()
+            block.write(con)
+            written += 1
     return written
 
 

@@ -55,7 +55,6 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         service.warm_vectors()
         async with mcp.running():
             yield
-        await run_in_threadpool(app.state.service.save_vectors)
         if owned:
             await run_in_threadpool(app.state.service.close)
 

@@ -50,7 +50,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import httpx
 import numpy as np
@@ -317,6 +317,19 @@ def rss_mib() -> float:
     return float("nan")
 
 
+def evict_from_page_cache(paths: Iterable[Path]) -> bool:
+    """Drop these files' pages from the page cache (Linux; False where it cannot)."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    for path in paths:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+    return True
+
+
 def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> dict:
     config = memory.config
     VECTOR_INDEX.clear()  # a process that just started
@@ -356,7 +369,12 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
     samples = [once(i, text) for i, text in enumerate(asked)]
     slowest = sorted(zip(samples, asked), reverse=True)[:3]
     warming = {}
-    if vectors:  # as `hilo serve` starts: the indexes load in the background meanwhile
+    if vectors:
+        # As after a reboot: the index files' pages dropped from the page cache first.
+        VECTOR_INDEX.clear()
+        if evict_from_page_cache(DataDir.of(config).vector_indexes.glob("*")):
+            warming["first_ms_from_disk"] = once(3, asked[3])
+        # As `hilo serve` starts: the indexes load in the background meanwhile.
         VECTOR_INDEX.clear()
         started = time.perf_counter()
         loader = VECTOR_INDEX.warm(DataDir.of(config).memory_db, VECTOR_MODEL)
@@ -578,6 +596,9 @@ def verdict(results: dict) -> dict:
         checks["+ vectors p50 <= 10 ms at 10^6"] = vectors["p50_ms"] <= 10
         checks["+ vectors p99 <= 25 ms at 10^6"] = vectors["p99_ms"] <= 25
         checks["+ vectors cold first call <= 1 s at 10^6"] = vectors["first_ms"] <= 1000
+        if "first_ms_from_disk" in vectors:
+            checks["+ vectors cold first call <= 1 s at 10^6, index files not cached"] = (
+                vectors["first_ms_from_disk"] <= 1000)
     if "1000000" in results["ttft"]:
         checks["RSS of hilo serve <= 1 GiB at 10^6"] = (
             results["ttft"]["1000000"]["hilo_serve_peak_rss_mib"] <= 1024)
@@ -600,13 +621,15 @@ def markdown(results: dict) -> str:
              "stored for every fact and card (timing only), the query vector precomputed "
              "(embedding not timed); exact search up to `[embedder] ann_threshold` vectors "
              "per kind, HNSW above. *cold*: the first call of a fresh index (reading the "
-             "persisted HNSW files); *while warming*: the first call while `warm()` loads "
+             "persisted HNSW files, as the page cache holds them); *from disk*: the same "
+             "with the index files' pages dropped from the page cache first (as after a "
+             "reboot: bound by the disk); *while warming*: the first call while `warm()` loads "
              "them in the background, as `hilo serve` starts; *index RSS*: resident memory "
              "the loaded index added.", "",
              "| events | facts = cards | DB MiB | keywords p50 | p99 | + vectors p50 | p99 | "
-             "cold ms | while warming ms | warm s | index build s | index RSS MiB | "
-             "BM25 top-10 agreement |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "cold ms | from disk ms | while warming ms | warm s | index build s | "
+             "index RSS MiB | BM25 top-10 agreement |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results["sizes"].values():
         v = e.get("with_vectors", {})
         lines.append(
@@ -614,6 +637,7 @@ def markdown(results: dict) -> str:
             f"{_cell(e, 'keywords', 'p50_ms')} | {_cell(e, 'keywords', 'p99_ms')} | "
             f"{_cell(e, 'with_vectors', 'p50_ms')} | {_cell(e, 'with_vectors', 'p99_ms')} | "
             f"{_cell(e, 'with_vectors', 'first_ms')} | "
+            f"{v.get('first_ms_from_disk', float('nan')):.2f} | "
             f"{v.get('first_ms_while_warming', float('nan')):.2f} | "
             f"{v.get('warm_seconds', float('nan')):.2f} | {e.get('index_seconds', 0):.1f} | "
             f"{v.get('index_rss_mib', float('nan')):.0f} | "

@@ -4,6 +4,7 @@ exact search, updated as vectors arrive, persisted beside the database, rebuilt 
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from app.db import connect, migrate
 from app.vectors import VectorIndex, Owner, store_error, store_vectors
 from tests.bench.vector_index import documentation_sentences
 from tests.embedding_fixtures import local_embedder  # noqa: F401
+from tests.workers.support import wait_until
 
 MODEL = "test-model"
 
@@ -45,6 +47,14 @@ def store(con: apsw.Connection, first_id: int, vectors: np.ndarray, user: str = 
 def generation(con: apsw.Connection) -> tuple[int, int]:
     return con.execute("SELECT added, removed FROM embedding_generations WHERE user_id = 'u' "
                        "AND model = ? AND owner_kind = 'fact'", (MODEL,)).fetchone()
+
+
+def built(index: VectorIndex, con: apsw.Connection) -> app.vectors._Block:
+    """The block brought up to date, once the background has built or extended its graph."""
+    index.refresh(con, "u", MODEL, "fact")
+    block = index._block(con, "u", MODEL, "fact")
+    wait_until(lambda: not block.folding, 60, "the graph built")
+    return block
 
 
 def exact_top(vectors: np.ndarray, query: np.ndarray, depth: int, first_id: int = 1) -> list[int]:
@@ -88,7 +98,7 @@ def test_above_the_threshold_search_is_approximate_with_recall_of_exact_search(
     queries, stored = vectors[:20], vectors[20:]
     store(con, 1, stored)
     index = VectorIndex(ann_threshold=100)
-    index.refresh(con, "u", MODEL, "fact")
+    built(index, con)
     assert index._block(con, "u", MODEL, "fact").ann is not None
     recall = np.mean([
         len({owner for owner, _ in index.nearest(con, "u", MODEL, "fact", q, 10)}
@@ -102,7 +112,7 @@ def test_vectors_stored_after_the_build_are_found(tmp_path):
     con = database(tmp_path)
     store(con, 1, unit_vectors(300))
     index = VectorIndex(ann_threshold=100)
-    index.refresh(con, "u", MODEL, "fact")
+    built(index, con)
     late = unit_vectors(1, seed=5)
     store(con, 1000, late)
     assert index.nearest(con, "u", MODEL, "fact", late[0], 1)[0][0] == 1000
@@ -112,7 +122,7 @@ def test_a_restart_reads_the_persisted_index_instead_of_building_it(tmp_path, mo
     con = database(tmp_path)
     vectors = unit_vectors(300)
     store(con, 1, vectors)
-    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    built(VectorIndex(ann_threshold=100), con)
     assert list(DataDir(tmp_path).vector_indexes.glob("fact-*.faiss"))
     late = unit_vectors(1, seed=7)
     store(con, 1000, late)  # after the file was written: read from the table at start
@@ -142,7 +152,7 @@ def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path,
     vectors = unit_vectors(300)
     store(con, 1, vectors)
     index = VectorIndex(ann_threshold=100)
-    index.refresh(con, "u", MODEL, "fact")
+    built(index, con)
     monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
     con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
     for restarted in (index, VectorIndex(ann_threshold=100)):
@@ -157,10 +167,10 @@ def test_a_vector_forgotten_before_the_index_was_written_stays_forgotten_after_a
     vectors = unit_vectors(300)
     store(con, 1, vectors)
     index = VectorIndex(ann_threshold=100)
-    index.refresh(con, "u", MODEL, "fact")
+    built(index, con)
     con.execute("DELETE FROM embeddings WHERE owner_id = 10")
     store(con, 1000, unit_vectors(40, seed=4))  # enough new vectors to write the index again
-    index.refresh(con, "u", MODEL, "fact")
+    built(index, con)
     restarted = VectorIndex(ann_threshold=100)
     found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
     assert 10 not in found and len(found) == 5
@@ -170,7 +180,7 @@ def test_a_persisted_index_missing_a_file_is_built_again(tmp_path):
     con = database(tmp_path)
     vectors = unit_vectors(300)
     store(con, 1, vectors)
-    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    built(VectorIndex(ann_threshold=100), con)
     for rows in DataDir(tmp_path).vector_indexes.glob("*.rows.npz"):
         rows.unlink()
     restarted = VectorIndex(ann_threshold=100)
@@ -180,7 +190,7 @@ def test_a_persisted_index_missing_a_file_is_built_again(tmp_path):
 def test_an_index_file_of_another_database_is_not_used(tmp_path):
     con = database(tmp_path / "a")
     store(con, 1, unit_vectors(300))
-    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    built(VectorIndex(ann_threshold=100), con)
     other = database(tmp_path / "b")
     store(other, 1, unit_vectors(300, seed=3))
     index_dir = DataDir(tmp_path / "a").vector_indexes
@@ -207,7 +217,7 @@ def persisted_block(tmp_path) -> np.ndarray:
     con = database(tmp_path)
     vectors = unit_vectors(300)
     store(con, 1, vectors)
-    VectorIndex(ann_threshold=100).refresh(con, "u", MODEL, "fact")
+    built(VectorIndex(ann_threshold=100), con)
     con.close()
     return vectors
 
@@ -217,8 +227,8 @@ def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
     index = VectorIndex(ann_threshold=100)
     index.warm(DataDir(tmp_path).memory_db, MODEL).join(timeout=60)
     reader = database(tmp_path)
-    monkeypatch.setattr(VectorIndex, "_read_new_rows", staticmethod(
-        lambda *args: pytest.fail("warm left rows to read")))
+    monkeypatch.setattr(app.vectors._Block, "read_new_rows",
+                        lambda *args: pytest.fail("warm left rows to read"))
     assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
 
 
@@ -245,3 +255,61 @@ def test_a_turn_right_after_warm_starts_skips_the_block_still_loading(tmp_path, 
     loading.set()
     warming.join(timeout=60)
     assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
+
+
+def described_size(root: Path) -> int:
+    """How many vectors the persisted graph covers, as its description says."""
+    descriptions = list(DataDir(root).vector_indexes.glob("fact-*.json"))
+    return json.loads(descriptions[0].read_text())["size"] if descriptions else 0
+
+
+def in_the_fold_thread_later(monkeypatch, name: str) -> threading.Event:
+    """HnswIndex.<name>, on the fold thread, waits for the returned event."""
+    release = threading.Event()
+    step = getattr(app.ann.HnswIndex, name)
+
+    def later(*args):
+        if threading.current_thread().name.startswith("hilo-vector-fold"):
+            release.wait(10)
+        return step(*args)
+
+    monkeypatch.setattr(app.ann.HnswIndex, name, later if name != "build" else classmethod(
+        lambda cls, *args: later(*args)))
+    return release
+
+
+def test_a_block_passing_the_threshold_answers_exactly_while_its_graph_is_built_behind(
+        tmp_path, monkeypatch):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    building = in_the_fold_thread_later(monkeypatch, "build")
+    index = VectorIndex(ann_threshold=100)
+    assert [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[5], 3)] == \
+        exact_top(vectors, vectors[5], 3)
+    assert not list(DataDir(tmp_path).vector_indexes.glob("*.faiss"))
+    building.set()
+    wait_until(lambda: described_size(tmp_path) == 300, 30, "the graph built and written")
+
+
+def test_vectors_stored_after_a_restart_are_found_at_once_and_added_to_the_graph_behind(
+        tmp_path, monkeypatch):
+    persisted_block(tmp_path)
+    restarted = VectorIndex(ann_threshold=100)
+    con = database(tmp_path)
+    restarted.refresh(con, "u", MODEL, "fact")
+    assert restarted._block(con, "u", MODEL, "fact").ann.mapped  # read in place, not copied
+    adding = in_the_fold_thread_later(monkeypatch, "add")
+    late = unit_vectors(30, seed=8)  # more than a tenth of the threshold: folded behind
+    store(con, 1000, late)
+    # Found while the fold waits: a turn never waits for vectors to enter the graph.
+    assert restarted.nearest(con, "u", MODEL, "fact", late[4], 1)[0][0] == 1004
+    assert described_size(tmp_path) == 300
+    adding.set()
+    wait_until(lambda: described_size(tmp_path) == 330, 30, "the graph written with them")
+    wait_until(lambda: not restarted._block(con, "u", MODEL, "fact").folding, 30, "the fold")
+    assert restarted.nearest(con, "u", MODEL, "fact", late[4], 1)[0][0] == 1004
+    again = VectorIndex(ann_threshold=100)
+    assert again.nearest(con, "u", MODEL, "fact", late[7], 1)[0][0] == 1007
+    block = again._block(con, "u", MODEL, "fact")
+    assert (block.graph_size, block.exact_size) == (330, 0)
