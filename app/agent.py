@@ -27,18 +27,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
-import structlog
-
 from app.chat import ChatService, Turn
 from app.chat_formats import ClientChat, ReplyRecord, events_as_messages
 from app.context import BuiltContext
 from app.events import MAX_ID_LENGTH, Event
 from app.llm import ModelError, ModelHTTPError
+from app.log import get_logger
 from app.macros import Macro, find_macro, macro_used
 from app.tools import Approver, Registry, Surface, ToolContext, default_registry
 from app.tools.registry import ERROR_PREFIX
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MACRO_CALL_PREFIX = "macro_"
 

@@ -24,13 +24,13 @@ import threading
 from typing import Protocol, Sequence
 
 import numpy as np
-import structlog
 
 from app.config import Config
 from app.errors import Unavailable
 from app.llm import ModelClient, ModelNotFound
+from app.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_DIM = 384

@@ -9,6 +9,11 @@ they can hold the secrets we keep out of the database.
 or when the process runs under honcho (`make run`) and honcho itself writes to a
 terminal — honcho hands its processes a pipe and prints what they write, so a pipe
 there still ends on a person's screen. Anywhere else (systemd, Docker, a file) JSON.
+
+structlog is loaded here only, when a process first logs: importing it costs ~30 ms
+(it imports asyncio), more than a `hilo` command that logs nothing takes to run. So
+loggers come from `get_logger`, and `configure_logging` finishes its work when the
+first line is logged, through either kind of logger; the line is the same either way.
 """
 
 from __future__ import annotations
@@ -16,21 +21,74 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Mapping, TextIO
+import threading
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
-if "structlog" not in sys.modules and "rich" not in sys.modules:
-    # structlog loads rich, when installed, for pretty tracebacks that Hilo does not use
-    # (its tracebacks are plain and never show locals): ~45 ms of every process's
-    # start-up. Hide rich while structlog loads; what prints with rich imports it itself.
-    sys.modules["rich"] = None  # type: ignore[assignment]
-    try:
-        import structlog
-    finally:
-        del sys.modules["rich"]
-import structlog  # noqa: E402
+if TYPE_CHECKING:
+    from structlog.typing import Processor
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
+
+_loading = threading.RLock()
+# The handler configure_logging installed, while structlog is not configured for it yet.
+_unconfigured: _RootHandler | None = None
+
+
+def _structlog() -> ModuleType:
+    """structlog, loaded (without rich) and configured as `configure_logging` asked."""
+    global _unconfigured
+    with _loading:
+        if "structlog" not in sys.modules and "rich" not in sys.modules:
+            # structlog loads rich, when installed, for pretty tracebacks that Hilo does
+            # not use (its tracebacks are plain and never show locals): ~45 ms. Hide rich
+            # while structlog loads; what prints with rich imports it itself.
+            sys.modules["rich"] = None  # type: ignore[assignment]
+            try:
+                import structlog
+            finally:
+                del sys.modules["rich"]
+        import structlog
+
+        if _unconfigured is not None:
+            _configure(structlog, _unconfigured)
+            _unconfigured = None
+        return structlog
+
+
+class Logger:
+    """structlog's logger for a name, made when it is first used (`get_logger`)."""
+
+    __slots__ = ("_name", "_logger")
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            self._logger = _structlog().get_logger(self._name)
+        return getattr(self._logger, attr)
+
+
+def get_logger(name: str | None = None) -> Logger:
+    """A structlog logger (`log.info("event", key=value)`); structlog loads at its first
+    line."""
+    return Logger(name)
+
+
+class _RootHandler(logging.StreamHandler):
+    """The root logger's handler: its formatter, structlog's, is made at the first record."""
+
+    def __init__(self, stream: TextIO, fmt: str) -> None:
+        super().__init__(stream)
+        self.fmt = fmt  # "console" or "json"
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.formatter is None:
+            _structlog()  # configures structlog, and gives this handler its formatter
+        return super().format(record)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -62,9 +120,7 @@ def console_wanted(stream: TextIO, env: Mapping[str, str] | None = None) -> bool
     return _is_terminal(stream) or honcho_writes_to_a_terminal(env)
 
 
-def _renderer(fmt: str, stream: TextIO) -> structlog.typing.Processor:
-    if fmt == "auto":
-        fmt = "console" if console_wanted(stream) else "json"
+def _renderer(structlog: ModuleType, fmt: str, stream: TextIO) -> Processor:
     if fmt == "console":
         return structlog.dev.ConsoleRenderer(
             exception_formatter=structlog.dev.plain_traceback, colors=_is_terminal(stream)
@@ -75,16 +131,35 @@ def _renderer(fmt: str, stream: TextIO) -> structlog.typing.Processor:
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
     """Route structlog and stdlib logging to one stream (stderr by default) through one
     set of processors. "auto" renders for a person at a terminal (also through honcho),
-    JSON lines elsewhere."""
+    JSON lines elsewhere. structlog is configured now if it is loaded, else when the
+    process first logs."""
+    global _unconfigured
     stream = stream or sys.stderr
-    shared: list[structlog.typing.Processor] = [
+    if fmt == "auto":
+        fmt = "console" if console_wanted(stream) else "json"
+    handler = _RootHandler(stream, fmt)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[level])
+    # httpx logs every request at INFO; that is noise next to our own request logs.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with _loading:
+        _unconfigured = handler
+    if "structlog" in sys.modules:
+        _structlog()
+
+
+def _configure(structlog: ModuleType, handler: _RootHandler) -> None:
+    """What `configure_logging` asked for `handler`, done with structlog loaded."""
+    stream = handler.stream
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer = _renderer(fmt, stream)
-    exceptions: list[structlog.typing.Processor] = []
+    renderer = _renderer(structlog, handler.fmt, stream)
+    exceptions: list[Processor] = []
     if isinstance(renderer, structlog.processors.JSONRenderer):
         exceptions = [structlog.processors.ExceptionRenderer(
             structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
@@ -95,15 +170,8 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     *exceptions, renderer],
-    )
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(_LEVELS[level])
-    # httpx logs every request at INFO; that is noise next to our own request logs.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    ))

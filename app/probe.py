@@ -14,8 +14,6 @@ import time
 from dataclasses import asdict, dataclass
 from threading import Lock
 
-import structlog
-
 from app.config import Config
 from app.embedders import (
     LOCAL_MODEL,
@@ -24,8 +22,9 @@ from app.embedders import (
     local_embedder_installed,
 )
 from app.llm import ModelClient, ModelError
+from app.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A start waits at most this long for the model server; /health no longer than this.
 PROBE_TIMEOUT_SECONDS = 2.0

@@ -23,7 +23,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
-import structlog
 
 from rich.console import Console
 from rich.text import Text
@@ -46,7 +45,7 @@ from app.format import (
     task_reply_lines,
 )
 from app.llm import ModelError
-from app.log import configure_logging
+from app.log import configure_logging, get_logger
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.retrieval import search_memory
 from app.scheduled_tasks import describe_task, has_undelivered, list_tasks, take_undelivered
@@ -54,7 +53,7 @@ from app.tools import Decision
 from app.tools.terminal import allowed_prefixes
 from workers.handoff import queue_handoff
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PROMPT = "you> "
 # Scheduled task replies: how often an idle prompt looks for new ones, and how many

@@ -30,18 +30,18 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
 import apsw
 import numpy as np
-import structlog
 
 from app.embedders import EmbedderUnavailable
 from app.event_labels import LabelQuery, read_question
 from app.fts import build_match_query, terms
+from app.log import get_logger
 from app.sanitize import redact_secrets
 from app.vectors import VECTOR_INDEX
 
 if TYPE_CHECKING:
     from app.embedders import Embedder
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The k of Reciprocal Rank Fusion. Cormack et al.'s 60 suits deep rankings from many
 # systems; with few streams and only the top 10 used, a smaller k lets a stream's first

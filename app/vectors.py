@@ -27,14 +27,14 @@ from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
 
 import apsw
 import numpy as np
-import structlog
 
 from app.ann import HnswIndex, use_one_thread
 from app.datadir import DataDir
 from app.db import connect_readonly
+from app.log import get_logger
 from app.timeutil import utc_now
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OwnerKind = Literal["fact", "card", "event"]
 OWNER_KINDS: tuple[OwnerKind, ...] = ("event", "fact", "card")

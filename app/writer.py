@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import apsw
-import structlog
 
 from app.datadir import DataDir
 from app.db import Durability, check_memory_database, connect, create_memory_database, migrate
 from app.errors import InsufficientStorage, Unavailable
+from app.log import get_logger
 
 T = TypeVar("T")
 Write = Callable[[apsw.Connection], T]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STOP = object()
 # How long a busy writer waits for more writes before committing; far below an fsync.

@@ -37,14 +37,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from app.chat_formats import SentChat
 from app.config import Config
+from app.log import get_logger
 from app.sanitize import redact_secrets
 from workers.locks import LockOwner, owner_alive, this_process
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ACTIVITY_PREFIX = "hilo.chat."
 # When a front-end last started a request to a server: one key a running background call

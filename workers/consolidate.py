@@ -23,11 +23,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import apsw
-import structlog
 
 from app.config import Config
 from app.db import FTS_TABLES, merge_fts_segments
 from app.llm import ModelClient, ModelError
+from app.log import get_logger
 from app.memory import (
     Fact,
     ImportanceFloors,
@@ -46,7 +46,7 @@ from workers.diary import rewrite_extractive_diary
 from workers.model_output import InvalidOutput, ask_json
 from workers.reading import reading
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 WORKER = "consolidate"
 PROTECTED_CATEGORIES = ("solution", "preference")

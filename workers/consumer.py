@@ -28,15 +28,14 @@ import sys
 from functools import cache
 from typing import Any
 
-import structlog
-
 from app.config import Config, load_config
 from app.datadir import DataDir
+from app.log import get_logger
 from app.probe import announce_models
 from workers.queue import HiloHuey, check_queue_file
 from workers.runner import JobRunner
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SHUTDOWN_SECONDS = 3.0
 WORKER_TYPES = ("thread", "process", "greenlet")

@@ -18,17 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import structlog
-
 from app.config import Config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import Embedder, make_embedder
 from app.errors import Unavailable
+from app.log import get_logger
 from app.vectors import Owner, count_pending, delete_other_models, pending_owners, store_error, store_vectors
 from app.writer import Writer
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Owners read per call of embed_pending when no limit is given.
 DEFAULT_LIMIT = 512

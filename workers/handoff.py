@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import structlog
 from huey.api import Task
 
 from app.chat_formats import SentChat
 from app.config import Config
+from app.log import get_logger
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class QueueHandoff:

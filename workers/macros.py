@@ -8,14 +8,13 @@ killed worker and redone, leaves the same table.
 
 from __future__ import annotations
 
-import structlog
-
 from app.config import Config
+from app.log import get_logger
 from app.macros import LearnCounts, learn_macros, users_with_tool_events
 from app.writer import Writer
 from workers.reading import reading
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def learn_all_macros(writer: Writer, config: Config,

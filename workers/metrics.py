@@ -20,7 +20,6 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import structlog
 from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR, SIGNAL_EXECUTING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -30,9 +29,10 @@ from prometheus_client.core import (
 )
 
 from app.config import Config
+from app.log import get_logger
 from workers.inspection import QueueView
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Job durations span a cheap reconcile (milliseconds) to a slow model call (minutes).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

@@ -27,15 +27,15 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 import httpx
-import structlog
 
 from app.config import Config, NotifyConfig
 from app.errors import Unavailable
+from app.log import get_logger
 from app.scheduled_tasks import RunReport, TaskRunResult, record_notification, run_report
 from app.writer import Writer
 from workers.reading import reading
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DESKTOP_COMMAND = "notify-send"
 # The pause before webhook attempt n + 1 is BACKOFF_SECONDS * 2 ** (n - 1).

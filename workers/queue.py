@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import structlog
 from huey import Huey
 from huey.constants import EmptyData
 from huey.storage import PriorityRedisStorage
@@ -33,6 +32,7 @@ from app.config import Config
 from app.datadir import DataDir
 from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
+from app.log import get_logger
 from workers.chat_activity import ACTIVITY_PREFIX, activity_is_stale
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.locks import (
@@ -51,7 +51,7 @@ QUEUE_NAME = "hilo"
 ENQUEUE_TIMEOUT_SECONDS = 2.0
 LOCK_PREFIX = f"{QUEUE_NAME}.lock."
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class QueueNotConfigured(Misconfigured):

@@ -24,14 +24,13 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-import structlog
-
 from app.config import Config
 from app.errors import HiloError
 from app.llm import ModelError
+from app.log import get_logger
 from workers.model_output import InvalidOutput
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_DELAY_SECONDS = 300.0
 

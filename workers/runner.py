@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import structlog
 from huey.api import Task, TaskWrapper
 
 from app.agent import Agent
@@ -27,6 +26,7 @@ from app.config import Config
 from app.db import Durability
 from app.embedders import Embedder, make_embedder
 from app.llm import ModelClient
+from app.log import get_logger
 from app.scheduled_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
 from app.vectors import pending_owners
@@ -61,7 +61,7 @@ from workers.reconcile import find_undone_work
 from workers.retry import attempt_job
 from workers.scheduler import scheduler_tick
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A learning job that finds another learning on its model server comes back this much later.
 LEARNER_BUSY_SECONDS = 1.0

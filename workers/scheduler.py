@@ -21,11 +21,10 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 from zoneinfo import ZoneInfo
 
-import structlog
-
 from app.config import Config
 from app.context import DEFAULT_SYSTEM_PROMPT
 from app.llm import ModelError
+from app.log import get_logger
 from app.scheduled_tasks import (
     Claim,
     ScheduledTask,
@@ -37,7 +36,7 @@ from app.scheduled_tasks import (
 )
 from app.writer import Writer
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # How long one tick keeps claiming runs; the periodic task fires every minute.
 TICK_SECONDS = 60.0

@@ -13,7 +13,6 @@ import threading
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-import structlog
 import uvicorn
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -31,11 +30,12 @@ from app.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
+from app.log import get_logger
 from app.mcp import http_endpoint
 from app.probe import announce_models
 from workers.handoff import queue_handoff
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Whole conversations are resent every turn: 100 turns of 32k characters fit.
 MAX_BODY_BYTES = 32 * 1024 * 1024

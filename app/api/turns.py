@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
 
 import anyio
-import structlog
 from fastapi import Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -48,8 +47,9 @@ from app.chat import ChatService
 from app.chat_formats import ReplyRecord
 from app.events import InvalidEvent
 from app.llm import ModelError
+from app.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class SessionLocks:

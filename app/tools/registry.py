@@ -18,13 +18,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
 
-import structlog
-
 from app.chat import ChatService
 from app.config import Config
 from app.errors import HiloError
+from app.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Surface = Literal["chat", "task", "http"]
 SURFACES: tuple[Surface, ...] = ("chat", "task", "http")
