@@ -18,7 +18,6 @@ the file documents every key and the program still runs without it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
@@ -505,6 +504,8 @@ def _env_key(var: str) -> tuple[str, str]:
     rest = var[len(ENV_PREFIX):].lower()
     section, _, name = rest.partition("_")
     if section not in SECTIONS or name not in _fields(section):
+        import difflib  # start-up: only a misspelt variable needs it
+
         known = [f"HILO_{s.upper()}_{k.upper()}" for s in SECTIONS for k in _fields(s)]
         close = difflib.get_close_matches(var, known, n=1)
         hint = f"did you mean {close[0]}? " if close else ""

@@ -12,7 +12,6 @@ is empty, not SQLite, without its schema or failing a quick check has been damag
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 import re
 import threading
@@ -222,6 +221,8 @@ _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 def available_migrations() -> list[Migration]:
     """The numbered .sql files shipped in the `migrations` package, in order."""
+    import importlib.resources  # start-up: only a command that opens the memory reads them
+
     found = []
     for entry in importlib.resources.files("migrations").iterdir():
         match = _MIGRATION_FILE.match(entry.name)

@@ -35,13 +35,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.chat_formats import SentChat
 from app.config import Config
 from app.log import get_logger
-from app.sanitize import redact_secrets
 from workers.locks import LockOwner, owner_alive, this_process
+
+if TYPE_CHECKING:
+    from app.chat_formats import SentChat
 
 log = get_logger(__name__)
 
@@ -112,6 +113,11 @@ class ChatActivity:
 def _sanitised(sent: SentChat) -> SentChat | None:
     """The exchange with secrets redacted, as everything Hilo stores; None for one that
     cannot be kept as text (images, content parts, a huge body)."""
+    # start-up: the chat formats and redaction load when a front-end first keeps a chat;
+    # `hilo queue status`, which reads the markers only, never needs them
+    from app.chat_formats import SentChat
+    from app.sanitize import redact_secrets
+
     messages = []
     for message in sent.body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
@@ -135,6 +141,8 @@ class LastChat:
 
 
 def last_chat(queue: Any, url: str) -> LastChat | None:
+    from app.chat_formats import SentChat  # start-up: see _sanitised
+
     try:
         value = queue.get(LAST_CHAT_PREFIX + server_id(url), peek=True)
         return LastChat(value["user_id"], value["session_id"],
