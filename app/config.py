@@ -24,7 +24,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, dataclass_transform
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -43,8 +43,76 @@ class ConfigError(Misconfigured, ValueError):
     """A configuration value the program cannot run with; str() is one line."""
 
 
-@dataclass(frozen=True)
-class Allowed:
+def setting(default: Any, allowed: Allowed | None = None,
+            parse: Callable[[str], str] | None = None) -> Any:
+    """A key: its default, what it accepts, and how its text is normalised (`parse`
+    raises ValueError saying what was expected)."""
+    return field(default=default, metadata={"allowed": allowed, "parse": parse})
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field, setting))
+class Frozen:
+    """A record whose class is a frozen dataclass, with its methods written once, here.
+
+    A subclass behaves as one decorated `@dataclass(frozen=True)`: its fields (with their
+    defaults and metadata) are dataclass fields, `dataclasses.replace` works, and it is
+    built, immutable, compared, hashed and shown by its fields. The decorator would
+    generate those methods for each class and compile them as the module loads: ~10 ms
+    of every process's start-up for the classes here.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(init=False, repr=False, eq=False)(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = dataclasses.fields(self)
+        names = [f.name for f in fields]
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(fields)} arguments")
+        values = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names or name in values:
+                raise TypeError(f"{type(self).__name__}() got an unexpected or repeated "
+                                f"argument {name!r}")
+            values[name] = value
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"{type(self).__name__}() missing argument {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        if hasattr(self, "__post_init__"):
+            self.__post_init__()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:  # no field here sets hash=: the compared fields are hashed
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                          for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
+
+    def _compared(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)
+
+
+class Allowed(Frozen):
     """What a key accepts, checked after parsing; `describe` goes in the error."""
 
     check: Callable[[Any], bool]
@@ -79,13 +147,6 @@ def _are_patterns(values: tuple[str, ...]) -> bool:
 NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
 # Control characters break HTTP headers (an API key is sent as one) and log lines.
 NO_CONTROL_CHARACTERS = Allowed(lambda v: v.isprintable(), "printable characters only")
-
-
-def setting(default: Any, allowed: Allowed | None = None,
-            parse: Callable[[str], str] | None = None) -> Any:
-    """A key: its default, what it accepts, and how its text is normalised (`parse`
-    raises ValueError saying what was expected)."""
-    return field(default=default, metadata={"allowed": allowed, "parse": parse})
 
 
 def model_server_url(text: str) -> str:
@@ -180,13 +241,11 @@ def _zone_in_path(text: str) -> str:
     return name if found else text
 
 
-@dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Frozen):
     dir: str = setting("~/.local/share/hilo", NON_EMPTY)
 
 
-@dataclass(frozen=True)
-class MemoryConfig:
+class MemoryConfig(Frozen):
     window_events: int = setting(6, between(1, 200))
     compaction_threshold: int = setting(16, between(2, 1000))
     chunk_size: int = setting(8, between(1, 500))
@@ -208,16 +267,14 @@ class MemoryConfig:
     fill_first_message: bool = setting(False)
 
 
-@dataclass(frozen=True)
-class ImportanceConfig:
+class ImportanceConfig(Frozen):
     user: float = setting(0.5, between(0, 1))
     assistant: float = setting(0.5, between(0, 1))
     tool: float = setting(0.3, between(0, 1))
     system: float = setting(0.1, between(0, 1))
 
 
-@dataclass(frozen=True)
-class LLMConfig:
+class LLMConfig(Frozen):
     provider: str = setting("ollama", one_of("ollama", "openai"))
     url: str = setting("http://127.0.0.1:11434", parse=model_server_url)
     chat_model: str = setting("gemma3:4b", NON_EMPTY)
@@ -233,8 +290,7 @@ class LLMConfig:
     connect_timeout_seconds: float = setting(3.0, between(0.1, 120))
 
 
-@dataclass(frozen=True)
-class EmbedderConfig:
+class EmbedderConfig(Frozen):
     kind: str = setting("ollama", one_of("ollama", "local", "none"))
     model: str = setting("nomic-embed-text", NON_EMPTY)
     batch_size: int = setting(32, between(1, 4096))
@@ -242,8 +298,7 @@ class EmbedderConfig:
     ann_threshold: int = setting(20_000, between(0, 1_000_000_000))
 
 
-@dataclass(frozen=True)
-class QueueConfig:
+class QueueConfig(Frozen):
     backend: str = setting("sqlite", one_of("sqlite", "redis"))
     redis_url: str = setting("redis://127.0.0.1:6379/0", parse=redis_url)
     workers: int = setting(4, between(1, 64))
@@ -258,8 +313,7 @@ class QueueConfig:
     max_defer_seconds: float = setting(600.0, between(0, 7 * 24 * 3600))
 
 
-@dataclass(frozen=True)
-class WriterConfig:
+class WriterConfig(Frozen):
     queue_size: int = setting(1024, between(1, 1_000_000))
     max_batch: int = setting(512, between(1, 100_000))
 
@@ -280,8 +334,7 @@ OPEN_WEBUI_HOUSEKEEPING = (
 )
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(Frozen):
     host: str = setting("127.0.0.1", NON_EMPTY)
     port: int = setting(11435, between(1, 65535))
     token: str = setting("", NO_CONTROL_CHARACTERS)
@@ -293,8 +346,7 @@ class ServerConfig:
         OPEN_WEBUI_HOUSEKEEPING, Allowed(_are_patterns, "a list of regular expressions"))
 
 
-@dataclass(frozen=True)
-class ScheduleConfig:
+class ScheduleConfig(Frozen):
     timezone: str = setting(LOCAL_ZONE, TIMEZONE)
 
     def __post_init__(self) -> None:
@@ -303,14 +355,12 @@ class ScheduleConfig:
             object.__setattr__(self, "timezone", system_timezone())
 
 
-@dataclass(frozen=True)
-class LoggingConfig:
+class LoggingConfig(Frozen):
     level: str = setting("info", one_of("debug", "info", "warning", "error"))
     format: str = setting("auto", one_of("auto", "json", "console"))
 
 
-@dataclass(frozen=True)
-class ConfigOrigin:
+class ConfigOrigin(Frozen):
     """Where a Config came from, for `hilo doctor` to say."""
 
     file: Path | None = None      # None: no file, the built-in defaults
@@ -319,8 +369,7 @@ class ConfigOrigin:
     searched: tuple[Path, ...] = ()  # the places looked in, when no file was named
 
 
-@dataclass(frozen=True)
-class NotifyConfig:
+class NotifyConfig(Frozen):
     """Where scheduled tasks' replies go besides `hilo chat` (workers/notify.py)."""
 
     webhook_url: str = setting("", Allowed(
@@ -340,8 +389,7 @@ def _are_hosts(values: tuple[str, ...]) -> bool:
     return all(re.fullmatch(r"(\*\.)?[A-Za-z0-9.-]+(:\d+)?", value) for value in values)
 
 
-@dataclass(frozen=True)
-class ToolsConfig:
+class ToolsConfig(Frozen):
     """Hilo's own agent: where the model may call tools, and their bounds (app/tools/)."""
 
     chat: bool = setting(True)
@@ -366,8 +414,7 @@ class ToolsConfig:
     macro_min_support: int = setting(3, between(1, 1000))
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Frozen):
     data: DataConfig = field(default_factory=DataConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
