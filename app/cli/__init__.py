@@ -2,13 +2,17 @@
 
 One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
 rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py,
-memory.py and agent.py (macros, terminal); what they share (options, the Config,
-output, CommandError) is in common.py. A domain error becomes its one-line message and
-exit status in one place, `HiloGroup.invoke`.
+memory.py, tokens.py and agent.py (macros, terminal); what they share (options, the
+Config, output, CommandError) is in common.py. A command's module is imported when the
+command runs (`hilo --help` imports them all): defining every command's options is ~5
+ms, which a command that runs in tens of milliseconds should not pay for the others. A
+domain error becomes its one-line message and exit status in one place,
+`HiloGroup.invoke`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import NoReturn
@@ -16,19 +20,44 @@ from typing import NoReturn
 import click
 
 from app import __version__
-from app.cli import ops, run
-from app.cli.agent import macros, terminal
 from app.cli.common import CommandError, Group
-from app.cli.memory import memory
-from app.cli.queue import queue
-from app.cli.tasks import tasks
-from app.cli.tokens import token
 from app.errors import HiloError
+
+# Every command, in the order `hilo --help` lists them: its name, and where it is defined
+# (the module is imported when the command runs, for start-up time).
+COMMANDS = {
+    "init": "app.cli.ops:init",
+    "doctor": "app.cli.ops:doctor",
+    "chat": "app.cli.run:chat",
+    "serve": "app.cli.run:serve",
+    "mcp": "app.cli.run:mcp",
+    "worker": "app.cli.run:worker",
+    "backup": "app.cli.ops:backup_command",
+    "restore": "app.cli.ops:restore_command",
+    "rebuild": "app.cli.ops:rebuild_command",
+    "export": "app.cli.ops:export",
+    "import": "app.cli.ops:import_command",
+    "queue": "app.cli.queue:queue",
+    "tasks": "app.cli.tasks:tasks",
+    "memory": "app.cli.memory:memory",
+    "token": "app.cli.tokens:token",
+    "macros": "app.cli.agent:macros",
+    "terminal": "app.cli.agent:terminal",
+}
 
 
 class HiloGroup(Group):
-    """The top-level group: its commands return their exit status, and it turns the
-    failures a user can act on into `hilo <command>: <message>` on stderr."""
+    """The top-level group: its commands (COMMANDS) return their exit status, and it
+    turns the failures a user can act on into `hilo <command>: <message>` on stderr."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), attribute)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         for arg in args:
@@ -64,12 +93,6 @@ class HiloGroup(Group):
                       message="%(prog)s %(version)s")
 def hilo() -> None:
     """Persistent, layered memory for chat agents on local models."""
-
-
-for command in (ops.init, ops.doctor, run.chat, run.serve, run.mcp, run.worker,
-                ops.backup_command, ops.restore_command, ops.rebuild_command, ops.export,
-                ops.import_command, queue, tasks, memory, token, macros, terminal):
-    hilo.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:

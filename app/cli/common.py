@@ -47,8 +47,11 @@ class Group(click.Group):
         return list(self.commands)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, command.get_short_help_str(limit=sys.maxsize))
-                for name, command in self.commands.items() if not command.hidden]
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=sys.maxsize)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -198,7 +198,9 @@ ARG_TEXT = st.one_of(ODD_TEXT.filter(lambda s: "\x00" not in s), HUGE_NUMBERS.ma
 
 def commands(group: click.Group = hilo_command, prefix: tuple[str, ...] = ()) -> list:
     found = []
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
         if isinstance(command, click.Group):
             found += commands(command, (*prefix, name))
         elif (*prefix, name) not in NOT_FUZZED:
