@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config
@@ -36,6 +35,7 @@ from app.db import (
     migrate,
     schema_version,
 )
+from app.records import Frozen
 
 BOOTSTRAP_FILE = "MEMORY.md"
 LOGS_DIR = "logs"
@@ -67,8 +67,7 @@ BOOTSTRAP_TEMPLATE = """\
 """
 
 
-@dataclass(frozen=True)
-class InitReport:
+class InitReport(Frozen):
     data_dir: Path
     created_dir: bool
     migrations_applied: list[str]
@@ -76,8 +75,7 @@ class InitReport:
     wrote_bootstrap: bool
 
 
-@dataclass(frozen=True)
-class DataDir:
+class DataDir(Frozen):
     """The data directory at `root`: its paths, its creation and its pid files."""
 
     root: Path

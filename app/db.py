@@ -16,13 +16,13 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 import apsw
 
 from app.errors import Unavailable
+from app.records import Frozen
 from app.timeutil import utc_now
 
 # File names in the data directory; app/datadir.py (DataDir) builds the paths.
@@ -110,8 +110,7 @@ def file_damage(path: Path, schema_table: str | None = None) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Checked:
+class _Checked(Frozen):
     identity: tuple[int, int, int]  # the file's inode, size and mtime when checked
     damage: str | None
     at: float  # time.monotonic() when the check ended
@@ -209,8 +208,7 @@ def _configure(con: apsw.Connection) -> None:
     con.execute("PRAGMA journal_size_limit = 67108864")
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(Frozen):
     number: int
     name: str
     sql: str

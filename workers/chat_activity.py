@@ -34,11 +34,11 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.config import Config
 from app.log import get_logger
+from app.records import Frozen
 from workers.locks import LockOwner, owner_alive, this_process
 
 if TYPE_CHECKING:
@@ -130,8 +130,7 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     return SentChat(sent.path, body, redact_secrets(sent.reply).text)
 
 
-@dataclass(frozen=True)
-class LastChat:
+class LastChat(Frozen):
     """The chat a model server answered last: whose, what, and when (Unix time)."""
 
     user_id: str
@@ -199,8 +198,7 @@ def keep_alive_seconds(value: Any) -> float:
     return float("inf") if text.startswith("-") else seconds
 
 
-@dataclass(frozen=True)
-class ServerActivity:
+class ServerActivity(Frozen):
     """What the front-ends report of one model server."""
 
     in_flight: int  # requests running now, in live processes
@@ -236,8 +234,7 @@ def _running(value: dict, at: float, now: float) -> bool:
     return now - at < REMOTE_IN_FLIGHT_SECONDS
 
 
-@dataclass(frozen=True)
-class Deferral:
+class Deferral(Frozen):
     """Why a model job waits, and when to look again (Unix time)."""
 
     reason: str

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +33,7 @@ from huey.utils import Error
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Unavailable
+from app.records import Record
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
@@ -80,8 +81,7 @@ def _ms(seconds: float) -> float:
 # -- what the queue holds ------------------------------------------------------------------
 
 
-@dataclass
-class Job:
+class Job(Record):
     """A job waiting in the queue ("pending") or the schedule ("scheduled")."""
 
     id: str
@@ -126,8 +126,7 @@ class Job:
         }
 
 
-@dataclass
-class Failure:
+class Failure(Record):
     """A failed job, from the Error Huey keeps as its result."""
 
     id: str
@@ -165,8 +164,7 @@ class Failure:
             failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else None)
 
 
-@dataclass
-class KeyValues:
+class KeyValues(Record):
     """Huey's key-value store, sorted out: failures, results, revoke flags, worker state."""
 
     failures: list[Failure] = field(default_factory=list)
@@ -181,8 +179,7 @@ class KeyValues:
 # Durations are in seconds, rounded to the millisecond (as `hilo queue status --json` shows them).
 
 
-@dataclass
-class OldestPending:
+class OldestPending(Record):
     """The due job that has waited longest."""
 
     id: str
@@ -190,15 +187,13 @@ class OldestPending:
     waiting_seconds: float
 
 
-@dataclass
-class TaskCounts:
+class TaskCounts(Record):
     pending: int = 0
     scheduled: int = 0
     failed: int = 0
 
 
-@dataclass
-class WorkerPoll:
+class WorkerPoll(Record):
     """The last heartbeat a worker wrote, seen from now."""
 
     last_poll_at: float | None  # Unix time; None: no worker has polled this queue
@@ -217,8 +212,7 @@ class WorkerPoll:
 MODEL_JOBS = ("distill", "compact", "diary", "consolidate")
 
 
-@dataclass
-class ChatWait:
+class ChatWait(Record):
     """Whether the workers' model jobs wait for a person right now, and why."""
 
     server: str | None  # the chat's model server; None when the workers have their own
@@ -239,8 +233,7 @@ class ChatWait:
                 "waiting_jobs": self.waiting_jobs}
 
 
-@dataclass
-class QueueStatus:
+class QueueStatus(Record):
     """Counts, the oldest due job, failures by task, locks held, the worker's last poll
     and whether model jobs wait for a chat."""
 
@@ -281,33 +274,28 @@ class QueueStatus:
         }
 
 
-@dataclass
-class Retried:
+class Retried(Record):
     id: str  # the failed job's
     new_id: str  # the job enqueued in its place
     task: str
 
 
-@dataclass
-class Skipped:
+class Skipped(Record):
     id: str
     reason: str
 
 
-@dataclass
-class RetryOutcome:
+class RetryOutcome(Record):
     retried: list[Retried] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
 
-@dataclass
-class Revocation:
+class Revocation(Record):
     revoked: list[Job] = field(default_factory=list)  # flagged now or already
     not_found: list[str] = field(default_factory=list)  # ids neither pending nor scheduled
 
 
-@dataclass
-class Flushed:
+class Flushed(Record):
     """What a flush deleted, counted, and the worker-state keys it kept."""
 
     pending: int = 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,6 +32,7 @@ from app.datadir import DataDir
 from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
 from app.log import get_logger
+from app.records import Frozen
 from workers.chat_activity import ACTIVITY_PREFIX, activity_is_stale
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.locks import (
@@ -265,8 +265,7 @@ def exclusive(name: str) -> Iterator[bool]:
         release_lock(name)
 
 
-@dataclass(frozen=True)
-class HeldLock:
+class HeldLock(Frozen):
     """A lock in the queue's storage, its owner and whether that owner still runs."""
 
     name: str
@@ -373,8 +372,7 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
     huey.put_result(task_id, Error(metadata))
 
 
-@dataclass(frozen=True)
-class FailedJob:
+class FailedJob(Frozen):
     task_id: str
     error: str
     traceback: str
