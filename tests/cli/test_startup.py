@@ -4,7 +4,8 @@ How fast is the benchmark's to say (tests/bench/startup.py); this checks what it
 on, in a real process's `python -X importtime`: `hilo --version`, `hilo --help` and `hilo
 queue status` load neither numpy, torch, faiss, the model client (httpx) nor rich, and
 with the SQLite queue not the Redis client either; `--version` and `--help` not even the
-queue or the logging.
+queue or the logging, `queue status` not structlog (it logs nothing) nor asyncio, and
+`--version` no command's module.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import COMMANDS
 from tests.bench.startup import imported_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("numpy", "torch", "faiss", "httpx", "rich", "redis")
+# What a command that logs nothing does not load (structlog imports asyncio).
+LOGGING = ("structlog", "asyncio")
 
 
 def imports_of(*argv: str) -> set[str]:
@@ -33,13 +37,20 @@ def imports_of(*argv: str) -> set[str]:
 def test_version_and_help_load_no_heavy_library_nor_the_queue(argv):
     loaded = imports_of(*argv)
     assert "app.cli" in loaded  # the probe saw the command's own imports
-    assert [name for name in (*HEAVY, "huey", "structlog", "asyncio") if name in loaded] == []
+    assert [name for name in (*HEAVY, "huey", *LOGGING) if name in loaded] == []
 
 
-def test_queue_status_loads_no_heavy_library(data_dir):
+def test_version_loads_no_command():
+    loaded = imports_of("--version")
+    assert "app.cli" in loaded
+    modules = {where.split(":")[0] for where in COMMANDS.values()}
+    assert sorted(modules & loaded) == []
+
+
+def test_queue_status_loads_no_heavy_library_nor_the_logging(data_dir):
     loaded = imports_of("queue", "status", "--data-dir", str(data_dir))
     assert "workers.inspection" in loaded  # it did read the queue
-    assert [name for name in HEAVY if name in loaded] == []
+    assert [name for name in (*HEAVY, *LOGGING) if name in loaded] == []
 
 
 def test_queue_status_of_a_queue_a_worker_polls_loads_no_heavy_library(config, data_dir):
@@ -52,4 +63,4 @@ def test_queue_status_of_a_queue_a_worker_polls_loads_no_heavy_library(config, d
     storage.close()
     loaded = imports_of("queue", "status", "--data-dir", str(data_dir))
     assert "huey" in loaded
-    assert [name for name in HEAVY if name in loaded] == []
+    assert [name for name in (*HEAVY, *LOGGING) if name in loaded] == []
