@@ -63,3 +63,16 @@ def test_structlog_is_loaded_by_app_log_only():
                 if any(name.split(".")[0] == "structlog" for name in names):
                     importers.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     assert [i for i in importers if not i.startswith("app/log.py:")] == []
+
+
+@pytest.mark.parametrize("before", ["", "import rich.console"])  # the REPL loads rich first
+def test_logging_loads_none_of_rich_for_tracebacks_hilo_does_not_show(before):
+    code = (f"import io, sys\n{before}\n"
+            "from app.log import configure_logging, get_logger\n"
+            "configure_logging('info', 'console', stream=io.StringIO())\n"
+            "get_logger('t').info('said.hello')\n"
+            "rich = ('rich', 'rich.traceback', 'rich.pretty')\n"
+            "print(sorted(name for name in rich if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True, env={"PYTHONPATH": str(REPO_ROOT)})
+    assert done.stdout.strip() == ("['rich']" if before else "[]")
