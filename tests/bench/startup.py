@@ -11,6 +11,13 @@ each command having run once before, so its bytecode is cached as an installed o
 `[embedder] kind = "none"`, so no command reaches a model server. Also: which heavy
 libraries each command imported (from `-X importtime`).
 
+What a user pays: `python -m app.cli` is what the `hilo` script runs (`app.cli:main`).
+In a development install (`pip install -e`) every process, `python -c pass` too, first
+loads the editable install's import finder, which a wheel does not have; `hilo` needs
+most of what it loads (pathlib, re) anyway, so a wheel's `hilo` takes only a little
+less, while its `python -c pass` takes markedly less: compare the whole figures with
+the target, not the difference over `python -c pass`.
+
 Target: a command that touches no vectors <= 100 ms (`hilo --version`, `hilo --help`,
 `hilo queue status`; `hilo memory search` embeds its query when an embedder is
 configured, so it is timed but not held to it).
