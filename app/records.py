@@ -2,7 +2,7 @@
 
 `@dataclass` writes every class's `__init__`, `__repr__` and `__eq__` (and, frozen,
 `__hash__`, `__setattr__` and `__delattr__`) as source text and compiles it as the module
-is imported: 0.2-0.5 ms a class, ~20 ms of `hilo queue status` for the records it
+is imported: 0.2-0.5 ms a class, over 20 ms of `hilo queue status` for the records it
 loads. A subclass of `Record` (mutable) or `Frozen` is a dataclass all the same — its
 annotations are its fields; `dataclasses.fields`, `replace`, `asdict` and field metadata
 work — and behaves as `@dataclass` or `@dataclass(frozen=True)` would make it: built from
