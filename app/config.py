@@ -22,14 +22,13 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, dataclass_transform
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app.errors import Misconfigured
-from app.records import Frozen
 
 ENV_PREFIX = "HILO_"
 # Variables that select the configuration itself rather than a key in it.
@@ -42,6 +41,75 @@ LOCAL_ZONE = "local"
 
 class ConfigError(Misconfigured, ValueError):
     """A configuration value the program cannot run with; str() is one line."""
+
+
+def setting(default: Any, allowed: Allowed | None = None,
+            parse: Callable[[str], str] | None = None) -> Any:
+    """A key: its default, what it accepts, and how its text is normalised (`parse`
+    raises ValueError saying what was expected)."""
+    return field(default=default, metadata={"allowed": allowed, "parse": parse})
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field, setting))
+class Frozen:
+    """A record whose class is a frozen dataclass, with its methods written once, here.
+
+    A subclass behaves as one decorated `@dataclass(frozen=True)`: its fields (with their
+    defaults and metadata) are dataclass fields, `dataclasses.replace` works, and it is
+    built, immutable, compared, hashed and shown by its fields. The decorator would
+    generate those methods for each class and compile them as the module loads: ~10 ms
+    of every process's start-up for the classes here.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(init=False, repr=False, eq=False)(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = dataclasses.fields(self)
+        names = [f.name for f in fields]
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes at most {len(fields)} arguments")
+        values = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names or name in values:
+                raise TypeError(f"{type(self).__name__}() got an unexpected or repeated "
+                                f"argument {name!r}")
+            values[name] = value
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"{type(self).__name__}() missing argument {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        if hasattr(self, "__post_init__"):
+            self.__post_init__()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:  # no field here sets hash=: the compared fields are hashed
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                          for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
+
+    def _compared(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)
 
 
 class Allowed(Frozen):
@@ -79,13 +147,6 @@ def _are_patterns(values: tuple[str, ...]) -> bool:
 NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
 # Control characters break HTTP headers (an API key is sent as one) and log lines.
 NO_CONTROL_CHARACTERS = Allowed(lambda v: v.isprintable(), "printable characters only")
-
-
-def setting(default: Any, allowed: Allowed | None = None,
-            parse: Callable[[str], str] | None = None) -> Any:
-    """A key: its default, what it accepts, and how its text is normalised (`parse`
-    raises ValueError saying what was expected)."""
-    return field(default=default, metadata={"allowed": allowed, "parse": parse})
 
 
 def model_server_url(text: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config
@@ -35,7 +36,6 @@ from app.db import (
     migrate,
     schema_version,
 )
-from app.records import Frozen
 
 BOOTSTRAP_FILE = "MEMORY.md"
 LOGS_DIR = "logs"
@@ -67,7 +67,8 @@ BOOTSTRAP_TEMPLATE = """\
 """
 
 
-class InitReport(Frozen):
+@dataclass(frozen=True)
+class InitReport:
     data_dir: Path
     created_dir: bool
     migrations_applied: list[str]
@@ -75,7 +76,8 @@ class InitReport(Frozen):
     wrote_bootstrap: bool
 
 
-class DataDir(Frozen):
+@dataclass(frozen=True)
+class DataDir:
     """The data directory at `root`: its paths, its creation and its pid files."""
 
     root: Path

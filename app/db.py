@@ -16,13 +16,13 @@ import os
 import re
 import threading
 import time
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 import apsw
 
 from app.errors import Unavailable
-from app.records import Frozen
 from app.timeutil import utc_now
 
 # File names in the data directory; app/datadir.py (DataDir) builds the paths.
@@ -110,7 +110,8 @@ def file_damage(path: Path, schema_table: str | None = None) -> str | None:
     return None
 
 
-class _Checked(Frozen):
+@dataclass(frozen=True)
+class _Checked:
     identity: tuple[int, int, int]  # the file's inode, size and mtime when checked
     damage: str | None
     at: float  # time.monotonic() when the check ended
@@ -208,7 +209,8 @@ def _configure(con: apsw.Connection) -> None:
     con.execute("PRAGMA journal_size_limit = 67108864")
 
 
-class Migration(Frozen):
+@dataclass(frozen=True)
+class Migration:
     number: int
     name: str
     sql: str

@@ -21,7 +21,7 @@ PACKAGES = ("app", "workers")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("app.errors", "app.config", "app.datadir", "app.db", "app.writer",
                "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors", "app.ann",
-               "app.log", "app.records", "app.timeutil", "app.schedule", "app.scheduled_tasks",
+               "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
                "app.metrics", "app.access")),
     ("recall", ("app.embedders", "app.retrieval", "app.event_labels", "app.context",
                 "app.bootstrap", "app.tokens", "app.llm", "app.probe", "app.chat_formats")),

@@ -34,11 +34,11 @@ import re
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.config import Config
 from app.log import get_logger
-from app.records import Frozen
 from workers.locks import LockOwner, owner_alive, this_process
 
 if TYPE_CHECKING:
@@ -130,7 +130,8 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     return SentChat(sent.path, body, redact_secrets(sent.reply).text)
 
 
-class LastChat(Frozen):
+@dataclass(frozen=True)
+class LastChat:
     """The chat a model server answered last: whose, what, and when (Unix time)."""
 
     user_id: str
@@ -198,7 +199,8 @@ def keep_alive_seconds(value: Any) -> float:
     return float("inf") if text.startswith("-") else seconds
 
 
-class ServerActivity(Frozen):
+@dataclass(frozen=True)
+class ServerActivity:
     """What the front-ends report of one model server."""
 
     in_flight: int  # requests running now, in live processes
@@ -234,7 +236,8 @@ def _running(value: dict, at: float, now: float) -> bool:
     return now - at < REMOTE_IN_FLIGHT_SECONDS
 
 
-class Deferral(Frozen):
+@dataclass(frozen=True)
+class Deferral:
     """Why a model job waits, and when to look again (Unix time)."""
 
     reason: str

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 from urllib.parse import urlsplit, urlunsplit
@@ -33,7 +33,6 @@ from huey.utils import Error
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Unavailable
-from app.records import Record
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
@@ -81,7 +80,8 @@ def _ms(seconds: float) -> float:
 # -- what the queue holds ------------------------------------------------------------------
 
 
-class Job(Record):
+@dataclass
+class Job:
     """A job waiting in the queue ("pending") or the schedule ("scheduled")."""
 
     id: str
@@ -126,7 +126,8 @@ class Job(Record):
         }
 
 
-class Failure(Record):
+@dataclass
+class Failure:
     """A failed job, from the Error Huey keeps as its result."""
 
     id: str
@@ -164,7 +165,8 @@ class Failure(Record):
             failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else None)
 
 
-class KeyValues(Record):
+@dataclass
+class KeyValues:
     """Huey's key-value store, sorted out: failures, results, revoke flags, worker state."""
 
     failures: list[Failure] = field(default_factory=list)
@@ -179,7 +181,8 @@ class KeyValues(Record):
 # Durations are in seconds, rounded to the millisecond (as `hilo queue status --json` shows them).
 
 
-class OldestPending(Record):
+@dataclass
+class OldestPending:
     """The due job that has waited longest."""
 
     id: str
@@ -187,13 +190,15 @@ class OldestPending(Record):
     waiting_seconds: float
 
 
-class TaskCounts(Record):
+@dataclass
+class TaskCounts:
     pending: int = 0
     scheduled: int = 0
     failed: int = 0
 
 
-class WorkerPoll(Record):
+@dataclass
+class WorkerPoll:
     """The last heartbeat a worker wrote, seen from now."""
 
     last_poll_at: float | None  # Unix time; None: no worker has polled this queue
@@ -212,7 +217,8 @@ class WorkerPoll(Record):
 MODEL_JOBS = ("distill", "compact", "diary", "consolidate")
 
 
-class ChatWait(Record):
+@dataclass
+class ChatWait:
     """Whether the workers' model jobs wait for a person right now, and why."""
 
     server: str | None  # the chat's model server; None when the workers have their own
@@ -233,7 +239,8 @@ class ChatWait(Record):
                 "waiting_jobs": self.waiting_jobs}
 
 
-class QueueStatus(Record):
+@dataclass
+class QueueStatus:
     """Counts, the oldest due job, failures by task, locks held, the worker's last poll
     and whether model jobs wait for a chat."""
 
@@ -274,28 +281,33 @@ class QueueStatus(Record):
         }
 
 
-class Retried(Record):
+@dataclass
+class Retried:
     id: str  # the failed job's
     new_id: str  # the job enqueued in its place
     task: str
 
 
-class Skipped(Record):
+@dataclass
+class Skipped:
     id: str
     reason: str
 
 
-class RetryOutcome(Record):
+@dataclass
+class RetryOutcome:
     retried: list[Retried] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
 
-class Revocation(Record):
+@dataclass
+class Revocation:
     revoked: list[Job] = field(default_factory=list)  # flagged now or already
     not_found: list[str] = field(default_factory=list)  # ids neither pending nor scheduled
 
 
-class Flushed(Record):
+@dataclass
+class Flushed:
     """What a flush deleted, counted, and the worker-state keys it kept."""
 
     pending: int = 0

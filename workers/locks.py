@@ -23,9 +23,8 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
-
-from app.records import Frozen
 
 OWNER_BEAT_PREFIX = "hilo.worker.owner."
 OWNER_BEAT_SECONDS = 5.0
@@ -33,7 +32,8 @@ OWNER_BEAT_SECONDS = 5.0
 OWNER_SILENT_SECONDS = 60.0
 
 
-class LockOwner(Frozen):
+@dataclass(frozen=True)
+class LockOwner:
     """The process that took a lock."""
 
     host: str

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,7 +33,6 @@ from app.datadir import DataDir
 from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
 from app.log import get_logger
-from app.records import Frozen
 from workers.chat_activity import ACTIVITY_PREFIX, activity_is_stale
 from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
 from workers.locks import (
@@ -265,7 +265,8 @@ def exclusive(name: str) -> Iterator[bool]:
         release_lock(name)
 
 
-class HeldLock(Frozen):
+@dataclass(frozen=True)
+class HeldLock:
     """A lock in the queue's storage, its owner and whether that owner still runs."""
 
     name: str
@@ -372,7 +373,8 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
     huey.put_result(task_id, Error(metadata))
 
 
-class FailedJob(Frozen):
+@dataclass(frozen=True)
+class FailedJob:
     task_id: str
     error: str
     traceback: str
