@@ -24,7 +24,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, dataclass_transform
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -43,76 +43,8 @@ class ConfigError(Misconfigured, ValueError):
     """A configuration value the program cannot run with; str() is one line."""
 
 
-def setting(default: Any, allowed: Allowed | None = None,
-            parse: Callable[[str], str] | None = None) -> Any:
-    """A key: its default, what it accepts, and how its text is normalised (`parse`
-    raises ValueError saying what was expected)."""
-    return field(default=default, metadata={"allowed": allowed, "parse": parse})
-
-
-@dataclass_transform(frozen_default=True, field_specifiers=(field, setting))
-class Frozen:
-    """A record whose class is a frozen dataclass, with its methods written once, here.
-
-    A subclass behaves as one decorated `@dataclass(frozen=True)`: its fields (with their
-    defaults and metadata) are dataclass fields, `dataclasses.replace` works, and it is
-    built, immutable, compared, hashed and shown by its fields. The decorator would
-    generate those methods for each class and compile them as the module loads: ~10 ms
-    of every process's start-up for the classes here.
-    """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        dataclass(init=False, repr=False, eq=False)(cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        fields = dataclasses.fields(self)
-        names = [f.name for f in fields]
-        if len(args) > len(fields):
-            raise TypeError(f"{type(self).__name__}() takes at most {len(fields)} arguments")
-        values = dict(zip(names, args))
-        for name, value in kwargs.items():
-            if name not in names or name in values:
-                raise TypeError(f"{type(self).__name__}() got an unexpected or repeated "
-                                f"argument {name!r}")
-            values[name] = value
-        for f in fields:
-            if f.name in values:
-                value = values[f.name]
-            elif f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                raise TypeError(f"{type(self).__name__}() missing argument {f.name!r}")
-            object.__setattr__(self, f.name, value)
-        if hasattr(self, "__post_init__"):
-            self.__post_init__()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:  # no field here sets hash=: the compared fields are hashed
-        return hash(self._compared())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
-                          for f in dataclasses.fields(self) if f.repr)
-        return f"{type(self).__qualname__}({shown})"
-
-    def _compared(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)
-
-
-class Allowed(Frozen):
+@dataclass(frozen=True)
+class Allowed:
     """What a key accepts, checked after parsing; `describe` goes in the error."""
 
     check: Callable[[Any], bool]
@@ -147,6 +79,13 @@ def _are_patterns(values: tuple[str, ...]) -> bool:
 NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
 # Control characters break HTTP headers (an API key is sent as one) and log lines.
 NO_CONTROL_CHARACTERS = Allowed(lambda v: v.isprintable(), "printable characters only")
+
+
+def setting(default: Any, allowed: Allowed | None = None,
+            parse: Callable[[str], str] | None = None) -> Any:
+    """A key: its default, what it accepts, and how its text is normalised (`parse`
+    raises ValueError saying what was expected)."""
+    return field(default=default, metadata={"allowed": allowed, "parse": parse})
 
 
 def model_server_url(text: str) -> str:
@@ -241,11 +180,13 @@ def _zone_in_path(text: str) -> str:
     return name if found else text
 
 
-class DataConfig(Frozen):
+@dataclass(frozen=True)
+class DataConfig:
     dir: str = setting("~/.local/share/hilo", NON_EMPTY)
 
 
-class MemoryConfig(Frozen):
+@dataclass(frozen=True)
+class MemoryConfig:
     window_events: int = setting(6, between(1, 200))
     compaction_threshold: int = setting(16, between(2, 1000))
     chunk_size: int = setting(8, between(1, 500))
@@ -267,14 +208,16 @@ class MemoryConfig(Frozen):
     fill_first_message: bool = setting(False)
 
 
-class ImportanceConfig(Frozen):
+@dataclass(frozen=True)
+class ImportanceConfig:
     user: float = setting(0.5, between(0, 1))
     assistant: float = setting(0.5, between(0, 1))
     tool: float = setting(0.3, between(0, 1))
     system: float = setting(0.1, between(0, 1))
 
 
-class LLMConfig(Frozen):
+@dataclass(frozen=True)
+class LLMConfig:
     provider: str = setting("ollama", one_of("ollama", "openai"))
     url: str = setting("http://127.0.0.1:11434", parse=model_server_url)
     chat_model: str = setting("gemma3:4b", NON_EMPTY)
@@ -290,7 +233,8 @@ class LLMConfig(Frozen):
     connect_timeout_seconds: float = setting(3.0, between(0.1, 120))
 
 
-class EmbedderConfig(Frozen):
+@dataclass(frozen=True)
+class EmbedderConfig:
     kind: str = setting("ollama", one_of("ollama", "local", "none"))
     model: str = setting("nomic-embed-text", NON_EMPTY)
     batch_size: int = setting(32, between(1, 4096))
@@ -298,7 +242,8 @@ class EmbedderConfig(Frozen):
     ann_threshold: int = setting(20_000, between(0, 1_000_000_000))
 
 
-class QueueConfig(Frozen):
+@dataclass(frozen=True)
+class QueueConfig:
     backend: str = setting("sqlite", one_of("sqlite", "redis"))
     redis_url: str = setting("redis://127.0.0.1:6379/0", parse=redis_url)
     workers: int = setting(4, between(1, 64))
@@ -313,7 +258,8 @@ class QueueConfig(Frozen):
     max_defer_seconds: float = setting(600.0, between(0, 7 * 24 * 3600))
 
 
-class WriterConfig(Frozen):
+@dataclass(frozen=True)
+class WriterConfig:
     queue_size: int = setting(1024, between(1, 1_000_000))
     max_batch: int = setting(512, between(1, 100_000))
 
@@ -334,7 +280,8 @@ OPEN_WEBUI_HOUSEKEEPING = (
 )
 
 
-class ServerConfig(Frozen):
+@dataclass(frozen=True)
+class ServerConfig:
     host: str = setting("127.0.0.1", NON_EMPTY)
     port: int = setting(11435, between(1, 65535))
     token: str = setting("", NO_CONTROL_CHARACTERS)
@@ -346,7 +293,8 @@ class ServerConfig(Frozen):
         OPEN_WEBUI_HOUSEKEEPING, Allowed(_are_patterns, "a list of regular expressions"))
 
 
-class ScheduleConfig(Frozen):
+@dataclass(frozen=True)
+class ScheduleConfig:
     timezone: str = setting(LOCAL_ZONE, TIMEZONE)
 
     def __post_init__(self) -> None:
@@ -355,12 +303,14 @@ class ScheduleConfig(Frozen):
             object.__setattr__(self, "timezone", system_timezone())
 
 
-class LoggingConfig(Frozen):
+@dataclass(frozen=True)
+class LoggingConfig:
     level: str = setting("info", one_of("debug", "info", "warning", "error"))
     format: str = setting("auto", one_of("auto", "json", "console"))
 
 
-class ConfigOrigin(Frozen):
+@dataclass(frozen=True)
+class ConfigOrigin:
     """Where a Config came from, for `hilo doctor` to say."""
 
     file: Path | None = None      # None: no file, the built-in defaults
@@ -369,7 +319,8 @@ class ConfigOrigin(Frozen):
     searched: tuple[Path, ...] = ()  # the places looked in, when no file was named
 
 
-class NotifyConfig(Frozen):
+@dataclass(frozen=True)
+class NotifyConfig:
     """Where scheduled tasks' replies go besides `hilo chat` (workers/notify.py)."""
 
     webhook_url: str = setting("", Allowed(
@@ -389,7 +340,8 @@ def _are_hosts(values: tuple[str, ...]) -> bool:
     return all(re.fullmatch(r"(\*\.)?[A-Za-z0-9.-]+(:\d+)?", value) for value in values)
 
 
-class ToolsConfig(Frozen):
+@dataclass(frozen=True)
+class ToolsConfig:
     """Hilo's own agent: where the model may call tools, and their bounds (app/tools/)."""
 
     chat: bool = setting(True)
@@ -414,7 +366,8 @@ class ToolsConfig(Frozen):
     macro_min_support: int = setting(3, between(1, 1000))
 
 
-class Config(Frozen):
+@dataclass(frozen=True)
+class Config:
     data: DataConfig = field(default_factory=DataConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
