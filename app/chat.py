@@ -242,7 +242,10 @@ class Turn:
         is stored text, redacted already.)"""
         if self._client is None:
             return ()
-        return find_secrets("\n".join(message_text(m) for m in self._client.messages))
+        # Message by message: the same texts come with every request (app.sanitize
+        # remembers what it found in each).
+        return tuple(dict.fromkeys(secret for m in self._client.messages
+                                   for secret in find_secrets(message_text(m))))
 
     def run(self) -> TurnOutcome:
         """Consume the whole reply; ModelError propagates after the user event is stored."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 
@@ -481,7 +481,7 @@ def redact_secrets(text: str, *, echoes_of: tuple[Secret, ...] = ()) -> Redacted
     held them). A piece of one is no longer the shape its rule knows, so any run of
     ECHO_MIN_CHARS or more of its characters is redacted too, as its kind.
     """
-    claimed = _findings(text)
+    claimed = list(_findings(text))
     if echoes_of:
         claimed = _claim(claimed, _echoes(text, echoes_of))
     kinds = tuple(f.kind for f in claimed if f.kind is not None)
@@ -494,14 +494,31 @@ def find_secrets(text: str) -> tuple[Secret, ...]:
     return tuple(sorted(found, key=lambda s: text.index(s.value)))
 
 
-def _findings(text: str) -> list[_Finding]:
+# Texts up to this long have their findings remembered (the last _REMEMBERED of them): a
+# client resends its whole conversation with every request, and Hilo reads each message
+# several times per request (to tell the new ones from those stored, to store them, to
+# keep the last chat), so the same texts come back again and again. Longer ones are rare
+# and would hold too much memory.
+_REMEMBERED_CHARS = 4096
+_REMEMBERED = 1024
+
+
+def _findings(text: str) -> tuple[_Finding, ...]:
+    """The secrets and markers in text, in text order."""
+    return _remembered_findings(text) if len(text) <= _REMEMBERED_CHARS else _scan(text)
+
+
+def _scan(text: str) -> tuple[_Finding, ...]:
     # Markers already in the text are claimed first, so redacting twice changes nothing.
     claimed = [_Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
     lowered = text.lower()
     for rule in _RULES:
         if rule.applies_to(lowered):
             claimed = _claim(claimed, rule.find(text))
-    return claimed
+    return tuple(claimed)
+
+
+_remembered_findings = lru_cache(maxsize=_REMEMBERED)(_scan)
 
 
 # Ten characters of a random token do not occur in prose by chance, and fewer give away
