@@ -92,6 +92,9 @@ class Query:
     # Vector searches started ahead (search_vectors_ahead): kind -> (depth, hits when done).
     _ahead: dict[str, tuple[int, Callable[[], list[tuple[int, float]]]]] = field(
         default_factory=dict, repr=False, compare=False)
+    # Vector searches made: kind -> (depth, (owner, cosine) best first); see nearest().
+    _nearest: dict[str, tuple[int, list[tuple[int, float]]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.searched is None:
@@ -450,14 +453,25 @@ def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: in
 def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     if query.vector is None or query.model is None:
         return []
-    wanted = _hits_wanted(kind, depth)
-    ahead_depth, ahead = query._ahead.pop(kind, (0, None))
-    if ahead is not None and ahead_depth >= wanted:
-        nearest = ahead()
-    else:
-        nearest = VECTOR_INDEX.nearest(con, query.user_id, query.model, kind, query.vector,
-                                       wanted)
-    return _current(con, query.user_id, kind, [owner_id for owner_id, _ in nearest])[:depth]
+    hits = nearest(con, query, kind, _hits_wanted(kind, depth))
+    return _current(con, query.user_id, kind, [owner_id for owner_id, _ in hits])[:depth]
+
+
+def nearest(con: apsw.Connection, query: Query, kind: OwnerKind,
+            depth: int) -> list[tuple[int, float]]:
+    """The `depth` owners whose vectors are nearest the query's, best first, with cosine:
+    searched once per query and kind at the deepest depth asked first (the vector
+    stream, then the evidence check of `matching`), or started ahead."""
+    known_depth, hits = query._nearest.get(kind, (0, []))
+    if known_depth < depth:
+        ahead_depth, ahead = query._ahead.pop(kind, (0, None))
+        if ahead is not None and ahead_depth >= depth:
+            known_depth, hits = ahead_depth, ahead()
+        else:
+            known_depth, hits = depth, VECTOR_INDEX.nearest(
+                con, query.user_id, query.model, kind, query.vector, depth)
+        query._nearest[kind] = (known_depth, hits)
+    return hits[:depth]
 
 
 # The threshold is written into the SQL, not bound, so SQLite can use partial indexes
@@ -854,9 +868,9 @@ def matching(con: apsw.Connection, query: Query, kind: OwnerKind,
     only a distant vector brought. Session neighbours stay beside a match."""
     close: set[int] = set()
     if query.vector is not None and query.model is not None:
-        close = {owner_id for owner_id, cosine in VECTOR_INDEX.nearest(
-            con, query.user_id, query.model, kind, query.vector,
-            2 * max(len(found), STREAM_DEPTH)) if cosine >= SEARCH_MIN_SIMILARITY}
+        close = {owner_id for owner_id, cosine in nearest(
+            con, query, kind, 2 * max(len(found), STREAM_DEPTH))
+            if cosine >= SEARCH_MIN_SIMILARITY}
     evident = {c.id for c in found if "bm25" in c.ranks or c.id in close}
     if not evident:
         return []

@@ -16,8 +16,9 @@ from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
-                           search, search_vectors_ahead, session_neighbours, session_stream,
-                           vector_stream)
+                           matching, search, search_vectors_ahead, session_neighbours,
+                           session_stream, vector_stream)
+from app.vectors import VectorIndex
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from workers.embed import embed_pending
 
@@ -62,6 +63,22 @@ def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, conf
     for kind in ("event", "fact"):
         assert vector_stream(con, ahead, kind, 10) == vector_stream(con, on_demand, kind, 10) != []
     assert not ahead._ahead  # both were taken from the searches started ahead
+
+
+def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, monkeypatch):
+    # A turn's note searches each kind, then keeps what has evidence (`matching`): the
+    # cosines it checks are those the vector stream found, not a second search.
+    embedder = ConceptEmbedder()
+    ids = seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    searched = []
+    search_index = VectorIndex.nearest
+    monkeypatch.setattr(VectorIndex, "nearest", lambda self, *args: searched.append(args[3])
+                        or search_index(self, *args))
+    query = make_query("ana", "my dog", embedder)
+    found = search(con, "ana", query.text, "event", 3, query=query)
+    assert ids[PUPPY] in [c.id for c in matching(con, query, "event", found)]
+    assert searched == ["event"]
 
 
 def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config):
