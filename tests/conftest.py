@@ -3,6 +3,7 @@ fake Ollama server (tests/fake_ollama.py) speaking the real HTTP API on loopback
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setenv("TZ", "UTC")  # [schedule] timezone defaults to the machine's
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """A command run in-process (click's runner) points the root logger at its captured
+    output, closed once it returns: the next test's log lines would go there."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
