@@ -26,7 +26,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from app.config import Config
-from app.errors import Unavailable
+from app.errors import EmbedderUnavailable
 from app.llm import ModelClient, ModelNotFound
 from app.log import get_logger
 
@@ -42,10 +42,6 @@ MAX_EMBED_CHARS = 8_000
 # passes of similar lengths waste the least (on 2 cores, chunks of 32-64 chat turns:
 # 16 per pass costs ~30% less CPU than 32, and no more than one sorted call of 512).
 LOCAL_PASS_SIZE = 16
-
-
-class EmbedderUnavailable(Unavailable):
-    """The configured embedder cannot run here; str() says what to install or change."""
 
 
 _reported: set[tuple[str, str]] = set()

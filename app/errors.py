@@ -56,6 +56,10 @@ class Unavailable(HiloError):
     code = "unavailable"
 
 
+class EmbedderUnavailable(Unavailable):
+    """The configured embedder cannot run here; str() says what to install or change."""
+
+
 class InsufficientStorage(Unavailable):
     """The disk is full; nothing was stored."""
 

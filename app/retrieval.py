@@ -29,17 +29,18 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
 import apsw
-import numpy as np
 
-from app.embedders import EmbedderUnavailable
+from app.errors import EmbedderUnavailable
 from app.event_labels import LabelQuery, read_question
 from app.fts import build_match_query, terms
 from app.log import get_logger
 from app.sanitize import redact_secrets
-from app.vectors import VECTOR_INDEX
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from app.embedders import Embedder
+    from app.vectors import VectorIndex
 
 log = get_logger(__name__)
 
@@ -429,6 +430,14 @@ def _hits_wanted(kind: OwnerKind, depth: int) -> int:
     return 2 * depth if kind in _CURRENT_SQL else depth
 
 
+def _vector_index() -> VectorIndex:
+    # start-up: app.vectors loads numpy, which a search without an embedder (`hilo memory
+    # search` with `[embedder] kind = "none"`) never needs
+    from app.vectors import VECTOR_INDEX
+
+    return VECTOR_INDEX
+
+
 def search_vectors_ahead(con: apsw.Connection, query: Query,
                          limits: Mapping[OwnerKind, int]) -> None:
     """Start the vector searches of the searches to come (kind -> search()'s limit) now,
@@ -440,7 +449,7 @@ def search_vectors_ahead(con: apsw.Connection, query: Query,
         if limit <= 0:  # not searched
             continue
         wanted = _hits_wanted(kind, _vector_read_depth(kind, _stream_depth(limit)))
-        query._ahead[kind] = (wanted, VECTOR_INDEX.nearest_soon(
+        query._ahead[kind] = (wanted, _vector_index().nearest_soon(
             con, query.user_id, query.model, kind, query.vector, wanted))
 
 
@@ -468,7 +477,7 @@ def nearest(con: apsw.Connection, query: Query, kind: OwnerKind,
         if ahead is not None and ahead_depth >= depth:
             known_depth, hits = ahead_depth, ahead()
         else:
-            known_depth, hits = depth, VECTOR_INDEX.nearest(
+            known_depth, hits = depth, _vector_index().nearest(
                 con, query.user_id, query.model, kind, query.vector, depth)
         query._nearest[kind] = (known_depth, hits)
     return hits[:depth]

@@ -76,12 +76,17 @@ def facts(config: Config, category: str | None, history: bool, user: str | None,
 def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
            user: str | None, as_json: bool) -> int:
     """search facts, cards and events"""
-    from app.embedders import make_embedder  # numpy
     from app.retrieval import search_memory
 
+    embedder = None
+    if config.embedder.kind != "none":
+        # start-up: the embedders load numpy and the model client, for keywords no need
+        from app.embedders import make_embedder
+
+        embedder = make_embedder(config)
     con = open_memory(config)
     hits = search_memory(con, user or config.memory.user_id, " ".join(query), limit=limit,
-                         embedder=make_embedder(config))
+                         embedder=embedder)
     emit(as_json, [h.to_dict(explain=explain) for h in hits], lambda: print(
         "\n".join(hit_row(h, explain) for h in hits) or "(nothing found)"))
     return 0

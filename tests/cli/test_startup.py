@@ -5,7 +5,8 @@ on, in a real process's `python -X importtime`: `hilo --version`, `hilo --help` 
 queue status` load neither numpy, torch, faiss, the model client (httpx) nor rich, and
 with the SQLite queue not the Redis client either; `--version` and `--help` not even the
 queue or the logging, `queue status` not structlog (it logs nothing) nor asyncio, and
-`--version` no command's module.
+`--version` no command's module. `hilo memory search` without an embedder searches by
+keywords: no numpy, no model client.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ HEAVY = ("numpy", "torch", "faiss", "httpx", "rich", "redis")
 LOGGING = ("structlog", "asyncio")
 
 
-def imports_of(*argv: str) -> set[str]:
-    """The modules `hilo ARGV` imports, run as a process on this tree's code and config."""
+def imports_of(*argv: str, **settings: str) -> set[str]:
+    """The modules `hilo ARGV` imports, run as a process on this tree's code and config
+    (and these HILO_* settings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
-    env.update(PYTHONPATH=str(REPO_ROOT), HILO_CONFIG=str(REPO_ROOT / "config.toml"))
+    env.update(PYTHONPATH=str(REPO_ROOT), HILO_CONFIG=str(REPO_ROOT / "config.toml"),
+               **settings)
     return imported_modules([sys.executable, "-m", "app.cli", *argv], REPO_ROOT, env)
 
 
@@ -64,3 +67,10 @@ def test_queue_status_of_a_queue_a_worker_polls_loads_no_heavy_library(config, d
     loaded = imports_of("queue", "status", "--data-dir", str(data_dir))
     assert "huey" in loaded
     assert [name for name in (*HEAVY, *LOGGING) if name in loaded] == []
+
+
+def test_memory_search_without_an_embedder_loads_no_heavy_library(data_dir):
+    loaded = imports_of("memory", "search", "dog", "--data-dir", str(data_dir),
+                        HILO_EMBEDDER_KIND="none")
+    assert "app.retrieval" in loaded  # it did search
+    assert [name for name in HEAVY if name in loaded] == []
