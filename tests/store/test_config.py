@@ -22,6 +22,20 @@ def test_repository_config_toml_holds_exactly_the_defaults():
     assert load_config(path=REPO_CONFIG, env={}) == Config()
 
 
+def test_every_default_passes_its_own_check():
+    # Loading takes a default as it is (app.config._check): it must be valid.
+    sections = [s for s in dataclasses.fields(Config)
+                if dataclasses.is_dataclass(getattr(Config(), s.name))]
+    checked = 0
+    for section in sections:
+        for f in dataclasses.fields(getattr(Config(), section.name)):
+            allowed = f.metadata.get("allowed")
+            if allowed is not None and f.default is not dataclasses.MISSING:
+                assert allowed.check(f.default), f"{section.name}.{f.name}"
+                checked += 1
+    assert checked > 10
+
+
 def test_design_defaults():
     c = Config()
     assert (c.memory.window_events, c.memory.compaction_threshold, c.memory.chunk_size) == (6, 16, 8)
