@@ -106,6 +106,11 @@ class LayerReport:
     available: int  # items the layer had to offer
     included: int  # items that fit
     tokens: int
+    kept: list[int] = field(default_factory=list)  # which ones, by their place in the offer
+
+    def chosen(self, items: list) -> list:
+        """The offered items that went in, best first."""
+        return [items[i] for i in self.kept]
 
     @property
     def status(self) -> str:
@@ -232,29 +237,35 @@ class _Budget:
         """As many lines as fit under the header; nothing at all if not even one does.
 
         Lines are taken in the order given (best first); with `shown_in` (one sort key
-        per line) the lines kept are shown in that order instead."""
+        per line) the lines kept are shown in that order instead. A layer the user wrote
+        or that tells a story (bootstrap, profile, diary) stops at the first line that
+        does not fit; a retrieved one passes over it for the shorter ones below: with a
+        few hundred tokens of room, one long message would otherwise keep out every
+        match ranked after it."""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
         room = self.room(retrieved=name in RETRIEVED)
         block = f"\n\n{header}\n"
         spent = self.cost(block)
-        kept = []
-        for line in lines:
+        kept: list[int] = []
+        for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
             if spent + line_cost > room:
+                if name in RETRIEVED:
+                    continue
                 break
-            kept.append(line + "\n")
+            kept.append(i)
             spent += line_cost
         if not kept:
             return "", report
         self.left -= spent
         if name in RETRIEVED and self.retrieval is not None:
             self.retrieval -= spent
-        report.included, report.tokens = len(kept), spent
+        report.included, report.tokens, report.kept = len(kept), spent, kept
         if shown_in is not None:
-            kept = [line for _, line in sorted(zip(shown_in, kept), key=lambda pair: pair[0])]
-        return block + "".join(kept), report
+            kept = sorted(kept, key=lambda i: shown_in[i])
+        return block + "".join(lines[i] + "\n" for i in kept), report
 
 
 def _message_cost(budget: _Budget, message: dict) -> int:
@@ -520,9 +531,9 @@ class _Turn:
             "layers": [reports[name].to_dict() for name in PRIORITY],
             "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
             "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
-            "events": [c.explain() for c in event_candidates[: reports["events"].included]],
+            "events": [c.explain() for c in reports["events"].chosen(event_candidates)],
             "window": [e.id for e in kept_events],
-            "diary": [d.session_id for d in diary[: reports["diary"].included]],
+            "diary": [d.session_id for d in reports["diary"].chosen(diary)],
         }
         shown = frozenset(
             [f"fact:{f['id']}" for f in explain["facts"]]
@@ -602,9 +613,9 @@ class _Turn:
         sections["events"], events_report = budget.take_section(
             "events", HEADERS["events"], [e.line() for e in past],
             shown_in=[(e.created_at, e.id) for e in past])
-        kept = {"facts": [f.id for f in facts[: facts_report.included]],
-                "cards": [c.id for c in cards[: cards_report.included]],
-                "events": [e.id for e in past[: events_report.included]]}
+        kept = {"facts": [f.id for f in facts_report.chosen(facts)],
+                "cards": [c.id for c in cards_report.chosen(cards)],
+                "events": [e.id for e in events_report.chosen(past)]}
         items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
         return "".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items
 
@@ -613,7 +624,7 @@ def _explain_items(items, candidates: list[Candidate], fallback: bool,
                    report: LayerReport) -> list[dict]:
     by_id = {c.id: c for c in candidates}
     explained = []
-    for item in items[: report.included]:
+    for item in report.chosen(items):
         entry = {"id": item.id, "why": "most recent (nothing matched)" if fallback else "relevant"}
         if item.id in by_id:
             entry.update(by_id[item.id].explain())

@@ -256,6 +256,24 @@ def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_m
     assert ctx.explain["events"], "past events were quoted"
 
 
+def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer, config):
+    config = config.replace(memory={"retrieved_max_tokens": 120})
+    short = [append_event(writer, config, "ana", "old", "user", text) for text in
+             ("The pond is done", "Fish for the pond", "A pump for the pond")]
+    long = append_event(writer, config, "ana", "old", "user",  # the best match, said last
+                        "The koi pond pump: " + "the koi pond pump hums " * 40)
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), "ana", "the koi pond pump?",
+                        session_id="new", window=[])
+    ranked = [e["id"] for e in ctx.explain["events"]]
+    assert sorted(ranked) == sorted(e.id for e in short)  # what is quoted, and only that
+    assert long.content not in ctx.system_prompt
+    assert all(f"user: {e.content}" in ctx.system_prompt for e in short)
+    layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
+    assert layers["events"]["items"] == 3 and layers["events"]["of"] == 4
+
+
 def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config):
     past_events(writer, config, 10)
     con = connect_readonly(writer.path)
