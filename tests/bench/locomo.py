@@ -17,7 +17,10 @@ For each question (categories 1-4):
            question as the new user message of a new session): context recall is the
            share of the question's evidence turns whose whole text is in it; also the
            tokens it used and its build time. "context, no embedder" is the same with
-           the vector stream silent (an embedder that is down or not configured).
+           the vector stream silent (an embedder that is down or not configured);
+           "context, budget filled" gives the first message as much memory as the
+           budget holds (`[memory] fill_first_message`, a GPU's choice) instead of
+           `[memory] retrieved_max_tokens`.
   ranking  the top 10 events mapped back to their dia_ids: recall@2, @5, @10, hit@10 for
     bm25     FTS5 BM25 alone;
     rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
@@ -84,7 +87,10 @@ METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fu
 # These search the question as asked; the others get the product's query (make_query
 # with the memory: the user's name and common names left out, labels read).
 PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
-CONTEXTS = ("context", "context, no embedder")
+# Each context: whether the vector stream answers, and whether the first message may fill
+# the budget.
+CONTEXTS = {"context": (True, False), "context, no embedder": (False, False),
+            "context, budget filled": (True, True)}
 # The new user message goes to a session of its own: nothing of it is in the window.
 QUESTION_SESSION = "locomo-question"
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
@@ -300,6 +306,7 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                        variants: dict[str, Variant] | None) -> None:
     """Every question of one conversation, asked a minute after its last turn."""
     config = Config()
+    filled = config.replace(memory={"fill_first_message": True})
     user = conv.sample_id
     asked_at = conv.turns[-1].when + timedelta(minutes=1)
     stored = {dia_of[event_id]: content for event_id, content
@@ -331,10 +338,10 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
             run.latency[method].append(_ms(began) + extra)
             run.add_ranking(method, q.category, [dia_of[i] for i in ids], q.evidence)
         evidence_texts = [stored[d] for d in sorted(q.evidence)]
-        for name, with_vector in zip(CONTEXTS, (True, False)):
+        for name, (with_vector, fill) in CONTEXTS.items():
             query = product(with_vector)
             began = time.perf_counter()
-            built = build_context(con, config, TokenCounter(), user, q.text,
+            built = build_context(con, filled if fill else config, TokenCounter(), user, q.text,
                                   session_id=QUESTION_SESSION, window=[], query=query)
             run.latency[name].append(_ms(began) + focus_ms)
             run.add(name, q.category, "context recall",
@@ -423,12 +430,14 @@ def markdown(results: dict) -> str:
         "Development conversations are where everything was chosen; the held-out figures "
         "come from one run made after the choices, and nothing was changed after it.",
         "",
-        _table(["split", "context recall", "context tokens (mean)", "fusion R@2",
+        _table(["split", "context recall", "context tokens (mean)",
+                "context recall, budget filled", "fusion R@2",
                 "fusion R@5", "fusion R@10", "BM25 R@2", "BM25 R@10", "context p50 ms",
                 "fusion p50 ms"],
                [[split,
                  r["contexts"]["context"]["overall"]["context recall"],
                  r["contexts"]["context"]["overall"]["tokens"],
+                 r["contexts"]["context, budget filled"]["overall"]["context recall"],
                  *[r["methods"]["fusion"]["overall"][f"recall@{k}"] for k in (2, 5, 10)],
                  r["methods"]["bm25"]["overall"]["recall@2"],
                  r["methods"]["bm25"]["overall"]["recall@10"],
