@@ -265,15 +265,37 @@ class _Block:
 
         _FOLDS.submit(fold)
 
-    def forget_removed(self, con: apsw.Connection) -> None:
-        """List the rows of the block that are no longer in the table (one pass over the
-        block's ids in the table's index; only after a removal)."""
+    def forget_removed(self, con: apsw.Connection, seen: int, now: int) -> None:
+        """List the rows of the block that are no longer in the table, after the removed
+        count went from `seen` to `now`: from the rows logged as removed since (migration
+        0012), or, when the log no longer reaches back that far, by one pass over the
+        block's ids in the table's index."""
+        key = (self.user_id, self.model, self.kind)
+        logged = np.fromiter(
+            (row for (row,) in con.execute(
+                "SELECT row_id FROM embedding_removals WHERE user_id = ? AND model = ? "
+                "AND owner_kind = ? AND removed > ? AND removed <= ?", (*key, seen, now))),
+            dtype=np.int64)
+        held = self.row_ids[:self.size]  # ascending
+        if len(logged) == now - seen:
+            if not len(held):
+                return
+            at = np.minimum(np.searchsorted(held, logged), len(held) - 1)
+            ours = set(logged[held[at] == logged].tolist())
+            # A logged row may be back (an UPDATE logs the row it changed): check each.
+            # (Sets, not numpy's set routines: their first call imports numpy.ma, ~10 ms.)
+            ours -= {row for (row,) in con.execute(
+                f"SELECT id FROM embeddings WHERE id IN ({','.join('?' * len(ours))})",
+                list(ours))} if ours else set()
+            if ours:
+                self.dead = np.array(sorted(ours.union(self.dead.tolist())), dtype=np.int64)
+            return
         live = np.fromiter(
             (row for (row,) in con.execute(
                 "SELECT id FROM embeddings WHERE user_id = ? AND model = ? AND owner_kind = ? "
-                "AND id <= ?", (self.user_id, self.model, self.kind, self.last_row))),
+                "AND id <= ?", (*key, self.last_row))),
             dtype=np.int64)
-        self.dead = np.setdiff1d(self.row_ids[:self.size], live, assume_unique=True)
+        self.dead = np.setdiff1d(held, live, assume_unique=True)
 
     def nearest(self, unit: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Owners and cosines of up to `depth` candidates from the graph and from the matrix
@@ -460,7 +482,7 @@ class VectorIndex:
                 block.reset()  # a vector was replaced or deleted: read the block again
             graph_changed = block.read_new_rows(con, self.ann_threshold)
             if removed and block.ann is not None:
-                block.forget_removed(con)
+                block.forget_removed(con, block.generation[1], generation[1])
             block.generation = generation
             if graph_changed:
                 block.write(con)

@@ -63,7 +63,7 @@ from app.events import session_events
 from app.log import configure_logging
 from app.retrieval import make_query
 from app.tokens import TokenCounter
-from app.vectors import VECTOR_INDEX, encode_vector, rebuild_indexes
+from app.vectors import VECTOR_INDEX, Owner, encode_vector, rebuild_indexes, store_vectors
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
 from workers.consolidate import FTS_MERGE_PAGES
 
@@ -370,6 +370,17 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
     slowest = sorted(zip(samples, asked), reverse=True)[:3]
     warming = {}
     if vectors:
+        # As after the worker re-embeds a fact (its text changed): the turn after it drops
+        # the replaced vector from the graph's hits.
+        replaced = []
+        for i, (fact_id,) in enumerate(con.execute(
+                "SELECT owner_id FROM embeddings WHERE user_id = ? AND model = ? "
+                "AND owner_kind = 'fact' LIMIT 10", (USER, VECTOR_MODEL)).fetchall()):
+            fresh = rng.standard_normal((1, VECTOR_DIM), dtype=np.float32)
+            store_vectors(writer, [Owner("fact", fact_id, USER, "")], VECTOR_MODEL, fresh)
+            replaced.append(once(i, asked[i]))
+        warming["after_replace_p50_ms"] = median(replaced)
+        warming["after_replace_max_ms"] = max(replaced)
         # As after a reboot: the index files' pages dropped from the page cache first.
         VECTOR_INDEX.clear()
         if evict_from_page_cache(DataDir.of(config).vector_indexes.glob("*")):
@@ -596,6 +607,9 @@ def verdict(results: dict) -> dict:
         checks["+ vectors p50 <= 10 ms at 10^6"] = vectors["p50_ms"] <= 10
         checks["+ vectors p99 <= 25 ms at 10^6"] = vectors["p99_ms"] <= 25
         checks["+ vectors cold first call <= 1 s at 10^6"] = vectors["first_ms"] <= 1000
+        if "after_replace_max_ms" in vectors:
+            checks["+ vectors a turn after a re-embedded fact <= 25 ms at 10^6"] = (
+                vectors["after_replace_max_ms"] <= 25)
         if "first_ms_from_disk" in vectors:
             checks["+ vectors cold first call <= 1 s at 10^6, index files not cached"] = (
                 vectors["first_ms_from_disk"] <= 1000)
@@ -624,12 +638,14 @@ def markdown(results: dict) -> str:
              "persisted HNSW files, as the page cache holds them); *from disk*: the same "
              "with the index files' pages dropped from the page cache first (as after a "
              "reboot: bound by the disk); *while warming*: the first call while `warm()` loads "
-             "them in the background, as `hilo serve` starts; *index RSS*: resident memory "
+             "them in the background, as `hilo serve` starts; *re-embedded*: p50 and the "
+             "slowest of 10 calls each made right after a fact's vector was replaced (as "
+             "the worker re-embeds a changed fact); *index RSS*: resident memory "
              "the loaded index added.", "",
              "| events | facts = cards | DB MiB | keywords p50 | p99 | + vectors p50 | p99 | "
-             "cold ms | from disk ms | while warming ms | warm s | index build s | "
-             "index RSS MiB | BM25 top-10 agreement |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "cold ms | from disk ms | while warming ms | warm s | re-embedded p50 | max | "
+             "index build s | index RSS MiB | BM25 top-10 agreement |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results["sizes"].values():
         v = e.get("with_vectors", {})
         lines.append(
@@ -639,7 +655,9 @@ def markdown(results: dict) -> str:
             f"{_cell(e, 'with_vectors', 'first_ms')} | "
             f"{v.get('first_ms_from_disk', float('nan')):.2f} | "
             f"{v.get('first_ms_while_warming', float('nan')):.2f} | "
-            f"{v.get('warm_seconds', float('nan')):.2f} | {e.get('index_seconds', 0):.1f} | "
+            f"{v.get('warm_seconds', float('nan')):.2f} | "
+            f"{v.get('after_replace_p50_ms', float('nan')):.2f} | "
+            f"{v.get('after_replace_max_ms', float('nan')):.2f} | {e.get('index_seconds', 0):.1f} | "
             f"{v.get('index_rss_mib', float('nan')):.0f} | "
             f"{e['bm25_top10_agreement']:.2f} |")
     largest = list(results["sizes"].values())[-1]

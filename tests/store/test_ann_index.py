@@ -72,6 +72,44 @@ def test_triggers_count_added_and_removed_vectors(tmp_path):
     assert generation(con) == (4, 2)
 
 
+def test_triggers_log_which_rows_went_numbered_as_they_are_counted(tmp_path):
+    con = database(tmp_path)
+    store(con, 1, unit_vectors(3))
+    first, second = [row for (row,) in con.execute("SELECT id FROM embeddings ORDER BY id")][:2]
+    store(con, 1, unit_vectors(1, seed=1))  # replaces the first row
+    con.execute("DELETE FROM embeddings WHERE id = ?", (second,))
+    assert con.execute("SELECT removed, row_id FROM embedding_removals WHERE user_id = 'u' "
+                       "ORDER BY removed").fetchall() == [(1, first), (2, second)]
+
+
+def test_a_removal_is_read_from_the_log_not_by_listing_the_block(tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    built(index, con)
+    con.execute("DELETE FROM embeddings WHERE owner_id = 10")
+    statements: list[str] = []
+    con.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+    found = [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    con.exec_trace = None
+    assert 10 not in found and len(found) == 5
+    assert any("embedding_removals" in sql for sql in statements)
+    assert not any(sql.startswith("SELECT id FROM embeddings WHERE user_id") for sql in statements)
+
+
+def test_an_index_further_behind_than_the_log_lists_its_block_instead(tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    built(index, con)
+    con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 11)")
+    con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
+    found = [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert not {10, 11} & set(found) and len(found) == 5
+
+
 def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp_path,
                                                                           monkeypatch):
     shipped = db.available_migrations()
