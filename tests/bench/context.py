@@ -509,13 +509,14 @@ def time_to_first_token(memory: Memory, turns: int, text: TextMaker) -> dict:
             direct, through = [], []
             history: list[dict] = []
             asked = text.sentences(turns + 10, 5, 25)
+            run = time.strftime("%Y%m%d%H%M%S")  # a kept memory's earlier runs hold their own
             with httpx.Client(timeout=60) as client:
                 for i, question in enumerate(asked):
                     if i % 10 == 0:
                         history = []  # a new conversation every 10 turns
                     history.append({"role": "user", "content": question})
                     body = {"model": "gemma3:4b", "messages": history}
-                    headers = {"X-Hilo-User": USER, "X-Hilo-Session": f"ttft-{i // 10}"}
+                    headers = {"X-Hilo-User": USER, "X-Hilo-Session": f"ttft-{run}-{i // 10}"}
                     # Interleaved, alternating who goes first, so drift hits both alike.
                     order = [(fake_url, direct), (hilo_url, through)]
                     for url, samples in order if i % 2 else order[::-1]:
