@@ -265,37 +265,41 @@ class _Block:
 
         _FOLDS.submit(fold)
 
-    def forget_removed(self, con: apsw.Connection, seen: int, now: int) -> None:
-        """List the rows of the block that are no longer in the table, after the removed
-        count went from `seen` to `now`: from the rows logged as removed since (migration
-        0012), or, when the log no longer reaches back that far, by one pass over the
-        block's ids in the table's index."""
-        key = (self.user_id, self.model, self.kind)
-        logged = np.fromiter(
-            (row for (row,) in con.execute(
-                "SELECT row_id FROM embedding_removals WHERE user_id = ? AND model = ? "
-                "AND owner_kind = ? AND removed > ? AND removed <= ?", (*key, seen, now))),
-            dtype=np.int64)
+    def forget_logged_removals(self, con: apsw.Connection, seen: int, now: int) -> bool:
+        """List the block's rows logged as removed while the removed count went from `seen`
+        to `now` (migration 0012); False when the log no longer reaches back that far. A
+        row changed in place keeps its old vector until the block is read again (no code
+        updates a vector: a new one replaces the row)."""
+        logged = [row for (row,) in con.execute(
+            "SELECT row_id FROM embedding_removals WHERE user_id = ? AND model = ? "
+            "AND owner_kind = ? AND removed > ? AND removed <= ?",
+            (self.user_id, self.model, self.kind, seen, now))]
+        if len(logged) != now - seen:
+            return False
         held = self.row_ids[:self.size]  # ascending
-        if len(logged) == now - seen:
-            if not len(held):
-                return
-            at = np.minimum(np.searchsorted(held, logged), len(held) - 1)
-            ours = set(logged[held[at] == logged].tolist())
-            # A logged row may be back (an UPDATE logs the row it changed): check each.
-            # (Sets, not numpy's set routines: their first call imports numpy.ma, ~10 ms.)
-            ours -= {row for (row,) in con.execute(
-                f"SELECT id FROM embeddings WHERE id IN ({','.join('?' * len(ours))})",
-                list(ours))} if ours else set()
-            if ours:
-                self.dead = np.array(sorted(ours.union(self.dead.tolist())), dtype=np.int64)
-            return
+        if not len(held):
+            return True
+        rows = np.asarray(logged, dtype=np.int64)
+        at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
+        ours = set(rows[held[at] == rows].tolist())
+        # An UPDATE logs a row that is still there: check each. (Sets, not numpy's set
+        # routines: their first call imports numpy.ma, ~10 ms in a turn.)
+        ours -= {row for (row,) in con.execute(
+            f"SELECT id FROM embeddings WHERE id IN ({','.join('?' * len(ours))})",
+            list(ours))} if ours else set()
+        if ours:
+            self.dead = np.array(sorted(ours.union(self.dead.tolist())), dtype=np.int64)
+        return True
+
+    def forget_removed(self, con: apsw.Connection) -> None:
+        """List the rows of the block that are no longer in the table (one pass over the
+        block's ids in the table's index)."""
         live = np.fromiter(
             (row for (row,) in con.execute(
                 "SELECT id FROM embeddings WHERE user_id = ? AND model = ? AND owner_kind = ? "
-                "AND id <= ?", (*key, self.last_row))),
+                "AND id <= ?", (self.user_id, self.model, self.kind, self.last_row))),
             dtype=np.int64)
-        self.dead = np.setdiff1d(held, live, assume_unique=True)
+        self.dead = np.setdiff1d(self.row_ids[:self.size], live, assume_unique=True)
 
     def nearest(self, unit: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Owners and cosines of up to `depth` candidates from the graph and from the matrix
@@ -468,8 +472,9 @@ class VectorIndex:
             return block
 
     def refresh(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind) -> _Block:
-        """Read the rows stored since the last refresh; an exact block reloads if any older
-        row went away (one with a graph lists such rows, to drop them from its hits)."""
+        """Read the rows stored since the last refresh, and list the rows that went away
+        since, to drop them from the hits (from their log; when it does not reach back
+        far enough, an exact block is read again and one with a graph lists its rows)."""
         block = self._block(con, user_id, model, kind)
         generation = _generation(con, user_id, model, kind)
         with block.lock:
@@ -478,11 +483,13 @@ class VectorIndex:
             if not block.tried_files:
                 block.read(con, generation)
             removed = block.generation is not None and block.generation[1] != generation[1]
-            if removed and block.ann is None:
-                block.reset()  # a vector was replaced or deleted: read the block again
+            unlisted = removed and not block.forget_logged_removals(
+                con, block.generation[1], generation[1])
+            if unlisted and block.ann is None:
+                block.reset()  # read the block again: cheaper than listing it below
             graph_changed = block.read_new_rows(con, self.ann_threshold)
-            if removed and block.ann is not None:
-                block.forget_removed(con, block.generation[1], generation[1])
+            if unlisted and block.ann is not None:
+                block.forget_removed(con)
             block.generation = generation
             if graph_changed:
                 block.write(con)

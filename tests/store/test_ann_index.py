@@ -98,6 +98,25 @@ def test_a_removal_is_read_from_the_log_not_by_listing_the_block(tmp_path):
     assert not any(sql.startswith("SELECT id FROM embeddings WHERE user_id") for sql in statements)
 
 
+def test_below_the_threshold_a_replaced_vector_is_dropped_without_reading_the_block_again(
+        tmp_path):
+    con = database(tmp_path)
+    vectors = unit_vectors(50)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=10_000)
+    assert index.nearest(con, "u", MODEL, "fact", vectors[9], 1)[0][0] == 10
+    block = index._block(con, "u", MODEL, "fact")
+    loads = block.loads
+    store(con, 10, -vectors[9:10])  # re-embedded
+    assert 10 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert index.nearest(con, "u", MODEL, "fact", -vectors[9], 1)[0][0] == 10
+    assert block.loads == loads
+    con.execute("DELETE FROM embeddings WHERE owner_id = 11")
+    con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
+    assert 11 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[10], 5)]
+    assert block.loads == loads + 1  # read again instead
+
+
 def test_an_index_further_behind_than_the_log_lists_its_block_instead(tmp_path):
     con = database(tmp_path)
     vectors = unit_vectors(300)
