@@ -57,6 +57,22 @@ def built(index: VectorIndex, con: apsw.Connection) -> app.vectors._Block:
     return block
 
 
+def with_graph(root: Path) -> tuple[apsw.Connection, np.ndarray, VectorIndex]:
+    """300 fact vectors (owners 1-300) and an index whose graph holds them all."""
+    con = database(root)
+    vectors = unit_vectors(300)
+    store(con, 1, vectors)
+    index = VectorIndex(ann_threshold=100)
+    built(index, con)
+    return con, vectors, index
+
+
+def nearest_owners(index: VectorIndex, con: apsw.Connection, query: np.ndarray,
+                   depth: int = 5) -> list[int]:
+    """The owners the index finds nearest the query, best first."""
+    return [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", query, depth)]
+
+
 def exact_top(vectors: np.ndarray, query: np.ndarray, depth: int, first_id: int = 1) -> list[int]:
     return [first_id + int(i) for i in np.argsort(-(vectors @ query))[:depth]]
 
@@ -83,15 +99,11 @@ def test_triggers_log_which_rows_went_numbered_as_they_are_counted(tmp_path):
 
 
 def test_a_removal_is_read_from_the_log_not_by_listing_the_block(tmp_path):
-    con = database(tmp_path)
-    vectors = unit_vectors(300)
-    store(con, 1, vectors)
-    index = VectorIndex(ann_threshold=100)
-    built(index, con)
+    con, vectors, index = with_graph(tmp_path)
     con.execute("DELETE FROM embeddings WHERE owner_id = 10")
     statements: list[str] = []
     con.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
-    found = [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    found = nearest_owners(index, con, vectors[9])
     con.exec_trace = None
     assert 10 not in found and len(found) == 5
     assert any("embedding_removals" in sql for sql in statements)
@@ -108,24 +120,20 @@ def test_below_the_threshold_a_replaced_vector_is_dropped_without_reading_the_bl
     block = index._block(con, "u", MODEL, "fact")
     loads = block.loads
     store(con, 10, -vectors[9:10])  # re-embedded
-    assert 10 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert 10 not in nearest_owners(index, con, vectors[9])
     assert index.nearest(con, "u", MODEL, "fact", -vectors[9], 1)[0][0] == 10
     assert block.loads == loads
     con.execute("DELETE FROM embeddings WHERE owner_id = 11")
     con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
-    assert 11 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[10], 5)]
+    assert 11 not in nearest_owners(index, con, vectors[10])
     assert block.loads == loads + 1  # read again instead
 
 
 def test_an_index_further_behind_than_the_log_lists_its_block_instead(tmp_path):
-    con = database(tmp_path)
-    vectors = unit_vectors(300)
-    store(con, 1, vectors)
-    index = VectorIndex(ann_threshold=100)
-    built(index, con)
+    con, vectors, index = with_graph(tmp_path)
     con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 11)")
     con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
-    found = [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    found = nearest_owners(index, con, vectors[9])
     assert not {10, 11} & set(found) and len(found) == 5
 
 
@@ -201,35 +209,27 @@ def test_a_replaced_vector_is_no_longer_found(tmp_path):
     index = VectorIndex(ann_threshold=100)
     assert index.nearest(con, "u", MODEL, "fact", vectors[9], 1)[0][0] == 10
     store(con, 10, -vectors[9:10])
-    assert 10 not in [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    assert 10 not in nearest_owners(index, con, vectors[9])
 
 
 def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path, monkeypatch):
-    con = database(tmp_path)
-    vectors = unit_vectors(300)
-    store(con, 1, vectors)
-    index = VectorIndex(ann_threshold=100)
-    built(index, con)
+    con, vectors, index = with_graph(tmp_path)
     monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
     con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
     for restarted in (index, VectorIndex(ann_threshold=100)):
-        found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+        found = nearest_owners(restarted, con, vectors[9])
         assert 10 not in found and len(found) == 5
         assert restarted.nearest(con, "u", MODEL, "fact", vectors[8], 1)[0][0] == 9
 
 
 def test_a_vector_forgotten_before_the_index_was_written_stays_forgotten_after_a_restart(
         tmp_path):
-    con = database(tmp_path)
-    vectors = unit_vectors(300)
-    store(con, 1, vectors)
-    index = VectorIndex(ann_threshold=100)
-    built(index, con)
+    con, vectors, index = with_graph(tmp_path)
     con.execute("DELETE FROM embeddings WHERE owner_id = 10")
     store(con, 1000, unit_vectors(40, seed=4))  # enough new vectors to write the index again
     built(index, con)
     restarted = VectorIndex(ann_threshold=100)
-    found = [owner for owner, _ in restarted.nearest(con, "u", MODEL, "fact", vectors[9], 5)]
+    found = nearest_owners(restarted, con, vectors[9])
     assert 10 not in found and len(found) == 5
 
 
@@ -342,8 +342,7 @@ def test_a_block_passing_the_threshold_answers_exactly_while_its_graph_is_built_
     store(con, 1, vectors)
     building = in_the_fold_thread_later(monkeypatch, "build")
     index = VectorIndex(ann_threshold=100)
-    assert [owner for owner, _ in index.nearest(con, "u", MODEL, "fact", vectors[5], 3)] == \
-        exact_top(vectors, vectors[5], 3)
+    assert nearest_owners(index, con, vectors[5], 3) == exact_top(vectors, vectors[5], 3)
     assert not list(DataDir(tmp_path).vector_indexes.glob("*.faiss"))
     building.set()
     wait_until(lambda: described_size(tmp_path) == 300, 30, "the graph built and written")
