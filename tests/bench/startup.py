@@ -7,9 +7,11 @@ runs), in turn with the others so drift hits all alike; the figures are the medi
 time from start to exit and the median CPU time (user + system, from the kernel's
 accounting of the finished child: on a busy machine it moves far less than wall time),
 each command having run once before, so its bytecode is cached as an installed one's is.
-`--baseline` times the same `hilo` commands from another checkout too. The data directory is a fresh `hilo init` with
-`[embedder] kind = "none"`, so no command reaches a model server. Also: which heavy
-libraries each command imported (from `-X importtime`).
+`--baseline` times the same `hilo` commands from another checkout too. The data
+directory is a fresh `hilo init` with `[embedder] kind = "none"`, so no command reaches a
+model server, and six jobs a front-end handed off waiting in the queue (the worker
+stopped), for `queue status` to read. Also: which heavy libraries each command imported
+(from `-X importtime`).
 
 What a user pays: `python -m app.cli` is what the `hilo` script runs (`app.cli:main`).
 In a development install (`pip install -e`) every process, `python -c pass` too, first
@@ -36,6 +38,12 @@ from pathlib import Path
 from tests.bench.report import REPO_ROOT, emit, median, parser, percentile
 
 TARGET_MS = 100.0
+# What a front-end leaves in the queue: five turns to learn from and an ended session.
+HAND_OFF = ("import sys; from app.config import load_config; "
+            "from workers.handoff import queue_handoff; "
+            "handoff = queue_handoff(load_config(data_dir=sys.argv[1])); "
+            "[handoff.after_reply('u', f's{i}', [i]) for i in range(5)]; "
+            "handoff.session_ended('u', 's0')")
 TOUCHES_VECTORS = ("hilo memory search",)
 HEAVY = ("numpy", "rich", "torch", "faiss", "huey", "redis", "fastapi", "httpx", "asyncio")
 
@@ -105,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([sys.executable, "-m", "app.cli", "init", "--data-dir", str(data_dir)],
                            cwd=checkout, env=checkout_env(env, checkout),
                            stdout=subprocess.DEVNULL, check=True)
+            subprocess.run([sys.executable, "-c", HAND_OFF, str(data_dir)], cwd=checkout,
+                           env=checkout_env(env, checkout), check=True)
             timed.update(commands(data_dir, checkout, label))
         walls: dict[str, list[float]] = {name: [] for name in timed}
         cpus: dict[str, list[float]] = {name: [] for name in timed}

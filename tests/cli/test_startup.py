@@ -69,6 +69,17 @@ def test_queue_status_of_a_queue_a_worker_polls_loads_no_heavy_library(config, d
     assert [name for name in (*HEAVY, *LOGGING) if name in loaded] == []
 
 
+def test_queue_status_of_a_queue_holding_jobs_loads_no_heavy_library(config, data_dir):
+    from workers.handoff import queue_handoff
+
+    handoff = queue_handoff(config)  # what a front-end leaves for a stopped worker
+    handoff.after_reply("ana", "s1", [1, 2])
+    handoff.session_ended("ana", "s1")
+    loaded = imports_of("queue", "status", "--data-dir", str(data_dir))
+    assert "workers.inspection" in loaded
+    assert [name for name in (*HEAVY, *LOGGING) if name in loaded] == []
+
+
 def test_memory_search_without_an_embedder_loads_no_heavy_library(data_dir):
     loaded = imports_of("memory", "search", "dog", "--data-dir", str(data_dir),
                         HILO_EMBEDDER_KIND="none")
