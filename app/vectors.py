@@ -202,16 +202,19 @@ class _Block:
 
     def append(self, ids: np.ndarray, rows: np.ndarray, new: np.ndarray) -> None:
         """Add vectors after the others, to the matrix (grown by doubling, so incremental
-        refreshes stay amortised O(new rows))."""
+        refreshes stay amortised O(new rows), and with a quarter more than asked: a block
+        just read from the table then has room for the vectors stored after it, and the
+        first of them does not copy the block inside a turn, ~10 ms at 5,000 vectors)."""
         if not len(ids):
             return
         needed, exact, end = self.size + len(ids), self.exact_size, self.exact_size + len(ids)
         if len(self.row_ids) < needed:
-            capacity = max(needed, 2 * len(self.row_ids), 64)
+            capacity = max(needed + needed // 4, 2 * len(self.row_ids), 64)
             self.owner_ids = _grown(self.owner_ids[:self.size], capacity)
             self.row_ids = _grown(self.row_ids[:self.size], capacity)
         if len(self.matrix) < end or self.matrix.shape[1] != self.dim:
-            matrix = np.zeros((max(end, 2 * len(self.matrix), 64), self.dim), dtype=np.float32)
+            capacity = max(end + end // 4, 2 * len(self.matrix), 64)
+            matrix = np.zeros((capacity, self.dim), dtype=np.float32)
             if exact:
                 matrix[:exact] = self.matrix[:exact]
             self.matrix = matrix
