@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 DEADLINE = 60.0
 MODEL = "gemma3:4b"
 # Secrets shorter than this (a PIN) are looked for as whole words only: four digits turn
-# up by chance in any binary file.
+# up by chance in any binary file, and as one of a UUID's groups ("b6c590ee-4642-4821-…":
+# one id in 4,096 has "4821" or "7391" there), so a hyphen does not end a word either.
 WHOLE_WORD_BELOW = 8
 # The full-text index keeps words lower-cased and stemmed: a secret's longest run of
 # letters and digits is looked for there by its first characters.
@@ -212,7 +213,8 @@ class Haystack:
         if len(fragment) >= FRAGMENT_CHARS:
             needles.append(fragment[:FRAGMENT_CHARS].lower().encode())
         if len(secret) < WHOLE_WORD_BELOW:
-            word = re.compile(rb"(?<![A-Za-z0-9])" + re.escape(secret.encode()) + rb"(?![A-Za-z0-9])")
+            word = re.compile(rb"(?<![A-Za-z0-9-])" + re.escape(secret.encode())
+                              + rb"(?![A-Za-z0-9-])")
             return [place for place, data in self.places.items() if word.search(data)]
         return [place for place, data in self.places.items()
                 if any(needle in data for needle in needles)]
