@@ -69,6 +69,8 @@ BOOTSTRAP_TEMPLATE = """\
 
 @dataclass(frozen=True)
 class InitReport:
+    """What `hilo init` found and did, for it to say."""
+
     data_dir: Path
     created_dir: bool
     migrations_applied: list[str]

@@ -112,6 +112,8 @@ def file_damage(path: Path, schema_table: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class _Checked:
+    """One quick check of a database file, kept to skip the next while the file is unchanged."""
+
     identity: tuple[int, int, int]  # the file's inode, size and mtime when checked
     damage: str | None
     at: float  # time.monotonic() when the check ended
@@ -211,6 +213,8 @@ def _configure(con: apsw.Connection) -> None:
 
 @dataclass(frozen=True)
 class Migration:
+    """One numbered .sql file of the `migrations` package."""
+
     number: int
     name: str
     sql: str

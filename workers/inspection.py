@@ -192,6 +192,8 @@ class OldestPending:
 
 @dataclass
 class TaskCounts:
+    """One task's jobs: waiting in the queue, scheduled for later, failed."""
+
     pending: int = 0
     scheduled: int = 0
     failed: int = 0
@@ -283,6 +285,8 @@ class QueueStatus:
 
 @dataclass
 class Retried:
+    """A failed job enqueued again under a new id."""
+
     id: str  # the failed job's
     new_id: str  # the job enqueued in its place
     task: str
@@ -290,18 +294,24 @@ class Retried:
 
 @dataclass
 class Skipped:
+    """A job a retry did not enqueue again, and why."""
+
     id: str
     reason: str
 
 
 @dataclass
 class RetryOutcome:
+    """What `hilo queue retry` did with each job it was given."""
+
     retried: list[Retried] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
 
 @dataclass
 class Revocation:
+    """What `hilo queue revoke` flagged, and the ids it did not find."""
+
     revoked: list[Job] = field(default_factory=list)  # flagged now or already
     not_found: list[str] = field(default_factory=list)  # ids neither pending nor scheduled
 

@@ -375,6 +375,8 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
 
 @dataclass(frozen=True)
 class FailedJob:
+    """A job whose last attempt failed, as the worker left it in the result store."""
+
     task_id: str
     error: str
     traceback: str

@@ -49,8 +49,17 @@ def test_design_defaults():
 
 
 def test_config_is_frozen():
+    config = load_config(path=REPO_CONFIG, env={})
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Config().llm.url = "http://elsewhere"  # type: ignore[misc]
+        config.llm.url = "http://elsewhere"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.memory = config.memory  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.llm.urls = "http://elsewhere"  # a misspelt key is no way around it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del config.queue.workers
+    changed = config.replace(llm={"url": "http://elsewhere:11434"})
+    assert (changed.llm.url, config.llm.url) == ("http://elsewhere:11434", Config().llm.url)
 
 
 def test_environment_overrides_file(tmp_path):
