@@ -1,7 +1,5 @@
 """`python -m app.cli` is `hilo`."""
 
-import sys
+from app.cli import run_and_exit
 
-from app.cli import main
-
-sys.exit(main())
+run_and_exit()

@@ -13,7 +13,7 @@ model server, and six jobs a front-end handed off waiting in the queue (the work
 stopped), for `queue status` to read. Also: which heavy libraries each command imported
 (from `-X importtime`).
 
-What a user pays: `python -m app.cli` is what the `hilo` script runs (`app.cli:main`).
+What a user pays: `python -m app.cli` is what the `hilo` script runs (`app.cli:run_and_exit`).
 In a development install (`pip install -e`) every process, `python -c pass` too, first
 loads the editable install's import finder, which a wheel does not have; `hilo` needs
 most of what it loads (pathlib, re) anyway, so a wheel's `hilo` takes only a little
