@@ -322,12 +322,14 @@ class _Block:
             rows, scores = rows[live], scores[live]
         return self.owner_ids[np.searchsorted(self.row_ids[:self.size], rows)], scores
 
-    def write(self, con: apsw.Connection) -> None:
-        """Persist the graph with what it covers, so a restart reads only newer rows."""
+    def write(self, con: apsw.Connection, graph: bool = True) -> None:
+        """Persist the graph with what it covers, so a restart reads only newer rows;
+        `graph=False`: only what it covers (the rows removed since), the graph's file being
+        as it is. Not while a fold writes them too (the lock held, `folding` false)."""
         if self.files is None or self.ann is None or self.generation is None:
             return
         graph_size = self.graph_size
-        _write_index(self.files, self.ann, self.row_ids[:graph_size],
+        _write_index(self.files, self.ann if graph else None, self.row_ids[:graph_size],
                      self.owner_ids[:graph_size], self.dead, self._description(con, graph_size))
 
     def _description(self, con: apsw.Connection, covered: int) -> dict:
@@ -422,10 +424,12 @@ def _grown(values: np.ndarray, capacity: int) -> np.ndarray:
     return grown
 
 
-def _write_index(files: _IndexFiles, graph: HnswIndex, rows: np.ndarray, owners: np.ndarray,
-                 dead: np.ndarray, description: dict) -> None:
-    """The graph, its rows and owners, and what they cover (written last)."""
-    graph.write(files.index)
+def _write_index(files: _IndexFiles, graph: HnswIndex | None, rows: np.ndarray,
+                 owners: np.ndarray, dead: np.ndarray, description: dict) -> None:
+    """The graph (None: its file stays), its rows and owners, and what they cover (written
+    last)."""
+    if graph is not None:
+        graph.write(files.index)
     _write_atomically(files.rows, lambda file: np.savez(
         file, rows=rows[:description["size"]], owners=owners[:description["size"]], dead=dead))
     _write_atomically(files.description, lambda file: file.write(json.dumps(description).encode()))
@@ -496,6 +500,10 @@ class VectorIndex:
             block.generation = generation
             if graph_changed:
                 block.write(con)
+            elif unlisted and block.ann is not None and not block.folding:
+                # What the listing found, in the files: else every start lists the block
+                # again (~100 ms at 10^6) until a fold next writes them.
+                block.write(con, graph=False)
             if not block.folding and block.exact_size > (
                     self.ann_threshold if block.ann is None
                     else _EXACT_SHARE * self.ann_threshold):

@@ -137,6 +137,21 @@ def test_an_index_further_behind_than_the_log_lists_its_block_instead(tmp_path):
     assert not {10, 11} & set(found) and len(found) == 5
 
 
+def test_a_block_listed_once_is_not_listed_again_at_the_next_start(tmp_path, monkeypatch):
+    con, vectors, index = with_graph(tmp_path)
+    con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
+    con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
+    assert 10 not in nearest_owners(index, con, vectors[9])  # listed here, once
+    monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    statements: list[str] = []
+    con.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+    restarted = VectorIndex(ann_threshold=100)
+    found = nearest_owners(restarted, con, vectors[9])
+    con.exec_trace = None
+    assert 10 not in found and len(found) == 5
+    assert not any(sql.startswith("SELECT id FROM embeddings WHERE user_id") for sql in statements)
+
+
 def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp_path,
                                                                           monkeypatch):
     shipped = db.available_migrations()
