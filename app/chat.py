@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence
 
@@ -390,13 +391,18 @@ class ChatService:
         return context
 
     def _query(self, user_id: str, text: str) -> Query:
-        """The turn's retrieval query, embedded when an embedder is configured."""
+        """The turn's retrieval query; with an embedder, the question is embedded while
+        the keyword streams run (make_query's `ahead`)."""
         if self.embedder is None:
             return make_query(user_id, text, con=self.reader())
         started = time.perf_counter()
-        query = make_query(user_id, text, self.embedder, con=self.reader())
-        call = "embed" if query.vector is not None else "embed_failed"
-        metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
+        query = make_query(user_id, text, self.embedder, con=self.reader(), ahead=True)
+        if query.embedding is not None:
+            def observe(embedding: Future) -> None:
+                call = "embed" if embedding.result() is not None else "embed_failed"
+                metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
+
+            query.embedding.add_done_callback(observe)
         return query
 
     # -- the turn ----------------------------------------------------------------------------

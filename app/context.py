@@ -68,7 +68,7 @@ from app.retrieval import (
     make_query,
     matching,
     search,
-    search_vectors_ahead,
+    search_ahead,
 )
 from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
@@ -357,8 +357,8 @@ def build_context(
     """
     query = query or make_query(user_id, text, con=con)
     # The vector searches run beside the keyword streams from here on.
-    search_vectors_ahead(con, query, {"fact": config.memory.facts_k,
-                                      "card": config.memory.cards_k, "event": STREAM_DEPTH})
+    search_ahead(con, query, {"fact": config.memory.facts_k, "card": config.memory.cards_k,
+                              "event": STREAM_DEPTH})
     model = model or config.llm.chat_model
     api = api or config.llm.provider
     reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,

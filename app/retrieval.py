@@ -18,6 +18,7 @@ for, and what it says about when and by whom becomes labels.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -37,6 +38,8 @@ from app.log import get_logger
 from app.sanitize import redact_secrets
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     import numpy as np
 
     from app.embedders import Embedder
@@ -77,7 +80,8 @@ class Query:
     """What a stream needs: the user, the text, the words searched for (`searched`: the
     text less the words that would mislead, see make_query), their FTS5 form (None if
     no terms), what the text says about when and by whom (`labels`) and, when an
-    embedder is configured, the searched words' vector and the model that made it."""
+    embedder is configured, the searched words' vector and the model that made it
+    (`vector`, or `embedding` while it is still being made: read it with vector_now)."""
 
     user_id: str
     text: str
@@ -86,11 +90,14 @@ class Query:
     model: str | None = None
     searched: str = None  # type: ignore[assignment]  # the text, unless make_query focused it
     labels: LabelQuery | None = None
+    # The vector being made beside the keyword streams (make_query's `ahead`).
+    embedding: Future[np.ndarray | None] | None = field(default=None, repr=False,
+                                                         compare=False)
     # Stream results already computed for this query: the session stream reads the
     # same BM25 and vector ranks that are fused beside it.
     _ranked: dict[tuple, list[int]] = field(default_factory=dict, repr=False, compare=False)
     _depths: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
-    # Vector searches started ahead (search_vectors_ahead): kind -> (depth, hits when done).
+    # Vector searches started ahead (search_ahead): kind -> (depth, hits when done).
     _ahead: dict[str, tuple[int, Callable[[], list[tuple[int, float]]]]] = field(
         default_factory=dict, repr=False, compare=False)
     # Vector searches made: kind -> (depth, (owner, cosine) best first); see nearest().
@@ -101,6 +108,15 @@ class Query:
         if self.searched is None:
             self.searched = self.text
         self.match = build_match_query(self.searched)
+
+    @property
+    def searches_vectors(self) -> bool:
+        """A vector is here or on its way, from a known model."""
+        return self.model is not None and (self.vector is not None or self.embedding is not None)
+
+    def vector_now(self) -> np.ndarray | None:
+        """The vector (None: no embedder, or it failed), once made."""
+        return self.embedding.result() if self.embedding is not None else self.vector
 
     def ranked(self, key: tuple, compute: Callable[[], list[int]]) -> list[int]:
         if key not in self._ranked:
@@ -118,13 +134,18 @@ class Query:
 
 
 def make_query(user_id: str, text: str, embedder: Embedder | None = None, *,
-               con: apsw.Connection | None = None, now: datetime | None = None) -> Query:
+               con: apsw.Connection | None = None, now: datetime | None = None,
+               ahead: bool = False) -> Query:
     """The query for one turn, embedded once and shared by every kind searched.
 
     With `con`, the question is read against what the memory knows (focus_question):
     the times it names and whether it names the user become labels, and the words
     that would mislead keyword and vector search are left out of both. `now` is when
     the question is asked (relative times such as "yesterday" count from it).
+
+    `ahead`: the question is embedded on a thread of its own and the query returned at
+    once, so the keyword streams run while the model server embeds it (milliseconds to
+    tens of them); the vector searches wait for it.
 
     If the embedder fails (model server down), the query goes on without a vector:
     keyword, importance and recency streams still answer.
@@ -133,17 +154,36 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None, *,
     if con is not None:
         searched, labels = focus_question(con, user_id, text, now)
     query = Query(user_id, text, searched=searched, labels=labels)
-    if embedder is not None and searched.strip():
-        try:
-            # The embedder may be a server: what the user typed reaches it as it would be
-            # stored, secrets redacted.
-            query.vector = embedder.embed([redact_secrets(searched).text])[0]
-            query.model = embedder.model
-        except EmbedderUnavailable:
-            pass  # the embedder has said so, once
-        except Exception as exc:  # noqa: BLE001 - any embedder failure degrades to keywords
-            log.warning("query_embedding_failed", model=embedder.model, error=str(exc))
+    if embedder is None or not searched.strip():
+        return query
+    if ahead:
+        query.model, query.embedding = embedder.model, _embeddings().submit(
+            _embedded, embedder, searched)
+    else:
+        query.vector = _embedded(embedder, searched)
+        query.model = embedder.model if query.vector is not None else None
     return query
+
+
+def _embedded(embedder: Embedder, searched: str) -> np.ndarray | None:
+    """The searched words' vector; None when the embedder fails."""
+    try:
+        # The embedder may be a server: what the user typed reaches it as it would be
+        # stored, secrets redacted.
+        return embedder.embed([redact_secrets(searched).text])[0]
+    except EmbedderUnavailable:
+        return None  # the embedder has said so, once
+    except Exception as exc:  # noqa: BLE001 - any embedder failure degrades to keywords
+        log.warning("query_embedding_failed", model=embedder.model, error=str(exc))
+        return None
+
+
+@functools.cache
+def _embeddings() -> ThreadPoolExecutor:
+    """Where questions are embedded ahead: two threads, for two turns at once."""
+    from concurrent.futures import ThreadPoolExecutor  # start-up: only a turn embeds ahead
+
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="hilo-query-embed")
 
 
 Stream = Callable[[apsw.Connection, Query, OwnerKind, int], list[int]]
@@ -438,19 +478,22 @@ def _vector_index() -> VectorIndex:
     return VECTOR_INDEX
 
 
-def search_vectors_ahead(con: apsw.Connection, query: Query,
-                         limits: Mapping[OwnerKind, int]) -> None:
-    """Start the vector searches of the searches to come (kind -> search()'s limit) now,
-    to run beside the keyword streams (app.vectors: nearest_soon); the vector stream
-    picks them up."""
-    if query.vector is None or query.model is None:
+def search_ahead(con: apsw.Connection, query: Query, limits: Mapping[OwnerKind, int]) -> None:
+    """Start the searches to come (kind -> search()'s limit) before any is fused: the
+    vector searches now, to run on their own thread (app.vectors: nearest_soon), and,
+    while the question is still being embedded (make_query's `ahead`), each kind's BM25
+    ranks here meanwhile, instead of waiting for the vector in the first search."""
+    if not query.searches_vectors:
         return
-    for kind, limit in limits.items():
-        if limit <= 0:  # not searched
-            continue
-        wanted = _hits_wanted(kind, _vector_read_depth(kind, _stream_depth(limit)))
+    depths = {kind: _stream_depth(limit) for kind, limit in limits.items() if limit > 0}
+    for kind, depth in depths.items():
+        wanted = _hits_wanted(kind, _vector_read_depth(kind, depth))
         query._ahead[kind] = (wanted, _vector_index().nearest_soon(
-            con, query.user_id, query.model, kind, query.vector, wanted))
+            con, query.user_id, query.model, kind,
+            query.vector if query.embedding is None else query.embedding, wanted))
+    if query.embedding is not None and not query.embedding.done():
+        for kind, depth in depths.items():
+            bm25_stream(con, query, kind, depth)
 
 
 def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
@@ -460,7 +503,7 @@ def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: in
 
 
 def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
-    if query.vector is None or query.model is None:
+    if query.model is None or query.vector_now() is None:
         return []
     hits = nearest(con, query, kind, _hits_wanted(kind, depth))
     return _current(con, query.user_id, kind, [owner_id for owner_id, _ in hits])[:depth]
@@ -478,7 +521,7 @@ def nearest(con: apsw.Connection, query: Query, kind: OwnerKind,
             known_depth, hits = ahead_depth, ahead()
         else:
             known_depth, hits = depth, _vector_index().nearest(
-                con, query.user_id, query.model, kind, query.vector, depth)
+                con, query.user_id, query.model, kind, query.vector_now(), depth)
         query._nearest[kind] = (known_depth, hits)
     return hits[:depth]
 
@@ -876,7 +919,7 @@ def matching(con: apsw.Connection, query: Query, kind: OwnerKind,
     """`found` when some of it matches by keyword or by close meaning; then without what
     only a distant vector brought. Session neighbours stay beside a match."""
     close: set[int] = set()
-    if query.vector is not None and query.model is not None:
+    if query.model is not None and query.vector_now() is not None:
         close = {owner_id for owner_id, cosine in nearest(
             con, query, kind, 2 * max(len(found), STREAM_DEPTH))
             if cosine >= SEARCH_MIN_SIMILARITY}

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
@@ -520,14 +520,31 @@ class VectorIndex:
         return [] if block is None else _search(block, query, depth)
 
     def nearest_soon(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
-                     query: np.ndarray, depth: int) -> Callable[[], list[tuple[int, float]]]:
+                     query: np.ndarray | Future[np.ndarray | None],
+                     depth: int) -> Callable[[], list[tuple[int, float]]]:
         """nearest(), searching on a thread of its own while the caller goes on (faiss
         and numpy release the GIL: on a second core the search costs the turn nothing).
-        The block is brought up to date here, through `con`; call the result for the hits."""
+        The block is brought up to date here, through `con`; call the result for the hits.
+
+        `query` may still be being made (make_query's `ahead`): the search then runs on
+        the thread that makes it, once it is made (None: no hits), so the search thread
+        never waits for a model server."""
         block = self._current_block(con, user_id, model, kind)
         if block is None:
             return list
-        return _SEARCHES.submit(_search, block, query, depth).result
+        if not isinstance(query, Future):
+            return _SEARCHES.submit(_search, block, query, depth).result
+        found: Future[list[tuple[int, float]]] = Future()
+
+        def search(embedding: Future[np.ndarray | None]) -> None:
+            vector = embedding.result()
+            try:
+                found.set_result([] if vector is None else _search(block, vector, depth))
+            except Exception as exc:  # noqa: BLE001 - raised where the hits are read
+                found.set_exception(exc)
+
+        query.add_done_callback(search)
+        return found.result
 
     def _current_block(self, con: apsw.Connection, user_id: str, model: str,
                        kind: OwnerKind) -> _Block | None:

@@ -332,6 +332,7 @@ class FakeOllama:
         models: Sequence[str] = DEFAULT_MODELS,
         embedding_dim: int = DEFAULT_EMBEDDING_DIM,
         latency: float = 0.0,
+        embed_latency: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         cpu: CpuSpeed | None = None,
@@ -345,6 +346,7 @@ class FakeOllama:
         self.embedding_dim = embedding_dim
         self._initial_latency = latency
         self.latency = latency  # seconds added to every call, for benchmarks
+        self.embed_latency = embed_latency  # seconds an embedding request takes, for benchmarks
         self.responder: Callable[[dict[str, Any]], Any] | None = None
         self.embed_fn: Callable[[str], list[float]] = self.default_embedding
         self.requests: list[RecordedRequest] = []
@@ -1013,6 +1015,7 @@ def _embeddings(
     fake: FakeOllama, http: _Handler, body: dict[str, Any], texts: list[str], openai: bool
 ) -> list[list[float]] | None:
     """Vectors for `texts`, or None when a scripted fault has already answered."""
+    fake.pause(fake.embed_latency)
     item = fake.next_reply("embed", body)
     while isinstance(item, Fault) and item.kind == "delay":
         fake.pause(item.seconds)
@@ -1407,6 +1410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added to every call")
+    parser.add_argument("--embed-ms", type=float, default=0.0,
+                        help="what an embedding request takes (an embedding model's time)")
     parser.add_argument("--script-file", help="JSON script of replies and faults (see module docstring)")
     parser.add_argument(
         "--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names (default: %(default)s)"
@@ -1424,6 +1429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         models=[m.strip() for m in args.models.split(",") if m.strip()],
         embedding_dim=args.embedding_dim,
         latency=args.latency_ms / 1000,
+        embed_latency=args.embed_ms / 1000,
         host=args.host,
         port=args.port,
         cpu=cpu,

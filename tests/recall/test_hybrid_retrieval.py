@@ -8,6 +8,7 @@ paraphrase test also runs with the real local model when the extra is installed.
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 
 import pytest
@@ -16,7 +17,7 @@ from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
 from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
-                           matching, search, search_vectors_ahead, session_neighbours,
+                           matching, search, search_ahead, session_neighbours,
                            session_stream, vector_stream)
 from app.vectors import VectorIndex
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
@@ -59,10 +60,58 @@ def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, conf
     con = connect_readonly(writer.path)
     on_demand = make_query("ana", "my dog", embedder)
     ahead = make_query("ana", "my dog", embedder)
-    search_vectors_ahead(con, ahead, {"event": 3, "fact": 2, "card": 0})
+    search_ahead(con, ahead, {"event": 3, "fact": 2, "card": 0})
     for kind in ("event", "fact"):
         assert vector_stream(con, ahead, kind, 10) == vector_stream(con, on_demand, kind, 10) != []
     assert not ahead._ahead  # both were taken from the searches started ahead
+
+
+class HeldEmbedder(ConceptEmbedder):
+    """Embeds once released, as a model server still busy with the question."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def embed(self, texts):
+        assert self.release.wait(30), "never released"
+        return super().embed(texts)
+
+
+class DownEmbedder(ConceptEmbedder):
+    def embed(self, texts):
+        raise ConnectionError("connection refused")
+
+
+def test_a_question_embedded_ahead_leaves_the_keywords_free_and_ranks_as_one_embedded_at_once(
+        writer, config):
+    # A turn embeds the question while the keyword streams run (ChatService._query).
+    embedder = ConceptEmbedder()
+    ids = seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    held = HeldEmbedder()
+    ahead = make_query("ana", "Did my dog meet Okonkwo?", held, ahead=True)
+    search_ahead(con, ahead, {"event": 3})
+    assert bm25_stream(con, ahead, "event", 10) == [ids[NAME]]  # while the embedder holds
+    other = make_query("ana", "my dog", embedder)  # another turn's: not held up behind it
+    search_ahead(con, other, {"event": 3})
+    assert ids[PUPPY] in vector_stream(con, other, "event", 10)[:2]
+    assert not ahead.embedding.done()
+    held.release.set()
+    at_once = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    assert vector_stream(con, ahead, "event", 10) == vector_stream(con, at_once, "event", 10)
+    assert ids[PUPPY] in vector_stream(con, ahead, "event", 10)[:2]
+    assert ([c.id for c in search(con, "ana", ahead.text, "event", 2, query=ahead)]
+            == [c.id for c in search(con, "ana", at_once.text, "event", 2, query=at_once)])
+
+
+def test_a_question_whose_embedding_fails_ahead_is_answered_by_keywords(writer, config):
+    ids = seed(writer, config, ConceptEmbedder())
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "Did my dog meet Okonkwo?", DownEmbedder(), ahead=True)
+    search_ahead(con, query, {"event": 3})
+    assert vector_stream(con, query, "event", 10) == []
+    assert ids[NAME] in [c.id for c in search(con, "ana", query.text, "event", 2, query=query)]
 
 
 def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, monkeypatch):
