@@ -29,7 +29,7 @@ from app.context import BuiltContext, ContextPlan, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.embedders import make_embedder
-from app.events import Event, append_event, session_events
+from app.events import Event, append_events, session_events
 from app.llm import ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, ToolSpec
 from app.memory import end_session
 from app import metrics
@@ -345,10 +345,15 @@ class ChatService:
 
     def append(self, user_id: str, session_id: str, role: str, content: str | bytes,
                **fields: Any) -> Event:
-        event = append_event(self.writer, self.config, user_id, session_id, role, content,
-                             **fields)
-        self.working.add(self.reader(), event)
-        return event
+        return self.append_all(user_id, session_id, [(role, content, fields)])[0]
+
+    def append_all(self, user_id: str, session_id: str,
+                   messages: Sequence[tuple[str, str | bytes, dict[str, Any]]]) -> list[Event]:
+        """Events of one session, stored together: in one transaction and one commit."""
+        events = append_events(self.writer, self.config, user_id, session_id, messages)
+        for event in events:
+            self.working.add(self.reader(), event)
+        return events
 
     def edit(self, write) -> Any:
         """An explicit memory edit by the user (a function of the write connection)."""

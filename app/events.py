@@ -14,7 +14,7 @@ import unicodedata
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
 import apsw
 
@@ -267,8 +267,17 @@ def append_event(
     **fields: Any,
 ) -> Event:
     """Sanitise and store one event; returns it once it is committed."""
-    prepared = prepare_event(config, user_id, session_id, role, content, **fields)
-    return writer.submit(lambda con: insert_event(con, prepared))
+    return append_events(writer, config, user_id, session_id, [(role, content, fields)])[0]
+
+
+def append_events(writer: Writer, config: Config, user_id: str, session_id: str,
+                  messages: Sequence[tuple[str, str | bytes, dict[str, Any]]]) -> list[Event]:
+    """Sanitise and store events of one session, (role, content, prepare_event's
+    keywords) each, in order and in one transaction: none is stored unless all can be,
+    and they share one commit. Returns them once committed."""
+    prepared = [prepare_event(config, user_id, session_id, role, content, **fields)
+                for role, content, fields in messages]
+    return writer.submit(lambda con: [insert_event(con, event) for event in prepared])
 
 
 _EVENT_COLUMNS = (

@@ -201,16 +201,16 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
 
 def store_messages(service: ChatService, user_id: str, session_id: str,
                    conversation: Conversation, start: int) -> list[Event]:
-    """Store a request's turns from `start` on as events, tool calls and results included."""
-    turns, stored = conversation.turns, []
+    """Store a request's turns from `start` on as events, tool calls and results included:
+    all of them, or (InvalidEvent) none."""
+    turns, messages = conversation.turns, []
     for index in range(start, len(turns)):
         message, role = turns[index], stored_role(turns[index])
-        stored.append(service.append(
-            user_id, session_id, role, text_to_store(message),
-            tool_calls=tool_calls_of(message) or None,
-            tool_call_id=message.get("tool_call_id") if role == "tool" else None,
-            tool_name=tool_name_of(message, turns[:index]) if role == "tool" else None))
-    return stored
+        messages.append((role, text_to_store(message), {
+            "tool_calls": tool_calls_of(message) or None,
+            "tool_call_id": message.get("tool_call_id") if role == "tool" else None,
+            "tool_name": tool_name_of(message, turns[:index]) if role == "tool" else None}))
+    return service.append_all(user_id, session_id, messages)
 
 
 # -- the session ---------------------------------------------------------------------------

@@ -58,6 +58,21 @@ def test_a_nul_only_message_is_refused_and_nothing_is_stored(hilo: HiloServer) -
     assert stored_rows(hilo, "SELECT count(*) FROM events") == [(0,)]
 
 
+def test_a_request_whose_last_message_is_refused_stores_none_of_its_messages(
+        hilo: HiloServer) -> None:
+    # The reply before it is new too: a request's messages are stored all together or not.
+    hilo.client().post("/api/chat", headers={"X-Hilo-Session": "s1"}, json={
+        "model": MODEL, "stream": False, "messages": [{"role": "user", "content": "hi"}]})
+    response = chat(hilo, b'{"model": "gemma3:4b", "stream": false, "messages": ['
+                          b'{"role": "user", "content": "hi"},'
+                          b'{"role": "assistant", "content": "an answer the client edited"},'
+                          b'{"role": "user", "content": "\\u0000"}]}', "s1")
+
+    assert response.status_code == 400
+    assert stored_rows(hilo, "SELECT role, content FROM events ORDER BY id") == [
+        ("user", "hi"), ("assistant", "ok: hi")]
+
+
 def test_a_lone_surrogate_in_the_system_prompt_is_cleaned(hilo: HiloServer) -> None:
     response = chat(hilo, b'{"model": "gemma3:4b", "stream": false, "messages": ['
                           b'{"role": "system", "content": "be brief \\udc80"},'
