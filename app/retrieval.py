@@ -24,7 +24,7 @@ import math
 import re
 import threading
 import weakref
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Literal, Mapping
@@ -353,12 +353,11 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
     for owner_id, text in con.execute(
             f"SELECT id, {part.text} FROM {part.content} WHERE id IN ({marks})", owner_ids):
         tokens = tokenize(text)
-        counted = Counter(tokens)
         norm = _K1 * (1 - _B + _B * len(tokens) / mean_length) if mean_length else _K1
         score = 0.0
         for phrase, idf in phrases:
             if len(phrase) == 1:
-                hits = counted[phrase[0]]
+                hits = tokens.count(phrase[0])
             else:
                 hits = sum(tokens[i:i + len(phrase)] == phrase
                            for i in range(len(tokens) - len(phrase) + 1)) if phrase else 0
