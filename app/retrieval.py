@@ -807,22 +807,21 @@ MATCH_STREAMS = frozenset({"bm25", "vector", "session", "labels"})
 
 
 def fuse(ranked: dict[str, list[int | None]], kind: OwnerKind,
-         weights: dict[str, float] | None = None) -> list[Candidate]:
+         weights: dict[str, float] | None = None, limit: int | None = None) -> list[Candidate]:
     """Reciprocal Rank Fusion: score = Σ w_stream / (k + rank), deduplicated by owner id;
-    ties broken by id, newest first. Without weights every stream weighs 1."""
+    ties broken by id, newest first; the first `limit` (None: all). Without weights every
+    stream weighs 1."""
     weights = weights or {}
     ranks: dict[int, dict[str, int]] = {}
     for stream, ids in ranked.items():
         for position, owner_id in enumerate(ids, start=1):
             if owner_id is not None:  # None holds a position for an owner left out
                 ranks.setdefault(owner_id, {}).setdefault(stream, position)
-    candidates = [
-        Candidate(kind, owner_id, r,
-                  sum(weights.get(s, 1.0) / (RRF_K + p) for s, p in r.items()))
-        for owner_id, r in ranks.items()
-    ]
-    candidates.sort(key=lambda c: (-c.score, -c.id))
-    return candidates
+    scores = {owner_id: sum(weights.get(s, 1.0) / (RRF_K + p) for s, p in r.items())
+              for owner_id, r in ranks.items()}
+    # Candidates only for what is returned: a search keeps a few of a hundred or more.
+    best = sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:limit]
+    return [Candidate(kind, owner_id, ranks[owner_id], scores[owner_id]) for owner_id in best]
 
 
 def _stream_depth(limit: int) -> int:
@@ -863,7 +862,7 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
         ranked.update((name, stream(con, query, kind, depth))
                       for name, stream in streams.items() if name not in ranked)
     ranked = {name: ranked[name] for name in streams}  # the callers' stream order
-    return fuse(ranked, kind, WEIGHTS if weights is None else weights)[:limit]
+    return fuse(ranked, kind, WEIGHTS if weights is None else weights, limit)
 
 
 @dataclass(frozen=True)
