@@ -46,14 +46,16 @@ class ConfigError(Misconfigured, ValueError):
 class ReadOnly:
     """A record whose fields are set once, by __init__; `Config.replace` makes changed copies.
 
-    What `frozen=True` does, but it compiles three more methods for each class here: ~4 ms of every `hilo` command's start-up, which a CLI command's 100 ms
-    cannot spare. Unhashable, like any non-frozen dataclass that compares by value.
+    What `frozen=True` does, but that compiles three more methods for each class here:
+    ~4 ms of every `hilo` command's start-up, which a CLI command's 100 ms cannot spare.
+    Unhashable, like any non-frozen dataclass that compares by value.
     """
 
     __slots__ = ()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.__dict__ or name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
+        fields = self.__dataclass_fields__  # type: ignore[attr-defined]
+        if name in self.__dict__ or name not in fields:
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
         object.__setattr__(self, name, value)
 
