@@ -1032,8 +1032,16 @@ def _embeddings(
     return [fake.embed_fn(text) for text in texts]
 
 
-def _as_text_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else [str(v) for v in value or []]
+def _as_text_list(value: Any) -> list[str] | None:
+    """An embedding request's `input` (a text, a list of them, or none); None for anything
+    else, which Ollama refuses with 400 "invalid input type"."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
 
 
 def api_embed(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
@@ -1041,6 +1049,9 @@ def api_embed(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
     if model is None:
         return
     texts = _as_text_list(body.get("input"))
+    if texts is None:
+        http.send_json(400, _ollama_error("invalid input type"))
+        return
     vectors = _embeddings(fake, http, body, texts, openai=False)
     if vectors is None:
         return
@@ -1336,6 +1347,9 @@ def v1_embeddings(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> Non
     if model is None:
         return
     texts = _as_text_list(body.get("input"))
+    if texts is None:
+        http.send_json(400, _openai_error(400, "invalid input type"))
+        return
     vectors = _embeddings(fake, http, body, texts, openai=True)
     if vectors is None:
         return

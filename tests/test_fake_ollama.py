@@ -240,6 +240,15 @@ def test_default_embeddings_rank_texts_sharing_words_as_closer():
     )
 
 
+@pytest.mark.parametrize("path", ["/api/embed", "/v1/embeddings"])
+@pytest.mark.parametrize("value", [5, True, {"text": "x"}, ["a", 1]])
+def test_an_input_that_is_not_text_is_refused_as_ollama_does(fake_ollama, path, value):
+    response = httpx.post(f"{fake_ollama.url}{path}", json={"model": "nomic-embed-text",
+                                                             "input": value})
+    assert response.status_code == 400
+    assert "invalid input type" in response.text
+
+
 def test_embed_fn_replaces_the_default_embedding(fake_ollama, ollama_client):
     fake_ollama.embed_fn = lambda text: [float(len(text)), 0.0]
     assert ollama_client.embed(model="nomic-embed-text", input=["abc"]).embeddings == [[3.0, 0.0]]
