@@ -530,7 +530,9 @@ class VectorIndex:
         the thread that makes it, once it is made (None: no hits), so the search thread
         never waits for a model server."""
         block = self._current_block(con, user_id, model, kind)
-        if block is None:
+        if isinstance(query, Future) and query.done():
+            query = query.result()  # made already: searched on the search thread
+        if block is None or query is None:
             return list
         if not isinstance(query, Future):
             return _SEARCHES.submit(_search, block, query, depth).result

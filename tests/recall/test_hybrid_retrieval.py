@@ -105,6 +105,19 @@ def test_a_question_embedded_ahead_leaves_the_keywords_free_and_ranks_as_one_emb
             == [c.id for c in search(con, "ana", at_once.text, "event", 2, query=at_once)])
 
 
+def test_a_question_embedded_before_the_searches_start_ranks_as_one_embedded_at_once(
+        writer, config):
+    embedder = ConceptEmbedder()
+    ids = seed(writer, config, embedder)
+    con = connect_readonly(writer.path)
+    ahead = make_query("ana", "my dog", embedder, ahead=True)
+    ahead.embedding.result()  # the model server answered before the turn searched
+    search_ahead(con, ahead, {"event": 3})
+    at_once = make_query("ana", "my dog", embedder)
+    assert vector_stream(con, ahead, "event", 10) == vector_stream(con, at_once, "event", 10)
+    assert ids[PUPPY] in vector_stream(con, ahead, "event", 10)[:2]
+
+
 def test_a_question_whose_embedding_fails_ahead_is_answered_by_keywords(writer, config):
     ids = seed(writer, config, ConceptEmbedder())
     con = connect_readonly(writer.path)
