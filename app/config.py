@@ -382,7 +382,7 @@ def _are_hosts(values: tuple[str, ...]) -> bool:
 
 @dataclass
 class ToolsConfig(ReadOnly):
-    """Hilo's own agent: where the model may call tools, and their bounds (app/tools/)."""
+    """Hilo's own agent: where the model may call tools, and their bounds (app/turn/tools/)."""
 
     chat: bool = setting(True)
     tasks: bool = setting(True)

@@ -6,7 +6,7 @@ that use it.
     MEMORY.md          what the user wants always known, written by the user
     logs/              log files of front-ends on a terminal (`hilo chat`: chat.log)
     repl_history       `hilo chat`'s input history
-    vectors/           approximate vector indexes, derived from memory.sqlite3 (app/vectors.py)
+    vectors/           approximate vector indexes, derived from memory.sqlite3 (app/recall/vectors.py)
     <role>.<pid>.pid   one per running worker or server (below)
 
 `DataDir` is the one place this layout is known; everything else asks it for a path.

@@ -12,7 +12,7 @@ import pytest
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import Durability
-from app.vectors import VECTOR_INDEX
+from app.recall.vectors import VECTOR_INDEX
 from app.writer import Writer
 
 pytest_plugins = ["tests.fake_ollama"]

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from app.embedders import LocalEmbedder, _load_local_model, local_embedder_installed
+from app.model.embedders import LocalEmbedder, _load_local_model, local_embedder_installed
 
 # Words that mean the same thing share a dimension, so paraphrases are close; anything
 # else (names included) lands in a small hashed space with a low weight, as a real

@@ -1,15 +1,17 @@
-"""The architecture, checked from the imports: layers only point down, no cycles.
+"""The architecture, read from the tree: the folders are the layers, which only point down.
 
-Every module of `app/` and `workers/` belongs to one layer; a module may import its own
-layer and the ones below it, never one above. The store core and the turn therefore
-never reach the queue or a front-end: the turn is handed its queue hand-off, and the
-queue's jobs are registered by whoever starts the consumer. A function-level import of
-the project's own code is allowed only for start-up time, and says so.
+Every module of `app/` and `workers/` belongs to the layer of the folder it stands in; a
+module may import its own layer and the ones below it, never one above. The store, the
+model, recall, the turn and learning therefore never reach the queue or a front-end: the
+turn is handed its queue hand-off, and the queue's jobs are registered by whoever starts
+the consumer. A function-level import of the project's own code is allowed only for
+start-up time, and says so.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -17,21 +19,25 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("app", "workers")
 
-# Lowest first. A module is placed by its longest matching prefix.
+# The wings, lowest first: a module's layer is the folder it stands in. `app/`'s own
+# modules and app/memory/ are the store; each folder under app/ is one wing; workers/ is
+# the queue runtime; the front-ends share a layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("store", ("app.errors", "app.config", "app.datadir", "app.db", "app.writer",
-               "app.events", "app.memory", "app.sanitize", "app.fts", "app.vectors", "app.ann",
-               "app.log", "app.timeutil", "app.schedule", "app.scheduled_tasks",
-               "app.metrics", "app.access")),
-    ("recall", ("app.embedders", "app.retrieval", "app.event_labels", "app.context",
-                "app.bootstrap", "app.tokens", "app.llm", "app.probe", "app.chat_formats")),
-    ("turn", ("app.chat", "app.tools", "app.agent", "app.macros")),
+    ("store", ("app", "app.memory")),
+    ("tasks", ("app.tasks",)),
+    ("model", ("app.model",)),
+    ("recall", ("app.recall",)),
+    ("turn", ("app.turn",)),
+    ("learn", ("app.learn",)),
     ("queue", ("workers",)),
-    ("operations", ("app.doctor", "app.backup", "app.transfer")),
-    ("front-ends", ("app.api", "app.repl", "app.cli", "app.format", "app.mcp", "app.__main__")),
+    ("operations", ("app.ops",)),
+    ("front-ends", ("app.api", "app.cli", "app.mcp", "app.ui")),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+WINGS = {folder: name for name, folders in LAYERS for folder in folders}
 START_UP_NOTE = "start-up"
+MAX_ROOT_MODULES = 12
+MAX_MODULE_LINES = 800
 
 
 def module_name(path: Path) -> str:
@@ -41,18 +47,18 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def folder_of(path: Path) -> str:
+    """The package a module stands in, to the wing's depth: app/turn/tools/web.py → app.turn."""
+    parts = path.relative_to(REPO).parent.parts
+    return ".".join(parts[:2])
+
+
 def layer_of(module: str) -> str | None:
-    if module == "app":  # the package itself: its version, nothing else
-        return "store"
-    best: tuple[int, str] | None = None
-    for name, prefixes in LAYERS:
-        for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), name)
-    return best[1] if best else None
+    path = project_modules().get(module)
+    return WINGS.get(folder_of(path)) if path else None
 
 
+@functools.cache
 def project_modules() -> dict[str, Path]:
     return {module_name(path): path
             for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))}
@@ -112,6 +118,33 @@ def test_every_module_has_a_layer() -> None:
     assert unplaced == [], f"place these modules in a layer of {__name__}: {unplaced}"
 
 
+def test_every_folder_of_app_is_a_wing() -> None:
+    folders = {folder_of(path) for path in project_modules().values()}
+    assert folders - set(WINGS) == set(), "a new folder under app/ names its wing in LAYERS"
+
+
+def test_the_root_of_app_holds_the_store_and_at_most_a_dozen_modules() -> None:
+    root = sorted(path.name for path in (REPO / "app").glob("*.py") if path.name != "__init__.py")
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_no_module_is_over_800_lines() -> None:
+    long = {name: lines for name, path in project_modules().items()
+            if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_learning_is_plain_functions_with_no_queue() -> None:
+    """app/learn/ is called by the queue, the CLI and tests alike: it never imports Huey."""
+    queued = [name for name, path in project_modules().items()
+              if layer_of(name) == "learn"
+              and any(isinstance(node, (ast.Import, ast.ImportFrom))
+                      and any((alias.name if isinstance(node, ast.Import) else node.module or "")
+                              .split(".")[0] == "huey" for alias in node.names)
+                      for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert queued == []
+
+
 def test_layers_only_point_down() -> None:
     _, edges = graph()
     upward = []
@@ -124,11 +157,11 @@ def test_layers_only_point_down() -> None:
     assert upward == []
 
 
-def test_core_and_turn_never_import_the_queue_or_a_front_end() -> None:
+def test_the_wings_below_the_queue_never_import_it_or_a_front_end() -> None:
     _, edges = graph()
     bad = [f"{module}:{line} imports {target}"
            for module, targets in edges.items()
-           if layer_of(module) in ("store", "recall", "turn")
+           if layer_of(module) in ("store", "tasks", "model", "recall", "turn", "learn")
            for target, line, _, _ in targets
            if layer_of(target) in ("queue", "operations", "front-ends")]
     assert bad == []
@@ -182,15 +215,17 @@ def test_function_level_imports_of_our_own_code_are_only_for_start_up_time() -> 
                           f"function, above the import, that it is lazy for {START_UP_NOTE} time")
 
 
-@pytest.mark.parametrize("module", ["app.chat", "app.context", "app.memory", "app.writer"])
+@pytest.mark.parametrize("module", ["app.turn.chat", "app.turn.context", "app.memory", "app.writer",
+                                    "app.learn.session"])
 def test_a_core_module_imported_alone_loads_no_queue_or_front_end(module: str) -> None:
-    """The same rule at run time: importing the turn or the core loads no worker code."""
+    """The same rule at run time: importing the turn, learning or the core loads no queue
+    or front-end code."""
     import subprocess
     import sys
 
     probe = (f"import sys, {module}; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers' "
-             "or m.startswith(('app.api', 'app.cli', 'app.repl'))))")
+             "or m.split('.')[0] == 'huey' or m.startswith(('app.api', 'app.cli', 'app.mcp'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"

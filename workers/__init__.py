@@ -6,7 +6,7 @@
     jobs.py         the jobs as the queue knows them: names, arguments, policy (light)
     runner.py       JobRunner: the worker's resources and each job's body (retry, locks)
     consumer.py     the consumer's start: `hilo worker` (thread workers only), huey_consumer
-    handoff.py      QueueHandoff: the chat's hand-off (app.chat.Handoff) onto the queue
+    handoff.py      QueueHandoff: the chat's hand-off (app.turn.chat.Handoff) onto the queue
     retry.py        the retry policy: backoff with jitter, then degrade, visibly
     distill.py      a turn → profile attributes and dated facts   (fallback: capture.py)
     compact.py      old events → context cards                     (fallback: extractive.py)

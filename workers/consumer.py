@@ -31,7 +31,7 @@ from typing import Any
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.log import get_logger
-from app.probe import announce_models
+from app.model.probe import announce_models
 from workers.queue import HiloHuey, check_queue_file
 from workers.runner import JobRunner
 

@@ -1,4 +1,4 @@
-"""The queue's side of the chat's hand-off (app.chat.Handoff). Enqueue only: never waits
+"""The queue's side of the chat's hand-off (app.turn.chat.Handoff). Enqueue only: never waits
 for a job, never raises.
 
 If the queue cannot take the job the call logs a warning and returns False; nothing is
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from huey.api import Task
 
-from app.chat_formats import SentChat
+from app.model.formats import SentChat
 from app.config import Config
 from app.log import get_logger
 from workers import jobs

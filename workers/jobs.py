@@ -91,7 +91,7 @@ def attached() -> Runner:
 def distill(user_id: str, session_id: str, event_ids: list[int], attempt: int = 1,
             task: Task | None = None) -> None:
     """After a turn: the session's unlearned turns → profile, facts and cards
-    (workers/learn.py), once the person is not using the model; and vectors."""
+    (app/learn/session.py), once the person is not using the model; and vectors."""
     attached().distill(user_id, session_id, event_ids, attempt, task)
 
 
@@ -162,7 +162,7 @@ def run_scheduled_tasks(task: Task | None = None) -> None:
 
 @huey.periodic_task(crontab(minute="*/10"), context=True)
 def learn_macros_periodically(task: Task | None = None) -> None:
-    """Tool chains in the stored tool events → macros (workers/macros.py)."""
+    """Tool chains in the stored tool events → macros (app/learn/tool_chains.py)."""
     attached().learn_macros()
 
 

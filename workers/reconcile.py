@@ -18,7 +18,7 @@ import apsw
 from app.config import Config
 from app.timeutil import to_rfc3339
 from app.writer import Writer
-from workers.reading import reading
+from app.learn.reading import reading
 from workers.retry import total_backoff
 
 # How long after its event undone work is left to the task already queued for it.

@@ -26,9 +26,9 @@ from typing import Any, Callable, Literal
 
 from app.config import Config
 from app.errors import HiloError
-from app.llm import ModelError
+from app.model.llm import ModelError
 from app.log import get_logger
-from workers.model_output import InvalidOutput
+from app.learn.model_output import InvalidOutput
 
 log = get_logger(__name__)
 

@@ -7,7 +7,7 @@ declarations (workers/jobs.py) and counts the jobs for /metrics. `close()` undoe
 and the writer commits what it holds. The consumer (workers/consumer.py) starts one;
 tests start one to run jobs in their own thread.
 
-The bodies add to the plain job functions (workers/distill.py, compact.py, diary.py,
+The bodies add to the plain job functions (app/learn/distill.py, compact.py, diary.py,
 consolidate.py, embed.py, reconcile.py, scheduler.py, macros.py) only what running on a queue
 needs: attempts with backoff and fallbacks (workers/retry.py), locks, and the jobs a
 job enqueues next.
@@ -20,19 +20,19 @@ from typing import Any, Callable
 
 from huey.api import Task, TaskWrapper
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.config import Config
 from app.db import Durability
-from app.embedders import Embedder, make_embedder
-from app.llm import ModelClient
+from app.model.embedders import Embedder, make_embedder
+from app.model.llm import ModelClient
 from app.log import get_logger
-from app.scheduled_tasks import sync_config_tasks
+from app.tasks.store import sync_config_tasks
 from app.timeutil import parse_rfc3339
-from app.vectors import pending_owners
+from app.recall.vectors import pending_owners
 from app.writer import Writer
 from workers import jobs
-from workers import metrics as job_metrics
+from workers import queue_metrics as job_metrics
 from workers.chat_activity import (
     chat_began_after,
     chat_deferral,
@@ -40,13 +40,13 @@ from workers.chat_activity import (
     forget_last_chat,
     server_id,
 )
-from workers.consolidate import consolidate as consolidate_memory
-from workers.diary import write_diary
-from workers.embed import embed_pending
+from app.learn.consolidate import consolidate as consolidate_memory
+from app.learn.diary_entry import write_diary
+from app.learn.embed import embed_pending
 from workers.handoff import QueueHandoff
-from workers.macros import learn_all_macros
+from app.learn.tool_chains import learn_all_macros
 from workers.hooks import task_id_time
-from workers.learn import learn_by_rules, learn_session, waiting_since
+from app.learn.session import learn_by_rules, learn_session, waiting_since
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -56,7 +56,7 @@ from workers.queue import (
     owner_beat,
     record_failure,
 )
-from workers.reading import reading
+from app.learn.reading import reading
 from workers.reconcile import find_undone_work
 from workers.retry import attempt_job
 from workers.scheduler import scheduler_tick

@@ -1,7 +1,7 @@
 """The scheduler job: run the due scheduled tasks as agent turns.
 
 Each run is a turn in the task's own session, `task:<id>`: the prompt and the memory
-context go to the model through the agent (app/agent.py: the model may call tools; a
+context go to the model through the agent (app/turn/agent.py: the model may call tools; a
 terminal command runs only under an allowed prefix, or any in a task the user marked
 trusted, and never with anyone asked), and the reply is stored as events, which are
 then distilled like any turn. `run_due_tasks` is a plain function of
@@ -9,7 +9,7 @@ then distilled like any turn. `run_due_tasks` is a plain function of
 directly; the Huey periodic task that calls it every minute (workers/jobs.py, run by
 workers/runner.py with the worker's ChatService) only adds the clock.
 
-Claims are made in the database (app/scheduled_tasks.py), so any number of consumers —
+Claims are made in the database (app/tasks/store.py), so any number of consumers —
 and the periodic task that every consumer enqueues — can call this at once: each
 occurrence runs once. A run that fails is recorded with its error and retried with
 backoff later; it never stops the other tasks of the tick.
@@ -22,10 +22,10 @@ from typing import Any, Callable, Protocol
 from zoneinfo import ZoneInfo
 
 from app.config import Config
-from app.context import DEFAULT_SYSTEM_PROMPT
-from app.llm import ModelError
+from app.turn.context import DEFAULT_SYSTEM_PROMPT
+from app.model.llm import ModelError
 from app.log import get_logger
-from app.scheduled_tasks import (
+from app.tasks.store import (
     Claim,
     ScheduledTask,
     TaskRunResult,
@@ -47,7 +47,7 @@ INSTRUCTIONS_ROLE = "system"
 
 
 class TurnRunner(Protocol):
-    """What the scheduler needs of app.agent.Agent (surface "task")."""
+    """What the scheduler needs of app.turn.agent.Agent (surface "task")."""
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",

@@ -4,7 +4,7 @@ Hilo is a transparent proxy in front of the model server. It speaks Ollama's API
 OpenAI's: their chat endpoints (`POST /api/chat`, `POST /v1/chat/completions`) get the
 memory layers added and their conversation stored; every other endpoint of the model
 server is relayed unchanged. Beside them: a JSON memory API under `/memory/...`, MCP at `/mcp`
-(app/mcp.py, mounted by server.py) and
+(app/mcp/server.py, mounted by server.py) and
 `GET /health`; the OpenAPI document is /openapi.json.
 
 The rooms, each one concept:

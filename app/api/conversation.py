@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from app.api.errors import ApiError
-from app.chat import INTERRUPTED_MARKER, ChatService
-from app.chat_formats import (
+from app.turn.chat import INTERRUPTED_MARKER, ChatService
+from app.model.formats import (
     ClientChat,
     is_conversation,
     message_text,

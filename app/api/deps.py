@@ -22,8 +22,8 @@ from fastapi import Depends, Header, Request
 
 from app.api.errors import ApiError
 from app.api.gate import TOKEN_USER
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.config import Config
 from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
 

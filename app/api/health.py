@@ -16,9 +16,9 @@ from app import __version__
 from app.api.deps import Service
 from app.datadir import DataDir
 from app.db import corrupt_memory, memory_damage, schema_version
-from app.metrics import render
-from app.probe import CachedProbe
-from workers.metrics import render_queue
+from app.turn.metrics import render
+from app.model.probe import CachedProbe
+from workers.queue_metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = __version__

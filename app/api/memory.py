@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who, check_id
 from app.api.errors import ApiError
-from app.chat import ChatService
-from app.chat_formats import stored_tool_calls
+from app.turn.chat import ChatService
+from app.model.formats import stored_tool_calls
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     Category,
@@ -30,7 +30,7 @@ from app.memory import (
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
-from app.retrieval import search_memory
+from app.recall.retrieval import search_memory
 from app.sanitize import clean_text, redact_secrets
 
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.

@@ -17,7 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app.api import health, memory, ollama, openai, scheduled
+from app.api import health, memory, ollama, openai, tasks
 from app.api.access_log import log_paths_without_queries
 from app.api.deps import user_of
 from app.api.errors import install_error_handlers
@@ -25,14 +25,14 @@ from app.api.gate import Gate, is_loopback
 from app.api.health import VERSION
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.log import get_logger
-from app.mcp import http_endpoint
-from app.probe import announce_models
+from app.mcp.server import http_endpoint
+from app.model.probe import announce_models
 from workers.handoff import queue_handoff
 
 log = get_logger(__name__)
@@ -67,9 +67,9 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
-    for routes in (ollama, openai, scheduled, memory, health):
+    for routes in (ollama, openai, tasks, memory, health):
         app.include_router(routes.router)
-    app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp.py)
+    app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
     log_paths_without_queries()
     return app

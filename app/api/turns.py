@@ -1,7 +1,7 @@
 """A chat request as both chat APIs answer it.
 
 The request is relayed to the model server in the client's own API, with only its
-messages changed: the memory layers join its system prompt (app/context.py). What the
+messages changed: the memory layers join its system prompt (app/turn/context.py). What the
 request brings that the session lacks is stored first (app/api/conversation.py says
 what that is, and which session); the reply passes back to the client as it arrives,
 and is stored too, tool calls included. A client's housekeeping (app/api/housekeeping.py)
@@ -10,7 +10,7 @@ are relayed without memory and store nothing.
 
 With `[tools] http = true`, a request that brings no tools of its own gets Hilo's
 (memory, scheduled tasks, web fetch; never the terminal): the model's calls are run and
-stored, and the client receives only the answer (app/agent.py).
+stored, and the client receives only the answer (app/turn/agent.py).
 
 The user: `X-Hilo-User`, else the body's `user` (OpenAI's end-user id), else
 `[memory] user_id`.
@@ -42,11 +42,11 @@ from app.api.conversation import (
 from app.api.deps import Caller, check_id
 from app.api.errors import ApiError, error_body, turn_error
 from app.api.housekeeping import is_housekeeping
-from app.agent import Agent
-from app.chat import ChatService
-from app.chat_formats import ReplyRecord
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
+from app.model.formats import ReplyRecord
 from app.events import InvalidEvent
-from app.llm import ModelError
+from app.model.llm import ModelError
 from app.log import get_logger
 
 log = get_logger(__name__)

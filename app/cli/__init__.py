@@ -41,7 +41,7 @@ COMMANDS = {
     "queue": "app.cli.queue:queue",
     "tasks": "app.cli.tasks:tasks",
     "memory": "app.cli.memory:memory",
-    "token": "app.cli.tokens:token",
+    "token": "app.cli.access:token",
     "macros": "app.cli.agent:macros",
     "terminal": "app.cli.agent:terminal",
 }

@@ -15,7 +15,7 @@ from app.cli.common import (
     user_option,
     with_config,
 )
-from app.format import macro_row
+from app.cli.format import macro_row
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -44,7 +44,7 @@ def macros() -> None:
 @json_option
 def list_command(config: Config, user: str | None, as_json: bool) -> int:
     """learned macros, most confident first"""
-    from app.macros import list_macros
+    from app.turn.macros import list_macros
 
     found = list_macros(open_memory(config), user or config.memory.user_id)
     tools = config.tools
@@ -66,7 +66,7 @@ def remove(config: Config, macro_id: int, user: str | None, as_json: bool) -> in
 
     MACRO_ID: its id, from `hilo macros list`
     """
-    from app.macros import remove_macro
+    from app.turn.macros import remove_macro
 
     user_id = user or config.memory.user_id
     with _writer(config) as writer:
@@ -81,7 +81,7 @@ def remove(config: Config, macro_id: int, user: str | None, as_json: bool) -> in
 @json_option
 def learn(config: Config, user: str | None, as_json: bool) -> int:
     """learn from the stored tool events now (the worker does every 10 minutes)"""
-    from workers.macros import learn_all_macros
+    from app.learn.tool_chains import learn_all_macros
 
     with _writer(config) as writer:
         counts = learn_all_macros(writer, config, user)
@@ -102,7 +102,7 @@ def terminal() -> None:
 @json_option
 def allowed(config: Config, user: str | None, as_json: bool) -> int:
     """the allowed prefixes: config.toml's, then "allow always" answers"""
-    from app.tools.terminal import stored_prefixes
+    from app.turn.tools.terminal import stored_prefixes
 
     user_id = user or config.memory.user_id
     rows = [{"prefix": p, "source": "config", "created_at": None}
@@ -120,8 +120,8 @@ def allowed(config: Config, user: str | None, as_json: bool) -> int:
 @with_config
 def allow(config: Config, prefix: str, user: str | None) -> int:
     """let commands starting with PREFIX run without asking ("df -h", "git status")"""
-    from app.tools import ToolFailed
-    from app.tools.terminal import allow_prefix
+    from app.turn.tools import ToolFailed
+    from app.turn.tools.terminal import allow_prefix
 
     with _writer(config) as writer:
         try:
@@ -138,7 +138,7 @@ def allow(config: Config, prefix: str, user: str | None) -> int:
 @with_config
 def revoke(config: Config, prefix: str, user: str | None) -> int:
     """forget an "allow always" answer"""
-    from app.tools.terminal import revoke_prefix
+    from app.turn.tools.terminal import revoke_prefix
 
     with _writer(config) as writer:
         if not revoke_prefix(writer, user or config.memory.user_id, prefix):

@@ -21,7 +21,7 @@ from app.errors import HiloError
 if TYPE_CHECKING:
     import apsw
 
-    from app.backup import Progress as ProgressCallback
+    from app.ops.backup import Progress as ProgressCallback
     from app.config import Config
 
 

@@ -19,7 +19,7 @@ from app.cli.common import (
     user_option,
     with_config,
 )
-from app.format import fact_row, hit_row, profile_line
+from app.cli.format import fact_row, hit_row, profile_line
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -76,12 +76,12 @@ def facts(config: Config, category: str | None, history: bool, user: str | None,
 def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
            user: str | None, as_json: bool) -> int:
     """search facts, cards and events"""
-    from app.retrieval import search_memory
+    from app.recall.retrieval import search_memory
 
     embedder = None
     if config.embedder.kind != "none":
         # start-up: the embedders load numpy and the model client, for keywords no need
-        from app.embedders import make_embedder
+        from app.model.embedders import make_embedder
 
         embedder = make_embedder(config)
     con = open_memory(config)
@@ -97,7 +97,7 @@ def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
 @json_option
 def reembed(config: Config, as_json: bool) -> int:
     """embed everything for the configured embedder model (resumable)"""
-    from workers.embed import reembed as embed_everything  # numpy (torch, when local)
+    from app.learn.embed import reembed as embed_everything  # numpy (torch, when local)
 
     with progress_bar(as_json) as progress:
         callback = (lambda done, total: progress("embedding", done, total)) if progress else None

@@ -48,7 +48,7 @@ def init(config: Config, as_json: bool) -> int:
 @json_option
 def doctor(config: Config, as_json: bool) -> int:
     """check the database, indexes, disk and model server"""
-    from app.doctor import Status, run_checks
+    from app.ops.doctor import Status, run_checks
 
     checks = run_checks(config)
     failed = any(c.status is Status.FAIL for c in checks)
@@ -74,7 +74,7 @@ def backup_command(config: Config, dest: Path, overwrite: bool, as_json: bool) -
 
     DEST: a file, or a folder for memory-<time>.sqlite3
     """
-    from app.backup import backup
+    from app.ops.backup import backup
 
     with progress_bar(as_json) as progress:
         report = backup(config, dest, progress, overwrite=overwrite)
@@ -94,7 +94,7 @@ def backup_command(config: Config, dest: Path, overwrite: bool, as_json: bool) -
 @json_option
 def restore_command(config: Config, src: Path, force: bool, as_json: bool) -> int:
     """put a backup in place (refused while a worker runs)"""
-    from app.backup import restore
+    from app.ops.backup import restore
 
     report = restore(config, src, force=force)
     doc = report.to_dict()
@@ -112,7 +112,7 @@ def restore_command(config: Config, src: Path, force: bool, as_json: bool) -> in
 @json_option
 def rebuild_command(config: Config, all_layers: bool, as_json: bool) -> int:
     """re-derive the full-text and vector indexes (--all: every derived layer)"""
-    from app.backup import rebuild
+    from app.ops.backup import rebuild
 
     with progress_bar(as_json) as progress:
         report = rebuild(config, all_layers=all_layers, progress=progress)
@@ -140,7 +140,7 @@ def export(config: Config, out: Path, fmt: str, overwrite: bool, user: str | Non
 
     OUT: a folder (md) or a file (jsonl)
     """
-    from app.transfer import export_jsonl, export_markdown
+    from app.ops.transfer import export_jsonl, export_markdown
 
     user = user or config.memory.user_id
     write = export_markdown if fmt == "md" else export_jsonl
@@ -162,7 +162,7 @@ def import_command(config: Config, source: str, path: Path | None, user: str | N
     SOURCE: an export folder or .jsonl file, or `kinder-agent`; PATH: with kinder-agent,
     its memory.db
     """
-    from app.transfer import import_kinder_agent, import_path
+    from app.ops.transfer import import_kinder_agent, import_path
 
     user = user or config.memory.user_id
     if source == "kinder-agent":

@@ -18,7 +18,7 @@ import click
 
 from app.cli.common import CommandError, Group, emit, json_option, print_json, with_config
 from app.errors import InvalidInput
-from app.format import ago
+from app.cli.format import ago
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @with_config
 def chat(config: Config, session: str | None, user: str | None) -> int:
     """talk to the model, with memory"""
-    from app.repl import run_repl  # the turn: numpy, the model client
+    from app.cli.repl import run_repl  # the turn: numpy, the model client
 
     return run_repl(config, session=session, user=user)
 
@@ -43,7 +43,7 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
 @with_config
 def mcp(config: Config, user: str | None) -> int:
     """MCP on stdin/stdout: memory tools for Claude, Cursor, Continue, …"""
-    from app.mcp import serve_stdio  # the MCP SDK and the turn
+    from app.mcp.server import serve_stdio  # the MCP SDK and the turn
 
     return serve_stdio(config, user)
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 from app.cli.common import Group, emit, json_option, open_memory, user_option, with_config
-from app.format import task_log_rows, task_row
+from app.cli.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
     from app.config import Config
-    from app.scheduled_tasks import ScheduledTask, TaskRunResult
+    from app.tasks.store import ScheduledTask, TaskRunResult
     from app.writer import Writer
 
 # Every `hilo` run imports every command module, so each command imports the library
@@ -50,7 +50,7 @@ def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: b
     weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", "mañana a
     las 9", an ISO date-time.
     """
-    from app.scheduled_tasks import add_task
+    from app.tasks.store import add_task
     from workers.notify import reply_channels
 
     with _writer(config) as writer:
@@ -70,7 +70,7 @@ def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: b
 @json_option
 def list_command(config: Config, user: str | None, as_json: bool) -> int:
     """tasks with next and last run"""
-    from app.scheduled_tasks import describe_task, list_tasks
+    from app.tasks.store import describe_task, list_tasks
 
     tz = config.schedule.timezone
     found = list_tasks(open_memory(config), user or config.memory.user_id)
@@ -98,7 +98,7 @@ def pause(config: Config, ref: str, user: str | None, as_json: bool) -> int:
 
     REF: the task's id or name
     """
-    from app.scheduled_tasks import pause_task
+    from app.tasks.store import pause_task
 
     return _change(config, ref, user, as_json, "Paused",
                    lambda writer, user: pause_task(writer, user, ref))
@@ -114,7 +114,7 @@ def resume(config: Config, ref: str, user: str | None, as_json: bool) -> int:
 
     REF: the task's id or name
     """
-    from app.scheduled_tasks import resume_task
+    from app.tasks.store import resume_task
 
     return _change(config, ref, user, as_json, "Resumed",
                    lambda writer, user: resume_task(writer, config, user, ref))
@@ -130,7 +130,7 @@ def remove(config: Config, ref: str, user: str | None, as_json: bool) -> int:
 
     REF: the task's id or name
     """
-    from app.scheduled_tasks import remove_task
+    from app.tasks.store import remove_task
 
     return _change(config, ref, user, as_json, "Removed",
                    lambda writer, user: remove_task(writer, user, ref))
@@ -147,8 +147,8 @@ def run(config: Config, ref: str, user: str | None, as_json: bool) -> int:
     REF: the task's id or name
     """
     # Imported when run, for start-up time: a run is a turn (numpy, the model client).
-    from app.agent import Agent
-    from app.chat import ChatService
+    from app.turn.agent import Agent
+    from app.turn.chat import ChatService
     from workers.handoff import queue_handoff
     from workers.scheduler import run_task_now
 
@@ -179,7 +179,7 @@ def log(config: Config, ref: str, user: str | None, as_json: bool) -> int:
 
     REF: the task's id or name
     """
-    from app.scheduled_tasks import task_log
+    from app.tasks.store import task_log
 
     found = task_log(open_memory(config), user or config.memory.user_id, ref)
     emit(as_json, found.to_json(),

@@ -76,7 +76,7 @@ from app.memory.facts import (
     upsert_fact,
 )
 from app.memory.importance import ImportanceFloors, decay_unread_importance
-from app.memory.log import WriteAction
+from app.memory.provenance import WriteAction
 from app.memory.profile import (
     ProfileEntry,
     clear_agent_profile,

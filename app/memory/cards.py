@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import apsw
 
-from app.memory.log import log_change, log_deletions
+from app.memory.provenance import log_change, log_deletions
 from app.timeutil import utc_now
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from app.memory.log import WriteAction, log_change, log_deletions
+from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.timeutil import utc_now
 
 

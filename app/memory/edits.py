@@ -15,7 +15,7 @@ from app.events import MAX_ID_LENGTH
 from app.memory.dedupe import SIMILAR_FACT_THRESHOLD, store_fact
 from app.memory.diary import add_diary_entry
 from app.memory.facts import Fact, get_fact, upsert_fact
-from app.memory.log import WriteAction
+from app.memory.provenance import WriteAction
 from app.memory.validation import InvalidMemory, check_text
 
 # A hand-written diary entry is a summary for the next session, not a transcript.

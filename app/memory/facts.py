@@ -16,7 +16,7 @@ from typing import Literal, get_args
 import apsw
 
 from app.events import delete_events
-from app.memory.log import WriteAction, log_change, log_deletions
+from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.memory.validation import (
     InvalidMemory,
     check_entry,

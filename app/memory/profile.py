@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from app.memory.log import WriteAction, log_change, log_deletions
+from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.memory.validation import check_entry, same_value
 from app.timeutil import utc_now
 

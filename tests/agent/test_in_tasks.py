@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.config import Config
-from app.scheduled_tasks import add_task
+from app.tasks.store import add_task
 from app.writer import Writer
 from tests.fake_ollama import FakeOllama, Reply
 from tests.workers.support import (

@@ -11,14 +11,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from app.agent import Agent, AgentOutcome
-from app.chat import ChatService
+from app.turn.agent import Agent, AgentOutcome
+from app.turn.chat import ChatService
 from app.config import Config
 from app.memory import list_facts, list_profile
-from app.scheduled_tasks import list_tasks
+from app.tasks.store import list_tasks
 from tests.fake_ollama import Fault, FakeOllama, Reply
-from workers.compact import next_chunk
-from workers.distill import build_prompt, undistilled_events
+from app.learn.compact import next_chunk
+from app.learn.distill import build_prompt, undistilled_events
 
 USER = "default"
 SESSION = "s1"

@@ -11,11 +11,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.config import Config
-from app.tools import ToolFailed
-from app.tools.terminal import (
+from app.turn.tools import ToolFailed
+from app.turn.tools.terminal import (
     allowed_prefixes,
     matching_prefix,
     prefix_to_allow,

@@ -9,10 +9,10 @@ from typing import Iterator
 
 import pytest
 
-from app.chat import ChatService
+from app.turn.chat import ChatService
 from app.config import Config
-from app.tools import ToolContext, default_registry
-from app.tools.web import host_allowed
+from app.turn.tools import ToolContext, default_registry
+from app.turn.tools.web import host_allowed
 
 PAGE = (b"<html><head><title>Docs</title><script>var secret = 1;</script></head>"
         b"<body><h1>shlex</h1><p>Simple lexical analysis.</p></body></html>")

@@ -138,7 +138,7 @@ def test_a_request_ending_in_a_tool_result_is_answered(hilo: HiloServer) -> None
 
 
 def test_tool_turns_are_given_to_distillation_as_what_happened() -> None:
-    from workers.distill import TurnEvent, build_prompt
+    from app.learn.distill import TurnEvent, build_prompt
 
     prompt = build_prompt([
         TurnEvent(1, "user", "book me a flight"),

@@ -60,16 +60,16 @@ import httpx
 import numpy as np
 
 from app.config import Config, load_config
-from app.context import build_context, read_bootstrap
+from app.turn.context import build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import FTS_TABLES, Durability, connect, connect_readonly, merge_fts_segments
 from app.events import session_events
 from app.log import configure_logging
-from app.retrieval import make_query
-from app.tokens import TokenCounter
-from app.vectors import VECTOR_INDEX, Owner, encode_vector, rebuild_indexes, store_vectors
+from app.recall.retrieval import make_query
+from app.model.token_count import TokenCounter
+from app.recall.vectors import VECTOR_INDEX, Owner, encode_vector, rebuild_indexes, store_vectors
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
-from workers.consolidate import FTS_MERGE_PAGES
+from app.learn.consolidate import FTS_MERGE_PAGES
 
 USER = "bench"
 SESSION_EVENTS = 20  # events per session
@@ -293,7 +293,7 @@ def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
 
 def merge_as_consolidation_does(con) -> None:
     """The full-text indexes as the consolidation job leaves them, every six hours
-    (workers/consolidate.py): their segments merged."""
+    (app/learn/consolidate.py): their segments merged."""
     for table in FTS_TABLES:
         while merge_fts_segments(con, table, FTS_MERGE_PAGES):
             pass
@@ -409,7 +409,7 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
 
 def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
     """EXPLAIN QUERY PLAN of the full-text stream's joins, for the report."""
-    from app.retrieval import _FTS_SQL  # noqa: PLC2701 — the SQL under test
+    from app.recall.retrieval import _FTS_SQL  # noqa: PLC2701 — the SQL under test
 
     con = connect_readonly(DataDir.of(memory.config).memory_db)
     query = make_query(USER, text)
@@ -422,8 +422,8 @@ def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
 
 def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
     """Mean share of plain bm25()'s top k facts that the bounded full-text stream also
-    ranks in its top k (app.retrieval: BM25_ROW_BUDGET)."""
-    from app.retrieval import _FTS_SQL, bm25_stream  # noqa: PLC2701
+    ranks in its top k (app.recall.retrieval: BM25_ROW_BUDGET)."""
+    from app.recall.retrieval import _FTS_SQL, bm25_stream  # noqa: PLC2701
 
     con = connect_readonly(DataDir.of(memory.config).memory_db)
     shares = []
@@ -439,7 +439,7 @@ def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
     return sum(shares) / len(shares) if shares else float("nan")
 
 
-# Partial indexes for the importance stream (app.retrieval writes its 0.8 threshold into
+# Partial indexes for the importance stream (app.recall.retrieval writes its 0.8 threshold into
 # the SQL so SQLite can use them). Not in the schema yet: measured here as a proposal.
 # -- time to first token through hilo serve ----------------------------------------------------
 

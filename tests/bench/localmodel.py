@@ -67,8 +67,8 @@ from tests.bench.report import emit, parser
 from tests.bench.soak import Process, free_port
 from tests.fake_ollama import CpuSpeed, Evaluation, FakeOllama
 from tests.workers.support import REPO_ROOT
-from workers.compact import ChunkEvent, CardText, write_card
-from workers.distill import capture_turn
+from app.learn.compact import ChunkEvent, CardText, write_card
+from app.learn.distill import capture_turn
 
 MODEL = "gemma3:4b"
 USER = "default"

@@ -27,7 +27,7 @@ For each question (categories 1-4):
     vector   cosine over the stored vectors alone;
     session  the session stream alone (BM25 and vector evidence spread to the turns
              around it in its session: not a single stream, shown for transparency);
-    fusion   every stream of app.retrieval.STREAMS fused by weighted RRF.
+    fusion   every stream of app.recall.retrieval.STREAMS fused by weighted RRF.
 Latency is per question with a fresh Query for each method (nothing cached between
 them) and excludes embedding the question (its p50 is given separately).
 
@@ -61,20 +61,20 @@ from typing import Callable
 import apsw
 
 from app.config import Config
-from app.context import build_context
+from app.turn.context import build_context
 from app.db import Durability, connect_readonly
-from app.embedders import LocalEmbedder
+from app.model.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
-from app import retrieval
+from app.recall import retrieval
 from app.memory import set_profile
-from app.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
+from app.recall.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
                            focus_question, search, session_stream, vector_stream)
 from app.timeutil import to_rfc3339
-from app.tokens import TokenCounter
+from app.model.token_count import TokenCounter
 from app.writer import Writer
 from tests.bench.report import REPO_ROOT, emit, parser, percentile
-from workers.embed import embed_pending
+from app.learn.embed import embed_pending
 
 DEFAULT_DATA = Path("../shared/data/locomo/locomo10.json")
 DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44")
@@ -475,7 +475,7 @@ def markdown(results: dict) -> str:
 
 
 def tuning_variants() -> dict[str, Variant]:
-    """Fusion weights around app.retrieval.WEIGHTS."""
+    """Fusion weights around app.recall.retrieval.WEIGHTS."""
     grid: dict[str, dict[str, float]] = {"chosen": dict(WEIGHTS),
                                          "no labels stream": {**WEIGHTS, "labels": 0.0}}
     for labels in (0.5, 2.0):

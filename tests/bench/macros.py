@@ -4,9 +4,9 @@ The corpus is a set of routines a user's scheduled tasks repeat, each a fixed ch
 tool calls (terminal, memory and task tools) and then an answer; one routine's second
 call varies from run to run, so its chain is too uncertain to be learned. The fake model
 plays each routine: it asks for the routine's next call not yet in the turn, then
-answers. Each routine runs as a trusted scheduled task's turn (app/agent.py, real tools,
+answers. Each routine runs as a trusted scheduled task's turn (app/turn/agent.py, real tools,
 real database): first without macros, then the worker's learning job
-(workers/macros.py) runs, then again with the learned macros. Counted: model calls per
+(app/learn/tool_chains.py) runs, then again with the learned macros. Counted: model calls per
 run, calls made by macros, and whether every run still made the routine's calls and
 gave its answer.
 
@@ -21,18 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.config import Config, load_config
 from app.datadir import DataDir
-from app.macros import list_macros
+from app.turn.macros import list_macros
 from app.db import Durability
 from app.memory import remember_fact, set_profile
 from app.writer import Writer
 from tests.bench.report import emit, parser
 from tests.fake_ollama import FakeOllama, Reply
 from tests.workers.support import REPO_ROOT
-from workers.macros import learn_all_macros
+from app.learn.tool_chains import learn_all_macros
 
 USER = "bench"
 

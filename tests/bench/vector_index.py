@@ -7,12 +7,12 @@ Real all-MiniLM-L6-v2 vectors (the local embedder, on sentences of Python's own
 documentation) as queries; the indexed vectors are those sentences' vectors plus
 mixtures of two or three of them, re-normalised (embedding 10^5 sentences would take
 hours on a laptop; the mixtures stay on the model's manifold far better than random
-unit vectors). Candidates: app/ann.py's index (faiss HNSW, 8-bit scalars), asked for
+unit vectors). Candidates: app/recall/ann.py's index (faiss HNSW, 8-bit scalars), asked for
 as many hits as the fact stream asks (2 x STREAM_DEPTH: superseded facts are filtered
 after), and for comparison faiss HNSW float32 and usearch (float32 and int8) at top 10.
 The comparison runs at the first size only; `--used-only` leaves it out.
 
-Target: recall@10 >= 0.95 against exact search for the index app/ann.py builds.
+Target: recall@10 >= 0.95 against exact search for the index app/recall/ann.py builds.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import time
 
 import numpy as np
 
-from app import ann
-from app.embedders import LocalEmbedder
-from app.retrieval import STREAM_DEPTH
+from app.recall import ann
+from app.model.embedders import LocalEmbedder
+from app.recall.retrieval import STREAM_DEPTH
 from tests.bench.report import emit, parser
 
 TARGET_RECALL = 0.95
-USED = "app/ann.py: faiss HNSW sq8 (used)"
+USED = "app/recall/ann.py: faiss HNSW sq8 (used)"
 
 
 def documentation_sentences(limit: int) -> list[str]:
@@ -85,12 +85,12 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--real", type=int, default=2400, help="sentences to embed")
     p.add_argument("--cache", help="a .npy file to keep the embedded sentences in")
-    p.add_argument("--used-only", action="store_true", help="only the index app/ann.py builds")
+    p.add_argument("--used-only", action="store_true", help="only the index app/recall/ann.py builds")
     args = p.parse_args()
     sizes = [10_000] if args.quick else [int(size) for size in args.vectors.split(",")]
     real = real_vectors(args.real, args.cache)
     lines = [f"{len(real) - args.queries:,} real MiniLM vectors and, up to each size, "
-             f"mixtures of them; {args.queries} real queries held out. app/ann.py: M = "
+             f"mixtures of them; {args.queries} real queries held out. app/recall/ann.py: M = "
              f"{ann.HNSW_M}, efConstruction = {ann.EF_CONSTRUCTION}, efSearch = "
              f"{ann.EF_SEARCH}, asked for {2 * STREAM_DEPTH} hits per query as the fact "
              "stream asks, recall counted on its first 10; faiss float32 M = 32, efSearch "
@@ -128,10 +128,10 @@ def measure(real: np.ndarray, size: int, count: int, compare: bool) -> dict:
     def faiss_float32():
         index = faiss.IndexHNSWFlat(data.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = 64
-        faiss.omp_set_num_threads(os.cpu_count() or 1)  # built as app/ann.py's is
+        faiss.omp_set_num_threads(os.cpu_count() or 1)  # built as app/recall/ann.py's is
         index.add(data)
         index.hnsw.efSearch = 128
-        faiss.omp_set_num_threads(1)  # searched as app/ann.py's is
+        faiss.omp_set_num_threads(1)  # searched as app/recall/ann.py's is
         return lambda q: index.search(q.reshape(1, -1), 10)[1][0]
 
     def usearch(dtype: str):

@@ -7,7 +7,7 @@ import json
 
 from click.testing import CliRunner
 
-import app.doctor
+import app.ops.doctor
 from app.cli import hilo, main
 
 COMMANDS = ["init", "doctor", "chat", "serve", "worker", "backup", "restore", "rebuild",
@@ -40,7 +40,7 @@ def test_ctrl_c_in_a_command_exits_130(data_dir, monkeypatch, capsys):
     def interrupted(config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(app.doctor, "run_checks", interrupted)
+    monkeypatch.setattr(app.ops.doctor, "run_checks", interrupted)
     assert main(["doctor", "--data-dir", str(data_dir)]) == 130
     assert capsys.readouterr().err == ""
 

@@ -41,7 +41,7 @@ def test_health_reports_the_same_version():
 
 
 def test_a_listing_cut_short_by_head_is_no_error(config, writer):
-    from app.scheduled_tasks import add_task
+    from app.tasks.store import add_task
 
     for i in range(40):  # more than a pipe holds
         add_task(writer, config, "every day at 9", f"task {i} " + "x" * 2000,

@@ -45,7 +45,7 @@ def chat_env(url: str) -> dict[str, str]:
 
 @pytest.fixture
 def start_chat(data_dir: Path, fake_ollama: FakeOllama) -> Iterator[Callable[..., pexpect.spawn]]:
-    """Start `python -m app.repl` on a pseudo-terminal and wait for its first prompt."""
+    """Start `python -m app.cli.repl` on a pseudo-terminal and wait for its first prompt."""
     children: list[pexpect.spawn] = []
 
     def start(*args: str, url: str | None = None) -> pexpect.spawn:

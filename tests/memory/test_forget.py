@@ -11,7 +11,7 @@ import numpy as np
 from app.db import connect_readonly
 from app.events import append_event
 from app.memory import forget_fact, list_facts, store_fact, upsert_fact
-from app.vectors import Owner, store_vectors
+from app.recall.vectors import Owner, store_vectors
 from tests.cli.test_messages import hilo
 
 SECRET = "lives at 42 Rua das Flores"

@@ -8,14 +8,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.events import session_events
-from app.llm import ModelClient
-from app.scheduled_tasks import add_task
+from app.model.llm import ModelClient
+from app.tasks.store import add_task
 from tests.workers.support import query, read_only, scripted_model, worker_config
-from workers.compact import compact_session
-from workers.distill import capture_turn, distill_turn
+from app.learn.compact import compact_session
+from app.learn.distill import capture_turn, distill_turn
 from workers.scheduler import run_due_tasks
 
 UTC = timezone.utc

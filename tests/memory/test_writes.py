@@ -15,10 +15,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.backup import rebuild
+from app.ops.backup import rebuild
 from app.config import load_config
 from app.datadir import DataDir
-from app.llm import ModelClient
+from app.model.llm import ModelClient
 from app.memory import (
     NewCard,
     add_card,
@@ -29,14 +29,14 @@ from app.memory import (
     upsert_fact,
 )
 from app.timeutil import to_rfc3339
-from app.transfer import export_jsonl, import_path
+from app.ops.transfer import export_jsonl, import_path
 from tests.conftest import REPO_ROOT
 from tests.fixtures.memory import populate_memory
 from tests.workers.support import add_turn, query, scalar, scripted_model, worker_config
-from workers.compact import compact_session
-from workers.consolidate import fold_old_cards, merge_duplicate_facts
-from workers.diary import write_diary
-from workers.distill import distill_turn
+from app.learn.compact import compact_session
+from app.learn.consolidate import fold_old_cards, merge_duplicate_facts
+from app.learn.diary_entry import write_diary
+from app.learn.distill import distill_turn
 
 NOW = datetime.now(timezone.utc)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backup import (
+from app.ops.backup import (
     AlreadyRunning,
     BackupError,
     backup,

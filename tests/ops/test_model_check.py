@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from app.embedders import OllamaEmbedder
-from app.llm import ModelClient
+from app.model.embedders import OllamaEmbedder
+from app.model.llm import ModelClient
 from app.log import configure_logging
-from app.probe import PROBE_TIMEOUT_SECONDS, announce_models, probe_models
-from app.retrieval import make_query
+from app.model.probe import PROBE_TIMEOUT_SECONDS, announce_models, probe_models
+from app.recall.retrieval import make_query
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import unused_loopback_url
 from tests.api.support import serve

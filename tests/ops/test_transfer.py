@@ -11,7 +11,7 @@ import yaml
 from app.config import load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.transfer import (
+from app.ops.transfer import (
     TransferError,
     export_jsonl,
     export_markdown,

@@ -11,7 +11,7 @@ import pytest
 
 from app.db import connect_readonly
 from app.memory import delete_fact, list_facts
-from app.transfer import TransferError, export_jsonl, export_markdown, import_kinder_agent, import_path
+from app.ops.transfer import TransferError, export_jsonl, export_markdown, import_kinder_agent, import_path
 from tests.fixtures.memory import full_state, memory_state, populate_memory
 from tests.ops.test_transfer import db, empty, kinder, populated  # noqa: F401 - fixtures
 

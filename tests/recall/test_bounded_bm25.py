@@ -6,12 +6,12 @@ from __future__ import annotations
 import apsw
 import pytest
 
-from app import retrieval
+from app.recall import retrieval
 from app.db import connect_readonly
 from app.events import append_event
 from app.fts import build_match_query
 from app.memory import upsert_fact
-from app.retrieval import bm25_stream, make_query
+from app.recall.retrieval import bm25_stream, make_query
 
 EVENTS = [
     "alpha beta gamma",

@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.context import HEADERS, build_context
+from app.turn.context import HEADERS, build_context
 from app.db import connect_readonly
 from app.events import Event, append_event
 from app.memory import set_profile, upsert_fact
-from app.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
@@ -159,7 +159,7 @@ def test_token_estimate_converges_on_the_servers_count():
 
 
 def test_turn_calibrates_from_prompt_eval_count(fake_ollama, config, data_dir):
-    from app.chat import ChatService
+    from app.turn.chat import ChatService
 
     cfg = config.replace(llm={"url": fake_ollama.url})
     with ChatService(cfg) as service:
@@ -170,7 +170,7 @@ def test_turn_calibrates_from_prompt_eval_count(fake_ollama, config, data_dir):
 
 
 def test_window_drops_events_the_workers_compacted(fake_ollama, config, data_dir):
-    from app.chat import ChatService
+    from app.turn.chat import ChatService
 
     cfg = config.replace(llm={"url": fake_ollama.url})
     with ChatService(cfg) as service:
@@ -186,8 +186,8 @@ def test_window_drops_events_the_workers_compacted(fake_ollama, config, data_dir
 
 
 def test_model_down_keeps_the_users_message(config, data_dir):
-    from app.chat import ChatService
-    from app.llm import ModelUnreachable
+    from app.turn.chat import ChatService
+    from app.model.llm import ModelUnreachable
     from tests.fake_ollama import unused_loopback_url
 
     cfg = config.replace(llm={"url": unused_loopback_url()})

@@ -7,14 +7,14 @@ import pytest
 
 from app.config import Config
 from app.db import connect_readonly
-from app.embedders import LOCAL_DIM, OllamaEmbedder, _load_local_model, make_embedder
+from app.model.embedders import LOCAL_DIM, OllamaEmbedder, _load_local_model, make_embedder
 from app.events import append_event
-from app.llm import ModelClient
+from app.model.llm import ModelClient
 from app.memory import upsert_fact
-from app.retrieval import make_query, vector_stream
-from app.vectors import count_pending, decode_vector, encode_vector, pending_owners
+from app.recall.retrieval import make_query, vector_stream
+from app.recall.vectors import count_pending, decode_vector, encode_vector, pending_owners
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
-from workers.embed import EmbedFailed, embed_pending, reembed
+from app.learn.embed import EmbedFailed, embed_pending, reembed
 
 
 def rows(writer, sql, *params):

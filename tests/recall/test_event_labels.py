@@ -9,7 +9,7 @@ import pytest
 
 from app import db
 from app.db import connect, migrate
-from app.event_labels import CALENDAR_WORDS, LabelQuery, event_labels, read_question
+from app.recall.event_labels import CALENDAR_WORDS, LabelQuery, event_labels, read_question
 from app.events import insert_event, prepare_event
 
 ASKED = datetime(2023, 10, 20, 12, 0, tzinfo=timezone.utc)  # a Friday

@@ -16,12 +16,12 @@ import pytest
 from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
-from app.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
+from app.recall.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
                            matching, search, search_ahead, session_neighbours,
                            session_stream, vector_stream)
-from app.vectors import VectorIndex
+from app.recall.vectors import VectorIndex
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
-from workers.embed import embed_pending
+from app.learn.embed import embed_pending
 
 PUPPY = "I adopted a golden retriever puppy last weekend"
 NAME = "Okonkwo fixed the flaky deploy pipeline before lunch"

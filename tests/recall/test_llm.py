@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.llm import (
+from app.model.llm import (
     ChatReply,
     ChatStream,
     MalformedResponse,

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from app import doctor
-from app.doctor import LOCK_STUCK_MODEL_CALLS, Status, check_queue_locks
+from app.ops import doctor
+from app.ops.doctor import LOCK_STUCK_MODEL_CALLS, Status, check_queue_locks
 from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 from workers.inspection import QueueUnavailable, QueueView
 from workers.locks import LockOwner, this_process

@@ -7,8 +7,8 @@ import os
 import re
 import time
 
-from app import bootstrap
-from app.bootstrap import MAX_BOOTSTRAP_BYTES, read_bootstrap, strip_html_comments
+from app.memory import bootstrap
+from app.memory.bootstrap import MAX_BOOTSTRAP_BYTES, read_bootstrap, strip_html_comments
 
 
 def test_unclosed_comments_cost_linear_time(tmp_path):

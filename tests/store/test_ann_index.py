@@ -12,14 +12,14 @@ import apsw
 import numpy as np
 import pytest
 
-import app.ann
-import app.vectors
-from app.backup import rebuild
+import app.recall.ann
+import app.recall.vectors
+from app.ops.backup import rebuild
 from app.config import Config
 from app.datadir import DataDir
 from app import db
 from app.db import connect, migrate
-from app.vectors import VectorIndex, Owner, store_error, store_vectors
+from app.recall.vectors import VectorIndex, Owner, store_error, store_vectors
 from tests.bench.vector_index import documentation_sentences
 from tests.embedding_fixtures import local_embedder  # noqa: F401
 from tests.workers.support import wait_until
@@ -49,7 +49,7 @@ def generation(con: apsw.Connection) -> tuple[int, int]:
                        "AND model = ? AND owner_kind = 'fact'", (MODEL,)).fetchone()
 
 
-def built(index: VectorIndex, con: apsw.Connection) -> app.vectors._Block:
+def built(index: VectorIndex, con: apsw.Connection) -> app.recall.vectors._Block:
     """The block brought up to date, once the background has built or extended its graph."""
     index.refresh(con, "u", MODEL, "fact")
     block = index._block(con, "u", MODEL, "fact")
@@ -142,7 +142,7 @@ def test_a_block_listed_once_is_not_listed_again_at_the_next_start(tmp_path, mon
     con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
     con.execute("DELETE FROM embedding_removals")  # as after 10,000 newer removals
     assert 10 not in nearest_owners(index, con, vectors[9])  # listed here, once
-    monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    monkeypatch.setattr(app.recall.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
     statements: list[str] = []
     con.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
     restarted = VectorIndex(ann_threshold=100)
@@ -210,7 +210,7 @@ def test_a_restart_reads_the_persisted_index_instead_of_building_it(tmp_path, mo
     def no_build(*args, **kwargs):
         raise AssertionError("the index was rebuilt instead of read")
 
-    monkeypatch.setattr(app.ann.HnswIndex, "build", no_build)
+    monkeypatch.setattr(app.recall.ann.HnswIndex, "build", no_build)
     restarted = VectorIndex(ann_threshold=100)
     assert restarted.nearest(con, "u", MODEL, "fact", late[0], 1)[0][0] == 1000
     assert restarted.nearest(con, "u", MODEL, "fact", vectors[42], 1)[0][0] == 43
@@ -229,7 +229,7 @@ def test_a_replaced_vector_is_no_longer_found(tmp_path):
 
 def test_a_forgotten_vector_is_dropped_without_rebuilding_or_reloading(tmp_path, monkeypatch):
     con, vectors, index = with_graph(tmp_path)
-    monkeypatch.setattr(app.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    monkeypatch.setattr(app.recall.ann.HnswIndex, "build", lambda *a, **k: pytest.fail("rebuilt"))
     con.execute("DELETE FROM embeddings WHERE owner_id IN (10, 300)")  # 300: the last row
     for restarted in (index, VectorIndex(ann_threshold=100)):
         found = nearest_owners(restarted, con, vectors[9])
@@ -299,7 +299,7 @@ def test_warm_loads_blocks_in_the_background(tmp_path, monkeypatch):
     index = VectorIndex(ann_threshold=100)
     index.warm(DataDir(tmp_path).memory_db, MODEL).join(timeout=60)
     reader = database(tmp_path)
-    monkeypatch.setattr(app.vectors._Block, "read_new_rows",
+    monkeypatch.setattr(app.recall.vectors._Block, "read_new_rows",
                         lambda *args: pytest.fail("warm left rows to read"))
     assert index.nearest(reader, "u", MODEL, "fact", vectors[3], 1)[0][0] == 4
 
@@ -318,8 +318,8 @@ def test_a_turn_right_after_warm_starts_skips_the_block_still_loading(tmp_path, 
         return slow
 
     monkeypatch.setattr(VectorIndex, "refresh", in_the_warm_thread_later(VectorIndex.refresh))
-    monkeypatch.setattr(app.vectors, "connect_readonly",
-                        in_the_warm_thread_later(app.vectors.connect_readonly))
+    monkeypatch.setattr(app.recall.vectors, "connect_readonly",
+                        in_the_warm_thread_later(app.recall.vectors.connect_readonly))
     index = VectorIndex(ann_threshold=100)
     warming = index.warm(DataDir(tmp_path).memory_db, MODEL)
     reader = database(tmp_path)
@@ -338,14 +338,14 @@ def described_size(root: Path) -> int:
 def in_the_fold_thread_later(monkeypatch, name: str) -> threading.Event:
     """HnswIndex.<name>, on the fold thread, waits for the returned event."""
     release = threading.Event()
-    step = getattr(app.ann.HnswIndex, name)
+    step = getattr(app.recall.ann.HnswIndex, name)
 
     def later(*args):
         if threading.current_thread().name.startswith("hilo-vector-fold"):
             release.wait(10)
         return step(*args)
 
-    monkeypatch.setattr(app.ann.HnswIndex, name, later if name != "build" else classmethod(
+    monkeypatch.setattr(app.recall.ann.HnswIndex, name, later if name != "build" else classmethod(
         lambda cls, *args: later(*args)))
     return release
 

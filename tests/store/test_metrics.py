@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import render
+from app.turn.metrics import render
 from tests.workers.support import (
     add_turn,
     bound_queue,  # noqa: F401 — fixture
@@ -15,7 +15,7 @@ from tests.workers.support import (
     handoff,
     scripted_queue,
 )
-from workers.metrics import JOB_METRICS, render_queue
+from workers.queue_metrics import JOB_METRICS, render_queue
 from workers.queue import huey
 
 
@@ -55,7 +55,7 @@ def test_metrics_parse_and_show_the_queue_and_the_writer(cfg, writer):
 
 
 def test_a_turn_records_context_and_model_latency(cfg, fake_ollama):
-    from app.chat import ChatService
+    from app.turn.chat import ChatService
 
     with ChatService(cfg) as service:
         service.start_turn("ana", "s1", "hello there").run()
@@ -66,8 +66,8 @@ def test_a_turn_records_context_and_model_latency(cfg, fake_ollama):
 
 
 def test_model_errors_are_counted(cfg):
-    from app.chat import ChatService
-    from app.llm import ModelUnreachable
+    from app.turn.chat import ChatService
+    from app.model.llm import ModelUnreachable
     from tests.fake_ollama import unused_loopback_url
 
     down = cfg.replace(llm={"url": unused_loopback_url()}, embedder={"kind": "none"})

@@ -1,4 +1,4 @@
-"""Schedules (app/schedule.py): cron or plain English and Spanish → a 5-field cron and
+"""Schedules (app/tasks/schedule.py): cron or plain English and Spanish → a 5-field cron and
 the next run, on a fixed clock, in the user's time zone, across DST changes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.schedule import (
+from app.tasks.schedule import (
     ScheduleError,
     next_occurrence,
     parse_schedule,
@@ -184,7 +184,7 @@ def test_february_30_is_refused():
         parse_schedule("every year on february 30 at 9", MADRID, NOW)
 
 
-# -- daylight-saving time: decided behaviour, see app/schedule.py's docstring ------------------
+# -- daylight-saving time: decided behaviour, see app/tasks/schedule.py's docstring ------------------
 
 
 def test_spring_forward_madrid_a_skipped_time_runs_once_after_the_gap():

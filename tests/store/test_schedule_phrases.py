@@ -16,8 +16,8 @@ import pytest
 
 from app import db
 from app.db import Migration, available_migrations, connect, migrate, schema_version
-from app.schedule import ScheduleError, parse_schedule
-from app.scheduled_tasks import add_task, claim_next_run, describe_task, list_tasks
+from app.tasks.schedule import ScheduleError, parse_schedule
+from app.tasks.store import add_task, claim_next_run, describe_task, list_tasks
 
 UTC = timezone.utc
 MADRID = "Europe/Madrid"
@@ -214,7 +214,7 @@ def test_a_migration_numbered_below_one_already_applied_is_applied_later(tmp_pat
 
 def test_doctor_names_a_migration_that_arrived_below_the_highest_applied(config, monkeypatch):
     from app.datadir import DataDir
-    from app.doctor import Status, check_database
+    from app.ops.doctor import Status, check_database
 
     def schema_check():
         return next(c for c in check_database(config) if c.name == "schema version")

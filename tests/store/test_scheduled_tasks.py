@@ -1,4 +1,4 @@
-"""The scheduled-tasks store (app/scheduled_tasks.py): add, list, pause, resume, remove,
+"""The scheduled-tasks store (app/tasks/store.py): add, list, pause, resume, remove,
 run now, log, claiming occurrences, and syncing [[scheduled_tasks]] from config.toml."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from app.config import ConfigError
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.schedule import ScheduleError
-from app.scheduled_tasks import (
+from app.tasks.schedule import ScheduleError
+from app.tasks.store import (
     TaskError,
     TaskNotFound,
     add_task,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.capture import capture_statements
+from app.learn.capture import capture_statements
 
 
 @pytest.mark.parametrize("text, name", [

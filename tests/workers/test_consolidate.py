@@ -6,12 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.llm import ModelHTTPError
+from app.model.llm import ModelHTTPError
 from app.memory import upsert_fact
 from app.timeutil import to_rfc3339
 from tests.fake_ollama import Fault
 from tests.workers.support import add_turn, bound_queue, query, scalar, snapshot, worker_config
-from workers.consolidate import (
+from app.learn.consolidate import (
     FLOOR_PROTECTED,
     FLOOR_READ,
     FLOOR_UNREAD,
@@ -155,8 +155,8 @@ def test_consolidating_twice_leaves_the_same_database(job_parts):
 
 
 def test_extractive_cards_and_diaries_are_rewritten_when_the_model_is_back(job_parts):
-    from workers.compact import compact_session
-    from workers.diary import write_diary
+    from app.learn.compact import compact_session
+    from app.learn.diary_entry import write_diary
 
     cfg, writer, model, _ = job_parts
     for n in range(cfg.memory.compaction_threshold // 2):  # one chunk to compact

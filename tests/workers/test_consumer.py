@@ -239,7 +239,7 @@ def _healthy(url: str) -> bool:
 def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consumers, tmp_path):
     from datetime import datetime, timedelta, timezone
 
-    from app.scheduled_tasks import add_task
+    from app.tasks.store import add_task
 
     # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
     an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.workers.support import add_turn, query, snapshot
-from workers.diary import DIARY_SCHEMA, write_diary
+from app.learn.diary_entry import DIARY_SCHEMA, write_diary
 
 ENTRY = "The user worked through a list of codes with the assistant."
 
@@ -43,7 +43,7 @@ def test_a_reopened_session_gets_its_entry_rewritten(job_parts):
 
 
 def test_the_prompt_uses_card_summaries_for_compacted_parts(job_parts):
-    from workers.compact import compact_session
+    from app.learn.compact import compact_session
 
     cfg, writer, model, fake = job_parts
     for n in range(cfg.memory.compaction_threshold // 2 + 1):  # one chunk to compact

@@ -9,8 +9,8 @@ import pytest
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
 from app.timeutil import utc_now
 from tests.workers.support import add_turn, query, scalar, snapshot
-from workers.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
-from workers.model_output import InvalidOutput
+from app.learn.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
+from app.learn.model_output import InvalidOutput
 
 
 def distill(job_parts, ids, user="ana", session="s1"):

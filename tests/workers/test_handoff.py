@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app.chat import ChatService, NoHandoff
-from app.llm import ModelUnreachable
+from app.turn.chat import ChatService, NoHandoff
+from app.model.llm import ModelUnreachable
 from tests.fake_ollama import unused_loopback_url
 from tests.workers.support import (
     REPO_ROOT,
@@ -106,12 +106,12 @@ def _modules_after(config, code: str) -> dict:
 
 def test_enqueueing_from_a_front_end_loads_no_job_code_and_counts_no_jobs(config, data_dir):
     loaded = _modules_after(config, (
-        "import app.api, app.repl\n"
+        "import app.api, app.cli.repl\n"
         "from app.config import load_config\n"
         "from workers.handoff import queue_handoff\n"
         "assert queue_handoff(load_config()).after_reply('ana', 's1', [1])\n"))
-    job_code = {"workers.runner", "workers.distill", "workers.compact", "workers.diary",
-                "workers.consolidate", "workers.embed", "workers.reconcile", "workers.scheduler"}
+    job_code = {"workers.runner", "app.learn.distill", "app.learn.compact", "app.learn.diary_entry",
+                "app.learn.consolidate", "app.learn.embed", "workers.reconcile", "workers.scheduler"}
     assert not job_code & set(loaded["modules"])
     assert loaded["receivers"] == 0  # the job-metrics signal handler is the consumer's
 
@@ -123,7 +123,7 @@ def test_the_turn_and_the_core_import_nothing_of_the_queue(config):
     code = "".join(f"import app.{name}\n" for name in core)
     loaded = _modules_after(config, code + "import sys\nqueue = [m for m in sys.modules "
                                            "if m.startswith('workers')]\nassert not queue, queue\n")
-    assert "app.chat" in loaded["modules"]
+    assert "app.turn.chat" in loaded["modules"]
 
 
 def test_hilo_queue_knows_the_jobs_by_name_without_a_worker(config, data_dir):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from workers.compact import CARD_SCHEMA, parse_card
-from workers.diary import DIARY_SCHEMA, parse_entry
-from workers.distill import DISTILL_SCHEMA, parse_extraction
-from workers.model_output import InvalidOutput
+from app.learn.compact import CARD_SCHEMA, parse_card
+from app.learn.diary_entry import DIARY_SCHEMA, parse_entry
+from app.learn.distill import DISTILL_SCHEMA, parse_extraction
+from app.learn.model_output import InvalidOutput
 
 
 def test_the_schemas_sent_ask_for_every_field_inline_and_without_annotations():

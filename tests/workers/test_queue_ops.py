@@ -290,13 +290,13 @@ def test_flush_refuses_without_yes_then_empties_the_queue_keeping_worker_state(c
 
 
 def _checks(cfg, now=None) -> dict:
-    from app.doctor import check_queue
+    from app.ops.doctor import check_queue
 
     return {c.name: c for c in check_queue(cfg, now=now)}
 
 
 def test_doctor_flags_a_stalled_worker(cfg, jobs):
-    from app.doctor import Status
+    from app.ops.doctor import Status
 
     later = _checks(cfg, now=time.time() + 300)  # jobs due for 5 min, no worker ever polled
     assert later["queue worker"].status is Status.FAIL
@@ -314,7 +314,7 @@ def test_doctor_flags_a_stalled_worker(cfg, jobs):
 
 
 def test_doctor_flags_an_old_failure(cfg, jobs):
-    from app.doctor import Status
+    from app.ops.doctor import Status
 
     now = _checks(cfg)
     assert now["failed jobs"].status is Status.OK and "2 in the last day" in now["failed jobs"].detail
@@ -335,7 +335,7 @@ def test_a_data_dir_without_a_queue_file_reads_as_empty_and_stays_so(config, dat
     assert code == 0 and "No pending or scheduled diary jobs." in out
     assert as_json(config, "flush", "--yes")[1]["flushed"]["pending"] == 0
     assert not (config.data_dir / "queue.sqlite3").exists()
-    from app.doctor import Status, check_queue
+    from app.ops.doctor import Status, check_queue
 
     assert all(c.status is Status.OK for c in check_queue(config))
 
@@ -347,7 +347,7 @@ def test_an_unreachable_redis_is_an_error_that_says_what_to_do(config, data_dir,
     assert "cannot reach the Redis queue at redis://:***@127.0.0.1:1/0" in err and "secret" not in err
     code, doc = as_json(down, "pending")
     assert code == 1 and doc["ok"] is False
-    from app.doctor import Status, check_queue
+    from app.ops.doctor import Status, check_queue
 
     [check] = check_queue(down)
     assert check.status is Status.FAIL and "redis" in check.fix

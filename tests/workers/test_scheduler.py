@@ -15,13 +15,13 @@ from typing import Callable, Iterator
 
 import pytest
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import session_events
-from app.llm import ModelUnreachable
-from app.scheduled_tasks import (
+from app.model.llm import ModelUnreachable
+from app.tasks.store import (
     add_task,
     get_task,
     list_tasks,

@@ -17,11 +17,11 @@ from typing import Iterator
 
 import pytest
 
-from app.agent import Agent
-from app.chat import ChatService
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.scheduled_tasks import RunReport, add_task, has_undelivered, task_runs
+from app.tasks.store import RunReport, add_task, has_undelivered, task_runs
 from tests.cli.test_messages import hilo
 from tests.cli.test_repl import leave, rows, start_chat  # noqa: F401 — start_chat is a fixture
 from workers.notify import Notification, NotifyFailed, deliver_run, post_webhook

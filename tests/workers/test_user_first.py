@@ -14,7 +14,7 @@ from datetime import timezone
 import httpx
 import pytest
 
-from app.llm import ModelClient
+from app.model.llm import ModelClient
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.api.support import HiloServer
 from tests.workers.test_queue_ops import as_json, hilo_queue
@@ -31,7 +31,7 @@ from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
 )
 from workers.chat_activity import ChatActivity, chat_began_after, chat_deferral, read_activity
 from workers.inspection import QueueView
-from workers.learn import learn_session
+from app.learn.session import learn_session
 from workers.queue import huey
 
 IDLE = 0.3  # [queue] chat_idle_seconds in these tests

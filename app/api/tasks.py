@@ -1,0 +1,75 @@
+"""Scheduled tasks under /memory/tasks: a prompt Hilo sends itself on a schedule, run by
+the worker in the task's own session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from app.api.deps import Service, Who
+from app.tasks.store import (
+    add_task,
+    describe_task,
+    list_tasks,
+    pause_task,
+    remove_task,
+    request_run,
+    resume_task,
+    task_log,
+)
+
+router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"])
+
+
+class TaskIn(BaseModel):
+    schedule: str = Field(description='cron ("0 9 * * 1-5") or plain English/Spanish: '
+                                      '"every weekday at 9", "cada lunes a las 8", "in 10 minutes"')
+    prompt: str
+    name: str | None = None
+    oneshot: bool = False
+    trusted: bool = False
+    timezone: str | None = Field(None, description="an IANA zone; default [schedule] timezone")
+
+
+@router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
+def get_tasks(who: Who, service: Service) -> dict:
+    tz = service.config.schedule.timezone
+    return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
+                      for t in list_tasks(service.reader(), who.user_id)]}
+
+
+@router.post("", summary="Add a task; the reply echoes the schedule in words",
+             status_code=201)
+def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
+    added = add_task(
+        service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
+        name=body.name, oneshot=body.oneshot, trusted=body.trusted, timezone_name=body.timezone)
+    return added.to_json()
+
+
+@router.post("/{ref}/pause", summary="Pause a task")
+def pause_task_route(ref: str, who: Who, service: Service) -> dict:
+    return pause_task(service.writer, who.user_id, ref).to_json()
+
+
+@router.post("/{ref}/resume", summary="Resume a paused task")
+def resume_task_route(ref: str, who: Who, service: Service) -> dict:
+    return resume_task(service.writer, service.config, who.user_id, ref).to_json()
+
+
+@router.delete("/{ref}", summary="Remove a task")
+def remove_task_route(ref: str, who: Who, service: Service) -> dict:
+    return remove_task(service.writer, who.user_id, ref).to_json()
+
+
+@router.post("/{ref}/run", summary="Run a task once, now (queued for the worker)",
+             status_code=202)
+def run_task_route(ref: str, who: Who, service: Service) -> dict:
+    return request_run(service.writer, who.user_id, ref).to_json()
+
+
+@router.get("/{ref}/log", summary="A task's runs and the replies in its session")
+def task_log_route(ref: str, who: Who, service: Service) -> dict:
+    return task_log(service.reader(), who.user_id, ref).to_json()

@@ -1,0 +1,13 @@
+"""The learn wing: what the workers learn from a conversation. Plain functions of
+(writer, model, config); the queue (workers/) only schedules and retries them.
+
+    session.py      a session's turns → profile, facts and cards, in as few model calls as it can
+    distill.py      a turn → profile attributes and dated facts       (fallback: capture.py)
+    compact.py      old events → context cards                        (fallback: extractive.py)
+    diary_entry.py  an ended session → a diary entry                  (fallback: extractive.py)
+    consolidate.py  merge duplicates, fold old cards, decay importance
+    embed.py        vectors for events, facts and cards, and the re-embed backfill
+    tool_chains.py  the tool chains in stored tool events → macros
+    model_output.py asking the model for JSON and judging the answer
+    reading.py      read-only connections beside the writer
+"""

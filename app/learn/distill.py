@@ -1,0 +1,293 @@
+"""distill: after each reply, the turn's permanent profile attributes and dated facts.
+
+The model gets the turn with a JSON schema in `format` at temperature 0.1. Facts about
+the user come from user turns and tool results only: the assistant's text is shown as
+context, and an extracted fact whose words come from the assistant's text and not
+from the user's is dropped (the hallucination feedback loop). Output is parsed
+leniently and validated item by item; nothing invalid is written.
+
+A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
+stored as "system", is what the task was told to do, not the user speaking, so it is
+the context; what the run found — the reply and the tool results — is the source.
+
+Writes and the events' distilled_at mark share one transaction, and the write first
+re-checks which events are still undistilled, so a second run does nothing.
+`capture_turn` is the degraded path: rule-based capture of explicit statements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import apsw
+
+from app.model.formats import SentChat, text_with_tool_calls
+from app.config import Config
+from app.fts import terms
+from app.model.llm import ModelClient
+from app.memory import InvalidMemory, set_profile, store_fact
+from app.tasks.store import is_task_session
+from app.timeutil import utc_now
+from app.writer import Writer
+from app.learn.capture import capture_statements
+from app.learn.model_output import DistillOutput, ask_json, parse_output
+from app.learn.reading import reading
+
+WORKER = "distill"
+FALLBACK_WORKER = "distill-rules"
+MAX_EVENT_CHARS = 4000
+MAX_PROMPT_CHARS = 12_000
+
+DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()
+
+SYSTEM = (
+    "You keep the long-term memory of a chat assistant about its user. Answer with JSON "
+    "only, matching the schema. Use empty lists when there is nothing worth remembering."
+)
+
+INSTRUCTIONS = """\
+From the conversation below, extract what is worth remembering about the USER:
+- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
+  a short key naming what it is about (e.g. "editor", "staging database"), and the value.
+Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
+
+"""
+
+TASK_INSTRUCTIONS = """\
+Below is an unattended run of a scheduled task the user set up earlier. Extract what is worth
+remembering from what the task found:
+- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
+  a short key naming what it is about (e.g. "backups", "weather in Lisbon"), and the value.
+Take facts only from RESULT and TOOL lines. The TASK line is what the task was told to do, not
+something the user said: never take a fact from it.
+
+"""
+
+
+@dataclass(frozen=True)
+class Voices:
+    """Which roles of a turn facts may come from, which are context only, and how the
+    prompt labels each role."""
+
+    sources: tuple[str, ...]
+    context: tuple[str, ...]
+    labels: dict[str, str]
+    instructions: str
+
+
+CONVERSATION = Voices(
+    sources=("user", "tool"), context=("assistant",),
+    labels={"user": "USER", "tool": "TOOL", "assistant": "ASSISTANT (context only)"},
+    instructions=INSTRUCTIONS)
+TASK_RUN = Voices(
+    sources=("assistant", "tool"), context=("system",),
+    labels={"system": "TASK (instructions, context only)", "tool": "TOOL", "assistant": "RESULT"},
+    instructions=TASK_INSTRUCTIONS)
+
+
+def voices_of(session_id: str) -> Voices:
+    """A scheduled task's session learns from its results; any other from the user."""
+    return TASK_RUN if is_task_session(session_id) else CONVERSATION
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    id: int
+    role: str
+    content: str
+    tool_name: str | None = None
+    tool_calls_json: str | None = None  # an assistant's tool calls (app.model.formats' shape)
+
+    @property
+    def text(self) -> str:
+        """The content, and what tools the assistant called with what: evidence of what
+        happened, as the results that follow are."""
+        return text_with_tool_calls(self.content, self.tool_calls_json)
+
+
+@dataclass
+class Extraction:
+    profile: dict[str, str] = field(default_factory=dict)
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, value)
+
+    def __bool__(self) -> bool:
+        return bool(self.profile or self.facts)
+
+
+@dataclass
+class DistillResult:
+    events: int = 0  # events this run marked distilled; 0 when another run had done it
+    profile: dict[str, str] = field(default_factory=dict)  # key -> write action
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, action)
+    dropped: int = 0  # items refused by validation or grounding
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def undistilled_events(con: apsw.Connection, user_id: str, session_id: str,
+                       event_ids: list[int]) -> list[TurnEvent]:
+    return turn_events(con, user_id, session_id, event_ids, undistilled_only=True)
+
+
+def turn_events(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
+                *, undistilled_only: bool = False) -> list[TurnEvent]:
+    """The session's events among `event_ids`, oldest first."""
+    if not event_ids:
+        return []
+    marks = ",".join("?" * len(event_ids))
+    pending = "AND distilled_at IS NULL " if undistilled_only else ""
+    return [TurnEvent(*row) for row in con.execute(
+        f"SELECT id, role, content, tool_name, tool_calls_json FROM events "
+        f"WHERE user_id = ? AND session_id = ? {pending}AND id IN ({marks}) ORDER BY id",
+        (user_id, session_id, *event_ids))]
+
+
+def undistilled_in_session(con: apsw.Connection, user_id: str, session_id: str) -> list[int]:
+    """Ids of the session's events not distilled yet, oldest first."""
+    return [row[0] for row in con.execute(
+        "SELECT id FROM events WHERE user_id = ? AND session_id = ? AND distilled_at IS NULL "
+        "ORDER BY id", (user_id, session_id))]
+
+
+def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session_id: str) -> bool:
+    threshold = config.memory.compaction_threshold
+    (count,) = con.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM events WHERE user_id = ? AND session_id = ? "
+        "AND compacted = 0 LIMIT ?)", (user_id, session_id, threshold)).fetchone()
+    return count >= threshold
+
+
+# -- the model's part ----------------------------------------------------------------------
+
+
+def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "") -> str:
+    """The instructions (with `also` asked besides), then the turns, one labelled line each."""
+    lines = []
+    budget = MAX_PROMPT_CHARS
+    for event in events:
+        label = voices.labels.get(event.role)
+        if label is None:
+            continue
+        if event.role == "tool" and event.tool_name:
+            label = f"{label} ({event.tool_name})"
+        text = event.text[:MAX_EVENT_CHARS]
+        if len(text) > budget:
+            text = text[:budget]
+        lines.append(f"{label}: {text}")
+        budget -= len(text)
+        if budget <= 0:
+            break
+    instructions = voices.instructions
+    if also:
+        instructions = instructions.rstrip("\n") + "\n" + also.rstrip("\n") + "\n\n"
+    return instructions + "\n".join(lines)
+
+
+def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
+    """The model's JSON, validated item by item; InvalidOutput if it is not an extraction."""
+    output = parse_output(DistillOutput, WORKER, raw, text)
+    return Extraction(profile=output.profile,
+                      facts=[(fact.category, fact.key, fact.value) for fact in output.facts])
+
+
+def _grounded(text: str, source_words: set[str], context_words: set[str]) -> bool:
+    """False for text whose words come from the context and not from a source."""
+    words = set(terms(text, min_length=3))
+    return not words or bool(words & source_words) or not (words & context_words)
+
+
+def keep_grounded(extraction: Extraction, events: list[TurnEvent],
+                  voices: Voices = CONVERSATION) -> tuple[Extraction, int]:
+    source = set().union(*(terms(e.content, min_length=3) for e in events
+                           if e.role in voices.sources))
+    context = set().union(*(terms(e.content, min_length=3) for e in events
+                            if e.role in voices.context))
+    kept = Extraction(
+        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, context)},
+        facts=[f for f in extraction.facts if _grounded(f[2], source, context)],
+    )
+    dropped = len(extraction.profile) + len(extraction.facts) - len(kept.profile) - len(kept.facts)
+    return kept, dropped
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
+                     extraction: Extraction, worker: str, source_event_id: int | None,
+                     similarity: float) -> DistillResult:
+    """Write what was extracted from `event_ids` and mark the ones still undistilled;
+    nothing when another run marked them all first."""
+    pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
+    if not pending:
+        return DistillResult()  # another run got here first
+    result = DistillResult(events=len(pending))
+    for key, value in extraction.profile.items():
+        try:
+            result.profile[key] = set_profile(con, user_id, key, value, source="agent",
+                                              worker=worker, source_event_id=source_event_id)
+        except InvalidMemory:
+            result.dropped += 1
+    for category, key, value in extraction.facts:
+        try:
+            action = store_fact(con, user_id, category, key, value, source="agent",
+                                worker=worker, source_event_id=source_event_id,
+                                similarity=similarity).action
+        except InvalidMemory:
+            result.dropped += 1
+            continue
+        result.facts.append((category, key, action))
+    marks = ",".join("?" * len(pending))
+    con.execute(f"UPDATE events SET distilled_at = ? WHERE id IN ({marks})", (utc_now(), *pending))
+    return result
+
+
+def _write(writer: Writer, config: Config, user_id: str, session_id: str,
+           events: list[TurnEvent], extraction: Extraction, worker: str,
+           dropped: int = 0) -> DistillResult:
+    sources = [e.id for e in events if e.role in voices_of(session_id).sources]
+    source_event_id = sources[-1] if sources else None
+    ids = [e.id for e in events]
+    similarity = config.memory.dedupe_similarity
+    result = writer.submit(lambda con: store_extraction(con, user_id, session_id, ids, extraction,
+                                                        worker, source_event_id, similarity))
+    result.dropped += dropped
+    return result
+
+
+def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: str,
+                 session_id: str, event_ids: list[int], after: SentChat | None = None,
+                 yield_to: Callable[[], bool] | None = None) -> DistillResult:
+    """Extract and store the turn's memory; raises ModelError / InvalidOutput to be retried.
+    `after`, `yield_to`: as model_output.ask_json takes them."""
+    with reading(writer) as con:
+        events = undistilled_events(con, user_id, session_id, event_ids)
+    if not events:
+        return DistillResult()
+    extraction, dropped = Extraction(), 0
+    voices = voices_of(session_id)
+    if any(e.role in voices.sources for e in events):
+        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM,
+                             after, yield_to)
+        extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
+    return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
+
+
+def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
+                 event_ids: list[int]) -> DistillResult:
+    """The fallback: explicit statements in the user's messages, by rule, no model."""
+    with reading(writer) as con:
+        events = undistilled_events(con, user_id, session_id, event_ids)
+    if not events:
+        return DistillResult()
+    extraction = Extraction()
+    for event in events:
+        if event.role == "user":
+            captured = capture_statements(event.content)
+            extraction.profile.update(captured.profile)
+            extraction.facts.extend(captured.facts)
+    return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER)

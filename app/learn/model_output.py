@@ -1,0 +1,286 @@
+"""Asking the model for JSON and judging what comes back.
+
+Each job's output is a pydantic model below. The JSON schema sent with the request
+(Ollama's `format`) is generated from it by `format_schema()`: every field asked for,
+inlined and without annotations, as llama.cpp's grammars take it. Validation is lenient
+where local models are sloppy: the outermost JSON value is taken from prose
+(app.model.llm.parse_json_leniently), placeholder values ("none", "unknown", …) and over-long
+ones are dropped, a bad item is dropped rather than the whole output, and only output
+with nothing usable raises InvalidOutput, which the task wrappers retry like a model
+error and then degrade — never a silent loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+
+from app.model.formats import SentChat
+from app.errors import HiloError
+from app.fts import terms
+from app.model.llm import ModelClient, parse_json_leniently
+from app.memory import CATEGORIES
+
+# Values a model writes when it has nothing to say; never stored.
+PLACEHOLDERS = frozenset({
+    "", "none", "unknown", "n/a", "na", "null", "nil", "-", "—", "?", "not specified",
+    "not mentioned", "not provided", "no", "desconocido", "ninguno", "ninguna", "nada",
+})
+EXCERPT_CHARS = 200
+# Longer values are not what was asked for: dropped, not cut.
+PROFILE_KEY_CHARS = 100
+FACT_KEY_CHARS = 200
+VALUE_CHARS = 2000
+SUMMARY_CHARS = 1000
+KEYWORD_CHARS = 60
+ENTRY_CHARS = 1000
+MAX_KEYWORDS = 12
+# A fact without a usable key is named by this many words of its value.
+KEY_WORDS = 4
+
+
+class InvalidOutput(HiloError, ValueError):
+    """The model answered, but with nothing usable; worth asking again."""
+
+    retryable = True
+
+    def __init__(self, job: str, detail: str, text: str) -> None:
+        super().__init__(f"the model's {job} output is not usable ({detail}): "
+                         f"{text[:EXCERPT_CHARS]!r}")
+        self.text = text
+
+
+def clean_text(value: Any, max_chars: int) -> str | None:
+    """One line of text, or None for placeholders, non-text and over-long values."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        value = str(value)
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.split())
+    if text.casefold().strip(" .") in PLACEHOLDERS or len(text) > max_chars:
+        return None
+    return text
+
+
+# -- lenient building blocks -----------------------------------------------------------------
+
+
+def _cleaned(max_chars: int) -> BeforeValidator:
+    """Text cleaned by clean_text; what it refuses fails validation as not a string."""
+    return BeforeValidator(lambda value: clean_text(value, max_chars))
+
+
+def _valid_items(value: Any, handler: ValidatorFunctionWrapHandler) -> list:
+    """The list's valid items, each validated alone; one object counts as a list of
+    one, anything else as an empty list."""
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    kept: list = []
+    for item in value:
+        try:
+            kept.extend(handler([item]))
+        except ValidationError:
+            continue
+    return kept
+
+
+def _valid_entries(value: Any, handler: ValidatorFunctionWrapHandler) -> dict:
+    """The mapping's valid entries, each validated alone; a list of {"key", "value"}
+    objects counts as a mapping, anything else as an empty one."""
+    if isinstance(value, list):  # a later entry for a key replaces an earlier one
+        value = {p.get("key"): p.get("value") for p in value
+                 if isinstance(p, dict) and isinstance(p.get("key"), Hashable)}
+    if not isinstance(value, dict):
+        return {}
+    kept: dict = {}
+    for key, item in value.items():
+        try:
+            kept.update(handler({key: item}))
+        except ValidationError:
+            continue
+    return kept
+
+
+def _comma_separated(value: Any) -> Any:
+    return value.split(",") if isinstance(value, str) else value
+
+
+def _category(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    category = value.strip().casefold()
+    if category not in CATEGORIES and category.rstrip("s") in CATEGORIES:
+        category = category.rstrip("s")  # "preferences", "facts"
+    return category
+
+
+# The schema asks for every field; validation also takes output that lacks some.
+_EVERY_FIELD_ASKED = ConfigDict(json_schema_serialization_defaults_required=True)
+
+
+class ModelOutput(BaseModel):
+    """A job's output: asked for in full (`format_schema`), validated leniently."""
+
+    model_config = _EVERY_FIELD_ASKED
+
+    @classmethod
+    def format_schema(cls) -> dict[str, Any]:
+        """The JSON schema to send as `format`: the complete output, refs inlined, no
+        titles, descriptions or defaults."""
+        schema = cls.model_json_schema(mode="serialization")
+        return _inlined(schema, schema.get("$defs", {}))
+
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "$defs"})
+
+
+def _inlined(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in schema:
+        return _inlined(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    inlined: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ANNOTATIONS:
+            continue
+        if key == "properties":
+            value = {name: _inlined(field, defs) for name, field in value.items()}
+        elif isinstance(value, dict):
+            value = _inlined(value, defs)
+        elif isinstance(value, list):
+            value = [_inlined(v, defs) if isinstance(v, dict) else v for v in value]
+        inlined[key] = value
+    return inlined
+
+
+# -- the jobs' outputs -------------------------------------------------------------------------
+
+
+def _keyword(value: Any) -> str | None:
+    return clean_text(value, KEYWORD_CHARS) if isinstance(value, str) else None
+
+
+Category = Annotated[Literal[CATEGORIES], BeforeValidator(_category)]
+ProfileKey = Annotated[str, _cleaned(PROFILE_KEY_CHARS)]
+Value = Annotated[str, _cleaned(VALUE_CHARS)]
+# A placeholder key is as good as none: the fact is then named by its value.
+FactKey = Annotated[str, BeforeValidator(lambda value: clean_text(value, FACT_KEY_CHARS) or "")]
+Keyword = Annotated[str, BeforeValidator(_keyword)]
+
+
+class DistilledFact(BaseModel):
+    model_config = _EVERY_FIELD_ASKED
+
+    category: Category
+    key: FactKey = ""
+    value: Value
+
+    @model_validator(mode="after")
+    def _named(self) -> DistilledFact:
+        if not self.key:
+            self.key = " ".join(terms(self.value)[:KEY_WORDS])
+        if not self.key:
+            raise ValueError("a fact with neither key nor words to name it")
+        return self
+
+
+class DistillOutput(ModelOutput):
+    """distill: the user's permanent profile attributes and dated facts."""
+
+    profile: Annotated[dict[ProfileKey, Value],
+                       WrapValidator(_valid_entries)] = Field(default_factory=dict)
+    facts: Annotated[list[DistilledFact], WrapValidator(_valid_items)] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_extraction(cls, data: Any) -> Any:
+        if isinstance(data, list):  # a bare list of facts
+            return {"facts": data}
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        if data and "profile" not in data and "facts" not in data:
+            raise ValueError("no profile or facts in the object")
+        return data
+
+
+class CardOutput(ModelOutput):
+    """compact and consolidate: a card's summary and its search keywords."""
+
+    summary: Annotated[str, _cleaned(SUMMARY_CHARS)]
+    # Validators run last-listed first: split a comma-separated string, keep the valid
+    # keywords, then the first MAX_KEYWORDS of them.
+    keywords: Annotated[list[Keyword], WrapValidator(_valid_items),
+                        AfterValidator(lambda words: words[:MAX_KEYWORDS]),
+                        BeforeValidator(_comma_separated)] = Field(default_factory=list)
+
+
+class ChunkOutput(DistillOutput):
+    """learn: a chunk of turns in one answer — its profile attributes and facts, as
+    distill's, and its card, as compact's."""
+
+    summary: Annotated[str, _cleaned(SUMMARY_CHARS)]
+    keywords: Annotated[list[Keyword], WrapValidator(_valid_items),
+                        AfterValidator(lambda words: words[:MAX_KEYWORDS]),
+                        BeforeValidator(_comma_separated)] = Field(default_factory=list)
+
+
+class DiaryOutput(ModelOutput):
+    """diary: a session's entry."""
+
+    entry: Annotated[str, _cleaned(ENTRY_CHARS)]
+
+
+# -- asking and judging ------------------------------------------------------------------------
+
+Output = TypeVar("Output", bound=ModelOutput)
+
+
+def parse_output(output: type[Output], job: str, raw: Any, text: str = "") -> Output:
+    """The model's parsed JSON validated as `output`; InvalidOutput if nothing usable remains."""
+    try:
+        return output.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidOutput(job, _detail(exc), text) from None
+
+
+def _detail(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
+    if error["type"] == "model_type":
+        return "expected a JSON object"
+    return "no " + ".".join(str(part) for part in error["loc"])
+
+
+def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any],
+             system: str | None = None, after: SentChat | None = None,
+             yield_to: Callable[[], bool] | None = None) -> tuple[dict | list, str]:
+    """The parsed JSON value of the model's reply (and the raw text); InvalidOutput if none.
+
+    With `after`, the question is asked as the next message of that chat, whose prompt
+    the model server's cache still holds: only the question is read anew. With
+    `yield_to`, the call gives way to a person (app.model.llm.ModelCallYielded)."""
+    if after is not None:
+        question = f"{system}\n\n{prompt}" if system else prompt
+        text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to)
+    else:
+        text = model.generate_json(prompt, schema, system=system, temperature=0.1,
+                                   yield_to=yield_to)
+    parsed = parse_json_leniently(text)
+    if parsed is None:
+        raise InvalidOutput(job, "no JSON object in the reply", text)
+    return parsed, text

@@ -1,0 +1,239 @@
+"""learn: a session's turns → profile, facts and context cards, in as few model calls as
+the work needs.
+
+The distill and compact jobs both run this, once the conversation is idle
+(workers/chat_activity.py), so a conversation's turns are learned together rather than
+one model call per turn:
+
+- the latest turns, those no chunk due for its card holds, get one call for their facts,
+  first: what was said last is what a new conversation is likeliest to ask about;
+- while the session has `compaction_threshold` un-compacted events, its oldest
+  `chunk_size` are one chunk, and ONE call returns the chunk's profile attributes and
+  facts (distill's rules: taken from the user's words, the assistant's are context) and
+  its card (compact's summary and keywords) — a chunk already distilled gets its card
+  alone.
+
+So a conversation costs about one call per chunk (default 8 events: four turns), plus
+one for its tail each time it goes idle. A chunk's facts, its events' distilled marks,
+its card and its events' compacted marks commit in one transaction, which re-checks
+that neither was done by another run (distill.store_extraction, compact.write_card).
+
+Before each call, `go_on()` is asked whether to make it (the person may be back), and
+a call in progress gives way the moment it says no: the run stops where it is, and what
+is left is the next run's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import apsw
+
+from app.model.formats import SentChat
+from app.config import Config
+from app.model.llm import ModelCallYielded, ModelClient
+from app.timeutil import parse_rfc3339
+from app.writer import Writer
+from app.learn.compact import (
+    MAX_CHUNKS_PER_RUN,
+    CardText,
+    ChunkEvent,
+    compact_session,
+    next_chunk,
+    summarise,
+    write_card,
+)
+from app.learn.distill import (
+    SYSTEM,
+    WORKER,
+    DistillResult,
+    Extraction,
+    build_prompt,
+    capture_turn,
+    distill_turn,
+    keep_grounded,
+    needs_compaction,
+    store_extraction,
+    turn_events,
+    undistilled_in_session,
+    voices_of,
+)
+from app.learn.model_output import ChunkOutput, ask_json, parse_output
+from app.learn.reading import reading
+
+CHUNK_SCHEMA: dict[str, Any] = ChunkOutput.format_schema()
+CARD_ALSO = """\
+- "summary": this part of the conversation in one or two sentences, technical and specific
+  (names, versions, commands, decisions, outcomes);
+- "keywords": 3 to 8 words someone would search for to find it again."""
+
+
+@dataclass
+class LearnResult:
+    calls: int = 0  # model calls made
+    cards: int = 0
+    facts: int = 0  # facts written (inserted or updated)
+    events: int = 0  # events marked distilled
+    stopped: bool = False  # go_on() said no before the work was done
+
+
+def waiting_since(con: apsw.Connection, config: Config, user_id: str,
+                  session_id: str) -> float | None:
+    """When the session's oldest unlearned event was stored (Unix time); None when
+    nothing is left to learn."""
+    (oldest,) = con.execute(
+        "SELECT min(created_at) FROM events WHERE user_id = ? AND session_id = ? "
+        "AND distilled_at IS NULL", (user_id, session_id)).fetchone()
+    if oldest is None and needs_compaction(con, config, user_id, session_id):
+        (oldest,) = con.execute(
+            "SELECT min(created_at) FROM events WHERE user_id = ? AND session_id = ? "
+            "AND compacted = 0", (user_id, session_id)).fetchone()
+    return None if oldest is None else parse_rfc3339(oldest).timestamp()
+
+
+def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: str,
+                  session_id: str, *, go_on: Callable[[], bool] | None = None,
+                  interrupted: Callable[[], bool] | None = None,
+                  after: SentChat | None = None) -> LearnResult:
+    """Learn what the session has not: its latest turns' facts, then its chunks (facts and
+    card in one call each), then anything still undistilled. Raises ModelError / InvalidOutput to be retried; what was written
+    before stays written. With `after` (the session's last chat, still in the model
+    server's cache), each question is asked as the next message of that chat: the model
+    reads only the question anew, and the chat's cache is still there for the person.
+
+    `go_on()`, when given, is asked before each call; `interrupted()` (by default: not
+    go_on()) is watched during it, and a call in progress when it says yes gives way at
+    once (the server stops working on it)."""
+    result = LearnResult()
+    steps = _Steps(model, go_on, interrupted, after, result)
+    try:
+        _learn(writer, config, user_id, session_id, steps)
+    except ModelCallYielded:
+        result.stopped = True
+    return result
+
+
+@dataclass
+class _Steps:
+    """How a run asks the model, and whether it may."""
+
+    model: ModelClient
+    go_on: Callable[[], bool] | None
+    interrupted: Callable[[], bool] | None
+    after: SentChat | None
+    result: LearnResult
+
+    def may_go_on(self) -> bool:
+        if self.go_on is None or self.go_on():
+            return True
+        self.result.stopped = True
+        return False
+
+    def yield_to(self) -> Callable[[], bool] | None:
+        go_on = self.go_on
+        if self.interrupted is not None or go_on is None:
+            return self.interrupted
+        return lambda: not go_on()
+
+
+def _learn(writer: Writer, config: Config, user_id: str, session_id: str, steps: _Steps) -> None:
+    result = steps.result
+    # The latest turns first: what was said last is what a new conversation asks about.
+    with reading(writer) as con:
+        latest = latest_undistilled(con, config, user_id, session_id)
+    if latest and not _distill(writer, config, user_id, session_id, latest, steps):
+        return
+    for _ in range(MAX_CHUNKS_PER_RUN):
+        with reading(writer) as con:
+            chunk = next_chunk(con, config, user_id, session_id)
+        if chunk is None:
+            break
+        if not steps.may_go_on():
+            return
+        _learn_chunk(writer, config, user_id, session_id, chunk, steps)
+    with reading(writer) as con:
+        rest = undistilled_in_session(con, user_id, session_id)
+    if rest:
+        _distill(writer, config, user_id, session_id, rest, steps)
+
+
+def latest_undistilled(con: apsw.Connection, config: Config, user_id: str,
+                       session_id: str) -> list[int]:
+    """The undistilled events no chunk due for its card holds: the session's latest."""
+    uncompacted = [row[0] for row in con.execute(
+        "SELECT id FROM events WHERE user_id = ? AND session_id = ? AND compacted = 0 "
+        "ORDER BY id", (user_id, session_id))]
+    threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
+    chunked = 0
+    while len(uncompacted) - chunked >= threshold:
+        chunked += size
+    latest = set(uncompacted[chunked:])
+    return [i for i in undistilled_in_session(con, user_id, session_id) if i in latest]
+
+
+def _distill(writer: Writer, config: Config, user_id: str, session_id: str,
+             event_ids: list[int], steps: _Steps) -> bool:
+    """Facts of these events in one call; False when the run may not go on."""
+    if not steps.may_go_on():
+        return False
+    with reading(writer) as con:
+        sources = [e for e in turn_events(con, user_id, session_id, event_ids)
+                   if e.role in voices_of(session_id).sources]
+    _count(steps.result, distill_turn(writer, steps.model, config, user_id, session_id,
+                                      event_ids, steps.after, steps.yield_to()))
+    steps.result.calls += bool(sources)
+    return True
+
+
+def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
+                 chunk: list[ChunkEvent], steps: _Steps) -> None:
+    model, after, result = steps.model, steps.after, steps.result
+    ids = [e.id for e in chunk]
+    with reading(writer) as con:
+        undistilled = {e.id for e in turn_events(con, user_id, session_id, ids,
+                                                 undistilled_only=True)}
+        events = turn_events(con, user_id, session_id, ids)
+    voices = voices_of(session_id)
+    extraction, dropped = Extraction(), 0
+    if any(e.role in voices.sources and e.id in undistilled for e in events):
+        raw, text = ask_json(model, WORKER, build_prompt(events, voices, also=CARD_ALSO),
+                             CHUNK_SCHEMA, SYSTEM, after, steps.yield_to())
+        output = parse_output(ChunkOutput, WORKER, raw, text)
+        extraction, dropped = keep_grounded(
+            Extraction(profile=output.profile,
+                       facts=[(f.category, f.key, f.value) for f in output.facts]), events, voices)
+        card = CardText(output.summary, ", ".join(output.keywords))
+    else:
+        card = summarise(model, chunk, after, steps.yield_to())
+    result.calls += 1
+    sources = [e.id for e in events if e.role in voices.sources]
+    source_event_id = sources[-1] if sources else None
+    similarity = config.memory.dedupe_similarity
+    pending = sorted(undistilled)
+
+    def write(con: apsw.Connection) -> tuple[DistillResult, int | None]:
+        learned = store_extraction(con, user_id, session_id, pending, extraction, WORKER,
+                                   source_event_id, similarity)
+        return learned, write_card(con, user_id, session_id, chunk, card)
+
+    learned, card_id = writer.submit(write)
+    learned.dropped += dropped
+    _count(result, learned)
+    result.cards += card_id is not None
+
+
+def _count(result: LearnResult, learned: DistillResult) -> None:
+    result.events += learned.events
+    result.facts += sum(1 for _, _, action in learned.facts if action in ("insert", "update"))
+
+
+def learn_by_rules(writer: Writer, config: Config, user_id: str, session_id: str) -> LearnResult:
+    """The fallback: explicit statements captured by rule, cards that quote their chunk."""
+    with reading(writer) as con:
+        rest = undistilled_in_session(con, user_id, session_id)
+    result = LearnResult()
+    _count(result, capture_turn(writer, config, user_id, session_id, rest))
+    result.cards = len(compact_session(writer, None, config, user_id, session_id,
+                                       extractive=True))
+    return result

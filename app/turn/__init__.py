@@ -1,0 +1,9 @@
+"""The turn wing: one message in, the context assembled, the reply out.
+
+    chat.py         ChatService: store the message, build the context, stream the reply
+    context.py      the messages a model receives for one turn, always within budget
+    agent.py        Hilo's own agent: a turn in which the model may call tools
+    tools/          the tools that agent may call, and their registry
+    macros.py       tool chains learned from what the agent did
+    metrics.py      what this process measures for /metrics
+"""

@@ -1,0 +1,632 @@
+"""Context assembly: the messages a model receives for one turn, always within budget.
+
+The system prompt carries the layers — bootstrap MEMORY.md, profile, the last diary
+entry, relevant facts with their dates, relevant context cards, and the best-ranked past
+messages — then come the window of recent events and the new user message. The budget
+is `num_ctx − reply_reserve` tokens and is never exceeded: layers are filled in a fixed
+priority (bootstrap, profile, window, facts, cards, diary, events), each taking whole
+items while they fit, so the same inputs always give the same context.
+
+Layout follows the local model's prompt cache. A server keeps the last prompt it read
+(and what it wrote after it) and re-evaluates only what follows the longest prefix it
+has seen, which on a CPU is most of the wait before the first token. So a session's
+prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
+
+- A stretch's first turn builds the system prompt: the stable layers first (bootstrap,
+  profile, diary), then what is retrieved for that message (facts, cards, past
+  messages), at most `[memory] retrieved_max_tokens` — or, with `[memory]
+  fill_first_message`, as much as the budget holds for a conversation's first message.
+  The window starts there.
+- The stretch's later turns keep that system prompt, word for word, and the
+  conversation grows append-only: the window keeps every event since the stretch began,
+  compacted into cards or not. What is retrieved for a new message — facts, cards and
+  past messages with evidence of relevance that the prompt does not show yet, at most
+  `retrieved_max_tokens` — goes into that message, just before its text, and stays
+  there on later turns. So a turn reads anew only its own message and that note.
+- When the next turn would not fit, the stretch ends and a new one starts from the
+  current message: one large step rather than a sliding window that changes the prompt
+  at every turn.
+
+A client of `hilo serve` that sends its own history gets that history instead of the
+window, as it sent it and never cut: the layers join its system prompt (or open one),
+notes go into its messages as they do in the window, and the layers take what room the
+history leaves. Its `num_ctx`, when it names one, sets the budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+
+import apsw
+
+from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
+from app.model.formats import (
+    SYSTEM_ROLES,
+    events_as_messages,
+    image_count,
+    message_text,
+    with_text_appended,
+    with_text_prepended,
+)
+from app.config import Config
+from app.events import Event
+from app.memory import (
+    Card,
+    Fact,
+    cards_by_ids,
+    facts_by_ids,
+    last_diary,
+    list_cards,
+    list_facts,
+    list_profile,
+)
+from app.recall.retrieval import (
+    STREAM_DEPTH,
+    Candidate,
+    Query,
+    make_query,
+    matching,
+    search,
+    search_ahead,
+)
+from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant with a long-term memory of this user. Use what you "
+    "remember when it helps; do not recite it unprompted."
+)
+PRIORITY = ("bootstrap", "profile", "window", "facts", "cards", "diary", "events")
+# Where each system-prompt layer goes: stable ones first, this turn's retrieval last.
+LAYOUT = ("bootstrap", "profile", "diary", "facts", "cards", "events")
+# What is retrieved for one message, in the order a note shows it.
+RETRIEVED = ("facts", "cards", "events")
+# A new stretch (after a conversation's first message) leaves this share of the budget
+# free, for the turns it will hold.
+GROWTH_SHARE = 4
+# A note: memory retrieved for one message, placed just before its text.
+NOTE_OPEN, NOTE_CLOSE = "<memory>\n", "\n</memory>\n\n"
+HEADERS = {
+    "bootstrap": "## What the user wants you to always know",
+    "profile": "## About the user",
+    "facts": "## Relevant facts (with the date they were last stated)",
+    "cards": "## Summaries of earlier conversation",
+    "events": "## Earlier messages that may be related (oldest first)",
+    "diary": "## The previous session",
+}
+TRUNCATION_MARKER = " […]"
+# What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,
+# gemma3 as 256): the layers must leave it room.
+IMAGE_TOKENS = 576
+
+
+@dataclass
+class LayerReport:
+    name: str
+    available: int  # items the layer had to offer
+    included: int  # items that fit
+    tokens: int
+    kept: list[int] = field(default_factory=list)  # which ones, by their place in the offer
+
+    def chosen(self, items: list) -> list:
+        """The offered items that went in, best first."""
+        return [items[i] for i in self.kept]
+
+    @property
+    def status(self) -> str:
+        if self.available == 0:
+            return "empty"
+        if self.included == self.available:
+            return "included"
+        return "truncated" if self.included else "dropped"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "items": self.included,
+                "of": self.available, "tokens": self.tokens}
+
+
+@dataclass(frozen=True)
+class ContextPlan:
+    """What a session's prompt has shown since its stretch began, so the next turn's
+    prompt starts with the same text (the model server's cache then holds all of it).
+
+    A function of the turns that made it; lost, the next turn starts a new stretch."""
+
+    key: tuple  # what the stretch was built for: model, budget, system prompt, mode
+    layers: str  # the system prompt's layers, word for word
+    shown: frozenset[str]  # what the prompt shows: "fact:3", "card:9", "event:41"
+    notes: tuple[tuple[str, str], ...] = ()  # (message key, its note)
+    window_start: int | None = None  # the first event the window shows (window mode)
+    explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
+
+
+@dataclass
+class BuiltContext:
+    messages: list[dict]
+    tokens: int
+    budget: int
+    explain: dict = field(default_factory=dict)
+    plan: ContextPlan | None = None  # give it to the session's next turn
+
+    @property
+    def system_prompt(self) -> str:
+        return message_text(self.messages[0])
+
+
+def _fact_line(fact: Fact) -> str:
+    return f"- [{fact.date}] ({fact.category}) {fact.key}: {fact.value}"
+
+
+def _card_line(card: Card) -> str:
+    keywords = f" (keywords: {card.keywords})" if card.keywords else ""
+    return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
+
+
+# A message quoted from the past is cut to this many characters: one pasted log must not
+# take the room of a dozen messages (LoCoMo's turns: 99 % under 340 characters).
+EVENT_LINE_CHARS = 500
+# How deep the past messages are searched for quoting: first the fusion's own depth, so
+# the search shares the BM25 and vector reads of the session stream; twice that only
+# when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
+# messages). On LoCoMo (tests/bench/locomo.py, quick) context recall is 0.933 with one
+# look, 0.935 with this, 0.938 looking 100 deep every time, which costs ~2 ms a turn at
+# 10^5 events.
+QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
+LOOK_DEEPER_BELOW = 0.75
+# Less room than this many tokens holds no quoted line worth having (date, role, words).
+MIN_EVENT_LINE_TOKENS = 12
+
+
+@dataclass(frozen=True)
+class _PastEvent:
+    id: int
+    session_id: str
+    created_at: str
+    role: str
+    content: str
+    compacted: bool
+
+    def line(self) -> str:
+        content = " ".join(self.content.split())
+        if len(content) > EVENT_LINE_CHARS:
+            content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
+        return f"- [{self.created_at[:10]}] {self.role}: {content}"
+
+
+def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
+    if not ids:
+        return {}
+    rows = con.execute(
+        "SELECT id, session_id, created_at, role, content, compacted FROM events "
+        f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
+    return {row[0]: _PastEvent(*row[:5], bool(row[5])) for row in rows}
+
+
+def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
+    """Top-k relevant items, or the k most recent when nothing matches."""
+    user_id = query.user_id
+    if k <= 0:
+        return [], [], False
+    candidates: list[Candidate] = search(con, user_id, query.text, kind, k, query=query)
+    ids = [c.id for c in candidates]
+    if kind == "fact":
+        items = facts_by_ids(con, user_id, ids) or list_facts(con, user_id, limit=k)
+    else:
+        items = cards_by_ids(con, user_id, ids) or list_cards(con, user_id, limit=k)
+    return items, candidates, not ids
+
+
+class _Budget:
+    """Token accounting: items are taken whole, in order, while they fit. `retrieval`,
+    when set, is what the retrieved sections (facts, cards, past messages) may still take
+    of it."""
+
+    def __init__(self, chars_per_token: float, total: int, retrieval: int | None = None) -> None:
+        self.chars_per_token, self.left, self.retrieval = chars_per_token, total, retrieval
+
+    def cost(self, text: str) -> int:
+        return estimate_tokens(text, self.chars_per_token)
+
+    def room(self, retrieved: bool = False) -> int:
+        if retrieved and self.retrieval is not None:
+            return min(self.left, self.retrieval)
+        return self.left
+
+    def take_section(self, name: str, header: str, lines: list[str], *,
+                     shown_in: list | None = None) -> tuple[str, LayerReport]:
+        """As many lines as fit under the header; nothing at all if not even one does.
+
+        Lines are taken in the order given (best first); with `shown_in` (one sort key
+        per line) the lines kept are shown in that order instead. A layer the user wrote
+        or that tells a story (bootstrap, profile, diary) stops at the first line that
+        does not fit; a retrieved one passes over it for the shorter ones below: with a
+        few hundred tokens of room, one long message would otherwise keep out every
+        match ranked after it."""
+        report = LayerReport(name, len(lines), 0, 0)
+        if not lines:
+            return "", report
+        room = self.room(retrieved=name in RETRIEVED)
+        block = f"\n\n{header}\n"
+        spent = self.cost(block)
+        kept: list[int] = []
+        for i, line in enumerate(lines):
+            line_cost = self.cost(line + "\n")
+            if spent + line_cost > room:
+                if name in RETRIEVED:
+                    continue
+                break
+            kept.append(i)
+            spent += line_cost
+        if not kept:
+            return "", report
+        self.left -= spent
+        if name in RETRIEVED and self.retrieval is not None:
+            self.retrieval -= spent
+        report.included, report.tokens, report.kept = len(kept), spent, kept
+        if shown_in is not None:
+            kept = sorted(kept, key=lambda i: shown_in[i])
+        return block + "".join(lines[i] + "\n" for i in kept), report
+
+
+def _message_cost(budget: _Budget, message: dict) -> int:
+    """A client's message as sent: its text, tool calls and images."""
+    cost = budget.cost(message_text(message)) + MESSAGE_OVERHEAD_TOKENS
+    if message.get("tool_calls"):
+        cost += budget.cost(str(message["tool_calls"]))
+    return cost + image_count(message) * IMAGE_TOKENS
+
+
+def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
+                     window: list[Event], budget: _Budget) -> tuple[list[Candidate],
+                                                                   list[_PastEvent]]:
+    """The best-ranked past events worth quoting, best first: not in the window, and not
+    the live part of this session (its un-compacted events: the window shows the recent
+    ones, and the message being answered is among them)."""
+    room = budget.room(retrieved=True)
+    if room < MIN_EVENT_LINE_TOKENS:
+        return [], []
+    in_window = {e.id for e in window}
+    kept: list[Candidate] = []
+    found: dict[int, _PastEvent] = {}
+    for depth in QUOTE_DEPTHS:
+        candidates = search(con, query.user_id, query.text, "event", depth, query=query)
+        found = _past_events(con, query.user_id, [c.id for c in candidates])
+        kept = [c for c in candidates if c.id in found and c.id not in in_window
+                and (found[c.id].session_id != session_id or found[c.id].compacted)]
+        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
+                                                     for c in kept)
+        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
+            break
+    return kept, [found[c.id] for c in kept]
+
+
+def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
+    """The longest prefix of text (cut at a line or word) within max_tokens."""
+    if estimate_tokens(text, ratio) <= max_tokens:
+        return text
+    chars = int(max_tokens * ratio) - len(TRUNCATION_MARKER) - 1
+    while chars > 0:
+        cut = text[:chars]
+        space = max(cut.rfind("\n"), cut.rfind(" "))
+        if space > chars // 2:
+            cut = cut[:space]
+        candidate = cut.rstrip() + TRUNCATION_MARKER
+        if estimate_tokens(candidate, ratio) <= max_tokens:
+            return candidate
+        chars -= max(1, chars // 20)
+    return ""
+
+
+def build_context(
+    con: apsw.Connection,
+    config: Config,
+    counter: TokenCounter,
+    user_id: str,
+    text: str,
+    *,
+    session_id: str,
+    window: list[Event],
+    bootstrap: str = "",
+    client_system: str | None = None,
+    model: str | None = None,
+    query: Query | None = None,
+    history: list[dict] | None = None,
+    num_ctx: int | None = None,
+    api: str | None = None,
+    show_window: bool = True,
+    plan: ContextPlan | None = None,
+    message_id: int | None = None,
+) -> BuiltContext:
+    """The messages for one turn: system prompt with layers, the window, the user message.
+
+    `window` is the session's recent un-compacted events (oldest first), without the
+    new user message. `query` carries the text's embedding when an embedder is
+    configured (make_query); without it retrieval uses keywords, importance and recency.
+
+    `history` is a client's own messages, sent on as they are in place of `text`: the
+    layers go into its leading system message (or a new one), the window after that
+    message; `text` is then only what retrieval looks for. Without `show_window` the
+    window is not sent (the client's history holds it) but still kept out of the quoted
+    past. `num_ctx` is the client's context window; `api` ("ollama" or "openai") the
+    shape of the window's messages, by default the model server's.
+
+    `plan` is what the session's previous turn returned (BuiltContext.plan): while it
+    still applies the turn continues its stretch (module docstring), and `window` then
+    holds every event since the plan's `window_start`. `message_id` is the stored event
+    of `text`, which the next turns' windows show with its note.
+    """
+    query = query or make_query(user_id, text, con=con)
+    # The vector searches run beside the keyword streams from here on.
+    search_ahead(con, query, {"fact": config.memory.facts_k, "card": config.memory.cards_k,
+                              "event": STREAM_DEPTH})
+    model = model or config.llm.chat_model
+    api = api or config.llm.provider
+    reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,
+                                                                   num_ctx // 2)
+    total = (num_ctx or config.llm.num_ctx) - reserve
+    # One ratio for the whole build, so a calibration landing mid-way cannot skew it.
+    ratio = counter.chars_per_token(model)
+    opening, tail = None, []
+    if history is not None:
+        if history and history[0].get("role") in SYSTEM_ROLES:
+            opening, tail = history[0], list(history[1:])
+        else:
+            tail = list(history)
+        base = (message_text(opening) if opening is not None
+                else (client_system or DEFAULT_SYSTEM_PROMPT).strip())
+    else:
+        base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
+    key = (model, total, api, _digest(base), _digest(bootstrap))
+    turn = _Turn(con, config, query, text, session_id, window, opening, base, tail, history,
+                 api, show_window, total, ratio, model, message_id)
+    if plan is not None and plan.key == key:
+        built = turn.continue_stretch(plan)
+        if built is not None:
+            return built
+        reason = "the conversation outgrew the budget"
+    else:
+        reason = "first turn" if plan is None else "the model, budget or system prompt changed"
+    return turn.start_stretch(key, bootstrap, reason)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _message_keys(messages: list[dict]) -> list[str]:
+    """What finds a message again in the next turn's prompt, shown from the window or
+    sent by the client: its words, and how many earlier messages said the same."""
+    seen: dict[str, int] = {}
+    keys = []
+    for message in messages:
+        words = _digest(f"{message.get('role')}:{message_text(message)}")
+        keys.append(f"{words}:{seen.get(words, 0)}")
+        seen[words] = seen.get(words, 0) + 1
+    return keys
+
+
+def _with_note(note: str) -> str:
+    return f"{NOTE_OPEN}{note}{NOTE_CLOSE}"
+
+
+@dataclass
+class _Turn:
+    """One build: what it was asked, and the two ways to answer it."""
+
+    con: apsw.Connection
+    config: Config
+    query: Query
+    text: str
+    session_id: str
+    window: list[Event]
+    opening: dict | None
+    base: str
+    tail: list[dict]
+    history: list[dict] | None
+    api: str
+    show_window: bool
+    total: int
+    ratio: float
+    model: str
+    message_id: int | None
+
+    def _first_message(self) -> bool:
+        """Nothing said before it in this conversation: no window, no earlier reply."""
+        if self.show_window and self.window:
+            return False
+        return not any(m.get("role") == "assistant" for m in self.tail)
+
+    # -- a new stretch ---------------------------------------------------------------------
+
+    def start_stretch(self, key: tuple, bootstrap: str, reason: str) -> BuiltContext:
+        config, con, mem = self.config, self.con, self.config.memory
+        ratio, total, text, user_id = self.ratio, self.total, self.text, self.query.user_id
+        first = mem.fill_first_message and self._first_message()
+        budget = _Budget(ratio, total, None if first else mem.retrieved_max_tokens)
+        opening, tail = self.opening, self.tail
+        if self.history is None:
+            # The system and user messages always go; if together they overflow, the system
+            # prompt is held to half the budget and the user text gets the rest, both cut.
+            budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
+            base = _fit_text(ratio, self.base, max(0, budget.left) // 2)
+            budget.left -= budget.cost(base)
+            user_text = _fit_text(ratio, text, budget.left)
+            budget.left -= budget.cost(user_text)
+            tail = [{"role": "user", "content": user_text}]
+        else:
+            # The client's messages all go, uncut; the layers get what room they leave.
+            base, user_text = self.base, text
+            budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
+                            + sum(_message_cost(budget, m) for m in tail))
+        # Room for the conversation to grow before the next stretch: the prompt then moves
+        # in large steps. A conversation's first message may fill it all.
+        budget.left -= 0 if first else min(max(0, budget.left), total // GROWTH_SHARE)
+
+        reports: dict[str, LayerReport] = {}
+        sections: dict[str, str] = {}
+
+        capped = _fit_text(ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
+        sections["bootstrap"], reports["bootstrap"] = budget.take_section(
+            "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
+
+        profile = [f"{p.key}: {p.value}" for p in list_profile(con, user_id)]
+        sections["profile"], reports["profile"] = budget.take_section(
+            "profile", HEADERS["profile"], profile)
+
+        # The window keeps the newest events: walk back from the end while they fit.
+        window = self.window
+        recent = window[-mem.window_events:] if mem.window_events and self.show_window else []
+        kept_events: list[Event] = []
+        spent = 0
+        for event in reversed(recent):
+            cost = (budget.cost(event.content + (event.tool_calls_json or ""))
+                    + MESSAGE_OVERHEAD_TOKENS)
+            if spent + cost > budget.left:
+                break
+            kept_events.insert(0, event)
+            spent += cost
+        budget.left -= spent
+        kept_window = events_as_messages(kept_events, self.api)
+        reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
+
+        facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
+        cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
+        # With bounded room, what matched comes first: the most recent facts and cards
+        # (when none matched) take only what the past messages that matched leave.
+        later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
+                 if fallback and budget.retrieval is not None}
+        lines = {"facts": [_fact_line(f) for f in facts], "cards": [_card_line(c) for c in cards]}
+        for name in ("facts", "cards"):
+            if name not in later:
+                sections[name], reports[name] = budget.take_section(name, HEADERS[name],
+                                                                    lines[name])
+
+        diary = last_diary(con, user_id, exclude_session=self.session_id, limit=mem.diary_k)
+        sections["diary"], reports["diary"] = budget.take_section(
+            "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
+
+        # Whatever room the compiled layers leave goes to the raw past (compacted events
+        # included), best-ranked first, shown in the order they were said.
+        event_candidates, past = _quotable_events(con, self.query, self.session_id, window,
+                                                  budget)
+        sections["events"], reports["events"] = budget.take_section(
+            "events", HEADERS["events"], [e.line() for e in past],
+            shown_in=[(e.created_at, e.id) for e in past])
+        for name in sorted(later):
+            sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
+
+        layers = "".join(sections[name] for name in LAYOUT)
+        system = ({"role": "system", "content": base + layers} if opening is None
+                  else with_text_appended(opening, layers))
+        messages = [system, *kept_window, *tail]
+        tokens = sum(_message_cost(budget, m) for m in messages)
+
+        explain = {
+            "budget": total,
+            "tokens": tokens,
+            "model": self.model,
+            "chars_per_token": round(ratio, 3),
+            "user_text_truncated": user_text != text,
+            "client_messages": None if self.history is None else len(self.history),
+            "layers": [reports[name].to_dict() for name in PRIORITY],
+            "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
+            "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
+            "events": [c.explain() for c in reports["events"].chosen(event_candidates)],
+            "window": [e.id for e in kept_events],
+            "diary": [d.session_id for d in reports["diary"].chosen(diary)],
+        }
+        shown = frozenset(
+            [f"fact:{f['id']}" for f in explain["facts"]]
+            + [f"card:{c['id']}" for c in explain["cards"]]
+            + [f"event:{e['id']}" for e in explain["events"]])
+        window_start = kept_events[0].id if kept_events else self.message_id
+        plan = ContextPlan(key, layers, shown, (), window_start, explain)
+        explain["stretch"] = {"turn": "new", "why": reason}
+        return BuiltContext(messages, tokens, total, explain, plan)
+
+    # -- a stretch going on ----------------------------------------------------------------
+
+    def continue_stretch(self, plan: ContextPlan) -> BuiltContext | None:
+        """The plan's prompt, word for word, this turn's message and its note after it;
+        None when that would not fit the budget."""
+        budget = _Budget(self.ratio, self.total)
+        system = ({"role": "system", "content": self.base + plan.layers} if self.opening is None
+                  else with_text_appended(self.opening, plan.layers))
+        shown: list[Event] = []
+        if self.show_window:
+            if plan.window_start is None or (self.window and self.window[0].id > plan.window_start):
+                return None  # the window no longer reaches the stretch's start
+            shown = [e for e in self.window if e.id >= plan.window_start]
+        said = [*events_as_messages(shown, self.api),
+                *(self.tail if self.history is not None else [{"role": "user", "content": self.text}])]
+        keys = _message_keys(said)
+        notes = dict(plan.notes)
+        said = [with_text_prepended(m, _with_note(notes[k])) if k in notes else m
+                for m, k in zip(said, keys)]
+        current_key = keys[-1] if said and said[-1].get("role") == "user" else None
+        fixed_cost = sum(_message_cost(budget, m) for m in (system, *said))
+        if fixed_cost > self.total:
+            return None
+        note, note_explain, note_items = "", {name: [] for name in RETRIEVED}, frozenset()
+        room = min(self.config.memory.retrieved_max_tokens,
+                   self.total - fixed_cost - budget.cost(_with_note("")) - 1)
+        if current_key is not None and current_key not in notes and room > 0:
+            note, note_explain, note_items = self._note(plan.shown, self.window, room)
+        if note:
+            said[-1] = with_text_prepended(said[-1], _with_note(note))
+        messages = [system, *said]
+        tokens = sum(_message_cost(budget, m) for m in messages)
+        if tokens > self.total:
+            return None
+        explain = {**plan.explain, "tokens": tokens, "budget": self.total,
+                   "chars_per_token": round(self.ratio, 3), "user_text_truncated": False,
+                   "client_messages": None if self.history is None else len(self.history),
+                   "window": [e.id for e in shown],
+                   "stretch": {"turn": "continued", "notes": len(plan.notes) + bool(note)},
+                   "note": note_explain}
+        notes_now = plan.notes + (((current_key, note),) if note else ())
+        next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items)
+        return BuiltContext(messages, tokens, self.total, explain, next_plan)
+
+    def _note(self, shown: frozenset[str], window: list[Event],
+              room: int) -> tuple[str, dict, frozenset[str]]:
+        """What to retrieve for this message that the prompt does not show yet: facts,
+        cards and past messages with evidence of relevance (words in common, or a close
+        meaning), best first, within `room` tokens."""
+        con, query, mem = self.con, self.query, self.config.memory
+        budget = _Budget(self.ratio, room)
+        found: dict[str, list[Candidate]] = {}
+        for kind, k in (("fact", mem.facts_k), ("card", mem.cards_k)):
+            candidates = search(con, query.user_id, query.text, kind, k, query=query) if k else []
+            found[kind] = [c for c in matching(con, query, kind, candidates)
+                           if f"{kind}:{c.id}" not in shown]
+        facts = facts_by_ids(con, query.user_id, [c.id for c in found["fact"]])
+        cards = cards_by_ids(con, query.user_id, [c.id for c in found["card"]])
+        sections = {}
+        sections["facts"], facts_report = budget.take_section(
+            "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
+        sections["cards"], cards_report = budget.take_section(
+            "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+        quotable, past = _quotable_events(con, query, self.session_id, window, budget)
+        evident = {c.id for c in matching(con, query, "event", quotable)}
+        past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
+        sections["events"], events_report = budget.take_section(
+            "events", HEADERS["events"], [e.line() for e in past],
+            shown_in=[(e.created_at, e.id) for e in past])
+        kept = {"facts": [f.id for f in facts_report.chosen(facts)],
+                "cards": [c.id for c in cards_report.chosen(cards)],
+                "events": [e.id for e in events_report.chosen(past)]}
+        items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
+        return "".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items
+
+
+def _explain_items(items, candidates: list[Candidate], fallback: bool,
+                   report: LayerReport) -> list[dict]:
+    by_id = {c.id: c for c in candidates}
+    explained = []
+    for item in report.chosen(items):
+        entry = {"id": item.id, "why": "most recent (nothing matched)" if fallback else "relevant"}
+        if item.id in by_id:
+            entry.update(by_id[item.id].explain())
+        explained.append(entry)
+    return explained

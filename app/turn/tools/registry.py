@@ -1,0 +1,175 @@
+"""The tools Hilo's own agent may call: each described by a JSON schema for the model,
+and run with a `ToolContext` that says who asked, where, and with what trust.
+
+A `Registry` holds the tools, gives the model their descriptions for the chat API's
+`tools` field (`specs`), and runs a call (`call`): an unknown tool, arguments that are
+not what the schema asks, or a tool that fails all become a result starting "error:"
+with the one-line reason, fed back to the model like any result. A result is text; the
+agent stores it as a `tool` event (sanitised there, like every event).
+
+Surfaces: "chat" (`hilo chat`, a person at the keyboard who can approve), "task" (a
+scheduled task run, unattended) and "http" (`hilo serve`'s chat, where the terminal is
+never offered).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
+
+from app.turn.chat import ChatService
+from app.config import Config
+from app.errors import HiloError
+from app.log import get_logger
+
+log = get_logger(__name__)
+
+Surface = Literal["chat", "task", "http"]
+SURFACES: tuple[Surface, ...] = ("chat", "task", "http")
+Decision = Literal["once", "always", "deny"]
+ERROR_PREFIX = "error: "
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "object": (dict,), "array": (list,)}
+
+
+class ToolFailed(HiloError):
+    """A tool could not do what was asked; the message goes back to the model."""
+
+    code = "tool_failed"
+
+
+class Approver(Protocol):
+    """A person who answers for the agent (the REPL): never asked in tasks or over HTTP."""
+
+    def approve_command(self, command: str, prefix: str | None) -> Decision:
+        """Run `command`? "always" allows every command starting with `prefix` (None: a
+        command that cannot be allowed always, such as one with shell metacharacters)."""
+        ...
+
+    def confirm_macro(self, description: str) -> bool:
+        """Run a learned follow-up call without asking the model?"""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who calls a tool, from where, and how far they are trusted."""
+
+    config: Config
+    service: ChatService
+    user_id: str
+    session_id: str
+    surface: Surface
+    trusted: bool = False  # a scheduled task the user marked trusted
+    approver: Approver | None = None
+    preapproved: bool = False  # the person already said yes to this very call (a macro)
+    deadline: float | None = None  # time.monotonic() by which the turn should end
+
+    def seconds_left(self, wanted: float) -> float:
+        """`wanted`, cut to what is left of the turn (but never under a second)."""
+        if self.deadline is None:
+            return wanted
+        return min(wanted, max(1.0, self.deadline - time.monotonic()))
+
+    def approved_call(self) -> ToolContext:
+        return replace(self, preapproved=True)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # a JSON schema of an object
+    run: Callable[[ToolContext, dict[str, Any]], str]
+    surfaces: frozenset[str] = field(default_factory=lambda: frozenset(SURFACES))
+
+    def spec(self) -> dict[str, Any]:
+        """The description the chat APIs take (Ollama and OpenAI alike)."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description,
+            "parameters": dict(self.parameters)}}
+
+
+def schema(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
+    """An object schema with these properties."""
+    return {"type": "object", "properties": dict(properties), "required": list(required)}
+
+
+def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The call's arguments, checked against the tool's schema (required keys, the type
+    and enum of each); ToolFailed saying what is wrong."""
+    if arguments is None or arguments == "":
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise ToolFailed(f"{tool.name} takes a JSON object of arguments, got {arguments!r:.200}")
+    properties = tool.parameters.get("properties", {})
+    missing = [name for name in tool.parameters.get("required", ()) if arguments.get(name) is None]
+    if missing:
+        raise ToolFailed(f"{tool.name} needs {', '.join(missing)}")
+    checked = {}
+    for name, value in arguments.items():
+        spec = properties.get(name)
+        if spec is None:
+            continue  # models add arguments nobody asked for: ignored, not fatal
+        if value is None:
+            continue
+        types = spec.get("type")
+        allowed = sum((_JSON_TYPES.get(t, ()) for t in ([types] if isinstance(types, str)
+                                                        else types or [])), ())
+        if isinstance(value, str) and int in allowed and value.strip().lstrip("-").isdigit():
+            value = int(value)  # "7" for 7: small models quote numbers
+        elif isinstance(value, str) and bool in allowed and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        if allowed and (not isinstance(value, allowed)
+                        or (isinstance(value, bool) and bool not in allowed)):
+            wanted = " or ".join(types if isinstance(types, list) else [types])
+            raise ToolFailed(f"{tool.name}: {name} must be {wanted}, got {value!r:.100}")
+        if "enum" in spec and value not in spec["enum"]:
+            choices = ", ".join(map(str, spec["enum"]))
+            raise ToolFailed(f"{tool.name}: {name} must be one of {choices}")
+        checked[name] = value
+    return checked
+
+
+class Registry:
+    """The tools, by name."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+
+    def available(self, surface: str) -> list[Tool]:
+        return [tool for tool in self._tools.values() if surface in tool.surfaces]
+
+    def specs(self, surface: str) -> list[dict[str, Any]]:
+        return [tool.spec() for tool in self.available(surface)]
+
+    def get(self, name: str, surface: str) -> Tool | None:
+        tool = self._tools.get(name)
+        return tool if tool is not None and surface in tool.surfaces else None
+
+    def call(self, ctx: ToolContext, name: str, arguments: Any) -> ToolResult:
+        """Run one call; every failure is a result saying why (KeyboardInterrupt passes)."""
+        tool = self.get(name, ctx.surface)
+        started = time.perf_counter()
+        try:
+            if tool is None:
+                names = ", ".join(t.name for t in self.available(ctx.surface))
+                raise ToolFailed(f"there is no tool {name!r} here; the tools are: {names}")
+            text = tool.run(ctx, check_arguments(tool, arguments))
+            result = ToolResult(text, ok=True)
+        except HiloError as exc:
+            result = ToolResult(ERROR_PREFIX + exc.message, ok=False)
+        except Exception as exc:  # noqa: BLE001 — a broken tool is reported, not fatal
+            log.exception("tool.crashed", tool=name)
+            result = ToolResult(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", ok=False)
+        log.debug("tool.called", tool=name, surface=ctx.surface, ok=result.ok,
+                 seconds=round(time.perf_counter() - started, 3))
+        return result
