@@ -14,7 +14,7 @@ failure record; `revoke` flags pending or scheduled jobs with Huey's
 `revoke_by_id(revoke_once=True)` — a worker drops each when it reaches it, and the flag
 goes with it; `flush` is Huey's `flush()` (queue, schedule, results, revoke flags), keeping
 the worker's own state (locks, the heartbeat, consolidation's last decay). Huey runs a
-task at most once (DESIGN §5b); whatever a flush or a revoke drops that the memory still
+task at most once (a task in flight when its consumer dies is gone); whatever a flush or a revoke drops that the memory still
 needs, the reconcile sweep enqueues again.
 """
 

@@ -9,7 +9,7 @@ is an unhandled exception to Huey, logged with a traceback and counted as a fail
 (SIGNAL_ERROR, in /metrics) though it is an expected outcome; `retries` is fixed where a
 task is declared or enqueued, while `queue.max_attempts` is configuration; and
 `RetryTask`, which takes a delay and logs no traceback, does not consume a retry
-(DESIGN §5b), so attempts would have to be counted here anyway. After
+(seen in huey 3.5), so attempts would have to be counted here anyway. After
 `queue.max_attempts` attempts (or at once, for an error retrying cannot fix) the job
 writes its fallback, logs `job.degraded` and records the failure in Huey's result
 store under the task's id (`workers.queue.failed_jobs()`): visible, never silent, and

@@ -7,7 +7,8 @@ the writers never wait for it) and the copy is never restarted by their commits.
 `restore` puts a verified backup in place of the live file, keeping the old one;
 it refuses while a worker or server is running (their pid files, app/datadir.py).
 `rebuild` re-derives the full-text indexes and, with all_layers, clears every derived
-layer so the workers redo it from the events and the user's own edits (DESIGN §3).
+layer so the workers redo it from the events and the user's own edits (they are the truth;
+everything else is derived from them).
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ words come from the migration's `calendar_words` table, which holds CALENDAR_WOR
 below (a test keeps the two equal). Times are UTC, as stored, and seasons are those of
 the northern hemisphere: a user far from UTC sees parts of the day shifted.
 
-Query side: `question_labels` finds the times a question names — "in May", "on 13
+Query side: `read_question` finds the times a question names — "in May", "on 13
 October 2023", "last summer", "el martes por la tarde", "yesterday" — and whether it
-names the user (by the name in their profile), and turns them into a LabelQuery: the
+names the user (by the name in their profile), and turns them into a LabelQuery (in a
+ReadQuestion, with where in the question they were named): the
 label words an event must carry, which retrieval checks against its candidates and
 searches `event_labels_fts` with. Relative times ("yesterday", "last summer") are
 resolved against the time the question is asked, and only when it names no date.
