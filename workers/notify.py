@@ -2,7 +2,7 @@
 
 The worker's scheduler tick (workers/scheduler.py) hands each run that ended to
 `deliver_run`. `hilo chat` shows the same runs itself, from the database
-(app/tasks/store.py: take_undelivered); this module covers the person who is not
+(app/tasks/delivery.py: take_undelivered); this module covers the person who is not
 at a chat:
 
 - `[notify] webhook_url`: POSTed in the shape `webhook_kind` names — "ntfy" (the reply
@@ -31,7 +31,8 @@ import httpx
 from app.config import Config, NotifyConfig
 from app.errors import Unavailable
 from app.log import get_logger
-from app.tasks.store import RunReport, TaskRunResult, record_notification, run_report
+from app.tasks.delivery import RunReport, record_notification, run_report
+from app.tasks.runs import TaskRunResult
 from app.writer import Writer
 from app.learn.reading import reading
 

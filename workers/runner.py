@@ -27,7 +27,7 @@ from app.db import Durability
 from app.model.embedders import Embedder, make_embedder
 from app.model.llm import ModelClient
 from app.log import get_logger
-from app.tasks.store import sync_config_tasks
+from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
 from app.recall.vectors import pending_owners
 from app.writer import Writer

@@ -9,7 +9,7 @@ then distilled like any turn. `run_due_tasks` is a plain function of
 directly; the Huey periodic task that calls it every minute (workers/jobs.py, run by
 workers/runner.py with the worker's ChatService) only adds the clock.
 
-Claims are made in the database (app/tasks/store.py), so any number of consumers —
+Claims are made in the database (app/tasks/runs.py), so any number of consumers —
 and the periodic task that every consumer enqueues — can call this at once: each
 occurrence runs once. A run that fails is recorded with its error and retried with
 backoff later; it never stops the other tasks of the tick.
@@ -25,15 +25,9 @@ from app.config import Config
 from app.turn.context import DEFAULT_SYSTEM_PROMPT
 from app.model.llm import ModelError
 from app.log import get_logger
-from app.tasks.store import (
-    Claim,
-    ScheduledTask,
-    TaskRunResult,
-    claim_next_run,
-    claim_task_now,
-    finish_run,
-    mark_delivered,
-)
+from app.tasks.delivery import mark_delivered
+from app.tasks.runs import Claim, TaskRunResult, claim_next_run, claim_task_now, finish_run
+from app.tasks.store import ScheduledTask
 from app.writer import Writer
 
 log = get_logger(__name__)

@@ -9,15 +9,14 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who
+from app.tasks.runs import request_run, task_log
 from app.tasks.store import (
     add_task,
     describe_task,
     list_tasks,
     pause_task,
     remove_task,
-    request_run,
     resume_task,
-    task_log,
 )
 
 router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"])

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 from app.timeutil import parse_rfc3339
 
-if TYPE_CHECKING:  # annotations only: app.recall.retrieval and app.tasks.store load numpy and cron parsing
+if TYPE_CHECKING:  # annotations only: app.recall.retrieval and app.tasks load numpy and cron parsing
     from app.turn.macros import Macro
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
     from app.recall.retrieval import SearchHit
-    from app.tasks.store import RunReport, ScheduledTask, TaskLog
+    from app.tasks.delivery import RunReport
+    from app.tasks.runs import TaskLog
+    from app.tasks.store import ScheduledTask
 
 HIT_ROW_CHARS = 200  # a search hit's text in a `hilo memory search` row
 

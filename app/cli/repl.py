@@ -48,7 +48,8 @@ from app.model.llm import ModelError
 from app.log import configure_logging, get_logger
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.recall.retrieval import search_memory
-from app.tasks.store import describe_task, has_undelivered, list_tasks, take_undelivered
+from app.tasks.delivery import has_undelivered, take_undelivered
+from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
 from app.turn.tools.terminal import allowed_prefixes
 from workers.handoff import queue_handoff

@@ -11,7 +11,8 @@ from app.cli.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
     from app.config import Config
-    from app.tasks.store import ScheduledTask, TaskRunResult
+    from app.tasks.runs import TaskRunResult
+    from app.tasks.store import ScheduledTask
     from app.writer import Writer
 
 # Every `hilo` run imports every command module, so each command imports the library
@@ -179,7 +180,7 @@ def log(config: Config, ref: str, user: str | None, as_json: bool) -> int:
 
     REF: the task's id or name
     """
-    from app.tasks.store import task_log
+    from app.tasks.runs import task_log
 
     found = task_log(open_memory(config), user or config.memory.user_id, ref)
     emit(as_json, found.to_json(),

@@ -9,7 +9,7 @@ header, else [memory] user_id — the HTTP API's rule, which the mount passes in
 
 Every tool is a thin call into the library the other front-ends use: memory edits run on
 the front-end's writer (synchronous=FULL) through app/memory, reads take this thread's
-read-only connection, tasks go through app/scheduled_tasks. The HiloError family becomes
+read-only connection, tasks go through app/tasks/store.py. The HiloError family becomes
 a tool error carrying its one-line message in one place, `_reported`.
 """
 

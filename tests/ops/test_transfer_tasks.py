@@ -13,7 +13,8 @@ import yaml
 from app.config import load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.tasks.store import add_task, list_tasks, pause_task, sync_config_tasks
+from app.tasks.config_tasks import sync_config_tasks
+from app.tasks.store import add_task, list_tasks, pause_task
 from app.ops.transfer import export_jsonl, export_markdown, import_path
 from tests.conftest import REPO_ROOT
 from tests.cli.test_messages import hilo

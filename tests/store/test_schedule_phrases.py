@@ -17,7 +17,8 @@ import pytest
 from app import db
 from app.db import Migration, available_migrations, connect, migrate, schema_version
 from app.tasks.schedule import ScheduleError, parse_schedule
-from app.tasks.store import add_task, claim_next_run, describe_task, list_tasks
+from app.tasks.runs import claim_next_run
+from app.tasks.store import add_task, describe_task, list_tasks
 
 UTC = timezone.utc
 MADRID = "Europe/Madrid"

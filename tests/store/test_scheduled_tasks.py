@@ -1,5 +1,6 @@
-"""The scheduled-tasks store (app/tasks/store.py): add, list, pause, resume, remove,
-run now, log, claiming occurrences, and syncing [[scheduled_tasks]] from config.toml."""
+"""The scheduled-tasks store (app/tasks/store.py, runs.py, config_tasks.py): add, list,
+pause, resume, remove, run now, log, claiming occurrences, and syncing [[scheduled_tasks]]
+from config.toml."""
 
 from __future__ import annotations
 
@@ -11,22 +12,18 @@ import pytest
 from app.config import ConfigError
 from app.datadir import DataDir
 from app.db import connect_readonly
+from app.tasks.config_tasks import config_tasks, sync_config_tasks
+from app.tasks.runs import claim_next_run, finish_run, request_run, task_log
 from app.tasks.schedule import ScheduleError
 from app.tasks.store import (
     TaskError,
     TaskNotFound,
     add_task,
-    claim_next_run,
-    config_tasks,
-    finish_run,
     get_task,
     list_tasks,
     pause_task,
-    sync_config_tasks,
     remove_task,
-    request_run,
     resume_task,
-    task_log,
 )
 
 UTC = timezone.utc

@@ -118,8 +118,10 @@ def test_enqueueing_from_a_front_end_loads_no_job_code_and_counts_no_jobs(config
 
 def test_the_turn_and_the_core_import_nothing_of_the_queue(config):
     core = ["config", "datadir", "db", "writer", "events", "memory", "sanitize", "fts",
-            "vectors", "log", "timeutil", "schedule", "scheduled_tasks", "metrics",
-            "embedders", "retrieval", "context", "tokens", "llm", "chat"]
+            "recall.vectors", "log", "timeutil", "tasks.schedule", "tasks.store",
+            "tasks.runs", "tasks.delivery", "tasks.config_tasks", "turn.metrics",
+            "model.embedders", "recall.retrieval", "turn.context", "model.token_count",
+            "model.llm", "turn.chat"]
     code = "".join(f"import app.{name}\n" for name in core)
     loaded = _modules_after(config, code + "import sys\nqueue = [m for m in sys.modules "
                                            "if m.startswith('workers')]\nassert not queue, queue\n")

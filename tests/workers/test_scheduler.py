@@ -21,14 +21,9 @@ from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import session_events
 from app.model.llm import ModelUnreachable
-from app.tasks.store import (
-    add_task,
-    get_task,
-    list_tasks,
-    pause_task,
-    sync_config_tasks,
-    task_log,
-)
+from app.tasks.config_tasks import sync_config_tasks
+from app.tasks.runs import task_log
+from app.tasks.store import add_task, get_task, list_tasks, pause_task
 from app.writer import Writer
 from tests.fake_ollama import Fault
 from workers.scheduler import TICK_SECONDS, run_due_tasks, run_task_now, scheduler_tick

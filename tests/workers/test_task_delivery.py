@@ -21,7 +21,9 @@ from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.tasks.store import RunReport, add_task, has_undelivered, task_runs
+from app.tasks.delivery import RunReport, has_undelivered
+from app.tasks.runs import task_runs
+from app.tasks.store import add_task
 from tests.cli.test_messages import hilo
 from tests.cli.test_repl import leave, rows, start_chat  # noqa: F401 — start_chat is a fixture
 from workers.notify import Notification, NotifyFailed, deliver_run, post_webhook

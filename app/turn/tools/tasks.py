@@ -1,4 +1,4 @@
-"""Scheduled task tools: "remind me every Monday" from a chat, through app/scheduled_tasks.
+"""Scheduled task tools: "remind me every Monday" from a chat, through app/tasks/store.py.
 Tasks the model adds are never trusted: their runs cannot use the terminal beyond the
 allowed prefixes until the user marks them trusted themselves."""
 
