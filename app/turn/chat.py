@@ -25,7 +25,13 @@ import apsw
 
 from app.model.formats import ClientChat, ReplyRecord, SentChat, events_as_messages, message_text
 from app.config import Config
-from app.turn.context import BuiltContext, ContextPlan, build_context, read_bootstrap
+from app.turn.context import (
+    BuiltContext,
+    ContextPlan,
+    ContextRequest,
+    build_context,
+    read_bootstrap,
+)
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.model.embedders import make_embedder
@@ -367,7 +373,7 @@ class ChatService:
                       client: ClientChat | None = None, turn: bool = False) -> BuiltContext:
         """The context for `text`; with before_event_id, the window stops before that
         event (the message being answered). With `client`, the client's own messages
-        are sent (app.turn.context's `history`), after the window only if it asks for one;
+        are sent (ContextRequest's `history`), after the window only if it asks for one;
         otherwise the window, the request's own messages included, is only kept out of
         the quoted past. A `turn` continues the session's stretch (app/turn/context.py's
         ContextPlan) and keeps it for the next; without, the context is a preview."""
@@ -382,14 +388,14 @@ class ChatService:
             window = self.working.window(con, user_id, session_id) or []
         if before_event_id is not None and (client is None or client.with_window):
             window = [e for e in window if e.id < before_event_id]
-        context = build_context(
-            con, self.config, self.tokens, user_id, text, session_id=session_id,
-            window=window, bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
+        context = build_context(con, self.config, self.tokens, ContextRequest(
+            user_id, text, session_id=session_id, window=window,
+            bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
             client_system=client_system, model=model, query=query,
             history=client.messages if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
             show_window=client is None or client.with_window, plan=plan,
-            message_id=before_event_id)
+            message_id=before_event_id))
         if turn and context.plan is not None:
             self.plans.put(user_id, session_id, context.plan)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
