@@ -4,7 +4,8 @@ A turn: sanitise and append the user's event (stored even if the model is down),
 build the context, stream the reply from the model, append the reply, and hand the
 turn's events to the workers. The front-end writes only what the user authored —
 events and explicit memory edits — through its own writer with synchronous=FULL;
-everything derived is the workers' job.
+everything derived is the workers' job. A front-end drives a `Turn` here and an
+app/turn/agent.py `AgentTurn` alike, through what they share: `StreamingTurn`.
 
 The hand-off is injected (`ChatService(config, handoff=...)`): the turn knows only the
 `Handoff` protocol below, never the queue. Front-ends pass the queue's
@@ -19,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
 
@@ -169,6 +170,36 @@ class TurnOutcome:
     interrupted: bool = False
     # Events this request stored before the reply (a relayed request may store several).
     stored: list[Event] = field(default_factory=list)
+
+
+@runtime_checkable
+class Outcome(Protocol):
+    """What a finished turn tells its caller, whichever kind it was (TurnOutcome,
+    app.turn.agent.AgentOutcome)."""
+
+    @property
+    def reply_event(self) -> Event | None:
+        """The reply stored, if the model gave one."""
+        ...
+
+
+@runtime_checkable
+class StreamingTurn(Protocol):
+    """A turn in flight as a front-end drives it, whichever kind it is: `Turn` (one model
+    call) or app.turn.agent.AgentTurn (the model may call tools)."""
+
+    @property
+    def record(self) -> ReplyRecord | None:
+        """Of a relayed request: the reply as read so far, and its content type."""
+        ...
+
+    def __iter__(self) -> Iterator[Any]:
+        """Text pieces; for a relayed request, the bytes to pass on to the client."""
+        ...
+
+    def run(self) -> Outcome:
+        """Consume the whole reply; ModelError propagates after what arrived is stored."""
+        ...
 
 
 class Turn:
