@@ -5,6 +5,10 @@ bytes, secrets redacted, truncated to the size cap with a visible marker — and
 `append_event` stores it through the writer in one transaction with its session row.
 The tool fields are cleaned and redacted the same way, and capped; ids that look like
 a secret are refused, since an id is stored, queued and logged as it is.
+
+This module is the one owner of the events table: every write of an event or of the
+marks the workers set on it (distilled, compacted into a card) is a function here, run
+inside the caller's transaction (tests/memory/test_writes.py checks no other module has one).
 """
 
 from __future__ import annotations
@@ -326,3 +330,59 @@ def delete_events(con: apsw.Connection, user_id: str, event_ids: list[int]) -> i
         con.execute("DELETE FROM events WHERE id = ? AND user_id = ?", (event_id, user_id))
         deleted += con.changes()
     return deleted
+
+
+# -- the marks the workers set ---------------------------------------------------------------
+
+
+def mark_distilled(con: apsw.Connection, event_ids: Sequence[int]) -> None:
+    """Mark events distilled now, inside the caller's transaction."""
+    marks = ",".join("?" * len(event_ids))
+    con.execute(f"UPDATE events SET distilled_at = ? WHERE id IN ({marks})",
+                (utc_now(), *event_ids))
+
+
+def mark_compacted(con: apsw.Connection, event_ids: Sequence[int], card_id: int) -> None:
+    """Mark events compacted into the card `card_id`, inside the caller's transaction."""
+    marks = ",".join("?" * len(event_ids))
+    con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE id IN ({marks})",
+                (card_id, *event_ids))
+
+
+def link_to_card(con: apsw.Connection, user_id: str, event_ids: Sequence[int],
+                 card_id: int) -> None:
+    """Mark the user's events compacted into `card_id`, except those already in a card."""
+    marks = ",".join("?" * len(event_ids))
+    con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE user_id = ? "
+                f"AND card_id IS NULL AND id IN ({marks})", (card_id, user_id, *event_ids))
+
+
+def restore_marks(con: apsw.Connection, event_id: int, *, compacted: bool, card_id: int | None,
+                  distilled_at: str | None, consolidated_at: str | None) -> None:
+    """Set an event's marks as a record gives them (an import), inside the caller's transaction."""
+    con.execute("UPDATE events SET compacted = ?, card_id = ?, distilled_at = ?, "
+                "consolidated_at = ? WHERE id = ?",
+                (1 if compacted else 0, card_id, distilled_at, consolidated_at, event_id))
+
+
+def reset_derived_marks(con: apsw.Connection) -> int:
+    """Clear every event's derived marks (a rebuild); returns how many events changed."""
+    con.execute("UPDATE events SET distilled_at = NULL, consolidated_at = NULL, compacted = 0, "
+                "card_id = NULL WHERE distilled_at IS NOT NULL OR consolidated_at IS NOT NULL "
+                "OR compacted = 1 OR card_id IS NOT NULL")
+    return con.changes()
+
+
+# -- which session a conversation continues --------------------------------------------------
+
+
+def sessions_opening_with(con: apsw.Connection, user_id: str, openings: Sequence[str],
+                          limit: int) -> list[str]:
+    """The user's sessions whose first user, assistant or tool event says one of
+    `openings`, most recently active first, at most `limit`."""
+    return [row[0] for row in con.execute(
+        "SELECT s.id FROM sessions s WHERE s.user_id = ? AND EXISTS (SELECT 1 FROM events e "
+        "WHERE e.id = (SELECT min(f.id) FROM events f WHERE f.user_id = s.user_id "
+        "AND f.session_id = s.id AND f.role IN ('user', 'assistant', 'tool')) "
+        f"AND e.content IN ({','.join('?' * len(openings))})) "
+        "ORDER BY s.last_event_at DESC LIMIT ?", (user_id, *openings, limit))]

@@ -18,10 +18,11 @@ backoff later; it never stops the other tasks of the tick.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 from zoneinfo import ZoneInfo
 
 from app.config import Config
+from app.turn.chat import StreamingTurn
 from app.turn.context import DEFAULT_SYSTEM_PROMPT
 from app.model.llm import ModelError
 from app.log import get_logger
@@ -45,7 +46,7 @@ class TurnRunner(Protocol):
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",
-                   trusted: bool = False) -> Any: ...
+                   trusted: bool = False) -> StreamingTurn: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,

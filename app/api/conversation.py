@@ -51,7 +51,13 @@ from app.model.formats import (
     tool_name_of,
 )
 from app.config import Config
-from app.events import Event, PreparedEvent, prepare_event, session_events
+from app.events import (
+    Event,
+    PreparedEvent,
+    prepare_event,
+    session_events,
+    sessions_opening_with,
+)
 
 OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"
 # Sessions examined when a request names none, most recently active first.
@@ -239,12 +245,7 @@ def continued_session(service: ChatService, user_id: str,
     keys = [_prepared_key(p) for p in prepared]
     openings = sorted({p.content for p in prepared[:CANDIDATE_OPENINGS]})
     con = service.reader()
-    candidates = [row[0] for row in con.execute(
-        "SELECT s.id FROM sessions s WHERE s.user_id = ? AND EXISTS (SELECT 1 FROM events e "
-        "WHERE e.id = (SELECT min(f.id) FROM events f WHERE f.user_id = s.user_id "
-        "AND f.session_id = s.id AND f.role IN ('user', 'assistant', 'tool')) "
-        f"AND e.content IN ({','.join('?' * len(openings))})) "
-        "ORDER BY s.last_event_at DESC LIMIT ?", (user_id, *openings, CANDIDATE_SESSIONS))]
+    candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
     best, best_end = None, 0
     for session_id in candidates:
         stored = [e for e in session_events(con, user_id, session_id)

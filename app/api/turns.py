@@ -43,7 +43,7 @@ from app.api.deps import Caller, check_id
 from app.api.errors import ApiError, error_body, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
-from app.turn.chat import ChatService
+from app.turn.chat import ChatService, StreamingTurn
 from app.model.formats import ReplyRecord
 from app.events import InvalidEvent
 from app.model.llm import ModelError
@@ -122,7 +122,7 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         client = conversation.client_chat(body)
         try:
             if agent.enabled and not (body.get("tools") or body.get("functions")):
-                turn: Any = agent.answer_client(answered, client, stored)
+                turn: StreamingTurn = agent.answer_client(answered, client, stored)
             else:
                 turn = service.answer(answered, client=client, stored=stored)
         except ModelError as exc:

@@ -25,6 +25,7 @@ import apsw
 
 from app.model.formats import SentChat, text_with_tool_calls
 from app.config import Config
+from app.events import mark_compacted
 from app.model.llm import ModelClient
 from app.memory import NewCard, add_card
 from app.writer import Writer
@@ -127,7 +128,7 @@ def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list
     card_id = add_card(con, user_id, new_card, worker=WORKER, source_event_id=ids[-1])
     if card_id is None:  # cards_one_per_chunk: this chunk already has its card
         return None
-    con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE id IN ({marks})", (card_id, *ids))
+    mark_compacted(con, ids, card_id)
     return card_id
 
 

@@ -24,11 +24,11 @@ import apsw
 
 from app.model.formats import SentChat, text_with_tool_calls
 from app.config import Config
+from app.events import mark_distilled
 from app.fts import terms
 from app.model.llm import ModelClient
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.tasks.store import is_task_session
-from app.timeutil import utc_now
 from app.writer import Writer
 from app.learn.capture import capture_statements
 from app.learn.model_output import DistillOutput, ask_json, parse_output
@@ -241,8 +241,7 @@ def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_
             result.dropped += 1
             continue
         result.facts.append((category, key, action))
-    marks = ",".join("?" * len(pending))
-    con.execute(f"UPDATE events SET distilled_at = ? WHERE id IN ({marks})", (utc_now(), *pending))
+    mark_distilled(con, pending)
     return result
 
 

@@ -38,6 +38,7 @@ from app.db import (
     schema_version,
 )
 from app.errors import Conflict, HiloError
+from app.events import reset_derived_marks
 from app.memory import (
     clear_agent_facts,
     clear_agent_profile,
@@ -386,10 +387,7 @@ def _clear_derived_layers(con: apsw.Connection, progress: Progress | None, total
     step("embeddings", 5)
 
     # Undone again: the reconcile sweep re-enqueues distill, compact and diary.
-    con.execute("UPDATE events SET distilled_at = NULL, consolidated_at = NULL, compacted = 0, "
-                "card_id = NULL WHERE distilled_at IS NOT NULL OR consolidated_at IS NOT NULL "
-                "OR compacted = 1 OR card_id IS NOT NULL")
-    cleared["events_reset"] = con.changes()
+    cleared["events_reset"] = reset_derived_marks(con)
     step("events", 6)
     return cleared
 

@@ -4,7 +4,8 @@ A turn: sanitise and append the user's event (stored even if the model is down),
 build the context, stream the reply from the model, append the reply, and hand the
 turn's events to the workers. The front-end writes only what the user authored —
 events and explicit memory edits — through its own writer with synchronous=FULL;
-everything derived is the workers' job.
+everything derived is the workers' job. A front-end drives a `Turn` here and an
+app/turn/agent.py `AgentTurn` alike, through what they share: `StreamingTurn`.
 
 The hand-off is injected (`ChatService(config, handoff=...)`): the turn knows only the
 `Handoff` protocol below, never the queue. Front-ends pass the queue's
@@ -19,13 +20,19 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
 
 from app.model.formats import ClientChat, ReplyRecord, SentChat, events_as_messages, message_text
 from app.config import Config
-from app.turn.context import BuiltContext, ContextPlan, build_context, read_bootstrap
+from app.turn.context import (
+    BuiltContext,
+    ContextPlan,
+    ContextRequest,
+    build_context,
+    read_bootstrap,
+)
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.model.embedders import make_embedder
@@ -163,6 +170,36 @@ class TurnOutcome:
     interrupted: bool = False
     # Events this request stored before the reply (a relayed request may store several).
     stored: list[Event] = field(default_factory=list)
+
+
+@runtime_checkable
+class Outcome(Protocol):
+    """What a finished turn tells its caller, whichever kind it was (TurnOutcome,
+    app.turn.agent.AgentOutcome)."""
+
+    @property
+    def reply_event(self) -> Event | None:
+        """The reply stored, if the model gave one."""
+        ...
+
+
+@runtime_checkable
+class StreamingTurn(Protocol):
+    """A turn in flight as a front-end drives it, whichever kind it is: `Turn` (one model
+    call) or app.turn.agent.AgentTurn (the model may call tools)."""
+
+    @property
+    def record(self) -> ReplyRecord | None:
+        """Of a relayed request: the reply as read so far, and its content type."""
+        ...
+
+    def __iter__(self) -> Iterator[Any]:
+        """Text pieces; for a relayed request, the bytes to pass on to the client."""
+        ...
+
+    def run(self) -> Outcome:
+        """Consume the whole reply; ModelError propagates after what arrived is stored."""
+        ...
 
 
 class Turn:
@@ -367,7 +404,7 @@ class ChatService:
                       client: ClientChat | None = None, turn: bool = False) -> BuiltContext:
         """The context for `text`; with before_event_id, the window stops before that
         event (the message being answered). With `client`, the client's own messages
-        are sent (app.turn.context's `history`), after the window only if it asks for one;
+        are sent (ContextRequest's `history`), after the window only if it asks for one;
         otherwise the window, the request's own messages included, is only kept out of
         the quoted past. A `turn` continues the session's stretch (app/turn/context.py's
         ContextPlan) and keeps it for the next; without, the context is a preview."""
@@ -382,14 +419,14 @@ class ChatService:
             window = self.working.window(con, user_id, session_id) or []
         if before_event_id is not None and (client is None or client.with_window):
             window = [e for e in window if e.id < before_event_id]
-        context = build_context(
-            con, self.config, self.tokens, user_id, text, session_id=session_id,
-            window=window, bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
+        context = build_context(con, self.config, self.tokens, ContextRequest(
+            user_id, text, session_id=session_id, window=window,
+            bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
             client_system=client_system, model=model, query=query,
             history=client.messages if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
             show_window=client is None or client.with_window, plan=plan,
-            message_id=before_event_id)
+            message_id=before_event_id))
         if turn and context.plan is not None:
             self.plans.put(user_id, session_id, context.plan)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)

@@ -317,27 +317,10 @@ def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
     return ""
 
 
-def build_context(
-    con: apsw.Connection,
-    config: Config,
-    counter: TokenCounter,
-    user_id: str,
-    text: str,
-    *,
-    session_id: str,
-    window: list[Event],
-    bootstrap: str = "",
-    client_system: str | None = None,
-    model: str | None = None,
-    query: Query | None = None,
-    history: list[dict] | None = None,
-    num_ctx: int | None = None,
-    api: str | None = None,
-    show_window: bool = True,
-    plan: ContextPlan | None = None,
-    message_id: int | None = None,
-) -> BuiltContext:
-    """The messages for one turn: system prompt with layers, the window, the user message.
+@dataclass(frozen=True)
+class ContextRequest:
+    """What a turn asks of build_context: whose message, in which session, and how the
+    client wants its prompt.
 
     `window` is the session's recent un-compacted events (oldest first), without the
     new user message. `query` carries the text's embedding when an embedder is
@@ -355,12 +338,33 @@ def build_context(
     holds every event since the plan's `window_start`. `message_id` is the stored event
     of `text`, which the next turns' windows show with its note.
     """
-    query = query or make_query(user_id, text, con=con)
+
+    user_id: str
+    text: str
+    session_id: str
+    window: list[Event]
+    bootstrap: str = ""
+    client_system: str | None = None
+    model: str | None = None
+    query: Query | None = None
+    history: list[dict] | None = None
+    num_ctx: int | None = None
+    api: str | None = None
+    show_window: bool = True
+    plan: ContextPlan | None = None
+    message_id: int | None = None
+
+
+def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
+                  request: ContextRequest) -> BuiltContext:
+    """The messages for one turn: system prompt with layers, the window, the user message."""
+    query = request.query or make_query(request.user_id, request.text, con=con)
     # The vector searches run beside the keyword streams from here on.
     search_ahead(con, query, {"fact": config.memory.facts_k, "card": config.memory.cards_k,
                               "event": STREAM_DEPTH})
-    model = model or config.llm.chat_model
-    api = api or config.llm.provider
+    model = request.model or config.llm.chat_model
+    api = request.api or config.llm.provider
+    num_ctx, history = request.num_ctx, request.history
     reserve = config.llm.reply_reserve if num_ctx is None else min(config.llm.reply_reserve,
                                                                    num_ctx // 2)
     total = (num_ctx or config.llm.num_ctx) - reserve
@@ -373,12 +377,12 @@ def build_context(
         else:
             tail = list(history)
         base = (message_text(opening) if opening is not None
-                else (client_system or DEFAULT_SYSTEM_PROMPT).strip())
+                else (request.client_system or DEFAULT_SYSTEM_PROMPT).strip())
     else:
-        base = (client_system or DEFAULT_SYSTEM_PROMPT).strip()
-    key = (model, total, api, _digest(base), _digest(bootstrap))
-    turn = _Turn(con, config, query, text, session_id, window, opening, base, tail, history,
-                 api, show_window, total, ratio, model, message_id)
+        base = (request.client_system or DEFAULT_SYSTEM_PROMPT).strip()
+    key = (model, total, api, _digest(base), _digest(request.bootstrap))
+    turn = _Turn(con, config, request, query, model, api, opening, base, tail, total, ratio)
+    plan = request.plan
     if plan is not None and plan.key == key:
         built = turn.continue_stretch(plan)
         if built is not None:
@@ -386,7 +390,7 @@ def build_context(
         reason = "the conversation outgrew the budget"
     else:
         reason = "first turn" if plan is None else "the model, budget or system prompt changed"
-    return turn.start_stretch(key, bootstrap, reason)
+    return turn.start_stretch(key, reason)
 
 
 def _digest(text: str) -> str:
@@ -411,40 +415,35 @@ def _with_note(note: str) -> str:
 
 @dataclass
 class _Turn:
-    """One build: what it was asked, and the two ways to answer it."""
+    """One build: what it was asked, what that comes to, and the two ways to answer it."""
 
     con: apsw.Connection
     config: Config
-    query: Query
-    text: str
-    session_id: str
-    window: list[Event]
-    opening: dict | None
-    base: str
-    tail: list[dict]
-    history: list[dict] | None
-    api: str
-    show_window: bool
-    total: int
-    ratio: float
+    request: ContextRequest
+    query: Query  # the request's, or one made for its text
     model: str
-    message_id: int | None
+    api: str
+    opening: dict | None  # the client's system message, which the layers join
+    base: str  # the system prompt the layers follow
+    tail: list[dict]  # the client's messages after its system message
+    total: int  # the budget: num_ctx less the reply's reserve
+    ratio: float  # characters per token
 
     def _first_message(self) -> bool:
         """Nothing said before it in this conversation: no window, no earlier reply."""
-        if self.show_window and self.window:
+        if self.request.show_window and self.request.window:
             return False
         return not any(m.get("role") == "assistant" for m in self.tail)
 
     # -- a new stretch ---------------------------------------------------------------------
 
-    def start_stretch(self, key: tuple, bootstrap: str, reason: str) -> BuiltContext:
-        config, con, mem = self.config, self.con, self.config.memory
-        ratio, total, text, user_id = self.ratio, self.total, self.text, self.query.user_id
+    def start_stretch(self, key: tuple, reason: str) -> BuiltContext:
+        config, con, mem, request = self.config, self.con, self.config.memory, self.request
+        ratio, total, text, user_id = self.ratio, self.total, request.text, self.query.user_id
         first = mem.fill_first_message and self._first_message()
         budget = _Budget(ratio, total, None if first else mem.retrieved_max_tokens)
         opening, tail = self.opening, self.tail
-        if self.history is None:
+        if request.history is None:
             # The system and user messages always go; if together they overflow, the system
             # prompt is held to half the budget and the user text gets the rest, both cut.
             budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
@@ -465,6 +464,7 @@ class _Turn:
         reports: dict[str, LayerReport] = {}
         sections: dict[str, str] = {}
 
+        bootstrap = request.bootstrap
         capped = _fit_text(ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
         sections["bootstrap"], reports["bootstrap"] = budget.take_section(
             "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
@@ -474,8 +474,8 @@ class _Turn:
             "profile", HEADERS["profile"], profile)
 
         # The window keeps the newest events: walk back from the end while they fit.
-        window = self.window
-        recent = window[-mem.window_events:] if mem.window_events and self.show_window else []
+        window = request.window
+        recent = window[-mem.window_events:] if mem.window_events and request.show_window else []
         kept_events: list[Event] = []
         spent = 0
         for event in reversed(recent):
@@ -501,13 +501,13 @@ class _Turn:
                 sections[name], reports[name] = budget.take_section(name, HEADERS[name],
                                                                     lines[name])
 
-        diary = last_diary(con, user_id, exclude_session=self.session_id, limit=mem.diary_k)
+        diary = last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k)
         sections["diary"], reports["diary"] = budget.take_section(
             "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
 
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
-        event_candidates, past = _quotable_events(con, self.query, self.session_id, window,
+        event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
                                                   budget)
         sections["events"], reports["events"] = budget.take_section(
             "events", HEADERS["events"], [e.line() for e in past],
@@ -527,7 +527,7 @@ class _Turn:
             "model": self.model,
             "chars_per_token": round(ratio, 3),
             "user_text_truncated": user_text != text,
-            "client_messages": None if self.history is None else len(self.history),
+            "client_messages": None if request.history is None else len(request.history),
             "layers": [reports[name].to_dict() for name in PRIORITY],
             "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
             "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
@@ -539,7 +539,7 @@ class _Turn:
             [f"fact:{f['id']}" for f in explain["facts"]]
             + [f"card:{c['id']}" for c in explain["cards"]]
             + [f"event:{e['id']}" for e in explain["events"]])
-        window_start = kept_events[0].id if kept_events else self.message_id
+        window_start = kept_events[0].id if kept_events else request.message_id
         plan = ContextPlan(key, layers, shown, (), window_start, explain)
         explain["stretch"] = {"turn": "new", "why": reason}
         return BuiltContext(messages, tokens, total, explain, plan)
@@ -549,16 +549,19 @@ class _Turn:
     def continue_stretch(self, plan: ContextPlan) -> BuiltContext | None:
         """The plan's prompt, word for word, this turn's message and its note after it;
         None when that would not fit the budget."""
+        request = self.request
         budget = _Budget(self.ratio, self.total)
         system = ({"role": "system", "content": self.base + plan.layers} if self.opening is None
                   else with_text_appended(self.opening, plan.layers))
         shown: list[Event] = []
-        if self.show_window:
-            if plan.window_start is None or (self.window and self.window[0].id > plan.window_start):
+        window = request.window
+        if request.show_window:
+            if plan.window_start is None or (window and window[0].id > plan.window_start):
                 return None  # the window no longer reaches the stretch's start
-            shown = [e for e in self.window if e.id >= plan.window_start]
+            shown = [e for e in window if e.id >= plan.window_start]
         said = [*events_as_messages(shown, self.api),
-                *(self.tail if self.history is not None else [{"role": "user", "content": self.text}])]
+                *(self.tail if request.history is not None
+                  else [{"role": "user", "content": request.text}])]
         keys = _message_keys(said)
         notes = dict(plan.notes)
         said = [with_text_prepended(m, _with_note(notes[k])) if k in notes else m
@@ -571,7 +574,7 @@ class _Turn:
         room = min(self.config.memory.retrieved_max_tokens,
                    self.total - fixed_cost - budget.cost(_with_note("")) - 1)
         if current_key is not None and current_key not in notes and room > 0:
-            note, note_explain, note_items = self._note(plan.shown, self.window, room)
+            note, note_explain, note_items = self._note(plan.shown, window, room)
         if note:
             said[-1] = with_text_prepended(said[-1], _with_note(note))
         messages = [system, *said]
@@ -580,7 +583,7 @@ class _Turn:
             return None
         explain = {**plan.explain, "tokens": tokens, "budget": self.total,
                    "chars_per_token": round(self.ratio, 3), "user_text_truncated": False,
-                   "client_messages": None if self.history is None else len(self.history),
+                   "client_messages": None if request.history is None else len(request.history),
                    "window": [e.id for e in shown],
                    "stretch": {"turn": "continued", "notes": len(plan.notes) + bool(note)},
                    "note": note_explain}
@@ -607,7 +610,7 @@ class _Turn:
             "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
         sections["cards"], cards_report = budget.take_section(
             "cards", HEADERS["cards"], [_card_line(c) for c in cards])
-        quotable, past = _quotable_events(con, query, self.session_id, window, budget)
+        quotable, past = _quotable_events(con, query, self.request.session_id, window, budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}
         past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
         sections["events"], events_report = budget.take_section(

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from app.turn.agent import Agent, AgentOutcome
-from app.turn.chat import ChatService
+from app.turn.chat import ChatService, Outcome, StreamingTurn
 from app.config import Config
 from app.memory import list_facts, list_profile
 from app.tasks.store import list_tasks
@@ -61,6 +61,16 @@ def tool_names(body: dict[str, Any]) -> set[str]:
 
 
 # -- the registry and the loop -------------------------------------------------------------------
+
+
+def test_a_front_end_drives_a_chat_turn_and_an_agent_turn_alike(service):
+    chat_turn = service.start_turn(USER, SESSION, "hello")
+    agent_turn = Agent(service, surface="chat").start_turn(USER, SESSION, "hello again")
+    for turn in (chat_turn, agent_turn):
+        assert isinstance(turn, StreamingTurn), type(turn).__name__
+        outcome = turn.run()
+        assert isinstance(outcome, Outcome), type(outcome).__name__
+        assert outcome.reply_event is not None
 
 
 def test_the_tools_go_to_the_model_with_their_json_schemas(service, fake_ollama):

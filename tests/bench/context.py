@@ -60,7 +60,7 @@ import httpx
 import numpy as np
 
 from app.config import Config, load_config
-from app.turn.context import build_context, read_bootstrap
+from app.turn.context import ContextRequest, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import FTS_TABLES, Durability, connect, connect_readonly, merge_fts_segments
 from app.events import session_events
@@ -363,8 +363,9 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
         query = make_query(USER, text, con=con)
         if vector is not None:
             query.vector, query.model = vector, VECTOR_MODEL
-        build_context(con, config, counter, USER, text, session_id=f"s{sessions - 1 - i % 8}",
-                      window=windows[i % len(windows)], bootstrap=bootstrap, query=query)
+        build_context(con, config, counter, ContextRequest(
+            USER, text, session_id=f"s{sessions - 1 - i % 8}", window=windows[i % len(windows)],
+            bootstrap=bootstrap, query=query))
         return (time.perf_counter() - started) * 1000
 
     first = once(0, asked[0])  # cold: page cache and reading the vector indexes

@@ -61,7 +61,7 @@ from typing import Callable
 import apsw
 
 from app.config import Config
-from app.turn.context import build_context
+from app.turn.context import ContextRequest, build_context
 from app.db import Durability, connect_readonly
 from app.model.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
@@ -341,8 +341,8 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
         for name, (with_vector, fill) in CONTEXTS.items():
             query = product(with_vector)
             began = time.perf_counter()
-            built = build_context(con, filled if fill else config, TokenCounter(), user, q.text,
-                                  session_id=QUESTION_SESSION, window=[], query=query)
+            built = build_context(con, filled if fill else config, TokenCounter(), ContextRequest(
+                user, q.text, session_id=QUESTION_SESSION, window=[], query=query))
             run.latency[name].append(_ms(began) + focus_ms)
             run.add(name, q.category, "context recall",
                     context_recall(built.messages, evidence_texts))

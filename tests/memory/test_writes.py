@@ -3,15 +3,17 @@
 Each write path — a worker's fact, the user's fact, compaction, the consolidation fold
 and merge, the diary, the user's profile edits, an import and a rebuild — leaves exactly
 one memory_log row per change, signed by the right worker; what changes nothing logs
-nothing. A last test reads the source tree: no module outside app/memory writes the
-memory tables.
+nothing. The last tests read the source tree: no module outside app/memory writes the
+memory tables, and none but app/events.py writes the events table.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -292,11 +294,31 @@ def test_rebuild_logs_each_row_it_clears_or_restores_once(config, writer):
 
 # -- one owner ------------------------------------------------------------------------------
 
+
+def write_sql(*tables: str) -> re.Pattern[str]:
+    """SQL that writes one of `tables`: an INSERT, REPLACE, UPDATE or DELETE of it."""
+    return re.compile(
+        r"\b(?:INSERT(?:\s+OR\s+[A-Z]+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+[A-Z]+)?|DELETE\s+FROM)"
+        r"\s+[\"'`\[]?(?:" + "|".join(tables) + r")\b")
+
+
+def writes_outside(pattern: re.Pattern[str], owns: Callable[[Path], bool]) -> list[str]:
+    """Each write `pattern` finds in app/ and workers/ outside the modules `owns` allows."""
+    sources = [path for folder in ("app", "workers") for path in (REPO_ROOT / folder).rglob("*.py")]
+    assert any(owns(path) for path in sources)
+    return [
+        f"{path.relative_to(REPO_ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group()}"
+        for path in sources if not owns(path)
+        for text in [path.read_text(encoding="utf-8")]
+        for match in pattern.finditer(text)
+    ]
+
+
 MEMORY_TABLES = ("profile", "facts", "context_cards", "diary", "memory_log")
-WRITE_SQL = re.compile(
-    r"\b(?:INSERT(?:\s+OR\s+[A-Z]+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+[A-Z]+)?|DELETE\s+FROM)"
-    r"\s+[\"'`\[]?(?:" + "|".join(MEMORY_TABLES) + r")\b")
+WRITE_SQL = write_sql(*MEMORY_TABLES)
 MEMORY_PACKAGE = REPO_ROOT / "app" / "memory"
+EVENT_WRITE_SQL = write_sql("events")
+EVENTS_MODULE = REPO_ROOT / "app" / "events.py"
 
 
 def test_the_write_pattern_recognises_each_kind_of_write():
@@ -309,12 +331,20 @@ def test_the_write_pattern_recognises_each_kind_of_write():
 
 
 def test_only_the_memory_package_writes_the_memory_tables():
-    sources = [path for folder in ("app", "workers") for path in (REPO_ROOT / folder).rglob("*.py")]
-    assert any(MEMORY_PACKAGE in path.parents for path in sources)
-    offenders = [
-        f"{path.relative_to(REPO_ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group()}"
-        for path in sources if MEMORY_PACKAGE not in path.parents
-        for text in [path.read_text(encoding="utf-8")]
-        for match in WRITE_SQL.finditer(text)
-    ]
+    offenders = writes_outside(WRITE_SQL, lambda path: MEMORY_PACKAGE in path.parents)
     assert offenders == [], "write memory through app/memory instead:\n" + "\n".join(offenders)
+
+
+def test_the_event_write_pattern_recognises_each_kind_of_write():
+    for sql in ("INSERT INTO events (uuid", "INSERT OR IGNORE INTO events", "UPDATE events SET",
+                "DELETE FROM events", 'REPLACE INTO "events"', "UPDATE OR REPLACE events SET"):
+        assert EVENT_WRITE_SQL.search(sql), sql
+    for sql in ("INSERT INTO events_fts (events_fts)", "SELECT id FROM events",
+                "UPDATE sessions SET", "DELETE FROM embeddings", "UPDATE facts SET"):
+        assert not EVENT_WRITE_SQL.search(sql), sql
+
+
+def test_only_app_events_writes_the_events_table():
+    offenders = writes_outside(EVENT_WRITE_SQL, lambda path: path == EVENTS_MODULE)
+    assert offenders == [], ("write events and their marks through app/events.py instead:\n"
+                             + "\n".join(offenders))

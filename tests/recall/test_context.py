@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.turn.context import HEADERS, build_context
+from app.turn.context import HEADERS, ContextRequest, build_context
 from app.db import connect_readonly
 from app.events import Event, append_event
 from app.memory import set_profile, upsert_fact
@@ -59,8 +59,9 @@ def rich_memory(writer, config):
 
 
 def test_layers_appear_in_the_system_prompt(rich_memory, config):
-    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "which editor do I use?",
-                        session_id="s", window=[fake_event(1, "hello")], bootstrap="I am Ana.")
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "which editor do I use?", session_id="s", window=[fake_event(1, "hello")],
+        bootstrap="I am Ana."))
     system = ctx.system_prompt
     assert "I am Ana." in system
     assert "attribute 0: value 0" in system
@@ -73,17 +74,17 @@ def test_layers_appear_in_the_system_prompt(rich_memory, config):
 
 
 def test_facts_fall_back_to_most_recent_when_nothing_matches(rich_memory, config):
-    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "zzzz qqqq",
-                        session_id="s", window=[])
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "zzzz qqqq", session_id="s", window=[]))
     assert len(ctx.explain["facts"]) == config.memory.facts_k
     assert all(f["why"] == "most recent (nothing matched)" for f in ctx.explain["facts"])
 
 
 def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config):
     tight = with_ctx(config, 600, 200)
-    ctx = build_context(rich_memory, tight, TokenCounter(), "ana", "editor?", session_id="s",
-                        window=[fake_event(i, f"message {i}") for i in range(6)],
-                        bootstrap="I am Ana. " * 10)
+    ctx = build_context(rich_memory, tight, TokenCounter(), ContextRequest(
+        "ana", "editor?", session_id="s", window=[fake_event(i, f"message {i}") for i in range(6)],
+        bootstrap="I am Ana. " * 10))
     layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
     assert layers["bootstrap"] == "included"
     assert layers["profile"] == "truncated"
@@ -93,22 +94,24 @@ def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config):
 
 def test_same_inputs_same_context(rich_memory, config):
     args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
-    a = build_context(rich_memory, config, TokenCounter(), "ana", "rust things", **args)
-    b = build_context(rich_memory, config, TokenCounter(), "ana", "rust things", **args)
+    a = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "rust things", **args))
+    b = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "rust things", **args))
     assert a.messages == b.messages and a.explain == b.explain
 
 
 def test_another_users_memory_never_appears(rich_memory, config):
-    ctx = build_context(rich_memory, config, TokenCounter(), "bob", "which editor do I use?",
-                        session_id="s", window=[])
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "bob", "which editor do I use?", session_id="s", window=[]))
     assert "helix" not in ctx.system_prompt and "attribute" not in ctx.system_prompt
 
 
 @pytest.mark.parametrize("text", ['"unbalanced', "NEAR(a b)", "a AND OR NOT b", "col:val*",
                                   "^start (x", "🙂🙂", "", "x" * 10_000])
 def test_fts_syntax_in_user_text_is_harmless(rich_memory, config, text):
-    ctx = build_context(rich_memory, config, TokenCounter(), "ana", text, session_id="s",
-                        window=[])
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", text, session_id="s", window=[]))
     assert ctx.tokens <= ctx.budget
 
 
@@ -138,10 +141,10 @@ def test_budget_is_never_exceeded(rich_memory, config, num_ctx, reserve_share, b
     if ratio is not None:
         counter.observe(cfg.llm.chat_model, int(1000 * ratio), 1000)
     events = [fake_event(i, "word " * (n // 5)) for i, n in enumerate(window)]
-    ctx = build_context(
-        rich_memory, cfg, counter, "ana", "rust deploy editor " * (text_len // 19),
-        session_id="s", window=events, bootstrap="line of memory\n" * (bootstrap_len // 15),
-        client_system="be brief. " * (system_len // 10) or None)
+    ctx = build_context(rich_memory, cfg, counter, ContextRequest(
+        "ana", "rust deploy editor " * (text_len // 19), session_id="s", window=events,
+        bootstrap="line of memory\n" * (bootstrap_len // 15),
+        client_system="be brief. " * (system_len // 10) or None))
     budget = num_ctx - reserve
     assert ctx.budget == budget
     assert ctx.tokens <= budget
@@ -203,8 +206,8 @@ def test_raw_past_events_fill_in_when_compiled_layers_know_nothing(writer, confi
     writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1 WHERE id = ?",
                                           (old.id,)))
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config, TokenCounter(), "ana", "what is my dog called?",
-                        session_id="new", window=[])
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "what is my dog called?", session_id="new", window=[]))
     assert "user: My dog is called Pixel" in ctx.system_prompt
     assert ctx.explain["events"][0]["id"] == old.id
     layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
@@ -231,8 +234,8 @@ def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
                                           "is a vegetable patch", source="user", worker="user"))
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config, TokenCounter(), "ana", "how is the garden project going?",
-                        session_id="new", window=[])
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "how is the garden project going?", session_id="new", window=[]))
     layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
     assert layers["facts"]["status"] == "included"
     quoted = layers["events"]["items"]
@@ -247,8 +250,8 @@ def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
 
 def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config):
     config = config.replace(memory={"fill_first_message": True})  # room for every layer
-    ctx = build_context(rich_memory, config, TokenCounter(), "ana", "rust deploy editor",
-                        session_id="s", window=[], bootstrap="I am Ana.")
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "rust deploy editor", session_id="s", window=[], bootstrap="I am Ana."))
     system = ctx.system_prompt
     order = [system.index(HEADERS[name]) for name in
              ("bootstrap", "profile", "diary", "facts", "cards", "events")]
@@ -264,8 +267,8 @@ def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer,
                         "The koi pond pump: " + "the koi pond pump hums " * 40)
     writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config, TokenCounter(), "ana", "the koi pond pump?",
-                        session_id="new", window=[])
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "the koi pond pump?", session_id="new", window=[]))
     ranked = [e["id"] for e in ctx.explain["events"]]
     assert sorted(ranked) == sorted(e.id for e in short)  # what is quoted, and only that
     assert long.content not in ctx.system_prompt
@@ -277,8 +280,8 @@ def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer,
 def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config):
     past_events(writer, config, 10)
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config, TokenCounter(), "ana", "the garden project, part 7",
-                        session_id="new", window=[])
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "the garden project, part 7", session_id="new", window=[]))
     lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
     assert len(lines) == 10 and lines == sorted(lines)
     assert ctx.explain["events"][0]["id"] != int(lines[0].split("part ")[1])  # ranked, not shown
@@ -289,8 +292,8 @@ def test_the_live_conversation_is_not_quoted_back(writer, config):
     live = past_events(writer, config, 3, session="s", compacted=False)
     asked = append_event(writer, config, "ana", "s", "user", "and the garden project?")
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config, TokenCounter(), "ana", asked.content, session_id="s",
-                        window=live[-1:])
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", asked.content, session_id="s", window=live[-1:]))
     quoted = {e["id"] for e in ctx.explain["events"]}
     assert quoted == {e.id for e in earlier}  # not the window, the rest of it, or the question
 
@@ -298,8 +301,10 @@ def test_the_live_conversation_is_not_quoted_back(writer, config):
 def test_deterministic_with_past_events(rich_memory, config):
     args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
     roomy = config.replace(memory={"retrieved_max_tokens": 100_000})  # many quoted events
-    a = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
-    b = build_context(rich_memory, roomy, TokenCounter(), "ana", "deploy editor", **args)
+    a = build_context(rich_memory, roomy, TokenCounter(), ContextRequest(
+        "ana", "deploy editor", **args))
+    b = build_context(rich_memory, roomy, TokenCounter(), ContextRequest(
+        "ana", "deploy editor", **args))
     assert a.messages == b.messages and len(a.explain["events"]) > 2
 
 
@@ -309,8 +314,8 @@ def test_a_clients_history_gets_the_past_after_its_own_system_prompt(writer, con
     history = [{"role": "system", "content": "You are a gardening coach."},
                {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
                {"role": "user", "content": "how is the garden project going?"}]
-    ctx = build_context(con, config, TokenCounter(), "ana", history[-1]["content"],
-                        session_id="new", window=[], history=history, num_ctx=2048)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="new", window=[], history=history, num_ctx=2048))
     system = ctx.messages[0]["content"]
     assert system.startswith("You are a gardening coach.") and HEADERS["events"] in system
     assert ctx.messages[1:] == history[1:]  # the client's messages, as sent
@@ -333,8 +338,8 @@ def conversation(rich_memory, config, texts: list[str], counter: TokenCounter | 
     for n, text in enumerate(texts):
         start = plan.window_start if plan is not None else None
         window = [e for e in events if start is None or e.id >= start]
-        ctx = build_context(rich_memory, config, counter, "ana", text, session_id="s",
-                            window=window, plan=plan, message_id=2 * n + 1)
+        ctx = build_context(rich_memory, config, counter, ContextRequest(
+            "ana", text, session_id="s", window=window, plan=plan, message_id=2 * n + 1))
         built.append(ctx)
         plan = ctx.plan
         events += [said(2 * n + 1, text), said(2 * n + 2, f"answer {n}", "assistant")]
@@ -413,8 +418,8 @@ def test_the_budget_holds_over_a_whole_conversation(rich_memory, config, num_ctx
 def test_the_same_plan_and_message_give_the_same_prompt(rich_memory, config):
     first, second = conversation(rich_memory, config, ["which editor?", "and the deploy?"])
     window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
-    again = build_context(rich_memory, config, TokenCounter(), "ana", "and the deploy?",
-                          session_id="s", window=window, plan=first.plan, message_id=3)
+    again = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", "and the deploy?", session_id="s", window=window, plan=first.plan, message_id=3))
     assert again.messages == second.messages and again.plan == second.plan
 
 
@@ -422,9 +427,9 @@ def test_another_system_prompt_or_budget_starts_a_new_stretch(rich_memory, confi
     first, = conversation(rich_memory, config, ["which editor?"])
     window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
     for changed in ({"client_system": "Be terse."}, {"num_ctx": 2048}):
-        ctx = build_context(rich_memory, config, TokenCounter(), "ana", "and the deploy?",
-                            session_id="s", window=window, plan=first.plan, message_id=3,
-                            **changed)
+        ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+            "ana", "and the deploy?", session_id="s", window=window, plan=first.plan, message_id=3,
+            **changed))
         assert ctx.explain["stretch"] == {"turn": "new", "why": "the model, budget or system "
                                           "prompt changed"}
 
@@ -435,15 +440,15 @@ def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config):
                {"role": "user", "content": "which editor do I use?"}]
     plan, built = None, []
     for n, text in enumerate(["tell me about the deploy with docker", "and rust?"]):
-        ctx = build_context(rich_memory, config, TokenCounter(), "ana", history[-1]["content"],
-                            session_id="s", window=[], history=list(history), plan=plan,
-                            show_window=False)
+        ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+            "ana", history[-1]["content"], session_id="s", window=[], history=list(history),
+            plan=plan, show_window=False))
         built.append(ctx)
         plan = ctx.plan
         history += [{"role": "assistant", "content": f"answer {n}"}, {"role": "user", "content": text}]
-    ctx = build_context(rich_memory, config, TokenCounter(), "ana", history[-1]["content"],
-                        session_id="s", window=[], history=list(history), plan=plan,
-                        show_window=False)
+    ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="s", window=[], history=list(history), plan=plan,
+        show_window=False))
     assert ctx.messages[:len(built[1].messages)] == built[1].messages
     assert ctx.messages[3]["content"].startswith("<memory>")  # where the client has it plain
     assert history[3]["content"] == "tell me about the deploy with docker"

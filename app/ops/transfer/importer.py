@@ -4,8 +4,9 @@ Every reader (markdown.py, jsonl.py, kinder_agent.py) turns its input into recor
 `RecordImporter` here stores them. What is already there is recognised by a natural
 key (an event's uuid; a card's session, time and summary; a fact's category, key, time
 and value; a profile key; a session's diary entry), so importing twice adds nothing.
-Events go through `prepare_event` like every event; every other write goes through
-app/memory, and all imported text is sanitised the same way (secrets redacted).
+Events go through `prepare_event` like every event and their marks through app/events;
+every other write goes through app/memory, and all imported text is sanitised the same
+way (secrets redacted).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import apsw
 from app.config import Config
 from app.datadir import DataDir
 from app.db import Durability
-from app.events import InvalidEvent, insert_event, prepare_event
+from app.events import InvalidEvent, insert_event, link_to_card, prepare_event, restore_marks
 from app.memory import (
     CATEGORIES,
     SOURCES,
@@ -167,10 +168,9 @@ class RecordImporter:
             prepared, uuid=uuid, original_length=r.get("original_length") or prepared.original_length)
         event = insert_event(con, prepared)
         card = self.card_ids.get(r.get("card")) if r.get("card") is not None else None
-        con.execute("UPDATE events SET compacted = ?, card_id = ?, distilled_at = ?, "
-                    "consolidated_at = ? WHERE id = ?",
-                    (1 if r.get("compacted") else 0, card, record_time(r.get("distilled_at")),
-                     record_time(r.get("consolidated_at")), event.id))
+        restore_marks(con, event.id, compacted=bool(r.get("compacted")), card_id=card,
+                      distilled_at=record_time(r.get("distilled_at")),
+                      consolidated_at=record_time(r.get("consolidated_at")))
         if r.get("card") is not None and card is None:
             self.card_links[r["card"]].append(event.id)
         self.event_ids[key] = event.id
@@ -225,9 +225,7 @@ class RecordImporter:
         else:
             card_id = row[0]
         if linked:
-            marks = ",".join("?" * len(linked))
-            con.execute(f"UPDATE events SET compacted = 1, card_id = ? WHERE user_id = ? "
-                        f"AND card_id IS NULL AND id IN ({marks})", (card_id, self.user_id, *linked))
+            link_to_card(con, self.user_id, linked, card_id)
         if r.get("id") is not None:
             self.card_ids[r["id"]] = card_id
         return outcome
