@@ -76,3 +76,29 @@ def test_a_model_server_rejection_is_passed_on_but_its_auth_failure_is_a_bad_gat
     assert ModelHTTPError(400, "bad", "http://x", "/api/chat").http_status == 400
     assert ModelHTTPError(401, "no", "http://x", "/api/chat").http_status == 502
     assert ModelHTTPError(500, "boom", "http://x", "/api/chat").http_status == 502
+
+
+def drawn_family_tree() -> set[tuple[str, str]]:
+    """(parent, child) for each line of the tree app/errors.py's docstring draws, where a
+    child stands one level (four spaces) under its parent."""
+    import app.errors
+
+    doc = app.errors.__doc__ or ""
+    drawn = doc[doc.index("HiloError\n"):].split("\n\n")[0].splitlines()
+    edges, parents = set(), []
+    for line in drawn:
+        depth = (len(line) - len(line.lstrip())) // 4
+        name = line.split()[0]
+        del parents[depth:]
+        if parents:
+            edges.add((parents[-1], name))
+        parents.append(name)
+    return edges
+
+
+def test_the_tree_app_errors_draws_is_the_whole_family() -> None:
+    """A newcomer reads the family in one place, as httpx's _exceptions.py opens with it."""
+    family = [cls for cls in project_exceptions() if issubclass(cls, HiloError)]
+    real = {(base.__name__, cls.__name__) for cls in family for base in cls.__bases__
+            if issubclass(base, HiloError)}
+    assert drawn_family_tree() == real
