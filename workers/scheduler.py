@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from app.config import Config
 from app.turn.context import DEFAULT_SYSTEM_PROMPT
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.log import get_logger
 from app.tasks.store import (
     Claim,

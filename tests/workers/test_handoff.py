@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.turn.chat import ChatService, NoHandoff
-from app.model.llm import ModelUnreachable
+from app.model.errors import ModelUnreachable
 from tests.fake_ollama import unused_loopback_url
 from tests.workers.support import (
     REPO_ROOT,

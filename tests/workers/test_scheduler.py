@@ -20,7 +20,7 @@ from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import session_events
-from app.model.llm import ModelUnreachable
+from app.model.errors import ModelUnreachable
 from app.tasks.store import (
     add_task,
     get_task,
