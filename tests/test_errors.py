@@ -65,13 +65,13 @@ def test_the_http_front_end_answers_a_domain_error_with_its_status(config, data_
     ("ModelNotFound", 404), ("ModelUnreachable", 503), ("ModelTimeout", 504),
     ("StreamInterrupted", 502)])
 def test_model_failures_carry_their_http_status(model_error: str, status: int) -> None:
-    import app.model.llm as llm
+    import app.model.errors as model_errors
 
-    assert getattr(llm, model_error).http_status == status
+    assert getattr(model_errors, model_error).http_status == status
 
 
 def test_a_model_server_rejection_is_passed_on_but_its_auth_failure_is_a_bad_gateway() -> None:
-    from app.model.llm import ModelHTTPError
+    from app.model.errors import ModelHTTPError
 
     assert ModelHTTPError(400, "bad", "http://x", "/api/chat").http_status == 400
     assert ModelHTTPError(401, "no", "http://x", "/api/chat").http_status == 502

@@ -9,11 +9,11 @@ none for `[queue] chat_idle_seconds` (someone reading the reply and typing the n
 message) — unless its work has already waited `[queue] max_defer_seconds`, when it runs
 between two requests.
 
-- `ChatActivity`, the front-end's side (app.model.llm.ModelActivity): each request that makes
-  the model work — a chat turn, the query's embedding, a relayed completion — counts as
-  in flight while it runs. The count and the time it last changed go to the queue's
-  key-value store under `hilo.chat.<server>.<process>`, where a worker on this host or
-  another (Redis) reads them: one small write when a request starts, one when it ends.
+- `ChatActivity`, the front-end's side (app.model.transport.ModelActivity): each request
+  that makes the model work — a chat turn, the query's embedding, a relayed completion —
+  counts as in flight while it runs. The count and the time it last changed go to the
+  queue's key-value store under `hilo.chat.<server>.<process>`, where a worker on this host
+  or another (Redis) reads them: one small write when a request starts, one when it ends.
   Each start also stamps `hilo.chat-began.<server>`: a background call already running
   reads that one key every few milliseconds and gives way (`chat_began_after`).
 - `chat_deferral`, the workers' side: whether a job should wait, why, and until when.
@@ -42,7 +42,7 @@ from app.log import get_logger
 from workers.locks import LockOwner, owner_alive, this_process
 
 if TYPE_CHECKING:
-    from app.model.formats import SentChat
+    from app.model.messages import SentChat
 
 log = get_logger(__name__)
 
@@ -115,7 +115,7 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     cannot be kept as text (images, content parts, a huge body)."""
     # start-up: the chat formats and redaction load when a front-end first keeps a chat;
     # `hilo queue status`, which reads the markers only, never needs them
-    from app.model.formats import SentChat
+    from app.model.messages import SentChat
     from app.sanitize import redact_secrets
 
     messages = []
@@ -141,7 +141,7 @@ class LastChat:
 
 
 def last_chat(queue: Any, url: str) -> LastChat | None:
-    from app.model.formats import SentChat  # start-up: see _sanitised
+    from app.model.messages import SentChat  # start-up: see _sanitised
 
     try:
         value = queue.get(LAST_CHAT_PREFIX + server_id(url), peek=True)

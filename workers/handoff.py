@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from huey.api import Task
 
-from app.model.formats import SentChat
+from app.model.messages import SentChat
 from app.config import Config
 from app.log import get_logger
 from workers import jobs

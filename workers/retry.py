@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 
 from app.config import Config
 from app.errors import HiloError
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.log import get_logger
 from app.learn.model_output import InvalidOutput
 

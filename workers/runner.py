@@ -25,7 +25,7 @@ from app.turn.chat import ChatService
 from app.config import Config
 from app.db import Durability
 from app.model.embedders import Embedder, make_embedder
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.log import get_logger
 from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 from app.config import Config
 from app.turn.chat import StreamingTurn
 from app.turn.context import DEFAULT_SYSTEM_PROMPT
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.log import get_logger
 from app.tasks.delivery import mark_delivered
 from app.tasks.runs import Claim, TaskRunResult, claim_next_run, claim_task_now, finish_run

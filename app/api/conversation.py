@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 
 from app.api.errors import ApiError
 from app.turn.chat import INTERRUPTED_MARKER, ChatService
-from app.model.formats import (
+from app.model.messages import (
     ClientChat,
     is_conversation,
     message_text,

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.datadir import DataDir
 from app.db import corrupt_memory
 from app.errors import HiloError, InsufficientStorage
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.writer import disk_full
 
 # How long a client should wait before retrying after a full disk (507).

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from app.api.conversation import Conversation
-from app.model.formats import SYSTEM_ROLES, message_text
+from app.model.messages import SYSTEM_ROLES, message_text
 from app.config import Config
 
 REMEMBER_HEADER = "x-hilo-remember"

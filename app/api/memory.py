@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from app.api.deps import Service, Who, check_id
 from app.api.errors import ApiError
 from app.turn.chat import ChatService
-from app.model.formats import stored_tool_calls
+from app.model.messages import stored_tool_calls
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     Category,

@@ -9,7 +9,7 @@ it is the raw completion endpoint (fill-in-the-middle, `raw` prompts, a `context
 is the model's own token state), where added text would break what the client built.
 
 With an OpenAI-compatible model server ([llm] provider "openai"), chat is translated
-both ways (app/model/formats.py); tags, show, version and `/` answer from what that
+both ways (app/model/translate.py); tags, show, version and `/` answer from what that
 server offers, and the model-management endpoints, which it lacks, answer 501.
 """
 

@@ -44,9 +44,9 @@ from app.api.errors import ApiError, error_body, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
 from app.turn.chat import ChatService, StreamingTurn
-from app.model.formats import ReplyRecord
+from app.model.messages import ReplyRecord
 from app.events import InvalidEvent
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.log import get_logger
 
 log = get_logger(__name__)

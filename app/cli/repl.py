@@ -44,7 +44,7 @@ from app.cli.format import (
     task_lines,
     task_reply_lines,
 )
-from app.model.llm import ModelError
+from app.model.errors import ModelError
 from app.log import configure_logging, get_logger
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
 from app.recall.retrieval import search_memory

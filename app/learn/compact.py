@@ -23,10 +23,10 @@ from typing import Any, Callable
 
 import apsw
 
-from app.model.formats import SentChat, text_with_tool_calls
+from app.model.messages import SentChat, text_with_tool_calls
 from app.config import Config
 from app.events import mark_compacted
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.memory import NewCard, add_card
 from app.writer import Writer
 from app.learn import extractive

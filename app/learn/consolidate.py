@@ -26,7 +26,8 @@ import apsw
 
 from app.config import Config
 from app.db import FTS_TABLES, merge_fts_segments
-from app.model.llm import ModelClient, ModelError
+from app.model.client import ModelClient
+from app.model.errors import ModelError
 from app.log import get_logger
 from app.memory import (
     Fact,

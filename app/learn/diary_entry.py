@@ -15,9 +15,9 @@ from typing import Any
 
 import apsw
 
-from app.model.formats import SentChat
+from app.model.messages import SentChat
 from app.config import Config
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.memory import add_diary_entry, end_session, replace_extractive_diary
 from app.writer import Writer
 from app.learn import extractive

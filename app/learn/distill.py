@@ -22,11 +22,11 @@ from typing import Any, Callable
 
 import apsw
 
-from app.model.formats import SentChat, text_with_tool_calls
+from app.model.messages import SentChat, text_with_tool_calls
 from app.config import Config
 from app.events import mark_distilled
 from app.fts import terms
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.tasks.store import is_task_session
 from app.writer import Writer
@@ -99,7 +99,7 @@ class TurnEvent:
     role: str
     content: str
     tool_name: str | None = None
-    tool_calls_json: str | None = None  # an assistant's tool calls (app.model.formats' shape)
+    tool_calls_json: str | None = None  # an assistant's tool calls (app.model.messages' shape)
 
     @property
     def text(self) -> str:

@@ -4,7 +4,7 @@ Each job's output is a pydantic model below. The JSON schema sent with the reque
 (Ollama's `format`) is generated from it by `format_schema()`: every field asked for,
 inlined and without annotations, as llama.cpp's grammars take it. Validation is lenient
 where local models are sloppy: the outermost JSON value is taken from prose
-(app.model.llm.parse_json_leniently), placeholder values ("none", "unknown", …) and over-long
+(parse_json_leniently, below), placeholder values ("none", "unknown", …) and over-long
 ones are dropped, a bad item is dropped rather than the whole output, and only output
 with nothing usable raises InvalidOutput, which the task wrappers retry like a model
 error and then degrade — never a silent loss.
@@ -12,6 +12,8 @@ error and then degrade — never a silent loss.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Hashable
 from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar
 
@@ -27,10 +29,10 @@ from pydantic import (
     model_validator,
 )
 
-from app.model.formats import SentChat
+from app.model.messages import SentChat
 from app.errors import HiloError
 from app.fts import terms
-from app.model.llm import ModelClient, parse_json_leniently
+from app.model.client import ModelClient
 from app.memory import CATEGORIES
 
 # Values a model writes when it has nothing to say; never stored.
@@ -273,7 +275,7 @@ def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any
 
     With `after`, the question is asked as the next message of that chat, whose prompt
     the model server's cache still holds: only the question is read anew. With
-    `yield_to`, the call gives way to a person (app.model.llm.ModelCallYielded)."""
+    `yield_to`, the call gives way to a person (app.model.errors.ModelCallYielded)."""
     if after is not None:
         question = f"{system}\n\n{prompt}" if system else prompt
         text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to)
@@ -284,3 +286,38 @@ def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any
     if parsed is None:
         raise InvalidOutput(job, "no JSON object in the reply", text)
     return parsed, text
+
+
+def parse_json_leniently(text: str) -> dict | list | None:
+    """The outermost JSON object or array in model output, or None if none parses.
+
+    Models wrap JSON in prose or ``` fences and sometimes leave trailing commas;
+    both are tolerated. Of several JSON values in the text, the longest wins.
+    """
+    found = _longest_json_value(text)
+    if found is None and "," in text:
+        found = _longest_json_value(re.sub(r",(\s*[}\]])", r"\1", text))
+    return found
+
+
+_JSON_START = re.compile(r"[{\[]")
+
+
+def _longest_json_value(text: str) -> dict | list | None:
+    decoder = json.JSONDecoder()
+    best: dict | list | None = None
+    best_length = 0
+    position = 0
+    while True:
+        match = _JSON_START.search(text, position)
+        if match is None:
+            return best
+        start = match.start()
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            position = start + 1
+            continue
+        if end - start > best_length:
+            best, best_length = value, end - start
+        position = end  # anything inside this value is nested in it, not outermost

@@ -30,9 +30,10 @@ from typing import Any, Callable
 
 import apsw
 
-from app.model.formats import SentChat
+from app.model.messages import SentChat
 from app.config import Config
-from app.model.llm import ModelCallYielded, ModelClient
+from app.model.client import ModelClient
+from app.model.errors import ModelCallYielded
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
 from app.learn.compact import (

@@ -1,7 +1,13 @@
 """The model wing: everything that talks to a model server or speaks its formats.
 
-    llm.py          the client: errors, stream records, transport, relays, ModelClient
-    formats.py      Ollama's and OpenAI's message formats, and translating between them
+    client.py       ModelClient: chat, JSON, embeddings and relays against one model server
+    errors.py       ModelError and its family: what failed, where, what to do, retry or not
+    stream.py       a chat reply, whole (ChatReply) or as it streams (ChatStream)
+    transport.py    HTTP to one server: failures become ModelErrors, model work is reported
+    apis.py         Ollama's native API and the OpenAI-compatible one, as Hilo's calls speak them
+    relay.py        a client's chat request relayed in its own API, its reply read on the side
+    messages.py     Ollama's and OpenAI's messages and tool calls; ClientChat, ReplyRecord, SentChat
+    translate.py    an Ollama chat request and its reply, for a server that speaks only OpenAI's
     embedders.py    the models that turn text into vectors
     token_count.py  token estimates, calibrated from what the server reports
     probe.py        are the models a configuration names there?

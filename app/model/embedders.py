@@ -27,7 +27,8 @@ import numpy as np
 
 from app.config import Config
 from app.errors import EmbedderUnavailable
-from app.model.llm import ModelClient, ModelNotFound
+from app.model.client import ModelClient
+from app.model.errors import ModelNotFound
 from app.log import get_logger
 
 log = get_logger(__name__)

@@ -21,7 +21,8 @@ from app.model.embedders import (
     LocalEmbedder,
     local_embedder_installed,
 )
-from app.model.llm import ModelClient, ModelError
+from app.model.client import ModelClient
+from app.model.errors import ModelError
 from app.log import get_logger
 
 log = get_logger(__name__)

@@ -23,7 +23,8 @@ from app.db import (
     file_damage,
     schema_version,
 )
-from app.model.llm import ModelClient, ModelError
+from app.model.client import ModelClient
+from app.model.errors import ModelError
 from app.model.probe import ModelStatus, probe_embedder, probe_models
 from app.model.token_count import estimate_tokens
 from workers.inspection import QueueError, QueueView

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 from app.turn.chat import ChatService, Turn
-from app.model.formats import ClientChat, ReplyRecord, events_as_messages
+from app.model.messages import ClientChat, ReplyRecord, events_as_messages
 from app.turn.context import BuiltContext
 from app.events import MAX_ID_LENGTH, Event
-from app.model.llm import ModelError, ModelHTTPError
+from app.model.errors import ModelError, ModelHTTPError
 from app.log import get_logger
 from app.turn.macros import Macro, find_macro, macro_used
 from app.turn.tools import Approver, Registry, Surface, ToolContext, default_registry

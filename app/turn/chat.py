@@ -24,7 +24,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
 
-from app.model.formats import ClientChat, ReplyRecord, SentChat, events_as_messages, message_text
+from app.model.messages import ClientChat, ReplyRecord, SentChat, ToolSpec, events_as_messages, message_text
 from app.config import Config
 from app.turn.context import (
     BuiltContext,
@@ -37,7 +37,10 @@ from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.model.embedders import make_embedder
 from app.events import Event, append_events, session_events
-from app.model.llm import ChatReply, ChatStream, ModelActivity, ModelClient, ModelError, ToolSpec
+from app.model.client import ModelClient
+from app.model.errors import ModelError
+from app.model.stream import ChatReply, ChatStream
+from app.model.transport import ModelActivity
 from app.memory import end_session
 from app.turn import metrics
 from app.recall.retrieval import Query, make_query

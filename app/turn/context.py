@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 import apsw
 
 from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
-from app.model.formats import (
+from app.model.messages import (
     SYSTEM_ROLES,
     events_as_messages,
     image_count,

@@ -22,7 +22,7 @@ from typing import Any
 
 import apsw
 
-from app.model.formats import stored_tool_calls
+from app.model.messages import stored_tool_calls
 from app.errors import NotFound
 from app.timeutil import utc_now
 from app.turn.tools.registry import ERROR_PREFIX

@@ -11,7 +11,7 @@ import pytest
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.events import session_events
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.tasks.store import add_task
 from tests.workers.support import query, read_only, scripted_model, worker_config
 from app.learn.compact import compact_session

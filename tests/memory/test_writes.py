@@ -20,7 +20,7 @@ import pytest
 from app.ops.backup import rebuild
 from app.config import load_config
 from app.datadir import DataDir
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.memory import (
     NewCard,
     add_card,

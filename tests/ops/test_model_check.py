@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.model.embedders import OllamaEmbedder
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.log import configure_logging
 from app.model.probe import PROBE_TIMEOUT_SECONDS, announce_models, probe_models
 from app.recall.retrieval import make_query

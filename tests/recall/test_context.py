@@ -190,7 +190,7 @@ def test_window_drops_events_the_workers_compacted(fake_ollama, config, data_dir
 
 def test_model_down_keeps_the_users_message(config, data_dir):
     from app.turn.chat import ChatService
-    from app.model.llm import ModelUnreachable
+    from app.model.errors import ModelUnreachable
     from tests.fake_ollama import unused_loopback_url
 
     cfg = config.replace(llm={"url": unused_loopback_url()})

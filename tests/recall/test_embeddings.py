@@ -9,7 +9,7 @@ from app.config import Config
 from app.db import connect_readonly
 from app.model.embedders import LOCAL_DIM, OllamaEmbedder, _load_local_model, make_embedder
 from app.events import append_event
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from app.memory import upsert_fact
 from app.recall.retrieval import make_query, vector_stream
 from app.recall.vectors import count_pending, decode_vector, encode_vector, pending_owners

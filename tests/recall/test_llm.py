@@ -10,19 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.model.llm import (
-    ChatReply,
-    ChatStream,
+from app.learn.model_output import parse_json_leniently
+from app.model.client import ModelClient
+from app.model.errors import (
     MalformedResponse,
-    ModelClient,
     ModelError,
     ModelHTTPError,
     ModelNotFound,
     ModelTimeout,
     ModelUnreachable,
     StreamInterrupted,
-    parse_json_leniently,
 )
+from app.model.stream import ChatReply, ChatStream
 from tests.fake_ollama import MALFORMED_JSON_CONTENT, FakeOllama, Fault, count_tokens, unused_loopback_url
 
 HELLO = [{"role": "user", "content": "Hello, I am Ana"}]

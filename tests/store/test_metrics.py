@@ -67,7 +67,7 @@ def test_a_turn_records_context_and_model_latency(cfg, fake_ollama):
 
 def test_model_errors_are_counted(cfg):
     from app.turn.chat import ChatService
-    from app.model.llm import ModelUnreachable
+    from app.model.errors import ModelUnreachable
     from tests.fake_ollama import unused_loopback_url
 
     down = cfg.replace(llm={"url": unused_loopback_url()}, embedder={"kind": "none"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from tests.workers.support import bound_queue, scripted_model, scripted_queue, worker_config
 
 __all__ = ["bound_queue"]  # a fixture every queue test here may ask for

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.model.llm import ModelHTTPError
+from app.model.errors import ModelHTTPError
 from app.memory import upsert_fact
 from app.timeutil import to_rfc3339
 from tests.fake_ollama import Fault

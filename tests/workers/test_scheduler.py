@@ -20,7 +20,7 @@ from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import session_events
-from app.model.llm import ModelUnreachable
+from app.model.errors import ModelUnreachable
 from app.tasks.config_tasks import sync_config_tasks
 from app.tasks.runs import task_log
 from app.tasks.store import add_task, get_task, list_tasks, pause_task

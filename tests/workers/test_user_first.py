@@ -14,7 +14,7 @@ from datetime import timezone
 import httpx
 import pytest
 
-from app.model.llm import ModelClient
+from app.model.client import ModelClient
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.api.support import HiloServer
 from tests.workers.test_queue_ops import as_json, hilo_queue

@@ -1,0 +1,240 @@
+"""Ollama's native API and the OpenAI-compatible one, as Hilo's own calls speak them.
+
+Each builds Hilo's requests (chat, JSON, embeddings, the model list) in its API and reads
+the replies, streamed or whole, into a ChatReply over a Transport; ModelClient picks one
+by [llm] provider.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Generator, Mapping, Sequence
+
+from app.model.messages import Message, ReplyRecord, ToolSpec, tool_calls_of
+from app.model.stream import ACCEPTED, ChatReply
+from app.model.transport import Transport, frame_field
+
+JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON value
+
+
+class OllamaAPI:
+    """Ollama's native API: /api/chat, /api/generate, /api/embed, /api/tags."""
+
+    def __init__(self, transport: Transport, num_ctx: int, keep_alive: str) -> None:
+        self._transport = transport
+        self._num_ctx = num_ctx
+        self._keep_alive = _keep_alive_value(keep_alive)
+
+    def _body(self, model: str, options: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+        # num_ctx on every call: Ollama otherwise silently truncates to its 2048/4096 default.
+        return {
+            "model": model,
+            **fields,
+            "options": {"num_ctx": self._num_ctx, **(options or {})},
+            "keep_alive": self._keep_alive,
+        }
+
+    def chat_events(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        tools: Sequence[ToolSpec] | None = None,
+        sent: dict[str, Any] | None = None,
+    ) -> Generator[str, None, ChatReply]:
+        body = self._body(model, options, messages=[dict(m) for m in messages], stream=True)
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        received: list[str] = []
+        calls: list[dict[str, Any]] = []
+        with self._transport.open_stream("/api/chat", body, received, sent) as lines:
+            yield ACCEPTED
+            for line in lines:
+                if not line.strip():
+                    continue
+                frame = self._transport.decode_line(line, "POST /api/chat")
+                if "error" in frame:
+                    raise self._transport.interrupted(received, f"server error: {frame['error']}")
+                piece = frame_field(frame, "message", "content") or ""
+                if piece:
+                    received.append(piece)
+                    yield piece
+                calls += tool_calls_of(frame.get("message") or {})
+                if frame.get("done"):
+                    return _ollama_reply(frame, "".join(received), model, calls)
+        raise self._transport.interrupted(received, "the stream ended without its final done message")
+
+    def chat(self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None) -> ChatReply:
+        body = self._body(model, options, messages=[dict(m) for m in messages], stream=False)
+        data = self._transport.post_json("/api/chat", body)
+        text = frame_field(data, "message", "content")
+        if not isinstance(text, str):
+            raise self._transport.malformed("POST /api/chat", "no message.content in the reply")
+        return _ollama_reply(data, text, model)
+
+    def generate_json(
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
+    ) -> str:
+        fields: dict[str, Any] = {"prompt": prompt, "format": schema, "stream": False}
+        if system is not None:
+            fields["system"] = system
+        data = self._transport.post_json(
+            "/api/generate", self._body(model, {"temperature": temperature}, **fields), yield_to)
+        text = frame_field(data, "response")
+        if not isinstance(text, str):
+            raise self._transport.malformed("POST /api/generate", "no response text in the reply")
+        return text
+
+    embed_endpoint = "POST /api/embed"
+
+    def embed(self, model: str, texts: list[str]) -> Any:
+        data = self._transport.post_json("/api/embed", self._body(model, input=texts))
+        return frame_field(data, "embeddings")
+
+    def list_models(self) -> list[str]:
+        data = self._transport.get_json("/api/tags")
+        models = frame_field(data, "models")
+        if not isinstance(models, list):
+            raise self._transport.malformed("GET /api/tags", "no models list in the reply")
+        return [str(m.get("name") or m.get("model")) for m in models if isinstance(m, Mapping)]
+
+
+def _ollama_reply(frame: Mapping[str, Any], text: str, model: str,
+                  tool_calls: Sequence[dict[str, Any]] = ()) -> ChatReply:
+    return ChatReply(
+        text=text,
+        model=str(frame.get("model") or model),
+        prompt_eval_count=frame.get("prompt_eval_count"),
+        eval_count=frame.get("eval_count"),
+        done_reason=frame.get("done_reason"),
+        tool_calls=tuple(tool_calls),
+    )
+
+
+def _keep_alive_value(keep_alive: str) -> str | int:
+    # Ollama parses strings as Go durations ("5m"); a bare number must go as a number.
+    return int(keep_alive) if re.fullmatch(r"\s*-?\d+\s*", keep_alive) else keep_alive
+
+
+# Ollama option names → their OpenAI request fields. Others (num_ctx, …) have no
+# OpenAI equivalent: those servers fix them when the model is loaded.
+_OPENAI_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+    "stop": "stop",
+    "num_predict": "max_tokens",
+    "max_tokens": "max_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+
+
+class OpenAIAPI:
+    """The OpenAI-compatible API: /v1/chat/completions, /v1/embeddings, /v1/models."""
+
+    def __init__(self, transport: Transport, prefix: str) -> None:
+        self._transport = transport
+        self._chat_path = f"{prefix}/chat/completions"
+        self._embeddings_path = f"{prefix}/embeddings"
+        self._models_path = f"{prefix}/models"
+
+    def _body(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None, **fields: Any
+    ) -> dict[str, Any]:
+        mapped = {_OPENAI_FIELDS[k]: v for k, v in (options or {}).items() if k in _OPENAI_FIELDS}
+        return {"model": model, "messages": [dict(m) for m in messages], **mapped, **fields}
+
+    def chat_events(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        tools: Sequence[ToolSpec] | None = None,
+        sent: dict[str, Any] | None = None,
+    ) -> Generator[str, None, ChatReply]:
+        body = self._body(model, messages, options, stream=True, stream_options={"include_usage": True})
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        received: list[str] = []
+        usage: Mapping[str, Any] = {}
+        finish_reason = None
+        calls = ReplyRecord()  # gathers the tool calls, streamed in pieces
+        with self._transport.open_stream(self._chat_path, body, received, sent) as lines:
+            yield ACCEPTED
+            for line in lines:
+                if not line.startswith("data:"):
+                    continue  # blank separators, SSE comments and event names
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    calls.end_of_openai_stream()
+                    return _openai_reply(usage, "".join(received), model, finish_reason,
+                                         calls.tool_calls)
+                frame = self._transport.decode_line(data, f"POST {self._chat_path}")
+                if "error" in frame:
+                    reason = frame_field(frame, "error", "message") or frame["error"]
+                    raise self._transport.interrupted(received, f"server error: {reason}")
+                usage = frame.get("usage") or usage
+                calls.read_openai(frame)
+                for choice in frame.get("choices") or []:
+                    piece = frame_field(choice, "delta", "content") or ""
+                    finish_reason = frame_field(choice, "finish_reason") or finish_reason
+                    if piece:
+                        received.append(piece)
+                        yield piece
+        if finish_reason is not None:
+            # Some servers close without [DONE]; a finish_reason already says the reply is whole.
+            calls.end_of_openai_stream()
+            return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls)
+        raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
+
+    def chat(
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
+        yield_to: Callable[[], bool] | None = None, **fields: Any
+    ) -> ChatReply:
+        body = self._body(model, messages, options, stream=False, **fields)
+        data = self._transport.post_json(self._chat_path, body, yield_to)
+        text = frame_field(data, "choices", 0, "message", "content")
+        if not isinstance(text, str):
+            raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
+        return _openai_reply(data.get("usage") or {}, text, model, frame_field(data, "choices", 0, "finish_reason"))
+
+    def generate_json(
+        self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
+        yield_to: Callable[[], bool] | None = None,
+    ) -> str:
+        messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+            {"role": "user", "content": prompt}
+        ]
+        if isinstance(schema, str):
+            response_format: dict[str, Any] = {"type": "json_object"}
+        else:
+            response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
+        reply = self.chat(model, messages, {"temperature": temperature}, yield_to,
+                          response_format=response_format)
+        return reply.text
+
+    @property
+    def embed_endpoint(self) -> str:
+        return f"POST {self._embeddings_path}"
+
+    def embed(self, model: str, texts: list[str]) -> Any:
+        body = {"model": model, "input": texts, "encoding_format": "float"}
+        data = self._transport.post_json(self._embeddings_path, body)
+        items = frame_field(data, "data")
+        if not isinstance(items, list):
+            return None
+        return [frame_field(item, "embedding") for item in sorted(items, key=lambda item: frame_field(item, "index") or 0)]
+
+    def list_models(self) -> list[str]:
+        items = frame_field(self._transport.get_json(self._models_path), "data")
+        if not isinstance(items, list):
+            raise self._transport.malformed(f"GET {self._models_path}", "no data list in the reply")
+        return [str(item.get("id")) for item in items if isinstance(item, Mapping)]
+
+
+def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None,
+                  tool_calls: Sequence[dict[str, Any]] = ()) -> ChatReply:
+    return ChatReply(
+        text=text,
+        model=model,
+        prompt_eval_count=usage.get("prompt_tokens"),
+        eval_count=usage.get("completion_tokens"),
+        done_reason=finish_reason,
+        tool_calls=tuple(tool_calls),
+    )

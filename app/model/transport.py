@@ -1,0 +1,321 @@
+"""HTTP to one model server: every failure becomes the ModelError a user can act on.
+
+`Transport` sends Hilo's requests and a client's relayed ones, and tells a front-end's
+`ModelActivity` when one makes the model work; `Relayed` is a server's answer passed on
+as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Protocol
+
+if "httpx" not in sys.modules:
+    # httpx loads its command-line client (with rich, pygments and click, when installed),
+    # which Hilo never runs: ~35 ms of start-up. Hide it while httpx loads, as app/log.py
+    # hides rich from structlog.
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx
+    finally:
+        del sys.modules["httpx._main"]
+import httpx  # noqa: E402
+
+from app.model.errors import (
+    MalformedResponse,
+    ModelCallYielded,
+    ModelError,
+    ModelHTTPError,
+    ModelNotFound,
+    ModelTimeout,
+    ModelUnreachable,
+    StreamInterrupted,
+)
+
+# How often a background call that must give way to a person checks whether it must.
+YIELD_CHECK_SECONDS = 0.02
+# Longest slice of a server's error body worth putting in a message.
+_EXCERPT_CHARS = 300
+
+
+class ModelActivity(Protocol):
+    """Told when a request that makes the model work (chat, completion, embedding) starts
+    and when it ends: a front-end's requests, reported so that background jobs keep out
+    of their way (workers/chat_activity.py). Must never raise or block for long."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+# Endpoints that make the model work (a relayed /api/tags or /api/show does not).
+_WORK_ENDPOINTS = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
+                   "/chat/completions", "/completions", "/embeddings")
+
+
+def makes_model_work(path: str) -> bool:
+    return path.rstrip("/").endswith(_WORK_ENDPOINTS)
+
+
+def _nothing() -> None:
+    pass
+
+
+class Transport:
+    """HTTP to one server, turning every failure into the ModelError a user can act on."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        provider: str,
+        timeout_seconds: float,
+        connect_timeout_seconds: float,
+        api_key: str | None,
+        model_settings: Mapping[str, str],
+        activity: ModelActivity | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            base_url=url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+        )
+        self.url = url
+        self.provider = provider
+        self._timeout_seconds = timeout_seconds
+        self._connect_timeout_seconds = connect_timeout_seconds
+        self._model_settings = model_settings
+        self._activity = activity
+
+    def close(self) -> None:
+        self._http.close()
+
+    def start_work(self, path: str) -> Callable[[], None]:
+        """Report that a request to `path` starts, if it makes the model work; returns
+        what reports its end (call it once)."""
+        activity = self._activity
+        if activity is None or not makes_model_work(path):
+            return _nothing
+        activity.begin()
+        return activity.end
+
+    @contextmanager
+    def working(self, path: str) -> Iterator[None]:
+        end = self.start_work(path)
+        try:
+            yield
+        finally:
+            end()
+
+    def get_json(self, path: str) -> Any:
+        try:
+            response = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        self._raise_for_status(response, f"GET {path}", model="")
+        return self._decode(response, f"GET {path}")
+
+    def post_json(self, path: str, body: Mapping[str, Any],
+                  yield_to: Callable[[], bool] | None = None) -> Any:
+        """POST and decode the JSON answer; with `yield_to`, on a connection of its own
+        that is cut the moment yield_to() says so (ModelCallYielded)."""
+        if yield_to is not None:
+            return self._post_yielding(path, body, yield_to)
+        try:
+            with self.working(path):
+                response = self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+        return self._decode(response, f"POST {path}")
+
+    def _post_yielding(self, path: str, body: Mapping[str, Any],
+                       yield_to: Callable[[], bool]) -> Any:
+        # Shutting the socket down (not closing it) wakes the read blocked on it, and the
+        # server sees its client go: Ollama and llama.cpp then stop the request.
+        sockets: list[socket.socket] = []
+
+        def trace(event: str, info: dict) -> None:
+            if event == "connection.connect_tcp.complete" and info.get("return_value"):
+                sock = info["return_value"].get_extra_info("socket")
+                if sock is not None:
+                    sockets.append(sock)
+
+        answered, yielded = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            while not answered.wait(YIELD_CHECK_SECONDS):
+                if yield_to():
+                    yielded.set()
+                    for sock in sockets:
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    return
+
+        watcher = threading.Thread(target=watch, name="hilo-yield-watch", daemon=True)
+        with httpx.Client(base_url=self.url, headers=self._http.headers,
+                          timeout=self._http.timeout) as client:
+            watcher.start()
+            try:
+                response = client.post(path, json=body, extensions={"trace": trace})
+                response.read()
+            except httpx.HTTPError as exc:
+                if yielded.is_set():
+                    raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
+                raise self._translate(exc, "") from exc
+            finally:
+                answered.set()
+                watcher.join()
+        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+        return self._decode(response, f"POST {path}")
+
+    @contextmanager
+    def open_stream(self, path: str, body: Mapping[str, Any], received: list[str],
+                    sent: dict[str, Any] | None = None) -> Iterator[Iterator[str]]:
+        """Send the request, check the status, and give the response's lines.
+
+        `received` is the caller's list of text pieces so far, reported if the
+        connection breaks mid-stream; `sent`, if given, gets the path and body sent.
+        """
+        with self.open_response(path, body, received, sent) as response:
+            yield response.iter_lines()
+
+    @contextmanager
+    def open_response(self, path: str, body: Mapping[str, Any], received: list[str],
+                      sent: dict[str, Any] | None = None) -> Iterator[httpx.Response]:
+        """`open_stream`, giving the response itself (its body unread)."""
+        if sent is not None:
+            sent.update(path=path, body=body)
+        try:
+            with self.working(path), self._http.stream("POST", path, json=body) as response:
+                self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
+                yield response
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "".join(received)) from exc
+
+    def send(self, method: str, path: str, *, content: bytes | None, params: Any,
+             headers: Mapping[str, str]) -> tuple[httpx.Response, Callable[[], None]]:
+        """One request as is, its answer returned unread whatever its status, with what
+        to call once it is read or abandoned (the caller closes the answer); only failing
+        to get an answer raises."""
+        request = self._http.build_request(method, path, content=content, params=params,
+                                           headers=headers)
+        end = self.start_work(path)
+        try:
+            return self._http.send(request, stream=True), end
+        except httpx.HTTPError as exc:
+            end()
+            raise self._translate(exc, "") from exc
+
+    def decode_line(self, line: str, endpoint: str) -> dict[str, Any]:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise self.malformed(endpoint, f"a stream line is not JSON: {line[:_EXCERPT_CHARS]!r}") from None
+        if not isinstance(frame, dict):
+            raise self.malformed(endpoint, f"a stream line is not a JSON object: {line[:_EXCERPT_CHARS]!r}")
+        return frame
+
+    def malformed(self, endpoint: str, detail: str) -> MalformedResponse:
+        return MalformedResponse(self.url, endpoint, detail, self.provider)
+
+    def interrupted(self, received: list[str], reason: str) -> StreamInterrupted:
+        return StreamInterrupted(self.url, "".join(received), reason)
+
+    def _translate(self, exc: httpx.HTTPError, partial_text: str) -> ModelError:
+        if isinstance(exc, httpx.ConnectTimeout):
+            return ModelTimeout(self.url, self._connect_timeout_seconds, "connect")
+        if isinstance(exc, httpx.TimeoutException):
+            return ModelTimeout(self.url, self._timeout_seconds, "read")
+        if isinstance(exc, httpx.ConnectError):
+            return ModelUnreachable(self.url, self.provider, str(exc))
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return StreamInterrupted(self.url, partial_text, f"connection broken: {exc}")
+        if isinstance(exc, httpx.DecodingError):
+            return MalformedResponse(self.url, "response", str(exc), self.provider)
+        return ModelUnreachable(self.url, self.provider, str(exc))
+
+    def _raise_for_status(self, response: httpx.Response, endpoint: str, model: str) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            response.read()
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, "") from exc
+        server_message = _server_error_text(response)
+        if response.status_code == 404 and model and _names_missing_model(server_message):
+            setting = self._model_settings.get(model, "[llm] chat_model")
+            raise ModelNotFound(model, self.url, self.provider, setting)
+        raise ModelHTTPError(response.status_code, server_message, self.url, endpoint)
+
+    def _decode(self, response: httpx.Response, endpoint: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise self.malformed(endpoint, f"body {response.text[:_EXCERPT_CHARS]!r}") from None
+
+
+def _server_error_text(response: httpx.Response) -> str:
+    """The server's own explanation: Ollama's {"error": str}, OpenAI's {"error": {"message"}}, or text."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, Mapping):
+        error = error.get("message")
+    text = error if isinstance(error, str) and error else response.text
+    return text.strip()[:_EXCERPT_CHARS] or response.reason_phrase
+
+
+def _names_missing_model(server_message: str) -> bool:
+    # A 404 also means "no such route" ("404 page not found"); only a model 404 is ModelNotFound.
+    lowered = server_message.lower()
+    return "model" in lowered and ("not found" in lowered or "does not exist" in lowered)
+
+
+def frame_field(frame: Any, *keys: str | int) -> Any:
+    """frame[k1][k2]..., or None when any step is missing."""
+    for key in keys:
+        try:
+            frame = frame[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return frame
+
+
+def media_type(response: httpx.Response) -> str:
+    """The content type of a server's answer (JSON when it names none)."""
+    return response.headers.get("content-type", "application/json")
+
+
+class Relayed:
+    """A model server's answer to a relayed request: its status, its content type, and
+    its body as it arrives (iterate once; the connection closes at the end)."""
+
+    def __init__(self, response: httpx.Response, transport: Transport,
+                 done: Callable[[], None]) -> None:
+        self.status_code = response.status_code
+        self.media_type = media_type(response)
+        self._response = response
+        self._transport = transport
+        self._done = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.iter_bytes()
+        except httpx.HTTPError as exc:
+            raise self._transport._translate(exc, "") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._response.close()
+        done, self._done = self._done, _nothing
+        done()
