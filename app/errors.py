@@ -8,9 +8,63 @@ httpx maps transport errors once. Anything outside the family is a bug: the CLI 
 its traceback, the HTTP front-end logs it and answers 500 in the API's error shape.
 
 The kinds below are the branches; each module defines its own errors under the branch
-that says how a caller should react (`InvalidEvent(InvalidInput)`, `ModelUnreachable`
-under `Unavailable`, …), and keeps `ValueError`/`LookupError` bases where callers
-already rely on them.
+that says how a caller should react (`InvalidEvent(InvalidInput)`, `DiskFull` under
+`InsufficientStorage`, …), and keeps `ValueError`/`LookupError` bases where callers
+already rely on them. The whole family, with the module that defines each (a class with
+two parents stands under both; tests/test_errors.py keeps this tree true):
+
+    HiloError                     app.errors
+        Conflict                  app.errors
+            AlreadyRunning        app.ops.backup
+        InvalidInput              app.errors
+            AccessError           app.access
+            InvalidEvent          app.events
+            InvalidMemory         app.memory.validation
+            MalformedRequest      app.cli.queue
+            ScheduleError         app.tasks.schedule
+            SkippedFile           app.ops.transfer.files
+            TaskError             app.tasks.store
+                TaskNotFound      app.tasks.store
+            TransferError         app.ops.transfer.records
+        Misconfigured             app.errors
+            BindRefused           app.api.server
+            ConfigError           app.config
+            NoJobRunner           workers.jobs
+            QueueNotConfigured    workers.queue
+        NotFound                  app.errors
+            FactNotFound          app.memory.edits
+            MacroNotFound         app.turn.macros
+            TaskNotFound          app.tasks.store
+        Unavailable               app.errors
+            EmbedderUnavailable   app.errors
+            InsufficientStorage   app.errors
+                DiskFull          app.writer
+            CommitFailed          app.writer
+                DiskFull          app.writer
+            DatabaseError         app.db
+                CorruptDatabase   app.db
+                    CorruptQueue  workers.queue
+                SchemaTooNew      app.db
+            EmbedFailed           app.learn.embed
+            NotifyFailed          workers.notify
+            QueueError            workers.inspection
+                QueueUnavailable  workers.inspection
+            WriterClosed          app.writer
+        ApiError                  app.api.errors
+        BackupError               app.ops.backup
+            AlreadyRunning        app.ops.backup
+        CommandError              app.cli.common
+        InvalidOutput             app.learn.model_output
+        JobDegraded               workers.retry
+        ModelCallYielded          app.model.errors
+        ModelError                app.model.errors
+            MalformedResponse     app.model.errors
+            ModelHTTPError        app.model.errors
+            ModelNotFound         app.model.errors
+            ModelTimeout          app.model.errors
+            ModelUnreachable      app.model.errors
+            StreamInterrupted     app.model.errors
+        ToolFailed                app.turn.tools.registry
 """
 
 from __future__ import annotations

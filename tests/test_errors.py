@@ -79,15 +79,15 @@ def test_a_model_server_rejection_is_passed_on_but_its_auth_failure_is_a_bad_gat
 
 
 def drawn_family_tree() -> set[tuple[str, str]]:
-    """(parent, child) for each line of the tree app/errors.py's docstring draws, where a
-    child stands one level (four spaces) under its parent."""
+    """(parent, child) for each line of the tree app/errors.py's docstring ends with,
+    where a child stands four spaces further in than its parent."""
     import app.errors
 
     doc = app.errors.__doc__ or ""
-    drawn = doc[doc.index("HiloError\n"):].split("\n\n")[0].splitlines()
+    drawn = doc[doc.index("    HiloError "):].rstrip().splitlines()
     edges, parents = set(), []
     for line in drawn:
-        depth = (len(line) - len(line.lstrip())) // 4
+        depth = (len(line) - len(line.lstrip())) // 4 - 1
         name = line.split()[0]
         del parents[depth:]
         if parents:
