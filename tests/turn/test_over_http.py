@@ -11,7 +11,7 @@ import pytest
 from app.config import Config
 from app.memory import list_facts
 from tests.fake_ollama import FakeOllama, Reply
-from tests.agent.test_loop import MEMORY_AND_TASKS, tool_names
+from tests.turn.test_loop import MEMORY_AND_TASKS, tool_names
 from tests.api.test_chat import MODEL, assistant, ollama_client, openai_client, user
 from tests.api.support import HiloServer, serve
 from tests.api.test_proxy_tools import WEATHER_TOOL, stored
