@@ -12,7 +12,7 @@ import pytest
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import Durability
-from app.recall.vectors import VECTOR_INDEX
+from app.recall.state import Recall
 from app.writer import Writer
 
 pytest_plugins = ["tests.fake_ollama"]
@@ -42,13 +42,11 @@ def _logging_as_it_was():
     root.setLevel(level)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_vector_index():
-    """Each test starts and ends with the process's vector index empty, as a process
-    that just started (its cache is keyed by data, not by the test's directory)."""
-    VECTOR_INDEX.clear()
-    yield
-    VECTOR_INDEX.clear()
+@pytest.fixture
+def recall() -> Recall:
+    """What a test searches through when it has no ChatService (each service makes its
+    own): a Recall of its own, empty, as in a process that just started."""
+    return Recall()
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from app.memory import (
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
-from app.recall.retrieval import search_memory
+from app.recall.fusion import search_memory
 from app.sanitize import clean_text, redact_secrets
 
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.
@@ -130,7 +130,7 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
     in every retrieval stream and its fused score."""
     # Stored text holds no secret to find, and the query is embedded by the model server.
     hits = search_memory(service.reader(), who.user_id, redact_secrets(q).text, limit,
-                         embedder=service.embedder)
+                         recall=service.recall, embedder=service.embedder)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
 
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from app.timeutil import parse_rfc3339
 
-if TYPE_CHECKING:  # annotations only: app.recall.retrieval and app.tasks load numpy and cron parsing
+if TYPE_CHECKING:  # annotations only: app.recall.fusion and app.tasks load the search and cron parsing
     from app.turn.macros import Macro
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
-    from app.recall.retrieval import SearchHit
+    from app.recall.fusion import SearchHit
     from app.tasks.delivery import RunReport
     from app.tasks.runs import TaskLog
     from app.tasks.store import ScheduledTask

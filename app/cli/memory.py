@@ -76,7 +76,8 @@ def facts(config: Config, category: str | None, history: bool, user: str | None,
 def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
            user: str | None, as_json: bool) -> int:
     """search facts, cards and events"""
-    from app.recall.retrieval import search_memory
+    from app.recall.fusion import search_memory
+    from app.recall.state import Recall
 
     embedder = None
     if config.embedder.kind != "none":
@@ -86,7 +87,7 @@ def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
         embedder = make_embedder(config)
     con = open_memory(config)
     hits = search_memory(con, user or config.memory.user_id, " ".join(query), limit=limit,
-                         embedder=embedder)
+                         recall=Recall(), embedder=embedder)
     emit(as_json, [h.to_dict(explain=explain) for h in hits], lambda: print(
         "\n".join(hit_row(h, explain) for h in hits) or "(nothing found)"))
     return 0

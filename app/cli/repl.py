@@ -47,7 +47,7 @@ from app.cli.format import (
 from app.model.errors import ModelError
 from app.log import configure_logging, get_logger
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
-from app.recall.retrieval import search_memory
+from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
@@ -263,7 +263,7 @@ def search(repl: Repl, arg: str) -> None:
         repl.say("Usage: /search <words>", "yellow")
         return
     hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT,
-                         embedder=repl.service.embedder)
+                         recall=repl.service.recall, embedder=repl.service.embedder)
     if not hits:
         repl.say(f"Nothing in memory matches {arg!r}.", "dim")
     for hit in hits:

@@ -49,7 +49,7 @@ from app.memory import (
     set_profile,
     write_diary_entry,
 )
-from app.recall.retrieval import search_memory
+from app.recall.fusion import search_memory
 from app.tasks.store import (
     add_task,
     describe_task,
@@ -138,7 +138,7 @@ class MemoryTools:
         Example: recall(query="project deadline", limit=5)
         """
         hits = search_memory(self.service.reader(), self.user(), query, limit,
-                             embedder=self.service.embedder)
+                             recall=self.service.recall, embedder=self.service.embedder)
         return {"hits": [hit.to_dict(explain) for hit in hits]}
 
     def forget(

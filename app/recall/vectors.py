@@ -23,12 +23,13 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Literal, NamedTuple, Sequence
+from typing import BinaryIO, Callable, Iterable, NamedTuple, Sequence
 
 import apsw
 import numpy as np
 
 from app.recall.ann import HnswIndex, use_one_thread
+from app.recall.owners import OwnerKind
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.log import get_logger
@@ -36,7 +37,6 @@ from app.timeutil import utc_now
 
 log = get_logger(__name__)
 
-OwnerKind = Literal["fact", "card", "event"]
 OWNER_KINDS: tuple[OwnerKind, ...] = ("event", "fact", "card")
 
 
@@ -235,10 +235,10 @@ class _Block:
             self.ann = graph
         self.matrix = np.zeros((0, self.dim), dtype=np.float32)
 
-    def fold_in_background(self, con: apsw.Connection) -> None:
+    def fold_in_background(self, con: apsw.Connection, folds: ThreadPoolExecutor) -> None:
         """Add the matrix's vectors to a copy of the graph (or build the graph) on the fold
-        thread, write it and put it in place; queries go on meanwhile with the graph and
-        matrix as they are. Called with the lock held."""
+        thread (`folds`), write it and put it in place; queries go on meanwhile with the
+        graph and matrix as they are. Called with the lock held."""
         graph, count, loads = self.ann, self.exact_size, self.loads
         vectors = self.matrix[:count].copy()
         rows, owners = self.row_ids[:self.size].copy(), self.owner_ids[:self.size].copy()
@@ -266,7 +266,7 @@ class _Block:
             finally:
                 self.folding = False
 
-        _FOLDS.submit(fold)
+        folds.submit(fold)
 
     def forget_logged_removals(self, con: apsw.Connection, seen: int, now: int) -> bool:
         """List the block's rows logged as removed while the removed count went from `seen`
@@ -462,12 +462,17 @@ def _generation(con: apsw.Connection, user_id: str, model: str, kind: str) -> tu
 class VectorIndex:
     """Per (database, user, model, kind) blocks of vectors, refreshed incrementally from the
     embeddings table: exact below `ann_threshold` vectors, HNSW above it, persisted in
-    the data directory's vectors/ so a restart does not rebuild it."""
+    the data directory's vectors/ so a restart does not rebuild it. A process keeps one,
+    in its Recall (app/recall/state.py)."""
 
     def __init__(self, ann_threshold: int = ANN_THRESHOLD) -> None:
         self.ann_threshold = ann_threshold
         self._blocks: dict[tuple, _Block] = {}
         self._lock = threading.Lock()
+        # One thread does the searches started ahead (nearest_soon): a turn starts two or
+        # three. Another adds new vectors to copies of the graphs (_Block.fold_in_background).
+        self._searches = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-search")
+        self._folds = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-fold")
 
     def _block(self, con: apsw.Connection, user_id: str, model: str, kind: str) -> _Block:
         key = (con.filename or id(con), user_id, model, kind)
@@ -507,7 +512,7 @@ class VectorIndex:
             if not block.folding and block.exact_size > (
                     self.ann_threshold if block.ann is None
                     else _EXACT_SHARE * self.ann_threshold):
-                block.fold_in_background(con)
+                block.fold_in_background(con, self._folds)
         return block
 
     def nearest(self, con: apsw.Connection, user_id: str, model: str, kind: OwnerKind,
@@ -535,7 +540,7 @@ class VectorIndex:
         if block is None or query is None:
             return list
         if not isinstance(query, Future):
-            return _SEARCHES.submit(_search, block, query, depth).result
+            return self._searches.submit(_search, block, query, depth).result
         found: Future[list[tuple[int, float]]] = Future()
 
         def search(embedding: Future[np.ndarray | None]) -> None:
@@ -599,12 +604,6 @@ class VectorIndex:
             self._blocks.clear()
 
 
-# One thread does the searches started ahead (nearest_soon): a turn starts two or three.
-_SEARCHES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-search")
-# One thread adds new vectors to copies of the graphs (_Block.fold_in_background).
-_FOLDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-vector-fold")
-
-
 def _search(block: _Block, query: np.ndarray, depth: int) -> list[tuple[int, float]]:
     """The block's `depth` owners nearest the query, best first, with cosine."""
     with block.lock:
@@ -661,6 +660,3 @@ def _index_files(con: apsw.Connection, user_id: str, model: str, kind: str) -> _
     return _IndexFiles(index_dir / f"{stem}.faiss", index_dir / f"{stem}.rows.npz",
                        index_dir / f"{stem}.json")
 
-
-# The process's index: the front-end and the benchmark share it across requests.
-VECTOR_INDEX = VectorIndex()

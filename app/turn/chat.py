@@ -43,10 +43,10 @@ from app.model.stream import ChatReply, ChatStream
 from app.model.transport import ModelActivity
 from app.memory import end_session
 from app.turn import metrics
-from app.recall.retrieval import Query, make_query
+from app.recall.query import Query, make_query
+from app.recall.state import Recall
 from app.sanitize import Secret, find_secrets
 from app.model.token_count import TokenCounter
-from app.recall.vectors import VECTOR_INDEX
 from app.writer import Writer
 
 INTERRUPTED_MARKER = " [interrupted]"
@@ -327,7 +327,9 @@ class Turn:
 
 class ChatService:
     """What a front-end process holds: the event writer, the model client, the token
-    counter and the working memory. Thread-safe; one per process."""
+    counter, the working memory and the Recall (the vector index, word counts and
+    embedding threads every search of the process goes through). Thread-safe; one per
+    process."""
 
     def __init__(self, config: Config, *, model: ModelClient | None = None,
                  writer: Writer | None = None, handoff: Handoff | None = None) -> None:
@@ -348,7 +350,8 @@ class ChatService:
         self.model = model or ModelClient.from_config(config,
                                                       activity=self.handoff.model_activity())
         self.embedder = make_embedder(config, client=self.model)
-        VECTOR_INDEX.ann_threshold = config.embedder.ann_threshold
+        self.recall = Recall(config.embedder.ann_threshold,
+                             searches_vectors=self.embedder is not None)
         self.tokens = TokenCounter()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self.plans = ContextPlans()
@@ -365,7 +368,7 @@ class ChatService:
         """Load the embedder's vector indexes in the background, so the first turn after
         a start is as fast as the hundredth; front-ends call it as they start."""
         if self.embedder is not None:
-            VECTOR_INDEX.warm(DataDir.of(self.config).memory_db, self.embedder.model)
+            self.recall.vectors.warm(DataDir.of(self.config).memory_db, self.embedder.model)
 
     def __enter__(self) -> ChatService:
         return self
@@ -439,9 +442,10 @@ class ChatService:
         """The turn's retrieval query; with an embedder, the question is embedded while
         the keyword streams run (make_query's `ahead`)."""
         if self.embedder is None:
-            return make_query(user_id, text, con=self.reader())
+            return make_query(user_id, text, recall=self.recall, con=self.reader())
         started = time.perf_counter()
-        query = make_query(user_id, text, self.embedder, con=self.reader(), ahead=True)
+        query = make_query(user_id, text, self.embedder, recall=self.recall, con=self.reader(),
+                           ahead=True)
         if query.embedding is not None:
             def observe(embedding: Future) -> None:
                 call = "embed" if embedding.result() is not None else "embed_failed"

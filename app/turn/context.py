@@ -61,15 +61,9 @@ from app.memory import (
     list_facts,
     list_profile,
 )
-from app.recall.retrieval import (
-    STREAM_DEPTH,
-    Candidate,
-    Query,
-    make_query,
-    matching,
-    search,
-    search_ahead,
-)
+from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
+from app.recall.query import Query, make_query
+from app.recall.state import Recall
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -325,6 +319,7 @@ class ContextRequest:
     `window` is the session's recent un-compacted events (oldest first), without the
     new user message. `query` carries the text's embedding when an embedder is
     configured (make_query); without it retrieval uses keywords, importance and recency.
+    Without a `query`, one is made here through `recall` (keywords only).
 
     `history` is a client's own messages, sent on as they are in place of `text`: the
     layers go into its leading system message (or a new one), the window after that
@@ -347,6 +342,7 @@ class ContextRequest:
     client_system: str | None = None
     model: str | None = None
     query: Query | None = None
+    recall: Recall | None = None
     history: list[dict] | None = None
     num_ctx: int | None = None
     api: str | None = None
@@ -358,7 +354,11 @@ class ContextRequest:
 def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
                   request: ContextRequest) -> BuiltContext:
     """The messages for one turn: system prompt with layers, the window, the user message."""
-    query = request.query or make_query(request.user_id, request.text, con=con)
+    query = request.query
+    if query is None:
+        if request.recall is None:
+            raise TypeError("build_context() needs the query, or the recall to make it through")
+        query = make_query(request.user_id, request.text, recall=request.recall, con=con)
     # The vector searches run beside the keyword streams from here on.
     search_ahead(con, query, {"fact": config.memory.facts_k, "card": config.memory.cards_k,
                               "event": STREAM_DEPTH})

@@ -65,9 +65,11 @@ from app.datadir import DataDir
 from app.db import FTS_TABLES, Durability, connect, connect_readonly, merge_fts_segments
 from app.events import session_events
 from app.log import configure_logging
-from app.recall.retrieval import make_query
+from app.recall.bm25 import FTS_SQL, bm25_stream
+from app.recall.query import make_query
+from app.recall.state import Recall
 from app.model.token_count import TokenCounter
-from app.recall.vectors import VECTOR_INDEX, Owner, encode_vector, rebuild_indexes, store_vectors
+from app.recall.vectors import Owner, encode_vector, rebuild_indexes, store_vectors
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
 from app.learn.consolidate import FTS_MERGE_PAGES
 
@@ -335,10 +337,12 @@ def evict_from_page_cache(paths: Iterable[Path]) -> bool:
     return True
 
 
-def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> dict:
+def time_build_context(memory: Memory, asked: list[str], recall: Recall, *,
+                       vectors: bool) -> dict:
     config = memory.config
-    VECTOR_INDEX.clear()  # a process that just started
-    VECTOR_INDEX.ann_threshold = config.embedder.ann_threshold
+    index = recall.vectors
+    index.clear()  # a process that just started
+    index.ann_threshold = config.embedder.ann_threshold
     rss_before = rss_mib()
     con = connect_readonly(DataDir.of(config).memory_db)
     # The server stores the user's message (another connection, committed) before it
@@ -360,7 +364,7 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
             "importance) VALUES (?, ?, ?, 'user', ?, '2026-01-01T00:00:00', 0.5)",
             (f"turn-{time.perf_counter_ns()}", USER, f"s{sessions - 1}", text))
         started = time.perf_counter()
-        query = make_query(USER, text, con=con)
+        query = make_query(USER, text, recall=recall, con=con)
         if vector is not None:
             query.vector, query.model = vector, VECTOR_MODEL
         build_context(con, config, counter, ContextRequest(
@@ -388,51 +392,47 @@ def time_build_context(memory: Memory, asked: list[str], *, vectors: bool) -> di
         warming["after_replace_p50_ms"] = median(replaced)
         warming["after_replace_max_ms"] = max(replaced)
         # As after a reboot: the index files' pages dropped from the page cache first.
-        VECTOR_INDEX.clear()
+        index.clear()
         if evict_from_page_cache(DataDir.of(config).vector_indexes.glob("*")):
             warming["first_ms_from_disk"] = once(3, asked[3])
         # As `hilo serve` starts: the indexes load in the background meanwhile.
-        VECTOR_INDEX.clear()
+        index.clear()
         started = time.perf_counter()
-        loader = VECTOR_INDEX.warm(DataDir.of(config).memory_db, VECTOR_MODEL)
+        loader = index.warm(DataDir.of(config).memory_db, VECTOR_MODEL)
         warming["first_ms_while_warming"] = once(1, asked[1])
         loader.join()
         warming["warm_seconds"] = time.perf_counter() - started
         warming["first_ms_after_warm"] = once(2, asked[2])
     con.close()
     writer.close()
-    VECTOR_INDEX.clear()
+    index.clear()
     return {"p50_ms": median(samples), "p99_ms": percentile(samples, 99),
             "max_ms": max(samples), "first_ms": first, "samples": len(samples),
             "index_rss_mib": rss_loaded - rss_before, "rss_mib": rss_loaded, **warming,
             "slowest": [{"ms": round(ms, 2), "text": text} for ms, text in slowest]}
 
 
-def explain_fts(memory: Memory, text: str) -> dict[str, list[str]]:
+def explain_fts(memory: Memory, text: str, recall: Recall) -> dict[str, list[str]]:
     """EXPLAIN QUERY PLAN of the full-text stream's joins, for the report."""
-    from app.recall.retrieval import _FTS_SQL  # noqa: PLC2701 — the SQL under test
-
     con = connect_readonly(DataDir.of(memory.config).memory_db)
-    query = make_query(USER, text)
+    query = make_query(USER, text, recall=recall)
     plans = {kind: [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql,
                                                   (query.match, USER, 50))]
-             for kind, sql in _FTS_SQL.items()}
+             for kind, sql in FTS_SQL.items()}
     con.close()
     return plans
 
 
-def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
+def bm25_agreement(memory: Memory, asked: list[str], recall: Recall, k: int = 10) -> float:
     """Mean share of plain bm25()'s top k facts that the bounded full-text stream also
-    ranks in its top k (app.recall.retrieval: BM25_ROW_BUDGET)."""
-    from app.recall.retrieval import _FTS_SQL, bm25_stream  # noqa: PLC2701
-
+    ranks in its top k (app.recall.bm25: BM25_ROW_BUDGET)."""
     con = connect_readonly(DataDir.of(memory.config).memory_db)
     shares = []
     for text in asked:
-        query = make_query(USER, text)
+        query = make_query(USER, text, recall=recall)
         if query.match is None:
             continue
-        plain = [row[0] for row in con.execute(_FTS_SQL["fact"], (query.match, USER, k))]
+        plain = [row[0] for row in con.execute(FTS_SQL["fact"], (query.match, USER, k))]
         if plain:
             bounded = bm25_stream(con, query, "fact", 50)[:k]
             shares.append(len(set(plain) & set(bounded)) / len(plain))
@@ -440,7 +440,7 @@ def bm25_agreement(memory: Memory, asked: list[str], k: int = 10) -> float:
     return sum(shares) / len(shares) if shares else float("nan")
 
 
-# Partial indexes for the importance stream (app.recall.retrieval writes its 0.8 threshold into
+# Partial indexes for the importance stream (app.recall.streams writes its 0.8 threshold into
 # the SQL so SQLite can use them). Not in the schema yet: measured here as a proposal.
 # -- time to first token through hilo serve ----------------------------------------------------
 
@@ -561,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     asked = questions(text, 150 if args.quick else 400)
     turns = 40 if args.quick else 200
     vectors = not args.no_vectors
+    recall = Recall()  # the bench's, as a server's: its word counts outlive a run
     results: dict = {"sizes": {}, "ttft": {}, "ttft_embedding": {}, "targets": TARGETS}
     with tempfile.TemporaryDirectory(prefix="hilo-bench-context-") as tmp:
         kept = Path(args.keep) if args.keep else None
@@ -576,11 +577,11 @@ def main(argv: list[str] | None = None) -> int:
             entry = {"events": memory.events, "facts": memory.facts, "cards": memory.cards,
                      "load_seconds": memory.load_seconds, "db_mib": memory.db_mib,
                      "index_seconds": memory.index_seconds,
-                     "fts_plans": explain_fts(memory, asked[0]),
-                     "bm25_top10_agreement": bm25_agreement(memory, asked[:50]),
-                     "keywords": time_build_context(memory, asked, vectors=False)}
+                     "fts_plans": explain_fts(memory, asked[0], recall),
+                     "bm25_top10_agreement": bm25_agreement(memory, asked[:50], recall),
+                     "keywords": time_build_context(memory, asked, recall, vectors=False)}
             if vectors:
-                entry["with_vectors"] = time_build_context(memory, asked, vectors=True)
+                entry["with_vectors"] = time_build_context(memory, asked, recall, vectors=True)
             if size >= 100_000:
                 results["ttft"][str(size)] = time_to_first_token(
                     memory, turns if size == 100_000 else min(turns, 60), text)

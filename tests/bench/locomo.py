@@ -27,7 +27,7 @@ For each question (categories 1-4):
     vector   cosine over the stored vectors alone;
     session  the session stream alone (BM25 and vector evidence spread to the turns
              around it in its session: not a single stream, shown for transparency);
-    fusion   every stream of app.recall.retrieval.STREAMS fused by weighted RRF.
+    fusion   every stream of app.recall.fusion.STREAMS fused by weighted RRF.
 Latency is per question with a fresh Query for each method (nothing cached between
 them) and excludes embedding the question (its p50 is given separately).
 
@@ -66,10 +66,13 @@ from app.db import Durability, connect_readonly
 from app.model.embedders import LocalEmbedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
-from app.recall import retrieval
 from app.memory import set_profile
-from app.recall.retrieval import (RRF_K, SESSION_SPREAD, STREAMS, WEIGHTS, Query, bm25_stream,
-                           focus_question, search, session_stream, vector_stream)
+from app.recall import streams as recall_streams
+from app.recall.bm25 import bm25_stream
+from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search
+from app.recall.query import Query, focus_question
+from app.recall.state import Recall
+from app.recall.streams import SESSION_SPREAD, session_stream, vector_stream
 from app.timeutil import to_rfc3339
 from app.model.token_count import TokenCounter
 from app.writer import Writer
@@ -311,22 +314,24 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
     asked_at = conv.turns[-1].when + timedelta(minutes=1)
     stored = {dia_of[event_id]: content for event_id, content
               in con.execute("SELECT id, content FROM events")}
+    recall = Recall()  # kept across the questions, as a server keeps its own
     for q in conv.questions:
         began = time.perf_counter()
         question_vector = embedder.embed([q.text])[0]
         query_embed_ms.append(_ms(began))
         began = time.perf_counter()
-        searched, labels = focus_question(con, user, q.text, asked_at)
+        searched, labels = focus_question(con, user, q.text, asked_at, recall=recall)
         focus_ms = _ms(began)
         # make_query embeds the searched words; not timed, as the question's embedding.
         vector = (question_vector if searched == q.text else embedder.embed([searched])[0])
 
         # A fresh Query for every method: nothing one computed may be reused by the next.
         def plain() -> Query:
-            return Query(user, q.text, vector=question_vector, model=embedder.model)
+            return Query(user, q.text, recall=recall, vector=question_vector,
+                         model=embedder.model)
 
         def product(with_vector: bool = True) -> Query:
-            return Query(user, q.text, searched=searched, labels=labels,
+            return Query(user, q.text, recall=recall, searched=searched, labels=labels,
                          vector=vector if with_vector else None,
                          model=embedder.model if with_vector else None)
 
@@ -475,7 +480,7 @@ def markdown(results: dict) -> str:
 
 
 def tuning_variants() -> dict[str, Variant]:
-    """Fusion weights around app.recall.retrieval.WEIGHTS."""
+    """Fusion weights around app.recall.fusion.WEIGHTS."""
     grid: dict[str, dict[str, float]] = {"chosen": dict(WEIGHTS),
                                          "no labels stream": {**WEIGHTS, "labels": 0.0}}
     for labels in (0.5, 2.0):
@@ -493,12 +498,12 @@ def tuning_variants() -> dict[str, Variant]:
 
 
 def _with_asking_weight(weight: float, con: apsw.Connection, query: Query) -> list[int]:
-    chosen = retrieval.ASKING_WEIGHT
-    retrieval.ASKING_WEIGHT = weight
+    chosen = recall_streams.ASKING_WEIGHT
+    recall_streams.ASKING_WEIGHT = weight
     try:
         return retrieve(con, "fusion", query)
     finally:
-        retrieval.ASKING_WEIGHT = chosen
+        recall_streams.ASKING_WEIGHT = chosen
 
 
 def main() -> None:
@@ -537,7 +542,7 @@ def main() -> None:
                "num_ctx": config.llm.num_ctx,
                "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
                "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
-               "asking_weight": retrieval.ASKING_WEIGHT, "splits": {}}
+               "asking_weight": recall_streams.ASKING_WEIGHT, "splits": {}}
     for name, (ids, role) in splits.items():
         with tempfile.TemporaryDirectory() as tmp:
             variants = tuning_variants() if args.tune and role == "development" else None

@@ -25,7 +25,7 @@ import numpy as np
 
 from app.recall import ann
 from app.model.embedders import LocalEmbedder
-from app.recall.retrieval import STREAM_DEPTH
+from app.recall.fusion import STREAM_DEPTH
 from tests.bench.report import emit, parser
 
 TARGET_RECALL = 0.95

@@ -83,5 +83,5 @@ def test_queue_status_of_a_queue_holding_jobs_loads_no_heavy_library(config, dat
 def test_memory_search_without_an_embedder_loads_no_heavy_library(data_dir):
     loaded = imports_of("memory", "search", "dog", "--data-dir", str(data_dir),
                         HILO_EMBEDDER_KIND="none")
-    assert "app.recall.retrieval" in loaded  # it did search
+    assert "app.recall.fusion" in loaded  # it did search
     assert [name for name in HEAVY if name in loaded] == []

@@ -23,7 +23,7 @@ from app.model.embedders import OllamaEmbedder
 from app.model.client import ModelClient
 from app.log import configure_logging
 from app.model.probe import PROBE_TIMEOUT_SECONDS, announce_models, probe_models
-from app.recall.retrieval import make_query
+from app.recall.query import make_query
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import unused_loopback_url
 from tests.api.support import serve
@@ -190,12 +190,13 @@ def test_doctor_warns_when_the_embedding_model_is_not_pulled(data_dir, fake_olla
 
 
 def test_a_missing_embedding_model_is_said_once_and_search_goes_on_by_keywords(config,
-                                                                              fake_ollama):
+                                                                              fake_ollama, recall):
     model = f"nomic-embed-text-{uuid.uuid4().hex[:8]}"  # new to this process
     client = ModelClient.from_config(config.replace(llm={"url": fake_ollama.url}))
     embedder = OllamaEmbedder(client, model)
     queries = []
-    lines = log_lines(lambda: queries.extend(make_query("ana", f"turn {n}", embedder)
+    lines = log_lines(lambda: queries.extend(make_query("ana", f"turn {n}", embedder,
+                                                        recall=recall)
                                              for n in range(3)))
     client.close()
     assert all(q.vector is None for q in queries)

@@ -13,6 +13,7 @@ from app.db import connect_readonly
 from app.events import Event, append_event
 from app.memory import set_profile, upsert_fact
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.recall.state import Recall
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
@@ -58,10 +59,10 @@ def rich_memory(writer, config):
     return connect_readonly(writer.path)
 
 
-def test_layers_appear_in_the_system_prompt(rich_memory, config):
+def test_layers_appear_in_the_system_prompt(rich_memory, config, recall):
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
         "ana", "which editor do I use?", session_id="s", window=[fake_event(1, "hello")],
-        bootstrap="I am Ana."))
+        bootstrap="I am Ana.", recall=recall))
     system = ctx.system_prompt
     assert "I am Ana." in system
     assert "attribute 0: value 0" in system
@@ -73,18 +74,18 @@ def test_layers_appear_in_the_system_prompt(rich_memory, config):
     assert facts[0]["why"] == "relevant" and facts[0]["ranks"]["bm25"] == 1
 
 
-def test_facts_fall_back_to_most_recent_when_nothing_matches(rich_memory, config):
+def test_facts_fall_back_to_most_recent_when_nothing_matches(rich_memory, config, recall):
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", "zzzz qqqq", session_id="s", window=[]))
+        "ana", "zzzz qqqq", session_id="s", window=[], recall=recall))
     assert len(ctx.explain["facts"]) == config.memory.facts_k
     assert all(f["why"] == "most recent (nothing matched)" for f in ctx.explain["facts"])
 
 
-def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config):
+def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config, recall):
     tight = with_ctx(config, 600, 200)
     ctx = build_context(rich_memory, tight, TokenCounter(), ContextRequest(
         "ana", "editor?", session_id="s", window=[fake_event(i, f"message {i}") for i in range(6)],
-        bootstrap="I am Ana. " * 10))
+        bootstrap="I am Ana. " * 10, recall=recall))
     layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
     assert layers["bootstrap"] == "included"
     assert layers["profile"] == "truncated"
@@ -92,26 +93,26 @@ def test_tight_budget_drops_lower_priority_layers_first(rich_memory, config):
     assert ctx.tokens <= 400
 
 
-def test_same_inputs_same_context(rich_memory, config):
+def test_same_inputs_same_context(rich_memory, config, recall):
     args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
     a = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", "rust things", **args))
+        "ana", "rust things", **args, recall=recall))
     b = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", "rust things", **args))
+        "ana", "rust things", **args, recall=recall))
     assert a.messages == b.messages and a.explain == b.explain
 
 
-def test_another_users_memory_never_appears(rich_memory, config):
+def test_another_users_memory_never_appears(rich_memory, config, recall):
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "bob", "which editor do I use?", session_id="s", window=[]))
+        "bob", "which editor do I use?", session_id="s", window=[], recall=recall))
     assert "helix" not in ctx.system_prompt and "attribute" not in ctx.system_prompt
 
 
 @pytest.mark.parametrize("text", ['"unbalanced', "NEAR(a b)", "a AND OR NOT b", "col:val*",
                                   "^start (x", "🙂🙂", "", "x" * 10_000])
-def test_fts_syntax_in_user_text_is_harmless(rich_memory, config, text):
+def test_fts_syntax_in_user_text_is_harmless(rich_memory, config, text, recall):
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", text, session_id="s", window=[]))
+        "ana", text, session_id="s", window=[], recall=recall))
     assert ctx.tokens <= ctx.budget
 
 
@@ -133,7 +134,7 @@ def count_independently(messages: list[dict], ratio: float) -> int:
     cards_k=st.integers(0, 6),
 )
 def test_budget_is_never_exceeded(rich_memory, config, num_ctx, reserve_share, bootstrap_len,
-                                  window, text_len, system_len, ratio, facts_k, cards_k):
+                                  window, text_len, system_len, ratio, facts_k, cards_k, recall):
     reserve = max(64, min(num_ctx - 1, int(num_ctx * reserve_share)))
     cfg = with_ctx(config, num_ctx, reserve, facts_k=facts_k, cards_k=cards_k,
                    bootstrap_max_tokens=100_000)
@@ -144,7 +145,7 @@ def test_budget_is_never_exceeded(rich_memory, config, num_ctx, reserve_share, b
     ctx = build_context(rich_memory, cfg, counter, ContextRequest(
         "ana", "rust deploy editor " * (text_len // 19), session_id="s", window=events,
         bootstrap="line of memory\n" * (bootstrap_len // 15),
-        client_system="be brief. " * (system_len // 10) or None))
+        client_system="be brief. " * (system_len // 10) or None, recall=recall))
     budget = num_ctx - reserve
     assert ctx.budget == budget
     assert ctx.tokens <= budget
@@ -201,13 +202,13 @@ def test_model_down_keeps_the_users_message(config, data_dir):
     assert rows == [("user", "remember that I use helix")]
 
 
-def test_raw_past_events_fill_in_when_compiled_layers_know_nothing(writer, config):
+def test_raw_past_events_fill_in_when_compiled_layers_know_nothing(writer, config, recall):
     old = append_event(writer, config, "ana", "old", "user", "My dog is called Pixel")
     writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1 WHERE id = ?",
                                           (old.id,)))
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "what is my dog called?", session_id="new", window=[]))
+        "ana", "what is my dog called?", session_id="new", window=[], recall=recall))
     assert "user: My dog is called Pixel" in ctx.system_prompt
     assert ctx.explain["events"][0]["id"] == old.id
     layers = {layer["name"]: layer["status"] for layer in ctx.explain["layers"]}
@@ -228,14 +229,14 @@ def past_events(writer, config, count: int, session: str = "old", compacted: boo
     return events
 
 
-def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
+def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config, recall):
     config = config.replace(memory={"fill_first_message": True})
     events = past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 8)
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "garden", "the garden project "
                                           "is a vegetable patch", source="user", worker="user"))
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "how is the garden project going?", session_id="new", window=[]))
+        "ana", "how is the garden project going?", session_id="new", window=[], recall=recall))
     layers = {layer["name"]: layer for layer in ctx.explain["layers"]}
     assert layers["facts"]["status"] == "included"
     quoted = layers["events"]["items"]
@@ -248,10 +249,12 @@ def test_past_events_fill_the_room_the_compiled_layers_leave(writer, config):
         f"- [2026-09-01] user: {left_out[0].content}\n") + 1
 
 
-def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config):
+def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_memory, config,
+                                                                          recall):
     config = config.replace(memory={"fill_first_message": True})  # room for every layer
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", "rust deploy editor", session_id="s", window=[], bootstrap="I am Ana."))
+        "ana", "rust deploy editor", session_id="s", window=[], bootstrap="I am Ana.",
+        recall=recall))
     system = ctx.system_prompt
     order = [system.index(HEADERS[name]) for name in
              ("bootstrap", "profile", "diary", "facts", "cards", "events")]
@@ -259,7 +262,7 @@ def test_retrieved_layers_close_the_system_prompt_and_stable_ones_open_it(rich_m
     assert ctx.explain["events"], "past events were quoted"
 
 
-def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer, config):
+def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer, config, recall):
     config = config.replace(memory={"retrieved_max_tokens": 120})
     short = [append_event(writer, config, "ana", "old", "user", text) for text in
              ("The pond is done", "Fish for the pond", "A pump for the pond")]
@@ -268,7 +271,7 @@ def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer,
     writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "the koi pond pump?", session_id="new", window=[]))
+        "ana", "the koi pond pump?", session_id="new", window=[], recall=recall))
     ranked = [e["id"] for e in ctx.explain["events"]]
     assert sorted(ranked) == sorted(e.id for e in short)  # what is quoted, and only that
     assert long.content not in ctx.system_prompt
@@ -277,29 +280,29 @@ def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer,
     assert layers["events"]["items"] == 3 and layers["events"]["of"] == 4
 
 
-def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config):
+def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, recall):
     past_events(writer, config, 10)
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "the garden project, part 7", session_id="new", window=[]))
+        "ana", "the garden project, part 7", session_id="new", window=[], recall=recall))
     lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
     assert len(lines) == 10 and lines == sorted(lines)
     assert ctx.explain["events"][0]["id"] != int(lines[0].split("part ")[1])  # ranked, not shown
 
 
-def test_the_live_conversation_is_not_quoted_back(writer, config):
+def test_the_live_conversation_is_not_quoted_back(writer, config, recall):
     earlier = past_events(writer, config, 3, session="s", compacted=True)
     live = past_events(writer, config, 3, session="s", compacted=False)
     asked = append_event(writer, config, "ana", "s", "user", "and the garden project?")
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", asked.content, session_id="s", window=live[-1:]))
+        "ana", asked.content, session_id="s", window=live[-1:], recall=recall))
     quoted = {e["id"] for e in ctx.explain["events"]}
     assert quoted == {e.id for e in earlier}  # not the window, the rest of it, or the question
 
 
-def test_deterministic_with_past_events(rich_memory, config):
-    args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.")
+def test_deterministic_with_past_events(rich_memory, config, recall):
+    args = dict(session_id="s", window=[fake_event(1, "hi")], bootstrap="I am Ana.", recall=recall)
     roomy = config.replace(memory={"retrieved_max_tokens": 100_000})  # many quoted events
     a = build_context(rich_memory, roomy, TokenCounter(), ContextRequest(
         "ana", "deploy editor", **args))
@@ -308,14 +311,14 @@ def test_deterministic_with_past_events(rich_memory, config):
     assert a.messages == b.messages and len(a.explain["events"]) > 2
 
 
-def test_a_clients_history_gets_the_past_after_its_own_system_prompt(writer, config):
+def test_a_clients_history_gets_the_past_after_its_own_system_prompt(writer, config, recall):
     past_events(writer, config, 40, more=": tomatoes, beans and a pond" * 4)
     con = connect_readonly(writer.path)
     history = [{"role": "system", "content": "You are a gardening coach."},
                {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
                {"role": "user", "content": "how is the garden project going?"}]
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", history[-1]["content"], session_id="new", window=[], history=history, num_ctx=2048))
+        "ana", history[-1]["content"], session_id="new", window=[], history=history, num_ctx=2048, recall=recall))
     system = ctx.messages[0]["content"]
     assert system.startswith("You are a gardening coach.") and HEADERS["events"] in system
     assert ctx.messages[1:] == history[1:]  # the client's messages, as sent
@@ -332,14 +335,16 @@ def said(i: int, content: str, role: str = "user") -> Event:
 
 def conversation(rich_memory, config, texts: list[str], counter: TokenCounter | None = None):
     """Build a session's turns one after the other, as ChatService does: each turn gets the
-    previous turn's plan and the window since the stretch began."""
+    previous turn's plan and the window since the stretch began, and they search through
+    one Recall."""
     counter = counter or TokenCounter()
+    recall = Recall()
     built, events, plan = [], [], None
     for n, text in enumerate(texts):
         start = plan.window_start if plan is not None else None
         window = [e for e in events if start is None or e.id >= start]
         ctx = build_context(rich_memory, config, counter, ContextRequest(
-            "ana", text, session_id="s", window=window, plan=plan, message_id=2 * n + 1))
+            "ana", text, session_id="s", window=window, plan=plan, message_id=2 * n + 1, recall=recall))
         built.append(ctx)
         plan = ctx.plan
         events += [said(2 * n + 1, text), said(2 * n + 2, f"answer {n}", "assistant")]
@@ -415,26 +420,26 @@ def test_the_budget_holds_over_a_whole_conversation(rich_memory, config, num_ctx
             <= ctx.budget
 
 
-def test_the_same_plan_and_message_give_the_same_prompt(rich_memory, config):
+def test_the_same_plan_and_message_give_the_same_prompt(rich_memory, config, recall):
     first, second = conversation(rich_memory, config, ["which editor?", "and the deploy?"])
     window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
     again = build_context(rich_memory, config, TokenCounter(), ContextRequest(
-        "ana", "and the deploy?", session_id="s", window=window, plan=first.plan, message_id=3))
+        "ana", "and the deploy?", session_id="s", window=window, plan=first.plan, message_id=3, recall=recall))
     assert again.messages == second.messages and again.plan == second.plan
 
 
-def test_another_system_prompt_or_budget_starts_a_new_stretch(rich_memory, config):
+def test_another_system_prompt_or_budget_starts_a_new_stretch(rich_memory, config, recall):
     first, = conversation(rich_memory, config, ["which editor?"])
     window = [said(1, "which editor?"), said(2, "answer 0", "assistant")]
     for changed in ({"client_system": "Be terse."}, {"num_ctx": 2048}):
         ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
             "ana", "and the deploy?", session_id="s", window=window, plan=first.plan, message_id=3,
-            **changed))
+            **changed, recall=recall))
         assert ctx.explain["stretch"] == {"turn": "new", "why": "the model, budget or system "
                                           "prompt changed"}
 
 
-def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config):
+def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config, recall):
     config = config.replace(memory={"fill_first_message": False})
     history = [{"role": "system", "content": "Be brief."},
                {"role": "user", "content": "which editor do I use?"}]
@@ -442,13 +447,13 @@ def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config):
     for n, text in enumerate(["tell me about the deploy with docker", "and rust?"]):
         ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
             "ana", history[-1]["content"], session_id="s", window=[], history=list(history),
-            plan=plan, show_window=False))
+            plan=plan, show_window=False, recall=recall))
         built.append(ctx)
         plan = ctx.plan
         history += [{"role": "assistant", "content": f"answer {n}"}, {"role": "user", "content": text}]
     ctx = build_context(rich_memory, config, TokenCounter(), ContextRequest(
         "ana", history[-1]["content"], session_id="s", window=[], history=list(history), plan=plan,
-        show_window=False))
+        show_window=False, recall=recall))
     assert ctx.messages[:len(built[1].messages)] == built[1].messages
     assert ctx.messages[3]["content"].startswith("<memory>")  # where the client has it plain
     assert history[3]["content"] == "tell me about the deploy with docker"

@@ -11,7 +11,8 @@ from app.model.embedders import LOCAL_DIM, OllamaEmbedder, _load_local_model, ma
 from app.events import append_event
 from app.model.client import ModelClient
 from app.memory import upsert_fact
-from app.recall.retrieval import make_query, vector_stream
+from app.recall.query import make_query
+from app.recall.streams import vector_stream
 from app.recall.vectors import count_pending, decode_vector, encode_vector, pending_owners
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from app.learn.embed import EmbedFailed, embed_pending, reembed
@@ -144,7 +145,7 @@ def test_count_pending_counts_what_pending_owners_would_return(writer, config):
         con.close()
 
 
-def test_switching_model_never_compares_vectors_of_different_models(writer, config):
+def test_switching_model_never_compares_vectors_of_different_models(writer, config, recall):
     old, new = ConceptEmbedder("old-model", 24), ConceptEmbedder("new-model", 16)
     puppy = append_event(writer, config, "ana", "s1", "user", "I adopted a puppy")
     embed_pending(writer, old)
@@ -154,14 +155,15 @@ def test_switching_model_never_compares_vectors_of_different_models(writer, conf
     con = read(writer)
     try:
         for model, expected in ((old, [puppy.id]), (new, [puppy.id])):
-            query = make_query("ana", "my dog", model)
+            query = make_query("ana", "my dog", model, recall=recall)
             assert vector_stream(con, query, "event", 10) == expected
         embed_pending(writer, new)
-        query = make_query("ana", "my dog", new)
+        query = make_query("ana", "my dog", new, recall=recall)
         assert vector_stream(con, query, "event", 10)[0] == puppy.id
         assert set(vector_stream(con, query, "event", 10)) == {puppy.id, car.id}
         # The old model's index never saw the car: no vector of another model leaked in.
-        assert vector_stream(con, make_query("ana", "my dog", old), "event", 10) == [puppy.id]
+        old_query = make_query("ana", "my dog", old, recall=recall)
+        assert vector_stream(con, old_query, "event", 10) == [puppy.id]
     finally:
         con.close()
 

@@ -16,9 +16,10 @@ import pytest
 from app.db import connect_readonly
 from app.events import append_event
 from app.memory import set_profile, upsert_fact
-from app.recall.retrieval import (RRF_K, STREAMS, WEIGHTS, asking_share, bm25_stream, make_query,
-                           matching, search, search_ahead, session_neighbours,
-                           session_stream, vector_stream)
+from app.recall.bm25 import bm25_stream
+from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, matching, search, search_ahead
+from app.recall.query import make_query
+from app.recall.streams import asking_share, session_neighbours, session_stream, vector_stream
 from app.recall.vectors import VectorIndex
 from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
 from app.learn.embed import embed_pending
@@ -40,15 +41,16 @@ def seed(writer, config, embedder) -> dict[str, int]:
     return ids
 
 
-def test_a_paraphrase_is_found_by_vectors_and_missed_by_keywords(writer, config, text_embedder):
+def test_a_paraphrase_is_found_by_vectors_and_missed_by_keywords(writer, config, text_embedder,
+                                                                  recall):
     ids = seed(writer, config, text_embedder)
     con = connect_readonly(writer.path)
-    query = make_query("ana", "my dog", text_embedder)
+    query = make_query("ana", "my dog", text_embedder, recall=recall)
     assert bm25_stream(con, query, "event", 10) == []
     assert ids[PUPPY] in vector_stream(con, query, "event", 10)[:2]
 
 
-def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, config):
+def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, config, recall):
     # build_context starts them before the keyword streams, to run beside them.
     embedder = ConceptEmbedder()
     seed(writer, config, embedder)
@@ -58,12 +60,12 @@ def test_vector_searches_started_ahead_rank_as_those_made_on_demand(writer, conf
                                                   ("lunch", "pasta on Friday"))])
     embed_pending(writer, embedder)
     con = connect_readonly(writer.path)
-    on_demand = make_query("ana", "my dog", embedder)
-    ahead = make_query("ana", "my dog", embedder)
+    on_demand = make_query("ana", "my dog", embedder, recall=recall)
+    ahead = make_query("ana", "my dog", embedder, recall=recall)
     search_ahead(con, ahead, {"event": 3, "fact": 2, "card": 0})
     for kind in ("event", "fact"):
         assert vector_stream(con, ahead, kind, 10) == vector_stream(con, on_demand, kind, 10) != []
-    assert not ahead._ahead  # both were taken from the searches started ahead
+    assert not ahead.vectors_ahead  # both were taken from the searches started ahead
 
 
 class HeldEmbedder(ConceptEmbedder):
@@ -84,21 +86,22 @@ class DownEmbedder(ConceptEmbedder):
 
 
 def test_a_question_embedded_ahead_leaves_the_keywords_free_and_ranks_as_one_embedded_at_once(
-        writer, config):
+        writer, config, recall):
     # A turn embeds the question while the keyword streams run (ChatService._query).
     embedder = ConceptEmbedder()
     ids = seed(writer, config, embedder)
     con = connect_readonly(writer.path)
     held = HeldEmbedder()
-    ahead = make_query("ana", "Did my dog meet Okonkwo?", held, ahead=True)
+    ahead = make_query("ana", "Did my dog meet Okonkwo?", held, ahead=True, recall=recall)
     search_ahead(con, ahead, {"event": 3})
     assert bm25_stream(con, ahead, "event", 10) == [ids[NAME]]  # while the embedder holds
-    other = make_query("ana", "my dog", embedder)  # another turn's: not held up behind it
+    # Another turn's: not held up behind it.
+    other = make_query("ana", "my dog", embedder, recall=recall)
     search_ahead(con, other, {"event": 3})
     assert ids[PUPPY] in vector_stream(con, other, "event", 10)[:2]
     assert not ahead.embedding.done()
     held.release.set()
-    at_once = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    at_once = make_query("ana", "Did my dog meet Okonkwo?", embedder, recall=recall)
     assert vector_stream(con, ahead, "event", 10) == vector_stream(con, at_once, "event", 10)
     assert ids[PUPPY] in vector_stream(con, ahead, "event", 10)[:2]
     assert ([c.id for c in search(con, "ana", ahead.text, "event", 2, query=ahead)]
@@ -106,28 +109,28 @@ def test_a_question_embedded_ahead_leaves_the_keywords_free_and_ranks_as_one_emb
 
 
 def test_a_question_embedded_before_the_searches_start_ranks_as_one_embedded_at_once(
-        writer, config):
+        writer, config, recall):
     embedder = ConceptEmbedder()
     ids = seed(writer, config, embedder)
     con = connect_readonly(writer.path)
-    ahead = make_query("ana", "my dog", embedder, ahead=True)
+    ahead = make_query("ana", "my dog", embedder, ahead=True, recall=recall)
     ahead.embedding.result()  # the model server answered before the turn searched
     search_ahead(con, ahead, {"event": 3})
-    at_once = make_query("ana", "my dog", embedder)
+    at_once = make_query("ana", "my dog", embedder, recall=recall)
     assert vector_stream(con, ahead, "event", 10) == vector_stream(con, at_once, "event", 10)
     assert ids[PUPPY] in vector_stream(con, ahead, "event", 10)[:2]
 
 
-def test_a_question_whose_embedding_fails_ahead_is_answered_by_keywords(writer, config):
+def test_a_question_whose_embedding_fails_ahead_is_answered_by_keywords(writer, config, recall):
     ids = seed(writer, config, ConceptEmbedder())
     con = connect_readonly(writer.path)
-    query = make_query("ana", "Did my dog meet Okonkwo?", DownEmbedder(), ahead=True)
+    query = make_query("ana", "Did my dog meet Okonkwo?", DownEmbedder(), ahead=True, recall=recall)
     search_ahead(con, query, {"event": 3})
     assert vector_stream(con, query, "event", 10) == []
     assert ids[NAME] in [c.id for c in search(con, "ana", query.text, "event", 2, query=query)]
 
 
-def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, monkeypatch):
+def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, monkeypatch, recall):
     # A turn's note searches each kind, then keeps what has evidence (`matching`): the
     # cosines it checks are those the vector stream found, not a second search.
     embedder = ConceptEmbedder()
@@ -137,34 +140,36 @@ def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, m
     search_index = VectorIndex.nearest
     monkeypatch.setattr(VectorIndex, "nearest", lambda self, *args: searched.append(args[3])
                         or search_index(self, *args))
-    query = make_query("ana", "my dog", embedder)
+    query = make_query("ana", "my dog", embedder, recall=recall)
     found = search(con, "ana", query.text, "event", 3, query=query)
     assert ids[PUPPY] in [c.id for c in matching(con, query, "event", found)]
     assert searched == ["event"]
 
 
-def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config):
+def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config, recall):
     embedder = ConceptEmbedder()
     ids = seed(writer, config, embedder)
     con = connect_readonly(writer.path)
-    query = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    query = make_query("ana", "Did my dog meet Okonkwo?", embedder, recall=recall)
     assert bm25_stream(con, query, "event", 10) == [ids[NAME]]
     assert ids[NAME] not in vector_stream(con, query, "event", 10)[:3]
 
 
-def test_the_fusion_finds_both_the_paraphrase_and_the_name(writer, config):
+def test_the_fusion_finds_both_the_paraphrase_and_the_name(writer, config, recall):
     embedder = ConceptEmbedder()
     ids = seed(writer, config, embedder)
     con = connect_readonly(writer.path)
-    top = search(con, "ana", "Did my dog meet Okonkwo?", "event", 2, embedder=embedder)
+    top = search(con, "ana", "Did my dog meet Okonkwo?", "event", 2, recall=recall,
+                 embedder=embedder)
     assert {c.id for c in top} == {ids[PUPPY], ids[NAME]}
 
 
-def test_explain_gives_every_stream_rank_and_a_score_consistent_with_the_order(writer, config):
+def test_explain_gives_every_stream_rank_and_a_score_consistent_with_the_order(writer, config,
+                                                                              recall):
     embedder = ConceptEmbedder()
     seed(writer, config, embedder)
     con = connect_readonly(writer.path)
-    query = make_query("ana", "Did my dog meet Okonkwo?", embedder)
+    query = make_query("ana", "Did my dog meet Okonkwo?", embedder, recall=recall)
     streams = {name: stream(con, query, "event", 50) for name, stream in STREAMS.items()}
     candidates = search(con, "ana", query.text, "event", 10, query=query)
     assert candidates
@@ -179,22 +184,22 @@ def test_explain_gives_every_stream_rank_and_a_score_consistent_with_the_order(w
     assert len({c.id for c in candidates}) == len(candidates)  # deduplicated
 
 
-def test_priors_rerank_but_do_not_answer_a_query_nothing_matches(writer, config):
+def test_priors_rerank_but_do_not_answer_a_query_nothing_matches(writer, config, recall):
     seed(writer, config, ConceptEmbedder())
     con = connect_readonly(writer.path)
     # No embedder, no keyword in common: nothing matched, so callers fall back to recent.
-    assert search(con, "ana", "xylophone", "event", 5) == []
-    everything = search(con, "ana", "xylophone", "event", 5, require_match=False)
+    assert search(con, "ana", "xylophone", "event", 5, recall=recall) == []
+    everything = search(con, "ana", "xylophone", "event", 5, require_match=False, recall=recall)
     assert [c.ranks.keys() for c in everything][0] == {"recency"}
 
 
-def test_important_events_rank_higher_among_equal_matches(writer, config):
+def test_important_events_rank_higher_among_equal_matches(writer, config, recall):
     low = append_event(writer, config, "ana", "s1", "user", "the server password rotates monthly")
     high = append_event(writer, config, "ana", "s1", "user", "the server password rotates weekly",
                         importance=0.9)
     later = append_event(writer, config, "ana", "s1", "user", "the server password rotates daily")
     con = connect_readonly(writer.path)
-    top = search(con, "ana", "server password", "event", 3)
+    top = search(con, "ana", "server password", "event", 3, recall=recall)
     assert top[0].id == high.id and "importance" in top[0].ranks
     assert {c.id for c in top} == {low.id, high.id, later.id}
 
@@ -216,10 +221,11 @@ def chat(writer, config) -> list[int]:
             for session, role, text in CHAT]
 
 
-def test_the_session_stream_finds_the_reply_next_to_the_matching_question(writer, config):
+def test_the_session_stream_finds_the_reply_next_to_the_matching_question(writer, config, recall):
     ids = chat(writer, config)
     con = connect_readonly(writer.path)
-    query = make_query("ana", "what is the puppy's name?")  # no vectors: keywords only
+    # No vectors: keywords only.
+    query = make_query("ana", "what is the puppy's name?", recall=recall)
     assert set(bm25_stream(con, query, "event", 10)) == {ids[1], ids[2]}  # "puppy"
     found = session_stream(con, query, "event", 10)
     assert ids[3] in found[:3]  # "We call him Biscuit": no word of the query
@@ -248,37 +254,37 @@ def test_session_neighbours_stay_in_the_session_and_include_compacted_events(wri
     assert session_neighbours(con, "ana", [a3], 1) == {a3: ([a2], [a4])}
 
 
-def test_the_session_stream_ranks_facts_by_their_text_evidence_alone(writer, config):
+def test_the_session_stream_ranks_facts_by_their_text_evidence_alone(writer, config, recall):
     chat(writer, config)
     for key, value in (("pet", "a puppy called Biscuit"), ("editor", "helix"),
                        ("pet food", "puppy kibble, grain free")):
         writer.submit(lambda con, k=key, v=value: upsert_fact(
             con, "ana", "preference", k, v, source="user", worker="user"))
     con = connect_readonly(writer.path)
-    assert session_stream(con, make_query("ana", "xylophone"), "event", 10) == []
-    query = make_query("ana", "puppy food")
+    assert session_stream(con, make_query("ana", "xylophone", recall=recall), "event", 10) == []
+    query = make_query("ana", "puppy food", recall=recall)
     found = session_stream(con, query, "fact", 10)
     assert len(found) == 2 and found == bm25_stream(con, query, "fact", 10)
     assert session_stream(con, query, "card", 10) == []
 
 
-def test_one_strong_match_outranks_an_event_between_weak_ones(writer, config):
+def test_one_strong_match_outranks_an_event_between_weak_ones(writer, config, recall):
     # The stronger neighbour counts, not the sum: a turn flanked by weak matches must not
     # pass the turn next to the strong one.
     texts = ["dog", "filler one", "dog", "filler two", "dog",
              "filler three", "filler four", "dog dog dog walk park", "filler five"]
     ids = [append_event(writer, config, "ana", "s1", "user", t).id for t in texts]
     con = connect_readonly(writer.path)
-    found = session_stream(con, make_query("ana", "dog walk park"), "event", 10)
+    found = session_stream(con, make_query("ana", "dog walk park", recall=recall), "event", 10)
     assert found.index(ids[8]) < found.index(ids[3])
 
 
-def test_a_message_that_tells_outranks_one_that_asks_with_the_same_words(writer, config):
+def test_a_message_that_tells_outranks_one_that_asks_with_the_same_words(writer, config, recall):
     asked = append_event(writer, config, "ana", "s1", "user", "What's your best camping memory?").id
     told = append_event(writer, config, "ana", "s2", "assistant",
                         "My best camping memory is the meteor shower we watched at the lake.").id
     con = connect_readonly(writer.path)
-    query = make_query("ana", "best camping memory")
+    query = make_query("ana", "best camping memory", recall=recall)
     assert bm25_stream(con, query, "event", 10) == [asked, told]  # the shorter matches better
     assert session_stream(con, query, "event", 10)[:2] == [told, asked]
 
@@ -303,7 +309,7 @@ def name_the_user(writer, name: str) -> None:
                                           worker="user"))
 
 
-def test_a_question_naming_the_user_finds_what_the_user_said(writer, config):
+def test_a_question_naming_the_user_finds_what_the_user_said(writer, config, recall):
     name_the_user(writer, "Caroline")
     ids = conversation(writer, config, [
         ("assistant", "Hey Caroline! How is the adoption research going?", "2023-05-01T10:00:00Z"),
@@ -311,27 +317,27 @@ def test_a_question_naming_the_user_finds_what_the_user_said(writer, config):
         ("assistant", "Caroline, that's wonderful research!", "2023-05-01T10:02:00Z"),
     ])
     con = connect_readonly(writer.path)
-    query = make_query("ana", "What research did Caroline do?", con=con)
+    query = make_query("ana", "What research did Caroline do?", con=con, recall=recall)
     assert query.searched == "What research did do?"
     assert query.labels is not None and query.labels.role == "user"
     top = search(con, "ana", query.text, "event", 3, query=query)
     assert top[0].id == ids[1] and "labels" in top[0].ranks
 
 
-def test_a_name_in_a_large_share_of_the_memory_is_not_searched_for(writer, config):
+def test_a_name_in_a_large_share_of_the_memory_is_not_searched_for(writer, config, recall):
     turns = [("user", f"Thanks, Mel! Talk soon about item {i}", f"2023-05-01T10:{i:02d}:00Z")
              for i in range(60)]
     turns.append(("assistant", "I painted a sunset over the lake", "2023-05-02T10:00:00Z"))
     ids = conversation(writer, config, turns)
     con = connect_readonly(writer.path)
-    query = make_query("ana", "What did Mel paint?", con=con)
+    query = make_query("ana", "What did Mel paint?", con=con, recall=recall)
     assert query.searched == "What did paint?"
     assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
     # A question of common words only keeps them: better those than nothing.
-    assert make_query("ana", "Thanks Mel", con=con).searched == "Thanks Mel"
+    assert make_query("ana", "Thanks Mel", con=con, recall=recall).searched == "Thanks Mel"
 
 
-def test_the_query_embeds_the_words_it_searches_for(writer, config):
+def test_the_query_embeds_the_words_it_searches_for(writer, config, recall):
     name_the_user(writer, "Caroline")
 
     class Recording(ConceptEmbedder):
@@ -341,22 +347,22 @@ def test_the_query_embeds_the_words_it_searches_for(writer, config):
 
     embedder = Recording()
     con = connect_readonly(writer.path)
-    make_query("ana", "Where did Caroline adopt her dog?", embedder, con=con)
+    make_query("ana", "Where did Caroline adopt her dog?", embedder, con=con, recall=recall)
     assert embedder.seen == ["Where did adopt her dog?"]
 
 
-def test_a_question_naming_a_month_prefers_that_months_events(writer, config):
+def test_a_question_naming_a_month_prefers_that_months_events(writer, config, recall):
     ids = conversation(writer, config, [
         ("user", "We went camping by the river", "2023-06-10T10:00:00Z"),
         ("user", "We went camping in the mountains", "2023-07-15T10:00:00Z"),
     ])
     con = connect_readonly(writer.path)
-    july = search(con, "ana", "Where did we go camping in July?", "event", 2)
-    june = search(con, "ana", "Where did we go camping in June?", "event", 2)
+    july = search(con, "ana", "Where did we go camping in July?", "event", 2, recall=recall)
+    june = search(con, "ana", "Where did we go camping in June?", "event", 2, recall=recall)
     assert july[0].id == ids[1] and june[0].id == ids[0]
 
 
-def test_a_question_with_only_a_time_finds_the_events_of_that_time(writer, config):
+def test_a_question_with_only_a_time_finds_the_events_of_that_time(writer, config, recall):
     ids = conversation(writer, config, [
         ("user", "Booked the flights to Lisbon", "2023-04-28T10:00:00Z"),
         ("user", "Started the pottery class", "2023-05-03T18:00:00Z"),
@@ -364,17 +370,18 @@ def test_a_question_with_only_a_time_finds_the_events_of_that_time(writer, confi
         ("user", "Finished the quarterly report", "2023-06-01T09:00:00Z"),
     ])
     con = connect_readonly(writer.path)
-    found = search(con, "ana", "¿Qué hice en mayo?", "event", 5)
+    found = search(con, "ana", "¿Qué hice en mayo?", "event", 5, recall=recall)
     assert [c.id for c in found] == [ids[2], ids[1]]  # newest first
-    assert search(con, "ana", "What happened in August?", "event", 5) == []
+    assert search(con, "ana", "What happened in August?", "event", 5, recall=recall) == []
 
 
-def test_relative_times_count_from_when_the_question_is_asked(writer, config):
+def test_relative_times_count_from_when_the_question_is_asked(writer, config, recall):
     ids = conversation(writer, config, [
         ("user", "Had dinner at the Thai place", "2023-10-18T19:00:00Z"),
         ("user", "Had dinner with my sister", "2023-10-19T19:00:00Z"),
     ])
     con = connect_readonly(writer.path)
     asked = datetime(2023, 10, 20, 12, tzinfo=timezone.utc)
-    query = make_query("ana", "Where did I have dinner yesterday?", con=con, now=asked)
+    query = make_query("ana", "Where did I have dinner yesterday?", recall=recall, con=con,
+                       now=asked)
     assert search(con, "ana", query.text, "event", 2, query=query)[0].id == ids[1]

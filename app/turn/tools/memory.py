@@ -1,5 +1,5 @@
 """Memory tools: the model remembers, recalls, forgets and reads the profile through the
-same library calls as the user's own edits (app/memory, app/retrieval)."""
+same library calls as the user's own edits (app/memory, app/recall)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from app.memory import CATEGORIES, forget_fact, get_fact, list_profile, remember_fact, set_profile
-from app.recall.retrieval import search_memory
+from app.recall.fusion import search_memory
 from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
 
 RECALL_LIMIT = 5
@@ -27,7 +27,7 @@ def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
 def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
     limit = min(max(int(args.get("limit") or RECALL_LIMIT), 1), 50)
     hits = search_memory(ctx.service.reader(), ctx.user_id, args["query"], limit,
-                         embedder=ctx.service.embedder)
+                         recall=ctx.service.recall, embedder=ctx.service.embedder)
     if not hits:
         return f"nothing in memory matches {args['query']!r}"
     return "\n".join(json.dumps(hit.to_dict(bool(args.get("explain"))), ensure_ascii=False)

@@ -1,0 +1,228 @@
+"""Fusion: which facts, cards and events are relevant to what the user just said.
+
+Each stream returns ranked owner ids for one user; the streams are fused by
+Reciprocal Rank Fusion (`RRF_K`), so no stream needs calibrated scores. The streams in
+`STREAMS`: full text (FTS5 BM25: app/recall/bm25.py), and vectors, session, labels,
+importance and recency (app/recall/streams.py). Each stream has a weight in the fusion
+(`WEIGHTS`): importance and recency are priors that re-rank what the other streams
+found (importance lifts what was marked important, recency only breaks ties), not
+evidence of relevance in themselves. When nothing matches, the caller falls back to
+the most recent items. The question itself is read first (app/recall/query.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import apsw
+
+from app.recall.bm25 import bm25_stream
+from app.recall.owners import OwnerKind
+from app.recall.query import Query, make_query
+from app.recall.streams import (importance_stream, labels_stream, nearest, recency_stream,
+                                session_stream, vector_search_ahead, vector_stream)
+
+if TYPE_CHECKING:
+    from app.model.embedders import Embedder
+    from app.recall.state import Recall
+
+
+# The k of Reciprocal Rank Fusion. Cormack et al.'s 60 suits deep rankings from many
+# systems; with few streams and only the top 10 used, a smaller k lets a stream's first
+# ranks count, and keeps the priors (WEIGHTS) from moving matches far: at k = 60 the
+# recency prior at 0.1 is worth ~6 places at the top of the session stream, at k = 10
+# one. LoCoMo's development conversations, recall@10 of events: the fusion below at
+# k = 5, 10, 20, 60: 0.728, 0.728, 0.725, 0.718; BM25 + vectors at the earlier
+# weights (no session stream): k = 60 0.633, k = 10 0.645.
+RRF_K = 10
+# How many candidates each stream contributes before fusion.
+STREAM_DEPTH = 50
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One owner a search found: its rank in each stream and its fused score."""
+
+    kind: OwnerKind
+    id: int
+    ranks: dict[str, int]  # stream name -> 1-based rank in that stream
+    score: float  # fused RRF score
+
+    def explain(self) -> dict:
+        return {"kind": self.kind, "id": self.id, "ranks": self.ranks,
+                "score": round(self.score, 6)}
+
+
+# A stream: the ids of up to `depth` owners of one kind, best first, for the query.
+Stream = Callable[[apsw.Connection, Query, OwnerKind, int], list[int]]
+
+STREAMS: dict[str, Stream] = {
+    "bm25": bm25_stream,
+    "vector": vector_stream,
+    "session": session_stream,
+    "labels": labels_stream,
+    "importance": importance_stream,
+    "recency": recency_stream,
+}
+# A stream's weight multiplies its RRF term; streams not listed weigh 1. The text
+# evidence enters through the session stream, which already combines BM25 and vectors:
+# on LoCoMo's development conversations (tests/bench/locomo.py, all-MiniLM-L6-v2)
+# every extra weight on the raw BM25 and vector ranks lowered recall@10 (0.05 each:
+# -0.003, 0.1: -0.007, 0.25: -0.018), so they only break ties (and still show in
+# explain() and decide "did anything match"). Importance (>= 0.8: set on purpose by
+# the user or a worker) lifts an owner a few places among comparable matches; LoCoMo
+# has no important turns, so that weight is a choice, not a measurement. Recency only
+# breaks near-ties: more pushes the newest turns into every answer. Re-checked on the
+# product's stored form (issue 14; recall@10 with the labels stream, before the rule on
+# names): BM25 = vector = 0, 0.05, 0.1, 0.25: 0.754, 0.749, 0.749, 0.748; RRF k = 5,
+# 10, 20, 60: 0.753, 0.749, 0.748, 0.746; spreads (0.3, 0.2), (0.4, 0.3, 0.1), (0.5,
+# 0.3): 0.750, 0.753, 0.747 — all within noise, so nothing moved. Tried there and not
+# kept: re-ranking the top 50 by MiniLM cosine (-0.000 to -0.001), pseudo-relevance
+# feedback from the top 3-5 events, as BM25 terms (-0.009 to +0.007) or as a vector
+# (+0.004 to +0.006, recall@2 -0.003 to -0.005), and leaving the time words out of the
+# words searched (-0.003).
+WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,
+                             "importance": 0.25, "recency": 0.1}
+# Streams that judge the question itself; the others are priors over every owner.
+MATCH_STREAMS = frozenset({"bm25", "vector", "session", "labels"})
+
+
+def fuse(ranked: dict[str, list[int | None]], kind: OwnerKind,
+         weights: dict[str, float] | None = None, limit: int | None = None) -> list[Candidate]:
+    """Reciprocal Rank Fusion: score = Σ w_stream / (k + rank), deduplicated by owner id;
+    ties broken by id, newest first; the first `limit` (None: all). Without weights every
+    stream weighs 1."""
+    weights = weights or {}
+    ranks: dict[int, dict[str, int]] = {}
+    for stream, ids in ranked.items():
+        for position, owner_id in enumerate(ids, start=1):
+            if owner_id is not None:  # None holds a position for an owner left out
+                ranks.setdefault(owner_id, {}).setdefault(stream, position)
+    scores = {owner_id: sum(weights.get(s, 1.0) / (RRF_K + p) for s, p in r.items())
+              for owner_id, r in ranks.items()}
+    # Candidates only for what is returned: a search keeps a few of a hundred or more.
+    best = sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:limit]
+    return [Candidate(kind, owner_id, ranks[owner_id], scores[owner_id]) for owner_id in best]
+
+
+def _stream_depth(limit: int) -> int:
+    """How deep each stream is read for a search of the top `limit`."""
+    return max(limit, STREAM_DEPTH)
+
+
+def search_ahead(con: apsw.Connection, query: Query, limits: Mapping[OwnerKind, int]) -> None:
+    """Start the searches to come (kind -> search()'s limit) before any is fused: the
+    vector searches now, to run on their own thread (app.recall.vectors: nearest_soon), and,
+    while the question is still being embedded (make_query's `ahead`), each kind's BM25
+    ranks here meanwhile, instead of waiting for the vector in the first search."""
+    if not query.searches_vectors:
+        return
+    depths = {kind: _stream_depth(limit) for kind, limit in limits.items() if limit > 0}
+    for kind, depth in depths.items():
+        vector_search_ahead(con, query, kind, depth)
+    if query.embedding is not None and not query.embedding.done():
+        for kind, depth in depths.items():
+            bm25_stream(con, query, kind, depth)
+
+
+def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
+           limit: int, streams: dict[str, Stream] | None = None, *,
+           query: Query | None = None, recall: Recall | None = None,
+           embedder: Embedder | None = None, weights: dict[str, float] | None = None,
+           require_match: bool = True) -> list[Candidate]:
+    """The top `limit` owners of one kind for this text, fused across streams.
+
+    Pass `query` (from make_query) to embed the text once for several kinds, or
+    `recall` to make the query here, and `embedder` to embed it; without an embedder
+    the vector stream is silent. With `require_match`, the priors (importance, recency)
+    re-rank what the text streams found but add nothing of their own, so "nothing
+    matched" stays visible to callers.
+    """
+    if query is None:
+        if recall is None:
+            raise TypeError("search() needs the query, or the recall to make it through")
+        query = make_query(user_id, text, embedder, recall=recall, con=con)
+    streams = STREAMS if streams is None else streams
+    depth = _stream_depth(limit)
+    ranked: dict[str, list[int | None]] = {
+        name: stream(con, query, kind, depth) for name, stream in streams.items()
+        if name in MATCH_STREAMS}
+    matched = {owner_id for ids in ranked.values() for owner_id in ids}
+    if require_match and ranked:
+        if not matched:
+            return []
+        # Priors only re-rank what matched: the others keep their place in the ranking
+        # but are never built into candidates.
+        for name, stream in streams.items():
+            if name not in ranked:
+                ids = stream(con, query, kind, depth)
+                ranked[name] = [i if i in matched else None for i in ids]
+    else:
+        ranked.update((name, stream(con, query, kind, depth))
+                      for name, stream in streams.items() if name not in ranked)
+    ranked = {name: ranked[name] for name in streams}  # the callers' stream order
+    return fuse(ranked, kind, WEIGHTS if weights is None else weights, limit)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result for people (the REPL's /search, the API, the CLI)."""
+
+    kind: OwnerKind
+    id: int
+    text: str
+    created_at: str
+    candidate: Candidate
+
+    def to_dict(self, explain: bool = False) -> dict:
+        hit = {"kind": self.kind, "id": self.id, "text": self.text, "created_at": self.created_at}
+        if explain:
+            hit["explain"] = self.candidate.explain()
+        return hit
+
+
+_TEXT_SQL = {
+    "fact": "SELECT category || ' · ' || key || ': ' || value, updated_at FROM facts "
+            "WHERE id = ? AND user_id = ?",
+    "card": "SELECT summary, created_at FROM context_cards WHERE id = ? AND user_id = ?",
+    "event": "SELECT role || ': ' || content, created_at FROM events WHERE id = ? AND user_id = ?",
+}
+
+
+# A search a person typed shows what matches: the nearest vectors always exist, so one
+# found only by meaning must be at least this close (cosine) to count as a match.
+SEARCH_MIN_SIMILARITY = 0.6
+
+
+def search_memory(con: apsw.Connection, user_id: str, text: str, limit: int = 10, *,
+                  recall: Recall, embedder: Embedder | None = None) -> list[SearchHit]:
+    """Facts, then cards, then raw events (compacted ones included) matching the text: a
+    keyword match, or a meaning at least SEARCH_MIN_SIMILARITY close; no match, no hits.
+    Searched through `recall` (a ChatService's, or the caller's own Recall())."""
+    hits: list[SearchHit] = []
+    query = make_query(user_id, text, embedder, recall=recall, con=con)
+    for kind in ("fact", "card", "event"):
+        found = search(con, user_id, text, kind, limit - len(hits), query=query)
+        for candidate in matching(con, query, kind, found):
+            row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
+            if row:
+                hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate))
+        if len(hits) >= limit:
+            break
+    return hits
+
+
+def matching(con: apsw.Connection, query: Query, kind: OwnerKind,
+             found: list[Candidate]) -> list[Candidate]:
+    """`found` when some of it matches by keyword or by close meaning; then without what
+    only a distant vector brought. Session neighbours stay beside a match."""
+    close: set[int] = set()
+    if query.model is not None and query.vector_now() is not None:
+        close = {owner_id for owner_id, cosine in nearest(
+            con, query, kind, 2 * max(len(found), STREAM_DEPTH))
+            if cosine >= SEARCH_MIN_SIMILARITY}
+    evident = {c.id for c in found if "bm25" in c.ranks or c.id in close}
+    if not evident:
+        return []
+    return [c for c in found if c.id in evident or "session" in c.ranks]

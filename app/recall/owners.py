@@ -1,0 +1,39 @@
+"""What a search may return: an owner (a fact, a card or an event) of the asking user,
+and of facts and cards only the current ones. The full-text and vector streams read
+candidate ids from their indexes and keep those through `owned` and `current`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import apsw
+
+OwnerKind = Literal["fact", "card", "event"]
+
+# Only current facts and live cards are retrievable; every event is (compacted too).
+# "+user_id": with more than a few ids SQLite would otherwise pick the user's index and
+# walk all of their rows instead of looking the ids up.
+_CURRENT_SQL = {
+    "fact": "SELECT id FROM facts WHERE +user_id = ? AND superseded_at IS NULL "
+            "AND deleted_at IS NULL AND id IN ({marks})",
+    "card": "SELECT id FROM context_cards WHERE +user_id = ? AND folded_into IS NULL "
+            "AND id IN ({marks})",
+}
+# The kinds of which only the current owners are retrievable.
+CURRENT_ONLY: frozenset[str] = frozenset(_CURRENT_SQL)
+_OWNED_SQL = {**_CURRENT_SQL,
+              "event": "SELECT id FROM events WHERE +user_id = ? AND id IN ({marks})"}
+
+
+def current(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -> list[int]:
+    """The ids that are current facts or live cards (any other kind: all of them), in order."""
+    return owned(con, user_id, kind, ids) if kind in CURRENT_ONLY else ids
+
+
+def owned(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -> list[int]:
+    """The ids that are the user's, and current or live, in order."""
+    if not ids:
+        return ids
+    sql = _OWNED_SQL[kind].format(marks=",".join("?" * len(ids)))
+    keep = {row[0] for row in con.execute(sql, (user_id, *ids))}
+    return [i for i in ids if i in keep]

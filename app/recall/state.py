@@ -1,0 +1,73 @@
+"""Recall: what the recall wing keeps from one question to the next, for one process.
+
+It holds the vector index (app/recall/vectors.py, with its search and fold threads), the
+full-text word counts (app/recall/bm25.py) and the threads that embed questions ahead.
+Who owns it: the ChatService (app/turn/chat.py) makes one and every search of its
+process goes through it, so the front-ends, the agent's tools and the turns share it
+(`service.recall`). A process with no service — `hilo memory search`, a test, a
+benchmark — makes its own `Recall()`. A query carries its Recall to the streams
+(app/recall/query.py: make_query).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from app.recall.bm25 import TermCounts
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.recall.vectors import VectorIndex
+
+
+class Recall:
+    """The vector index, the word counts and the question-embedding threads of a process.
+
+    The index and the threads are made when first used: a search by keywords alone
+    never loads numpy."""
+
+    def __init__(self, ann_threshold: int | None = None, *,
+                 searches_vectors: bool = False) -> None:
+        """`ann_threshold`: the index's `[embedder] ann_threshold` (None: its default).
+        `searches_vectors`: make the index now, as the process starts, not in its first
+        search (its code takes a while to load)."""
+        self.term_counts = TermCounts()
+        self._ann_threshold = ann_threshold
+        self._vectors: VectorIndex | None = None
+        self._embedding_threads: ThreadPoolExecutor | None = None
+        self._making = threading.Lock()
+        if searches_vectors:
+            self._vectors = self._new_vector_index()
+
+    @property
+    def vectors(self) -> VectorIndex:
+        """The in-memory vector index, shared by every search through this Recall."""
+        if self._vectors is None:
+            with self._making:
+                if self._vectors is None:
+                    self._vectors = self._new_vector_index()
+        return self._vectors
+
+    def _new_vector_index(self) -> VectorIndex:
+        # start-up: app.recall.vectors loads numpy, which a search without an embedder
+        # (`hilo memory search` with `[embedder] kind = "none"`) never needs
+        from app.recall.vectors import VectorIndex
+
+        if self._ann_threshold is None:
+            return VectorIndex()
+        return VectorIndex(self._ann_threshold)
+
+    @property
+    def embedding_threads(self) -> ThreadPoolExecutor:
+        """Where questions are embedded ahead: two threads, for two turns at once."""
+        if self._embedding_threads is None:
+            with self._making:
+                if self._embedding_threads is None:
+                    # start-up: only a turn embeds ahead
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._embedding_threads = ThreadPoolExecutor(
+                        max_workers=2, thread_name_prefix="hilo-query-embed")
+        return self._embedding_threads

@@ -1,0 +1,276 @@
+"""The streams besides full text: each ranks owner ids of one kind for a query.
+
+vector: cosine against the query's embedding (same model only), read from the Recall's
+vector index (app/recall/vectors.py). importance: what was marked important (>= 0.8).
+recency: the newest. session: the BM25 and vector evidence combined and, for events,
+spread to the turns around them in their session. labels: for events, those said at
+the time the question names, or by the user when it names them. The full-text stream
+is app/recall/bm25.py; app/recall/fusion.py fuses them all. They stand together because
+they build on each other (session reads the full-text and vector ranks, labels the
+session's), and each is a few SQL statements and a ranking.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import apsw
+
+from app.recall.bm25 import bm25_stream
+from app.recall.owners import CURRENT_ONLY, OwnerKind, current
+
+if TYPE_CHECKING:
+    from app.recall.query import Query
+
+
+# -- vectors -----------------------------------------------------------------------------
+
+# Past events get a second, deeper look (app.turn.context: QUOTE_DEPTHS): their first read
+# keeps this many, so the second reuses it instead of searching again. Facts and cards
+# are read as deep as asked: an approximate index pays for every hit it returns.
+EVENT_VECTOR_DEPTH = 100
+
+
+def _vector_read_depth(kind: OwnerKind, depth: int) -> int:
+    return max(depth, EVENT_VECTOR_DEPTH) if kind == "event" else depth
+
+
+def _hits_wanted(kind: OwnerKind, depth: int) -> int:
+    # Superseded facts and folded cards keep their vectors: look deeper, then filter.
+    return 2 * depth if kind in CURRENT_ONLY else depth
+
+
+def vector_search_ahead(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> None:
+    """Start the vector stream's search to `depth` now, on the index's search thread
+    (app.recall.vectors: nearest_soon); nearest() takes its hits when they are asked for."""
+    wanted = _hits_wanted(kind, _vector_read_depth(kind, depth))
+    query.vectors_ahead[kind] = (wanted, query.recall.vectors.nearest_soon(
+        con, query.user_id, query.model, kind,
+        query.vector if query.embedding is None else query.embedding, wanted))
+
+
+def vector_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners whose stored vector (same model as the query's) is closest by cosine."""
+    return query.ranked_to(("vector", kind), _vector_read_depth(kind, depth),
+                           lambda d: _vector_ranks(con, query, kind, d))[:depth]
+
+
+def _vector_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    if query.model is None or query.vector_now() is None:
+        return []
+    hits = nearest(con, query, kind, _hits_wanted(kind, depth))
+    return current(con, query.user_id, kind, [owner_id for owner_id, _ in hits])[:depth]
+
+
+def nearest(con: apsw.Connection, query: Query, kind: OwnerKind,
+            depth: int) -> list[tuple[int, float]]:
+    """The `depth` owners whose vectors are nearest the query's, best first, with cosine:
+    searched once per query and kind at the deepest depth asked first (the vector
+    stream, then the evidence check of `matching`), or started ahead."""
+    known_depth, hits = query.vectors_found.get(kind, (0, []))
+    if known_depth < depth:
+        ahead_depth, ahead = query.vectors_ahead.pop(kind, (0, None))
+        if ahead is not None and ahead_depth >= depth:
+            known_depth, hits = ahead_depth, ahead()
+        else:
+            known_depth, hits = depth, query.recall.vectors.nearest(
+                con, query.user_id, query.model, kind, query.vector_now(), depth)
+        query.vectors_found[kind] = (known_depth, hits)
+    return hits[:depth]
+
+
+# -- importance and recency: priors over every owner -------------------------------------
+
+# Owners at or above this importance form the importance stream.
+IMPORTANT = 0.8
+# The threshold is written into the SQL, not bound, so SQLite can use partial indexes
+# "WHERE importance >= 0.8" (without them, each query scans the user's rows).
+_IMPORTANCE_SQL = {
+    "fact": f"SELECT id FROM facts WHERE user_id = ? AND importance >= {IMPORTANT} "
+            "AND superseded_at IS NULL AND deleted_at IS NULL "
+            "ORDER BY importance DESC, updated_at DESC, id DESC LIMIT ?",
+    "card": f"SELECT id FROM context_cards WHERE user_id = ? AND importance >= {IMPORTANT} "
+            "AND folded_into IS NULL ORDER BY importance DESC, created_at DESC, id DESC LIMIT ?",
+    "event": f"SELECT id FROM events WHERE user_id = ? AND importance >= {IMPORTANT} "
+             "ORDER BY importance DESC, created_at DESC, id DESC LIMIT ?",
+}
+
+
+def importance_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners marked important (>= 0.8), most important and then newest first."""
+    return [row[0] for row in con.execute(_IMPORTANCE_SQL[kind], (query.user_id, depth))]
+
+
+_RECENCY_SQL = {
+    "fact": "SELECT id FROM facts WHERE user_id = ? AND superseded_at IS NULL "
+            "AND deleted_at IS NULL ORDER BY updated_at DESC, id DESC LIMIT ?",
+    "card": "SELECT id FROM context_cards WHERE user_id = ? AND folded_into IS NULL "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+    "event": "SELECT id FROM events WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+}
+
+
+def recency_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """The newest owners."""
+    return [row[0] for row in con.execute(_RECENCY_SQL[kind], (query.user_id, depth))]
+
+
+# -- session: text evidence, spread to session neighbours ----------------------------
+# In a conversation the answer is often a turn or two away from the words that match:
+# "What's the pup's name?" matches the question, "I named him Buddy" is the reply. The
+# session stream first combines the text evidence: an owner's evidence is its
+# reciprocal rank in the BM25 and vector streams (k = SESSION_EVIDENCE_K, both weighing
+# 1). Facts and cards are ranked by that evidence. An event is ranked by its own
+# evidence plus, for each distance d = 1, 2, ..., SESSION_SPREAD[d - 1] times the
+# stronger evidence of the two events d places before and after it in its session
+# (the stronger, not the sum: many weak neighbours must not outscore one strong
+# match). The numbers were chosen on LoCoMo's development conversations
+# (tests/bench/locomo.py): recall@10 of events stays within 0.01 for spreads from
+# (0.4, 0.2) to (0.6, 0.4), and drops once a neighbour counts as much as the event
+# itself; without spreading, this evidence alone beats the RRF of BM25 and vectors at
+# k = 60 (0.668 against 0.627).
+#
+# A message that asks is weak evidence of what was said: "What's your best camping
+# memory?" matches "where has she camped?" better than the answer does, but only the
+# answer tells. So an event's own evidence counts ASKING_WEIGHT for the share of its
+# sentences that are questions (a message of one question: ASKING_WEIGHT; half of its
+# sentences: halfway), while what it spreads to its neighbours keeps its full weight.
+# LoCoMo development conversations (tests/bench/locomo.py --tune, the product's stored
+# form), fusion recall@10 at ASKING_WEIGHT 1 (no difference), 0.25 and 0: 0.763, 0.780,
+# 0.779; recall@2 0.483, 0.502, 0.510. The share of sentences, not "ends with ?": a
+# question after news is still news.
+SESSION_EVIDENCE_K = 5
+SESSION_SPREAD: tuple[float, ...] = (0.4, 0.3)
+ASKING_WEIGHT = 0.25
+# How deep the session stream reads the BM25 and vector streams.
+SESSION_DEPTH = 50
+
+# For each event: up to ?2 event ids before and after it in its session, compacted or
+# not (one index seek per direction and `compacted` value, whatever the session's size).
+_NEIGHBOUR_ARM = ("(SELECT group_concat(id) FROM (SELECT n.id FROM events n "
+                  "WHERE n.user_id = e.user_id AND n.session_id = e.session_id "
+                  "AND n.compacted = {compacted} AND n.id {op} e.id ORDER BY n.id {order} "
+                  "LIMIT ?2))")
+_NEIGHBOURS_SQL = (
+    "SELECT e.id, "
+    + ", ".join(_NEIGHBOUR_ARM.format(compacted=c, op=op, order=order)
+                for op, order in (("<", "DESC"), (">", "ASC")) for c in (0, 1))
+    + " FROM json_each(?1) j CROSS JOIN events e ON e.id = j.value WHERE e.user_id = ?3"
+)
+
+
+def _ids(joined: str | None) -> list[int]:
+    return [int(i) for i in joined.split(",")] if joined else []
+
+
+def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
+                       width: int) -> dict[int, tuple[list[int], list[int]]]:
+    """For each of the user's events: the ids of up to `width` events before it in its
+    session (nearest first) and up to `width` after it (nearest first)."""
+    if not event_ids or width < 1:
+        return {}
+    found = {}
+    for event_id, *arms in con.execute(_NEIGHBOURS_SQL, (json.dumps(event_ids), width, user_id)):
+        before = sorted(_ids(arms[0]) + _ids(arms[1]), reverse=True)[:width]
+        after = sorted(_ids(arms[2]) + _ids(arms[3]))[:width]
+        found[event_id] = (before, after)
+    return found
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+# +user_id: the ids pick the rows; an index on user_id would read all the user's events.
+_CONTENT_SQL = "SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks})"
+
+
+def asking_share(text: str) -> float:
+    """The share of the text's sentences that are questions (0 for no sentence)."""
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    return sum(s.endswith("?") for s in sentences) / len(sentences) if sentences else 0.0
+
+
+def _own_weights(con: apsw.Connection, user_id: str, event_ids: list[int]) -> dict[int, float]:
+    """What each event's own evidence counts for: less the more of it asks."""
+    sql = _CONTENT_SQL.format(marks=",".join("?" * len(event_ids)))
+    return {owner_id: 1.0 - (1.0 - ASKING_WEIGHT) * asking_share(content)
+            for owner_id, content in con.execute(sql, (user_id, *event_ids))}
+
+
+def _ranked(scores: dict[int, float], depth: int) -> list[int]:
+    return sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:depth]
+
+
+def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners ranked by their BM25 and vector evidence combined; events also by the
+    evidence for the events around them in their session, and their own evidence less
+    the more of them asks."""
+    return query.ranked(("session", kind, depth), lambda: _session_ranks(con, query, kind, depth))
+
+
+def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    evidence: dict[int, float] = defaultdict(float)
+    for stream in (bm25_stream, vector_stream):
+        for position, owner_id in enumerate(stream(con, query, kind, SESSION_DEPTH), start=1):
+            if owner_id is not None:  # a stream may hold a place for an owner left out
+                evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
+    if kind != "event" or not evidence:
+        return _ranked(evidence, depth)
+    # strongest[event][d - 1]: the best evidence d places away from the event.
+    strongest: dict[int, list[float]] = defaultdict(lambda: [0.0] * len(SESSION_SPREAD))
+    neighbours = session_neighbours(con, query.user_id, list(evidence), len(SESSION_SPREAD))
+    for owner_id, own in evidence.items():
+        before, after = neighbours.get(owner_id, ([], []))
+        for side in (before, after):
+            for distance, neighbour in enumerate(side):
+                best = strongest[neighbour]
+                best[distance] = max(best[distance], own)
+    weights = _own_weights(con, query.user_id, list(evidence))
+    scores = {owner_id: evidence.get(owner_id, 0.0) * weights.get(owner_id, 1.0)
+              + sum(share * best for share, best in zip(SESSION_SPREAD, strongest[owner_id]))
+              for owner_id in evidence.keys() | strongest.keys()}
+    return _ranked(scores, depth)
+
+
+# -- labels: when and by whom -------------------------------------------------------------
+# A question that names a time ("in June", "on 13 October 2023", "last summer") or the
+# user (by the name in their profile) is asked about events of that time, or said by
+# the user. The labels stream holds the events the text streams found (in the session
+# stream's order) that carry those labels (app/recall/event_labels.py), then, when the
+# question names a time, the newest other events of that time: "what did I do in May?"
+# has no words to search for, but May has events. On LoCoMo's development
+# conversations: fusion recall@10 0.713 without it, 0.761 with it (recall@2 0.394,
+# 0.478); its weight from 0.5 to 2 changes recall@10 by less than 0.005, and the newest
+# others by 0.001 (its questions name the time beside words that match).
+
+_LABELS_SQL = "SELECT id, labels FROM event_labels WHERE id IN ({marks})"
+_LABELLED_SQL = ("SELECT e.id FROM event_labels_fts JOIN events e ON e.id = event_labels_fts.rowid "
+                 "WHERE event_labels_fts MATCH ? AND e.user_id = ? "
+                 "ORDER BY event_labels_fts.rowid DESC LIMIT ?")
+
+
+def labels_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Events that carry the labels the question names: text matches first, then the
+    newest others of the time it names. Empty for facts and cards, and for questions
+    that name no time and not the user."""
+    if kind != "event" or query.labels is None:
+        return []
+    return query.ranked(("labels", depth), lambda: _label_ranks(con, query, depth))
+
+
+def _label_ranks(con: apsw.Connection, query: Query, depth: int) -> list[int]:
+    labels = query.labels
+    assert labels is not None
+    matched = session_stream(con, query, "event", SESSION_DEPTH)
+    found: dict[int, set[str]] = {}
+    if matched:
+        sql = _LABELS_SQL.format(marks=",".join("?" * len(matched)))
+        found = {owner_id: set(line.split()) for owner_id, line in con.execute(sql, matched)}
+    ranked = [owner_id for owner_id in matched if labels.holds(found.get(owner_id, set()))]
+    if labels.times and len(ranked) < depth:
+        seen = set(ranked)
+        for (owner_id,) in con.execute(_LABELLED_SQL, (labels.match(), query.user_id, depth)):
+            if owner_id not in seen:
+                ranked.append(owner_id)
+    return ranked[:depth]
