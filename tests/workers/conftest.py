@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.model.client import ModelClient
-from tests.workers.support import bound_queue, scripted_model, scripted_queue, worker_config
+from tests.workers.support import bound_queue, scripted_queue
 
 __all__ = ["bound_queue"]  # a fixture every queue test here may ask for
-
-
-@pytest.fixture
-def job_parts(config, data_dir, writer, fake_ollama):
-    """What a job is called with: the worker's config, the writer, and a model client on
-    the scripted fake model (and the fake itself)."""
-    cfg = worker_config(config, fake_ollama)
-    fake_ollama.responder = scripted_model
-    with ModelClient.from_config(cfg) as model:
-        yield cfg, writer, model, fake_ollama
 
 
 @pytest.fixture
