@@ -301,6 +301,11 @@ def _row_to_event(row: tuple) -> Event:
     )
 
 
+def count_session_events(con: apsw.Connection, user_id: str, session_id: str) -> int:
+    return con.execute("SELECT count(*) FROM events WHERE user_id = ? AND session_id = ?",
+                       (user_id, session_id)).fetchone()[0]
+
+
 def session_events(
     con: apsw.Connection,
     user_id: str,

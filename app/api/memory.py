@@ -25,6 +25,7 @@ from app.memory import (
     list_profile,
     list_sessions,
     remember_fact,
+    session_exists,
     set_profile,
 )
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
@@ -204,16 +205,10 @@ def get_sessions(who: Who, service: Service,
                                                           limit=limit)]}
 
 
-def _session_exists(service: ChatService, user_id: str, session_id: str) -> bool:
-    return service.reader().execute(
-        "SELECT 1 FROM sessions WHERE user_id = ? AND id = ?", (user_id, session_id)
-    ).fetchone() is not None
-
-
 @router.get("/sessions/{session_id}/events", summary="A session's events, oldest first")
 def get_session_events(session_id: str, who: Who, service: Service,
                        limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> dict:
-    if not _session_exists(service, who.user_id, session_id):
+    if not session_exists(service.reader(), who.user_id, session_id):
         raise ApiError(404, f"no session {session_id!r}", "not_found")
     events = session_events(service.reader(), who.user_id, session_id, limit=limit)
     return {"session_id": session_id, "events": [_event_dict(e) for e in events]}
@@ -221,7 +216,7 @@ def get_session_events(session_id: str, who: Who, service: Service,
 
 @router.post("/sessions/{session_id}/end", summary="End a session (its diary entry is queued)")
 def end_session(session_id: str, who: Who, service: Service) -> dict:
-    if not _session_exists(service, who.user_id, session_id):
+    if not session_exists(service.reader(), who.user_id, session_id):
         raise ApiError(404, f"no session {session_id!r}", "not_found")
     ended = service.end_session(who.user_id, session_id)
     return {"session_id": session_id, "ended": ended}

@@ -33,7 +33,7 @@ from app.config import Config
 from app.turn.context import BuiltContext
 from app.datadir import DataDir
 from app.db import DatabaseError
-from app.events import InvalidEvent
+from app.events import InvalidEvent, count_session_events
 from app.cli.format import (
     card_line,
     diary_line,
@@ -200,10 +200,7 @@ class Repl:
                     self.say(text, style)
 
     def events_in_session(self) -> int:
-        row = self.service.reader().execute(
-            "SELECT count(*) FROM events WHERE user_id = ? AND session_id = ?",
-            (self.user_id, self.session_id)).fetchone()
-        return row[0]
+        return count_session_events(self.service.reader(), self.user_id, self.session_id)
 
 
 # A command takes the REPL and the text after its name; it returns True to leave.

@@ -30,6 +30,11 @@ def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> li
     ]
 
 
+def session_exists(con: apsw.Connection, user_id: str, session_id: str) -> bool:
+    return con.execute("SELECT 1 FROM sessions WHERE user_id = ? AND id = ?",
+                       (user_id, session_id)).fetchone() is not None
+
+
 def end_session(con: apsw.Connection, user_id: str, session_id: str) -> bool:
     """Mark a session ended (its diary is then due). False if unknown or already ended."""
     con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? AND ended_at IS NULL",
