@@ -99,6 +99,8 @@ def _are_patterns(values: tuple[str, ...]) -> bool:
 NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
 # Control characters break HTTP headers (an API key is sent as one) and log lines.
 NO_CONTROL_CHARACTERS = Allowed(lambda v: v.isprintable(), "printable characters only")
+HEADER_NAME = Allowed(lambda v: re.fullmatch(r"[A-Za-z0-9-]*", v) is not None,
+                      'an HTTP header name such as "X-OpenWebUI-User-Id", or "" for none')
 
 
 def setting(default: Any, allowed: Allowed | None = None,
@@ -323,6 +325,9 @@ class ServerConfig(ReadOnly):
     token: str = setting("", NO_CONTROL_CHARACTERS)
     allowed_hosts: str = setting("")
     allowed_origins: str = setting("")
+    # A multi-person client's own user header (Open WebUI: "X-OpenWebUI-User-Id"): each
+    # value is a Hilo user of its own, namespaced (app/api/deps.py). "": ignored.
+    client_user_header: str = setting("", HEADER_NAME)
     # A chat request whose system messages or last message match one of these is a
     # client's housekeeping: relayed without memory, stored nowhere.
     housekeeping_patterns: tuple[str, ...] = setting(

@@ -1,12 +1,22 @@
 """What a route handler is handed: who is asking, the service that answers, and the
 request's JSON body.
 
-The user is the per-user token's (app/access.py, checked by the gate), else the
-`X-Hilo-User` header, else `[memory] user_id`; every read and write is filtered by it,
-so one user never sees another's rows. A request with a per-user token that names
-another user in `X-Hilo-User` is refused. The `X-Hilo-Session` header names the session
-on the chat routes (app/api/turns.py says what happens without it). Ids that look like a
-secret are refused: an id is stored, queued and logged as it is.
+Who is asking is decided once, by `identify`, for every route and for /mcp:
+- a per-user token (app/access.py, checked by the gate) is its user. A request that
+  names another user (`X-Hilo-User`, or a chat body's `user`: Caller.naming) is refused
+  with 403 `wrong_user`: a token never borrows another user's memory.
+- without one, `X-Hilo-User` names the user, else `[memory] user_id`: every process
+  that can reach Hilo is trusted (one trust domain), as is whoever holds the shared
+  `[server] token`.
+- `[server] client_user_header` (Open WebUI's `X-OpenWebUI-User-Id`), when the owner
+  sets it, maps each of a multi-person client's users to a Hilo user of their own,
+  namespaced so that it can never be a token's or the CLI's user: "openwebui:<id>", and
+  "<token's user>/openwebui:<id>" under a per-user token, so one token never reaches
+  another token's memory. Unset, the header is ignored.
+Every read and write is filtered by the user, so one user never sees another's rows;
+sessions are the user's own too (keyed by user and id). The `X-Hilo-Session` header
+names the session on the chat routes (app/api/turns.py says what happens without it).
+Ids that look like a secret are refused: an id is stored, queued and logged as it is.
 
 Bodies are read as JSON whatever their Content-Type, as Ollama reads them: LiteLLM and
 curl examples send none.
@@ -16,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Mapping
 
 from fastapi import Depends, Header, Request
 
@@ -32,7 +42,22 @@ from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
 class Caller:
     user_id: str
     session_header: str | None
-    user_header: bool = False  # the user was named by X-Hilo-User
+    token_user: str | None = None  # the per-user token's user, which fixes the user
+    chosen_by_header: bool = False  # X-Hilo-User or the client's user header named the user
+
+    def naming(self, user: str) -> str:
+        """The user for a request whose body names `user` (OpenAI's end-user id): refused
+        when a per-user token is another user's; a header's choice stands; else `user`."""
+        if self.token_user is not None and user != self.token_user:
+            raise wrong_user(self.token_user, "the body's `user`")
+        if self.token_user is not None or self.chosen_by_header:
+            return self.user_id
+        return check_id("user", user)
+
+
+def wrong_user(token_user: str, named_by: str) -> ApiError:
+    return ApiError(403, f"this token belongs to user {token_user!r} and cannot act as another "
+                    f"user: drop {named_by}, or use that user's own token", "wrong_user")
 
 
 def check_id(name: str, value: str) -> str:
@@ -52,26 +77,43 @@ UserHeader = Annotated[str | None, Header(description="The user, else [memory] u
 SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]
 
 
-def user_of(x_hilo_user: str | None, config: Config) -> str:
-    """The calling user: the X-Hilo-User header, else [memory] user_id (also for /mcp)."""
-    return check_id("user", x_hilo_user if x_hilo_user is not None else config.memory.user_id)
+def client_namespace(header: str) -> str:
+    """The prefix of a client's users, from its header's name: "X-OpenWebUI-User-Id" →
+    "openwebui"."""
+    name = header.strip().lower().removeprefix("x-")
+    for suffix in ("-user-id", "-userid", "-user"):
+        if name.endswith(suffix):
+            name = name.removesuffix(suffix)
+            break
+    return name.replace("-", "") or "client"
+
+
+def identify(config: Config, token_user: str | None, headers: Mapping[str, str]) -> Caller:
+    """Who asks (module docstring): `token_user` is the gate's, `headers` the request's
+    (case-insensitive). Raises ApiError: 403 for another user's name, 400 for a bad id."""
+    named = headers.get("x-hilo-user")
+    if token_user is not None and named is not None and named != token_user:
+        raise wrong_user(token_user, "X-Hilo-User")
+    client_header = config.server.client_user_header
+    client_id = (headers.get(client_header) or "").strip() if client_header else ""
+    if client_id:
+        user_id = f"{client_namespace(client_header)}:{client_id}"
+        if token_user is not None:
+            user_id = f"{token_user}/{user_id}"
+    elif token_user is not None:
+        user_id = token_user
+    else:
+        user_id = named if named is not None else config.memory.user_id
+    session = headers.get("x-hilo-session")
+    return Caller(check_id("user", user_id),
+                  check_id("session", session) if session is not None else None,
+                  token_user, bool(client_id) or named is not None)
 
 
 def caller(request: Request, x_hilo_user: UserHeader = None,
            x_hilo_session: SessionHeader = None) -> Caller:
-    token_user = request.scope.get(TOKEN_USER)
-    if token_user is not None:
-        if x_hilo_user is not None and x_hilo_user != token_user:
-            raise ApiError(403, f"this token belongs to user {token_user!r} and cannot act as "
-                           "another user: drop X-Hilo-User, or use that user's own token",
-                           "wrong_user")
-        user_id = token_user
-    elif x_hilo_user is not None:
-        user_id = x_hilo_user
-    else:
-        user_id = request.app.state.config.memory.user_id
-    session = check_id("session", x_hilo_session) if x_hilo_session is not None else None
-    return Caller(check_id("user", user_id), session, x_hilo_user is not None)
+    # The two parameters put the headers on the OpenAPI page; identify reads them all.
+    return identify(request.app.state.config, request.scope.get(TOKEN_USER), request.headers)
 
 
 def service_of(request: Request) -> ChatService:

@@ -10,7 +10,8 @@ In order:
   request's own origin are allowed. Clients that are not browsers send no Origin.
 - Token: with `[server] token`, or once any per-user token exists (app/access.py), every
   route but /health needs `Authorization: Bearer <token>`. A per-user token fixes the
-  user (deps.caller reads it from the scope); the shared token lets the header choose.
+  user (deps.identify reads it from the scope, for the routes and /mcp alike); the
+  shared token lets the header choose.
 - Body: at most `max_body` bytes, chunked bodies included.
 
 A pure ASGI middleware, so streamed replies pass through untouched.
@@ -189,13 +190,6 @@ class Gate:
             user = token_user(self._reader(), presented.decode("latin-1"))
             if user is not None:
                 scope[TOKEN_USER] = user
-                if scope["path"].startswith("/mcp"):
-                    # The MCP mount reads the user from X-Hilo-User: a per-user token's
-                    # user replaces whatever the request named (routes refuse a mismatch
-                    # in deps.caller).
-                    scope["headers"] = [(k, v) for k, v in scope["headers"]
-                                        if k.lower() != b"x-hilo-user"]
-                    scope["headers"].append((b"x-hilo-user", user.encode()))
                 return True
         return not self.token and not tokens_in_use(self._reader())
 

@@ -19,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api import health, memory, ollama, openai, tasks
 from app.api.access_log import log_paths_without_queries
-from app.api.deps import user_of
+from app.api.deps import identify
 from app.api.errors import install_error_handlers
-from app.api.gate import Gate, is_loopback
+from app.api.gate import TOKEN_USER, Gate, is_loopback
 from app.api.health import VERSION
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
@@ -48,7 +48,8 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
-    mcp = http_endpoint(service, lambda header: user_of(header, config))
+    mcp = http_endpoint(service, lambda request: identify(
+        config, request.scope.get(TOKEN_USER), request.headers).user_id)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

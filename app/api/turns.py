@@ -12,8 +12,9 @@ With `[tools] http = true`, a request that brings no tools of its own gets Hilo'
 (memory, scheduled tasks, web fetch; never the terminal): the model's calls are run and
 stored, and the client receives only the answer (app/turn/agent.py).
 
-The user: `X-Hilo-User`, else the body's `user` (OpenAI's end-user id), else
-`[memory] user_id`.
+The user: as app/api/deps.py decides it, where a chat body's `user` (OpenAI's end-user
+id) comes after the headers: it names the user only when no header or token did, and
+naming another user than a per-user token's is refused.
 
 ChatService is synchronous: the chat routes are plain functions run in the threadpool,
 and replies stream from a sync generator pulled one piece at a time in the threadpool.
@@ -84,11 +85,11 @@ Locks = Annotated[SessionLocks, Depends(session_locks_of)]
 
 
 def user_of(who: Caller, body: Mapping[str, Any]) -> str:
-    """X-Hilo-User, else the body's `user`, else the default user."""
+    """The caller's user, or the one the body's `user` names (Caller.naming)."""
     named = body.get("user")
-    if who.user_header or not isinstance(named, str) or not named:
+    if not isinstance(named, str) or not named:
         return who.user_id
-    return check_id("user", named)
+    return who.naming(named)
 
 
 def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who: Caller,

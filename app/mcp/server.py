@@ -4,8 +4,9 @@ Desktop, Claude Code, Cursor, Continue, Open WebUI, agent frameworks).
 Two transports, one server (`build_server`): `hilo mcp` speaks stdio, for a client that
 starts Hilo itself (`serve_stdio`); `hilo serve` answers streamable HTTP at /mcp
 (`http_endpoint`, mounted by app/api/server.py behind the same Gate: the bearer token
-and the body cap). The user is `--user` on stdio; over HTTP it is the `X-Hilo-User`
-header, else [memory] user_id — the HTTP API's rule, which the mount passes in.
+and the body cap). The user is `--user` on stdio; over HTTP it is decided as on every
+other route (app/api/deps.py: a per-user token is its user, else `X-Hilo-User`, else
+[memory] user_id), by the rule the mount passes in.
 
 Every tool is a thin call into the library the other front-ends use: memory edits run on
 the front-end's writer (synchronous=FULL) through app/memory, reads take this thread's
@@ -20,7 +21,7 @@ import json
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Callable, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -29,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import Field
+from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from app.turn.chat import ChatService
@@ -65,15 +67,14 @@ INSTRUCTIONS = (
     "may depend on the past, `remember` when the user states something worth keeping, "
     "`correct` when a remembered fact is wrong, `forget` when asked to, and "
     "`session_handoff` to leave (write) or pick up (read) a note between sessions.")
-USER_HEADER = "x-hilo-user"
 DIARY_SHOWN = 5
 
-# Who calls: the user for an X-Hilo-User header value (None on stdio, or when absent).
-UserOf = Callable[[str | None], str]
+# Who calls: the user for an HTTP request (None on stdio); raises a HiloError to refuse it.
+UserOf = Callable[[Request | None], str]
 
-# The headers of the message being handled (None on stdio); set for each message by
-# `_keep_headers`, read by the tools and resources through `MemoryTools.user`.
-_HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("hilo_mcp_headers", default=None)
+# The HTTP request of the message being handled (None on stdio); set for each message by
+# `_keep_request`, read by the tools and resources through `MemoryTools.user`.
+_REQUEST: ContextVar[Request | None] = ContextVar("hilo_mcp_request", default=None)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
@@ -96,8 +97,7 @@ class MemoryTools:
         self.user_of = user_of
 
     def user(self) -> str:
-        headers = _HEADERS.get()
-        return self.user_of(headers.get(USER_HEADER) if headers is not None else None)
+        return self.user_of(_REQUEST.get())
 
     # -- memory --------------------------------------------------------------------------
 
@@ -357,21 +357,22 @@ def _reported(fn: Callable[..., Any], error: type[Exception]) -> Callable[..., A
     return call
 
 
-async def _keep_headers(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """Make the HTTP request's headers (None on stdio) visible to the tools for this message:
+async def _keep_request(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Make the HTTP request (None on stdio) visible to the tools for this message:
     resources get no request context of their own."""
-    token = _HEADERS.set(getattr(ctx.request, "headers", None))
+    request = ctx.request if isinstance(ctx.request, Request) else None
+    token = _REQUEST.set(request)
     try:
         return await call_next(ctx)
     finally:
-        _HEADERS.reset(token)
+        _REQUEST.reset(token)
 
 
 def build_server(service: ChatService, user_of: UserOf) -> MCPServer:
     """The MCP server over `service`; `user_of` says who calls (see UserOf)."""
     tools = MemoryTools(service, user_of)
     server = MCPServer("hilo", title="Hilo memory", instructions=INSTRUCTIONS,
-                       middleware=[_keep_headers])
+                       middleware=[_keep_request])
     for method, hints in ((tools.remember, ADDITIVE), (tools.recall, READ_ONLY),
                           (tools.forget, DESTRUCTIVE), (tools.correct, ADDITIVE),
                           (tools.get_profile, READ_ONLY), (tools.set_profile, ADDITIVE),
@@ -393,7 +394,7 @@ def serve_stdio(config: Config, user: str | None = None) -> int:
     user_id = user or config.memory.user_id
     with ChatService(config) as service:
         service.warm_vectors()
-        anyio.run(build_server(service, lambda header: user_id).run_stdio_async)
+        anyio.run(build_server(service, lambda request: user_id).run_stdio_async)
     return 0
 
 
@@ -406,8 +407,8 @@ class HttpEndpoint:
 
 
 def http_endpoint(service: ChatService, user_of: UserOf, path: str = "/mcp") -> HttpEndpoint:
-    """Streamable HTTP, stateless: each request stands alone, so its own headers (token,
-    X-Hilo-User) decide it, and a restart loses no session. Host and Origin are the
+    """Streamable HTTP, stateless: each request stands alone, so its own token and headers
+    decide who calls, and a restart loses no session. Host and Origin are the
     app's Gate's to check, as for every other route."""
     server = build_server(service, user_of)
     app = server.streamable_http_app(
