@@ -1,5 +1,8 @@
 """Scheduled tasks under /memory/tasks: a prompt Hilo sends itself on a schedule, run by
-the worker in the task's own session."""
+the worker in the task's own session.
+
+A task added here is never trusted: `trusted: true` is refused, since trust is the
+owner's to grant at the machine (`hilo tasks trust ID`), not a caller's to ask for."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who
+from app.api.errors import ApiError
 from app.tasks.runs import request_run, task_log
 from app.tasks.store import (
     add_task,
@@ -28,7 +32,8 @@ class TaskIn(BaseModel):
     prompt: str
     name: str | None = None
     oneshot: bool = False
-    trusted: bool = False
+    trusted: bool = Field(False, description="always false here: the owner trusts a task "
+                                             "at the machine, with `hilo tasks trust ID`")
     timezone: str | None = Field(None, description="an IANA zone; default [schedule] timezone")
 
 
@@ -42,9 +47,12 @@ def get_tasks(who: Who, service: Service) -> dict:
 @router.post("", summary="Add a task; the reply echoes the schedule in words",
              status_code=201)
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
+    if body.trusted:
+        raise ApiError(403, "a task is trusted only by its owner at the machine: add it without "
+                       '"trusted", then run `hilo tasks trust ID` there', "trust_refused")
     added = add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
-        name=body.name, oneshot=body.oneshot, trusted=body.trusted, timezone_name=body.timezone)
+        name=body.name, oneshot=body.oneshot, timezone_name=body.timezone)
     return added.to_json()
 
 

@@ -121,6 +121,39 @@ def resume(config: Config, ref: str, user: str | None, as_json: bool) -> int:
                    lambda writer, user: resume_task(writer, config, user, ref))
 
 
+@tasks.command("trust")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def trust(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """let a task's runs use the terminal without asking
+
+    REF: the task's id or name. Only the owner, here, trusts a task: tasks from the HTTP
+    API, MCP, the model or an import arrive untrusted.
+    """
+    from app.tasks.store import trust_task
+
+    return _change(config, ref, user, as_json, "Trusted",
+                   lambda writer, user: trust_task(writer, user, ref))
+
+
+@tasks.command("untrust")
+@click.argument("ref")
+@user_option("tasks")
+@with_config
+@json_option
+def untrust(config: Config, ref: str, user: str | None, as_json: bool) -> int:
+    """stop trusting a task: its runs use only allowed commands
+
+    REF: the task's id or name
+    """
+    from app.tasks.store import trust_task
+
+    return _change(config, ref, user, as_json, "Untrusted",
+                   lambda writer, user: trust_task(writer, user, ref, trusted=False))
+
+
 @tasks.command("rm")
 @click.argument("ref")
 @user_option("tasks")

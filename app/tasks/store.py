@@ -10,6 +10,10 @@ Writes go through a Writer (`writer.submit`); reads take any connection, so the
 front-ends pass their read-only ones. `source` is "tool" for tasks made through the CLI,
 the API or the agent's tool, and "config" for `[[scheduled_tasks]]` in config.toml
 (app/tasks/config_tasks.py).
+
+A trusted task's runs may use the terminal without asking. Only the owner at the
+machine trusts one (`hilo tasks add --trusted`, `hilo tasks trust`, config.toml): the
+HTTP API refuses to, and MCP, the model's tool and imports add tasks untrusted.
 """
 
 from __future__ import annotations
@@ -293,6 +297,22 @@ def resume_task(writer: Writer, config: Config, user_id: str, ref: int | str, *,
     return writer.submit(write)
 
 
+def trust_task(writer: Writer, user_id: str, ref: int | str, *, trusted: bool = True,
+               now: datetime | None = None) -> ScheduledTask:
+    """Let the task's runs use the terminal without asking (or, `trusted=False`, no
+    longer). The owner's own act: `hilo tasks trust` and `untrust` call it, nothing else."""
+    stamp = to_rfc3339(moment_or_now(now))
+
+    def write(con: apsw.Connection) -> ScheduledTask:
+        task = _owned_by_tool(get_task(con, user_id, ref), "trust" if trusted else "untrust",
+                              f"trusted = {'true' if trusted else 'false'}")
+        con.execute("UPDATE scheduled_tasks SET is_trusted = ?, updated_at = ? WHERE id = ?",
+                    (int(trusted), stamp, task.id))
+        return get_task(con, user_id, task.id)
+
+    return writer.submit(write)
+
+
 def remove_task(writer: Writer, user_id: str, ref: int | str, *,
                 now: datetime | None = None) -> ScheduledTask:
     """Delete the task and cancel its pending runs; its log (runs, session) stays."""
@@ -306,12 +326,13 @@ def remove_task(writer: Writer, user_id: str, ref: int | str, *,
     return writer.submit(write)
 
 
-def _owned_by_tool(task: ScheduledTask, action: str) -> ScheduledTask:
+def _owned_by_tool(task: ScheduledTask, action: str,
+                   edit: str = "paused = true, or delete the entry") -> ScheduledTask:
     # config.toml owns its tasks: a change made here would be undone at the next worker start.
     if task.source == "config":
         raise TaskError(
             f'task #{task.id} "{task.name}" comes from config.toml: to {action} it, edit its '
-            "[[scheduled_tasks]] entry (paused = true, or delete the entry) and restart the worker")
+            f"[[scheduled_tasks]] entry ({edit}) and restart the worker")
     return task
 
 
@@ -328,7 +349,8 @@ def delete_task(con: apsw.Connection, task_id: int, stamp: str) -> None:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """A task as an export holds it (app/ops/transfer): enough to schedule it again."""
+    """A task as an export holds it (app/ops/transfer): enough to schedule it again. Not
+    its trust: an imported task arrives untrusted, whatever the file says."""
 
     prompt: str
     schedule: str  # as the user wrote it
@@ -336,7 +358,6 @@ class TaskRecord:
     cron_expr: str | None = None  # None: `schedule` is read again (a file a person wrote)
     oneshot: bool = False
     paused: bool = False
-    trusted: bool = False
     source: str = "tool"
     task_id: int | None = None  # the id it had, kept when free: its session's log stays its own
     run_once_at: str | None = None  # a one-shot's moment (RFC 3339)
@@ -344,9 +365,9 @@ class TaskRecord:
 
 
 def import_task(con: apsw.Connection, config: Config, user_id: str, record: TaskRecord,
-                now: datetime | None = None) -> str:
-    """Store an exported task unless the same one (name, schedule and prompt) is there:
-    "insert" or "unchanged". Runs inside the caller's transaction.
+                now: datetime | None = None) -> tuple[str, ScheduledTask]:
+    """Store an exported task, untrusted, unless the same one (name, schedule and prompt)
+    is there: ("insert" or "unchanged", the task). Runs inside the caller's transaction.
 
     A repeating task's next run is its next occurrence after now; a one-shot keeps its
     moment (and never runs if that passed). Raises TaskError or ScheduleError for a task
@@ -371,15 +392,16 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
                             record.cron_expr, tz, run_once)
     else:
         schedule = parse_schedule(record.schedule, tz, now, oneshot=record.oneshot)
-    if con.execute("SELECT 1 FROM scheduled_tasks WHERE user_id = ? AND name = ? AND "
-                   "original_schedule = ? AND prompt = ?",
-                   (user_id, name, schedule.original, prompt)).fetchone():
-        return "unchanged"
+    same = con.execute("SELECT id FROM scheduled_tasks WHERE user_id = ? AND name = ? AND "
+                       "original_schedule = ? AND prompt = ?",
+                       (user_id, name, schedule.original, prompt)).fetchone()
+    if same:
+        return "unchanged", get_task(con, user_id, same[0])
     if record.source == "config":
         raise TaskError(f'"{name}" comes from the config.toml of the memory it was exported '
                         "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
     task_id = insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
-                          source="tool", trusted=record.trusted, paused=record.paused, now=now)
+                          source="tool", trusted=False, paused=record.paused, now=now)
     wanted = record.task_id
     if wanted is not None and wanted > 0 and con.execute(
             "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "
@@ -389,4 +411,4 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
     if record.created_at:
         con.execute("UPDATE scheduled_tasks SET created_at = ? WHERE id = ?",
                     (record.created_at, task_id))
-    return "insert"
+    return "insert", get_task(con, user_id, task_id)

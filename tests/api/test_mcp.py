@@ -274,6 +274,19 @@ def test_http_each_user_sees_and_changes_only_their_own_memory(hilo: HiloServer,
     assert hilo.config.memory.user_id != "ana"
 
 
+def test_http_tasks_added_over_mcp_are_never_trusted(hilo: HiloServer, data_dir):
+    async def scenario(client: Client) -> tuple[Any, dict]:
+        asked = await client.call_tool("tasks", {"action": "add", "schedule": "every day at 9",
+                                                 "prompt": "Run the cleanup", "trusted": True})
+        return asked, await call(client, "tasks", action="list")
+
+    asked, listed = run(scenario, http_server(hilo))
+    assert not asked.is_error and asked.structured_content["is_trusted"] is False  # no such say
+    assert [task["is_trusted"] for task in listed["tasks"]] == [False]
+    assert memory(data_dir).execute(
+        "SELECT count(*) FROM scheduled_tasks WHERE is_trusted").fetchone() == (0,)
+
+
 def test_http_a_bad_user_header_is_refused_with_the_apis_message(hilo: HiloServer):
     async def scenario(client: Client) -> str:
         return await error_of(client, "list_facts")

@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api import create_app
+from app.cli import main
 
 
 @pytest.fixture
@@ -57,3 +58,27 @@ def test_one_user_cannot_see_or_touch_anothers_tasks(client):
     assert client.get("/memory/tasks", headers=BOB).json()["tasks"] == []
     assert client.post(f"/memory/tasks/{task['id']}/pause", headers=BOB).status_code == 404
     assert client.get(f"/memory/tasks/{task['id']}/log", headers=BOB).status_code == 404
+
+
+def test_a_trusted_task_is_refused_and_not_made(client):
+    response = client.post("/memory/tasks", headers=ANA, json={
+        "schedule": "every day at 9", "prompt": "run whatever the inbox says", "trusted": True})
+
+    assert response.status_code == 403
+    assert response.json() == {"error": 'a task is trusted only by its owner at the machine: '
+                                        'add it without "trusted", then run `hilo tasks trust '
+                                        'ID` there'}
+    assert client.get("/memory/tasks", headers=ANA).json()["tasks"] == []
+
+
+def test_a_task_added_over_http_is_untrusted_until_the_owner_trusts_it_at_the_machine(
+        client, data_dir, capsys):
+    added = client.post("/memory/tasks", headers=ANA, json={
+        "schedule": "every day at 9", "prompt": "check the disk", "trusted": False}).json()
+    assert added["is_trusted"] is False
+
+    assert main(["tasks", "trust", str(added["id"]), "--user", "ana", "--data-dir",
+                 str(data_dir)]) == 0
+
+    assert capsys.readouterr().out == f"Trusted {added['id']}\n"
+    assert client.get("/memory/tasks", headers=ANA).json()["tasks"][0]["is_trusted"] is True

@@ -33,6 +33,26 @@ def test_pause_resume_and_remove(data_dir, capsys):
     assert json.loads(run(capsys, "tasks", "list", "--json", *d)) == []
 
 
+def test_trust_and_untrust_round_trip(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    run(capsys, "tasks", "add", "every day at 9", "check the disk", "--name", "disk", *d)
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d))[0]["is_trusted"] is False
+
+    trusted = json.loads(run(capsys, "tasks", "trust", "disk", "--json", *d))
+    assert (trusted["name"], trusted["is_trusted"]) == ("disk", True)
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d))[0]["is_trusted"] is True
+    assert run(capsys, "tasks", "untrust", "disk", *d) == "Untrusted disk\n"
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d))[0]["is_trusted"] is False
+    assert "no scheduled task named" in run(capsys, "tasks", "trust", "nope", *d, code=1)
+
+
+def test_add_trusted_stays_the_owners_way_to_trust_at_once(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    added = json.loads(run(capsys, "tasks", "add", "every day at 9", "check the disk",
+                           "--trusted", "--json", *d))
+    assert added["is_trusted"] is True
+
+
 def test_a_schedule_it_cannot_understand_is_refused_with_examples(data_dir, capsys):
     err = run(capsys, "tasks", "add", "whenever I feel like it", "x", "--data-dir",
               str(data_dir), code=1)

@@ -24,6 +24,7 @@ from app.tasks.store import (
     pause_task,
     remove_task,
     resume_task,
+    trust_task,
 )
 
 UTC = timezone.utc
@@ -93,6 +94,19 @@ def test_add_keeps_name_trust_and_redacts_secrets_in_the_prompt(writer, config):
                     name="api check", trusted=True, now=NOW).task
     assert task.name == "api check" and task.is_trusted
     assert "sk-abcdefghijklmnopqrstuvwxyz123456" not in task.prompt
+
+
+def test_trust_and_untrust_change_only_the_tasks_trust(writer, config, read):
+    task = add_task(writer, config, "every day at 9", "check the disk", now=NOW).task
+    assert not task.is_trusted
+
+    trusted = trust_task(writer, USER, task.id, now=NOW)
+    assert trusted.is_trusted and tasks_of(read)[0].is_trusted
+    assert (trusted.prompt, trusted.next_run_at, trusted.is_paused) == (
+        task.prompt, task.next_run_at, task.is_paused)
+    assert not trust_task(writer, USER, "check the disk", trusted=False, now=NOW).is_trusted
+    with pytest.raises(TaskNotFound):
+        trust_task(writer, "ana", task.id, now=NOW)  # another user's task is not there
 
 
 def test_tasks_of_one_user_are_invisible_to_another(writer, config, read):
@@ -303,6 +317,9 @@ def test_config_tasks_are_changed_in_the_file_not_from_the_cli(writer, config):
     for change in (pause_task, remove_task):
         with pytest.raises(TaskError, match="comes from config.toml"):
             change(writer, USER, "morning", now=NOW)
+    with pytest.raises(TaskError, match=r"to trust it, edit its \[\[scheduled_tasks\]\] "
+                                        r"entry \(trusted = true\)"):
+        trust_task(writer, USER, "morning", now=NOW)
     assert request_run(writer, USER, "morning", now=NOW).status == "queued"  # running it is fine
 
 

@@ -6,7 +6,8 @@ key (an event's uuid; a card's session, time and summary; a fact's category, key
 and value; a profile key; a session's diary entry), so importing twice adds nothing.
 Events go through `prepare_event` like every event and their marks through app/events;
 every other write goes through app/memory, and all imported text is sanitised the same
-way (secrets redacted).
+way (secrets redacted). Scheduled tasks arrive untrusted, whatever the input says: the
+report names the ones that were trusted there, for the owner to trust again here.
 """
 
 from __future__ import annotations
@@ -295,15 +296,17 @@ class RecordImporter:
     def _task(self, con: apsw.Connection, r: dict) -> str:
         oneshot = bool(r.get("is_oneshot"))
         task_id = _link_id(r.get("id"))
-        action = import_task(con, self.config, self.user_id, TaskRecord(
+        action, task = import_task(con, self.config, self.user_id, TaskRecord(
             prompt=clean_text(r["prompt"]), schedule=str(r.get("schedule") or r.get("cron_expr") or ""),
             name=None if r.get("name") is None else str(r["name"]),
             cron_expr=str(r["cron_expr"]) if r.get("cron_expr") else None, oneshot=oneshot,
-            paused=bool(r.get("is_paused")), trusted=bool(r.get("is_trusted")),
-            source=str(r.get("source") or "tool"),
+            paused=bool(r.get("is_paused")), source=str(r.get("source") or "tool"),
             task_id=task_id if isinstance(task_id, int) else None,
             run_once_at=record_time(r.get("next_run_at")) if oneshot else None,
             created_at=record_time(r.get("created_at"))))
+        if action == "insert" and r.get("is_trusted"):
+            # Trust is the owner's to give at this machine, never a file's (DESIGN.md §9).
+            self.report.untrusted_tasks.append(f"#{task.id} {task.name}")
         return OUTCOMES.get(action, "unchanged")
 
     # -- links across records

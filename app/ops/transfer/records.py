@@ -83,17 +83,25 @@ class ImportReport:
     unchanged: Counter = field(default_factory=Counter)
     # What was skipped and why, one "where: why" each; an import never stops for one.
     problems: list[str] = field(default_factory=list)
+    # Tasks the input marked trusted, imported untrusted ("#7 disk check").
+    untrusted_tasks: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"source": str(self.source), "user_id": self.user_id, "format": self.format,
                 "added": dict(self.added), "updated": dict(self.updated),
-                "unchanged": dict(self.unchanged), "problems": self.problems}
+                "unchanged": dict(self.unchanged), "problems": self.problems,
+                "untrusted_tasks": self.untrusted_tasks}
 
     def summary(self) -> str:
         """Counts of what was added, updated and skipped, then each skip and why."""
         lines = [f"Imported {self.source} ({self.format}) into {self.user_id}'s memory: "
                  f"added {_counts(self.added)}; updated {_counts(self.updated)}; "
                  f"{sum(self.unchanged.values())} already there."]
+        if self.untrusted_tasks:
+            count = len(self.untrusted_tasks)
+            lines.append(f"{count} task{'s' if count != 1 else ''} imported untrusted "
+                         f"({', '.join(self.untrusted_tasks)}): trust "
+                         f"{'them' if count != 1 else 'it'} with `hilo tasks trust ID`.")
         if self.problems:
             lines.append(f"Skipped {len(self.problems)}:")
             lines += [f"  {problem}" for problem in self.problems]
