@@ -10,9 +10,10 @@ Who is asking is decided once, by `identify`, for every route and for /mcp:
   `[server] token`.
 - `[server] client_user_header` (Open WebUI's `X-OpenWebUI-User-Id`), when the owner
   sets it, maps each of a multi-person client's users to a Hilo user of their own,
-  namespaced so that it can never be a token's or the CLI's user: "openwebui:<id>", and
-  "<token's user>/openwebui:<id>" under a per-user token, so one token never reaches
-  another token's memory. Unset, the header is ignored.
+  namespaced apart from the people Hilo knows by name: "openwebui:<id>" (a client naming
+  "ana" never reaches "ana"), and "<token's user>/openwebui:<id>" under a per-user
+  token, so one token never reaches another token's memory. It wins over X-Hilo-User.
+  Unset, the header is ignored.
 Every read and write is filtered by the user, so one user never sees another's rows;
 sessions are the user's own too (keyed by user and id). The `X-Hilo-Session` header
 names the session on the chat routes (app/api/turns.py says what happens without it).

@@ -165,6 +165,7 @@ def mcp_call(server: HiloServer, headers: dict[str, str], tool: str, **arguments
 def test_over_mcp_a_token_is_its_user_and_naming_another_is_refused(alice_and_bob) -> None:
     server, _, bob = alice_and_bob
     auth = {"Authorization": f"Bearer {bob}"}
+    as_bearer(server, bob).post("/memory/facts", json={"key": "bike", "value": "Bob rides a Brompton"})
 
     refused = mcp_call(server, {**auth, "X-Hilo-User": "alice"}, "list_facts")
     own = mcp_call(server, auth, "list_facts")
@@ -174,8 +175,8 @@ def test_over_mcp_a_token_is_its_user_and_naming_another_is_refused(alice_and_bo
     assert "this token belongs to user 'bob' and cannot act as another user" in \
         refused.content[0].text
     assert "4512" not in refused.content[0].text
-    assert not own.is_error and own.structured_content["facts"] == []
-    assert recalled.structured_content["hits"] == []
+    assert [f["value"] for f in own.structured_content["facts"]] == ["Bob rides a Brompton"]
+    assert "4512" not in json.dumps(recalled.structured_content)
 
 
 # -- a multi-person client's users ---------------------------------------------------------
@@ -212,6 +213,14 @@ def test_two_open_webui_accounts_get_separate_memories(mapped: HiloServer) -> No
         "user", "Remember: my locker code is 4512.")
     assert mapped.events("chat-bob", user="openwebui:bob")[0] == ("user", "What is my locker code?")
     assert mapped.client().get("/memory/sessions").json()["sessions"] == []  # not the default user
+
+
+def test_the_clients_user_header_wins_over_x_hilo_user(mapped: HiloServer) -> None:
+    response = mapped.client("carla").post("/api/chat", json=chat("hi"),
+                                           headers=open_webui_headers("ana", "c1"))
+
+    assert response.headers["X-Hilo-User"] == "openwebui:ana"
+    assert mapped.client("carla").get("/memory/sessions").json()["sessions"] == []
 
 
 def test_without_the_setting_the_clients_user_header_is_ignored(hilo: HiloServer) -> None:
