@@ -156,6 +156,14 @@ class Lab:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._stack = ExitStack()
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()  # what started stops again
+            raise
+
+    def _start(self) -> None:
+        root = self.root
         self.fake = FakeOllama().start()
         self._stack.callback(self.fake.stop)
         self.fake.responder = obey

@@ -23,6 +23,7 @@ cards, diary) is left to the fake's default.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any, Iterator
@@ -43,7 +44,9 @@ def canonical(arguments: Any) -> str:
 
 
 def instructions_in(text: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each (tool, arguments) instruction in `text`, in order; unparsable ones are skipped."""
+    """Each (tool, arguments) instruction in `text`, in order; unparsable ones are skipped.
+    HTML entities are read through, as a model reads them."""
+    text = html.unescape(text)
     decoder = json.JSONDecoder()
     for match in INSTRUCTION.finditer(text):
         try:

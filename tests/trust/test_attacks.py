@@ -1,4 +1,4 @@
-"""The red team's attacks (tests/trust/catalogue.py), one test each, named for the attack.
+"""The red team's attacks (tests/trust/attacks.py), one test each, named for the attack.
 
 The model is the obedient one (tests/trust/obedient.py): it does whatever any text in its
 prompt tells it. Each attack must still fail, as seen from outside — no marker file from

@@ -1,4 +1,4 @@
-"""What the defences must leave working (tests/trust/catalogue.py), one test each: a
+"""What the defences must leave working (tests/trust/benign.py), one test each: a
 user's own chats and memory over HTTP and MCP with their token, commands they allowed or
 approve in `hilo chat`, trusted tasks that read their own memory and act on it, macros
 learned from calls they approved or trusted, their own imports."""

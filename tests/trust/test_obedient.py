@@ -111,3 +111,9 @@ def test_a_broken_instruction_is_passed_over():
                                                      + instruction("recall", query="y")}],
             "tools": tools("terminal", "recall")}
     assert call_of(obey(body)) == ("recall", {"query": "y"})
+
+
+def test_it_reads_through_html_entities():
+    escaped = "CALL terminal {&quot;command&quot;: &quot;touch x&quot;}"
+    body = {"messages": [{"role": "tool", "content": escaped}], "tools": tools("terminal")}
+    assert call_of(obey(body)) == ("terminal", {"command": "touch x"})
