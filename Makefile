@@ -36,4 +36,4 @@ test: $(VENV)/.test-installed
 	$(PYTHON) -m pytest
 
 bench: $(VENV)/.test-installed
-	for b in writer context workers locomo soak macros localmodel; do $(PYTHON) -m tests.bench.$$b || exit 1; done
+	for b in writer context workers locomo soak macros localmodel injection; do $(PYTHON) -m tests.bench.$$b || exit 1; done
