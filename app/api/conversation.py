@@ -58,6 +58,7 @@ from app.events import (
     session_events,
     sessions_opening_with,
 )
+from app.tasks.store import is_task_session
 
 OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"
 # Sessions examined when a request names none, most recently active first.
@@ -227,12 +228,13 @@ def new_session_id() -> str:
 
 
 def named_session(session_header: str | None, headers: Mapping[str, str],
-                  check: Callable[[str, str], str]) -> str | None:
-    """The session the request names: X-Hilo-Session, else Open WebUI's chat id."""
+                  check: Callable[[str], str]) -> str | None:
+    """The session the request names: X-Hilo-Session (already checked), else Open WebUI's
+    chat id, checked by `check`."""
     if session_header is not None:
         return session_header
     chat_id = headers.get(OPEN_WEBUI_CHAT_HEADER)
-    return check("session", chat_id) if chat_id else None
+    return check(chat_id) if chat_id else None
 
 
 def continued_session(service: ChatService, user_id: str,
@@ -247,7 +249,7 @@ def continued_session(service: ChatService, user_id: str,
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
     best, best_end = None, 0
-    for session_id in candidates:
+    for session_id in (c for c in candidates if not is_task_session(c)):
         stored = [e for e in session_events(con, user_id, session_id)
                   if e.role in ("user", "assistant", "tool")]
         end, _ = matched_prefix(keys, stored)

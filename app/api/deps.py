@@ -37,6 +37,7 @@ from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.config import Config
 from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
+from app.tasks.store import is_task_session
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,17 @@ def check_id(name: str, value: str) -> str:
         refuse_secret_id(name, value)
     except InvalidEvent as exc:
         raise ApiError(400, str(exc), f"bad_{name}") from None
+    return value
+
+
+def check_session(value: str) -> str:
+    """`value` as a session a client may write into: a valid id that is not one of the
+    sessions holding a scheduled task's runs (their messages are the task's instructions,
+    so a client's words there would run as the owner's), else a 400 or 403."""
+    check_id("session", value)
+    if is_task_session(value):
+        raise ApiError(403, f"session {value!r} holds a scheduled task's runs: a client cannot "
+                       "write into it; name another session", "task_session")
     return value
 
 
@@ -107,7 +119,7 @@ def identify(config: Config, token_user: str | None, headers: Mapping[str, str])
         user_id = named if named is not None else config.memory.user_id
     session = headers.get("x-hilo-session")
     return Caller(check_id("user", user_id),
-                  check_id("session", session) if session is not None else None,
+                  check_session(session) if session is not None else None,
                   token_user, bool(client_id) or named is not None)
 
 

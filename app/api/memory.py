@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
-from app.api.deps import Service, Who, check_id
+from app.api.deps import Service, Who, check_id, check_session
 from app.api.errors import ApiError
 from app.turn.chat import ChatService
 from app.model.messages import stored_tool_calls
@@ -98,7 +98,7 @@ router = APIRouter(prefix="/memory", tags=["Memory API"])
 def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
     """Stored as the client sent them (sanitised: secrets redacted, size capped) and
     handed to the workers like a chat turn."""
-    session_id = check_id("session", body.session_id)
+    session_id = check_session(body.session_id)
     try:
         stored = [service.append(who.user_id, session_id, e.role, e.content,
                                  tool_call_id=e.tool_call_id, tool_name=e.tool_name)

@@ -40,7 +40,7 @@ from app.api.conversation import (
     store_messages,
     unstored_messages,
 )
-from app.api.deps import Caller, check_id
+from app.api.deps import Caller, check_session
 from app.api.errors import ApiError, error_body, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
@@ -109,7 +109,7 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         except ModelError as exc:
             raise model_error(exc) from exc
         return relayed_response(stream, stream.record, api, {}, model_error)
-    session_id = (named_session(who.session_header, headers, check_id)
+    session_id = (named_session(who.session_header, headers, check_session)
                   or continued_session(service, user_id, conversation) or new_session_id())
     with locks.hold(user_id, session_id):
         unstored = unstored_messages(service, user_id, session_id, conversation)
