@@ -170,6 +170,7 @@ def test_shell_metacharacters_never_smuggle_a_command_past_a_rule(command, workd
     ("zsh *", "zsh -c id", "zsh runs whatever"),
     ("python3 *", "python3 -c 'import os'", "python -c runs the code"),
     ("python3.11 *", "python3.11 -Ic 'import os'", "python -c runs the code"),
+    ("python3 *", "python3 -X dev -c 'import os'", "python -c runs the code"),
     ("perl *", "perl -e 'system(1)'", "perl -e runs the code"),
     ("perl *", "perl -ne 'print' notes.txt", "perl -e runs the code"),
     ("node *", "node --eval=1", "node --eval"),
@@ -183,6 +184,8 @@ def test_shell_metacharacters_never_smuggle_a_command_past_a_rule(command, workd
     ("sed *", "sed s/a/b/e notes.txt", "sed's e, w and r commands"),
     ("sed *", "sed -n 'w /tmp/out' notes.txt", "sed's e, w and r commands"),
     ("sed *", "sed -e 1e notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -ne 1e notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -nf x.sd notes.txt", "sed -f runs a script"),
     # file readers: paths outside the working folder
     ("head *", "head -n 5 /etc/passwd", "/etc/passwd is outside"),
     ("tail *", "tail ~/.ssh/id_rsa", "~/.ssh/id_rsa is outside"),
@@ -195,6 +198,16 @@ def test_shell_metacharacters_never_smuggle_a_command_past_a_rule(command, workd
     ("curl *", "curl file:///etc/shadow", "curl file: URLs"),
     ("tar *", "tar --to-command=sh -xf x.tar", "tar --to-command"),
     ("less *", "less +!id notes.txt", "less +!id runs commands"),
+    ("git *", "git diff --no-index /etc/shadow notes.txt", "/etc/shadow is outside"),
+    # programs that run another one through an option
+    ("sort *", "sort --compress-program=sh notes.txt", "sort --compress-program runs"),
+    ("ssh *", "ssh -oProxyCommand=id host", "ssh -o can run a local command"),
+    ("scp *", "scp -S ./x a host:b", "scp -S can run a local command"),
+    ("make *", "make --eval=x", "make --eval runs the code"),
+    ("wget *", "wget --use-askpass=id x", "wget --use-askpass"),
+    # writers, for when the owner runs commands unsandboxed
+    ("rm *", "rm -rf /home/ana", "/home/ana is outside"),
+    ("tee *", "tee /etc/motd", "/etc/motd is outside"),
 ])
 def test_dangerous_options_are_refused_whatever_the_rule_says(rule, command, why, workdir):
     words = shlex.split(command)
@@ -213,7 +226,8 @@ def test_dangerous_options_are_refused_whatever_the_rule_says(rule, command, why
 @pytest.mark.parametrize("command", [
     "ls -la", "cat notes.txt", "head -n 5 sub/x", "git status --short", "git log -n 3",
     "find . -name '*.py'", "sed -n 1,5p notes.txt", "sed s/error/warning/ notes.txt",
-    "awk '{print}' notes.txt", "python3 build.py -c x", "grep -rn TODO .", "df -h /",
+    "awk '{print}' notes.txt", "python3 build.py -c x", "python3 -X dev build.py",
+    "grep -rn TODO .", "df -h /", "sed -n -e 1,5p notes.txt", "sed -i.bak s/a/b/ notes.txt",
 ])
 def test_ordinary_commands_are_not_refused(command, workdir):
     assert refusal(shlex.split(command), workdir) is None

@@ -152,6 +152,9 @@ def test_a_sandboxed_commands_processes_end_with_it(tmp_path, sandbox):
 def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama,
         tmp_path: Path) -> Iterator[Config]:
     terminal_sandbox._start_failure.cache_clear()
+    escape = tmp_path / "escape"  # a program the refusals know nothing of
+    escape.write_text('#!/bin/sh\ntouch "$1"\n')
+    escape.chmod(0o755)
     yield config.replace(llm={"url": fake_ollama.url}, embedder={"kind": "none"},
                          tools={"terminal_workdir": str(tmp_path),
                                 "terminal_allow_rules": ("touch *",)})
@@ -160,7 +163,7 @@ def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama,
 
 def test_a_command_the_agent_runs_is_sandboxed(cfg, fake_ollama, sandbox, outside):
     with ChatService(cfg) as service:
-        terminal(fake_ollama, f"touch {outside / 'escaped'}")
+        terminal(fake_ollama, f"./escape {outside / 'escaped'}")
         [result] = results(Agent(service, surface="task"), trusted=True)
     assert "Read-only file system" in result
     assert not (outside / "escaped").exists()
@@ -204,7 +207,7 @@ def test_the_owner_may_run_commands_unsandboxed(cfg, fake_ollama, tmp_path, monk
     (bin_dir / "touch").symlink_to(shutil.which("touch"))
     monkeypatch.setenv("PATH", str(bin_dir))  # touch, and no bwrap
     with ChatService(cfg.replace(tools={"terminal_sandbox": "none"})) as service:
-        terminal(fake_ollama, f"touch {outside / 'unsandboxed'}")
-        [result] = results(Agent(service, surface="task"))
-    assert result == f"$ touch {outside / 'unsandboxed'}\n[exit status 0]"
+        terminal(fake_ollama, f"./escape {outside / 'unsandboxed'}")
+        [result] = results(Agent(service, surface="task"), trusted=True)
+    assert result == f"$ ./escape {outside / 'unsandboxed'}\n[exit status 0]"
     assert (outside / "unsandboxed").exists()

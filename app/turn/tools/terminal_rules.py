@@ -144,7 +144,7 @@ def refusal(words: Sequence[str], workdir: Path) -> str | None:
     args = list(words[1:])
     check = _CHECKS.get(program)
     reason = check(program, args) if check else None
-    if reason is None and program in _FILE_READERS:
+    if reason is None and program in _FILE_PROGRAMS:
         outside = next((w for w in args if _reaches_outside(w, workdir)), None)
         if outside is not None:
             reason = f"{outside} is outside the working folder"
@@ -179,12 +179,16 @@ def _reaches_outside(word: str, workdir: Path) -> bool:
     return any(c and c != "-" and not inside(c, workdir) for c in candidates)
 
 
-_FILE_READERS = frozenset("""
+# Programs that read or write the files they name: a path outside the working folder
+# (as an argument, or an option's value) is refused. The sandbox stops writes there, not
+# reads; with terminal_sandbox = "none" it stops neither.
+_FILE_PROGRAMS = frozenset("""
     cat tac head tail less more nl wc od xxd hexdump strings grep egrep fgrep rg ag sort
     uniq cut paste diff cmp comm join fold fmt column md5sum sha1sum sha224sum sha256sum
     sha384sum sha512sum b2sum cksum base64 base32 file stat ls tree du find cp mv ln tar
     zip unzip gzip gunzip zcat bzcat xzcat bzip2 xz jq yq awk gawk mawk nawk sed curl
-    wget dd rsync scp
+    wget dd rsync scp git rm rmdir mkdir touch tee truncate shred chmod chown chgrp
+    install
 """.split())
 
 _RUNS_A_COMMAND = frozenset("""
@@ -208,33 +212,34 @@ def _editor(program: str, args: list[str]) -> str | None:
     return f"{program} can run any command"
 
 
-def _options_before_operands(args: list[str]) -> list[str]:
-    """An interpreter's own options: those before its script (the rest are the script's)."""
-    options = []
-    for arg in args:
-        if not arg.startswith("-") or arg == "-":
-            break
-        options.append(arg)
-        if arg == "--":
-            break
-    return options
-
-
 # The option (in a cluster of one-letter options too: `-Ic`, `-ne`) that runs the code
-# given on the command line.
+# given on the command line; and the options that take the next word as their value.
 _INLINE_CODE = {"python": "c", "perl": "eE", "ruby": "e", "lua": "e", "luajit": "e",
                 "php": "r", "Rscript": "e", "node": "ep", "nodejs": "ep", "bun": "ep"}
 _INLINE_CODE_LONG = ("--eval", "--print", "--command")
+_NODE_VALUES = ("-r", "--require", "--import", "--loader", "-C", "--conditions")
+_TAKES_A_VALUE = {"python": ("-W", "-X"), "ruby": ("-I", "-r", "-C"), "perl": ("-I", "-M"),
+                  "node": _NODE_VALUES, "nodejs": _NODE_VALUES, "bun": _NODE_VALUES,
+                  "php": ("-d", "-c", "-z"), "lua": ("-l",), "luajit": ("-l",)}
 
 
 def _interpreter(program: str, args: list[str]) -> str | None:
+    """Inline code among the interpreter's own options: those before its script (the
+    words after the script are the script's)."""
     letters = _INLINE_CODE[program]
-    for option in _options_before_operands(args):
+    takes_a_value = _TAKES_A_VALUE.get(program, ())
+    index = 0
+    while index < len(args) and args[index].startswith("-") and args[index] not in ("-", "--"):
+        option = args[index]
+        name = option.split("=", 1)[0]
         if option.startswith("--"):
-            if option.split("=", 1)[0] in _INLINE_CODE_LONG:
-                return f"{program} {option.split('=', 1)[0]} runs the code it is given"
+            if name in _INLINE_CODE_LONG:
+                return f"{program} {name} runs the code it is given"
         elif any(letter in option[1:] for letter in letters):
             return f"{program} -{letters[0]} runs the code it is given"
+        if option in takes_a_value:
+            index += 1  # its value, not the script
+        index += 1
     return None
 
 
@@ -320,22 +325,22 @@ _SED_COMMANDS_THAT_ACT = re.compile(r"[ewWrR]")
 
 def _sed(program: str, args: list[str]) -> str | None:
     scripts: list[str] = []
-    index = 0
-    operands = []
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-e", "--expression"):
-            scripts.append(args[index + 1] if index + 1 < len(args) else "")
-            index += 1
-        elif arg.startswith("--expression="):
-            scripts.append(arg.split("=", 1)[1])
-        elif arg.startswith("-e") and len(arg) > 2:
-            scripts.append(arg[2:])
-        elif arg in ("-f", "--file") or arg.startswith(("--file=", "-f")):
+    operands: list[str] = []
+    words = iter(args)
+    for arg in words:
+        if arg == "--expression" or arg.startswith("--expression="):
+            scripts.append(arg.split("=", 1)[1] if "=" in arg else next(words, ""))
+        elif arg == "--file" or arg.startswith("--file="):
             return "sed -f runs a script this rule cannot read"
+        elif arg.startswith("-") and not arg.startswith("--") and arg != "-":
+            for at, letter in enumerate(arg[1:], start=2):  # a cluster: -n, -ne, -nf
+                if letter == "f":
+                    return "sed -f runs a script this rule cannot read"
+                if letter == "e":
+                    scripts.append(arg[at:] or next(words, ""))
+                    break
         elif not arg.startswith("-"):
             operands.append(arg)
-        index += 1
     if not scripts and operands:
         scripts.append(operands[0])
     for script in scripts:
@@ -345,13 +350,17 @@ def _sed(program: str, args: list[str]) -> str | None:
 
 
 def _refused_options(*options: str, reason: str, initial_commands: bool = False):
-    """A check refusing these options (alone or `--option=value`), and with
-    `initial_commands` any `+command` word (less, more)."""
+    """A check refusing these options (alone, `--option=value`, or a one-letter one with
+    its value attached: `-oProxyCommand=…`), and with `initial_commands` any `+command`
+    word (less, more)."""
     def check(program: str, args: list[str]) -> str | None:
         for arg in args:
             name = arg.split("=", 1)[0]
             if name in options or (initial_commands and arg.startswith("+")):
                 return f"{program} {name} {reason}"
+            attached = next((o for o in options if len(o) == 2 and arg.startswith(o)), None)
+            if attached is not None:
+                return f"{program} {attached} {reason}"
         return None
     return check
 
@@ -360,9 +369,9 @@ def _fetcher(program: str, args: list[str]) -> str | None:
     for arg in args:
         if "file:" in arg.lower():
             return f"{program} file: URLs read local files"
-        if arg in ("-K", "--config", "-e", "--execute") or arg.startswith(("--config=",
-                                                                          "--execute=")):
-            return f"{program} {arg.split('=', 1)[0]} reads commands from elsewhere"
+        name = arg.split("=", 1)[0]
+        if name in ("-K", "--config", "-e", "--execute", "--use-askpass"):
+            return f"{program} {name} reads or runs commands from elsewhere"
     return None
 
 
@@ -386,4 +395,8 @@ _CHECKS = {
     "man": _refused_options("-P", "--pager", "-H", "--html", reason="runs another program"),
     "curl": _fetcher,
     "wget": _fetcher,
+    "sort": _refused_options("--compress-program", reason="runs another program"),
+    "make": _refused_options("--eval", "-E", reason="runs the code it is given"),
+    **{name: _refused_options("-o", "-F", "-S", "-J", reason="can run a local command")
+       for name in ("ssh", "scp", "sftp")},
 }
