@@ -421,6 +421,17 @@ def test_a_trusted_task_runs_any_command_the_refusals_leave(service, fake_ollama
     assert not (tmp_path / "smuggled").exists() and not (tmp_path / "pwned").exists()
 
 
+def test_with_the_shell_on_a_trusted_task_runs_no_shell_characters(cfg, fake_ollama,
+                                                                   tmp_path):
+    with ChatService(cfg.replace(tools={"terminal_shell": True})) as service:
+        terminal(fake_ollama, "echo hi; touch smuggled")
+        assert results(Agent(service, surface="task"), trusted=True) == [
+            "error: not run: `echo hi; touch smuggled`: through the shell its shell characters "
+            "would run more than one command; no allow rule or trusted task runs that, only a "
+            "person approving this very call in hilo chat"]
+    assert not (tmp_path / "smuggled").exists()
+
+
 def test_a_person_may_run_a_refused_command_once(service, fake_ollama, tmp_path):
     approver = Answers("once")
     terminal(fake_ollama, "find . -maxdepth 0 -exec touch approved {} +")

@@ -9,7 +9,8 @@ metacharacter, or with an option `terminal_rules.refusal` refuses (`find -exec`,
 `env`, `sh -c`, a file outside the working folder, …), is covered by no rule. Otherwise:
 `hilo chat` asks the person (once / always — exactly this command — / deny; a refused
 command only once); a scheduled task runs it only when the user marked the task trusted
-and nothing in it is refused; over HTTP the tool does not exist.
+and nothing in it is refused (with `terminal_shell` on, shell characters are); over HTTP
+the tool does not exist.
 
 Commands run without a shell (their words as argv) unless `[tools] terminal_shell`, in
 `[tools] terminal_workdir` (default: home), under bubblewrap (terminal_sandbox.py: no
@@ -41,6 +42,7 @@ from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
 from app.turn.tools.terminal_rules import (
     AllowRule,
     InvalidRule,
+    has_metacharacters,
     matching_rule,
     plain_words,
     refusal,
@@ -249,6 +251,8 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     folder = working_directory(ctx.config)
     sandbox = sandbox_for(ctx.config)  # no sandbox, no command: nobody is asked in vain
     refused = refusal(words, folder)
+    if refused is None and tools.terminal_shell and has_metacharacters(command):
+        refused = "through the shell its shell characters would run more than one command"
     rules = allow_rules(ctx.service.reader(), ctx.config, ctx.user_id)
     covered = refused is None and matching_rule(command, rules, folder) is not None
     if not (covered or ctx.preapproved or (ctx.trusted and refused is None)):
