@@ -637,10 +637,11 @@ def redact_named_value(name: str, value: str) -> Redacted:
 
 def redact_json(value: Any, *, echoes_of: tuple[Secret, ...] = ()) -> Any:
     """A JSON value (a chat request, a tool call's arguments) with its secrets redacted
-    and its shape kept: each string redacted as the value of its key would be
-    (redact_named_value: `{"password": "x"}` loses x), a string holding JSON (OpenAI's
-    tool-call arguments) redacted inside and written back only when something was
-    redacted, so a value without secrets comes back identical."""
+    and its shape kept (where redacting its JSON text could eat a quote's escape): each
+    string redacted as the value of its key (`{"password": "x"}` loses x, so does
+    `{"Authorization": "Basic x"}`), a string holding JSON (OpenAI's tool-call
+    arguments) redacted inside and written back only when something was redacted, so a
+    value without secrets comes back identical."""
     return _redact_json(value, "", echoes_of)
 
 
@@ -657,7 +658,12 @@ def _redact_json(value: Any, name: str, echoes_of: tuple[Secret, ...]) -> Any:
         redacted = _redact_json(inner, name, echoes_of)
         return value if redacted == inner else json.dumps(redacted, ensure_ascii=False)
     if name and _SECRET_NAME.search(name.strip()):
-        value = redact_named_value(name, value).text
+        return redact_secrets(redact_named_value(name, value).text, echoes_of=echoes_of).text
+    if name:  # read after its key, as the JSON text reads: "Authorization": "Basic …"
+        prefix = f"{name}: "
+        redacted = redact_secrets(prefix + value, echoes_of=echoes_of).text
+        if redacted.startswith(prefix):
+            return redacted[len(prefix):]
     return redact_secrets(value, echoes_of=echoes_of).text
 
 
