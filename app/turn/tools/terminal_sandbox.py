@@ -107,7 +107,7 @@ def _off(why: str) -> str:
 def _start_failure(bwrap: str) -> str | None:
     """Why bwrap cannot run a command with our flags here, or None; asked once per
     process (a failure is logged once too)."""
-    probe = Sandbox(bwrap).argv(["/bin/true"], Path("/"))
+    probe = Sandbox(bwrap).argv(["/bin/true"], Path("/"))  # any folder: the flags matter
     try:
         done = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_PROBE_TIMEOUT_SECONDS, check=False)
