@@ -395,8 +395,13 @@ class ToolsConfig(ReadOnly):
     max_steps: int = setting(8, between(1, 100))
     max_seconds: float = setting(300.0, between(1, 86_400))
     terminal: bool = setting(True)
+    terminal_allow_rules: tuple[str, ...] = setting(
+        (), Allowed(_are_commands, "a list of allow rules such as [\"git status\", \"ls *\", "
+                                   "\"cat <path>\"]"))
+    # Before rules: each prefix is read as the rule "PREFIX *".
     terminal_allowed_prefixes: tuple[str, ...] = setting(
         (), Allowed(_are_commands, "a list of command prefixes such as [\"df -h\", \"uptime\"]"))
+    terminal_sandbox: str = setting("bubblewrap", one_of("bubblewrap", "none"))
     terminal_shell: bool = setting(False)
     terminal_timeout_seconds: float = setting(30.0, between(0.1, 3600))
     terminal_output_chars: int = setting(4000, between(100, 1_000_000))

@@ -3,8 +3,9 @@
 `prepare_event` turns whatever a client sent into storable text — valid UTF-8, no NUL
 bytes, secrets redacted, truncated to the size cap with a visible marker — and
 `append_event` stores it through the writer in one transaction with its session row.
-The tool fields are cleaned and redacted the same way, and capped; ids that look like
-a secret are refused, since an id is stored, queued and logged as it is.
+The tool fields are cleaned and redacted the same way (tool calls keeping their JSON
+shape: app.sanitize.redact_json), and capped; ids that look like a secret are refused,
+since an id is stored, queued and logged as it is.
 
 This module is the one owner of the events table: every write of an event or of the
 marks the workers set on it (distilled, compacted into a card) is a function here, run
@@ -24,7 +25,7 @@ import apsw
 
 from app.config import Config
 from app.errors import InvalidInput
-from app.sanitize import Secret, clean_text, redact_secrets, secret_kind
+from app.sanitize import Secret, clean_text, redact_json, redact_secrets, secret_kind
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
@@ -202,14 +203,16 @@ def prepare_event(
         created_at = to_rfc3339(created_at)
     tool_calls_json = None
     if tool_calls is not None:
+        cleaned = _clean_json_strings(tool_calls)
         try:
-            tool_calls_json = json.dumps(_clean_json_strings(tool_calls), ensure_ascii=False)
+            tool_calls_json = json.dumps(cleaned, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise InvalidEvent(f"tool_calls must be JSON-serialisable: {exc}") from None
         if len(tool_calls_json) > MAX_TOOL_CALLS_CHARS:
             raise InvalidEvent(f"tool_calls is {len(tool_calls_json)} characters of JSON; at "
                                f"most {MAX_TOOL_CALLS_CHARS} are allowed")
-        tool_calls_json = redact_secrets(tool_calls_json, echoes_of=echoes_of).text
+        tool_calls_json = json.dumps(redact_json(cleaned, echoes_of=echoes_of),
+                                     ensure_ascii=False)
     return PreparedEvent(
         uuid=str(uuidlib.uuid4()),
         user_id=user_id,

@@ -19,11 +19,12 @@ this runs on every stored message, including pasted megabyte logs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -632,3 +633,46 @@ def redact_named_value(name: str, value: str) -> Redacted:
         return redact_secrets(value)
     kind = "password" if match.lastgroup == "password_es" else match.lastgroup
     return Redacted(text=marker(kind), kinds=(kind,))
+
+
+def redact_json(value: Any, *, echoes_of: tuple[Secret, ...] = ()) -> Any:
+    """A JSON value (a chat request, a tool call's arguments) with its secrets redacted
+    and its shape kept (where redacting its JSON text could eat a quote's escape): each
+    string redacted as the value of its key (`{"password": "x"}` loses x, so does
+    `{"Authorization": "Basic x"}`), a string holding JSON (OpenAI's tool-call
+    arguments) redacted inside and written back only when something was redacted, so a
+    value without secrets comes back identical."""
+    return _redact_json(value, "", echoes_of)
+
+
+def _redact_json(value: Any, name: str, echoes_of: tuple[Secret, ...]) -> Any:
+    if isinstance(value, dict):
+        return {redact_secrets(str(key)).text: _redact_json(item, str(key), echoes_of)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_json(item, name, echoes_of) for item in value]
+    if not isinstance(value, str):
+        return value
+    inner = _json_container(value)
+    if inner is not None:
+        redacted = _redact_json(inner, name, echoes_of)
+        return value if redacted == inner else json.dumps(redacted, ensure_ascii=False)
+    if name and _SECRET_NAME.search(name.strip()):
+        return redact_secrets(redact_named_value(name, value).text, echoes_of=echoes_of).text
+    if name:  # read after its key, as the JSON text reads: "Authorization": "Basic …"
+        prefix = f"{name}: "
+        redacted = redact_secrets(prefix + value, echoes_of=echoes_of).text
+        if redacted.startswith(prefix):
+            return redacted[len(prefix):]
+    return redact_secrets(value, echoes_of=echoes_of).text
+
+
+def _json_container(text: str) -> Any:
+    """The object or array a string holds as JSON text, else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, (dict, list)) else None

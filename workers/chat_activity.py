@@ -18,9 +18,10 @@ between two requests.
   reads that one key every few milliseconds and gives way (`chat_began_after`).
 - `chat_deferral`, the workers' side: whether a job should wait, why, and until when.
 - `ChatActivity.served` / `last_chat`: the last chat request the server answered and its
-  reply (sanitised, under `hilo.prompt.<server>`): the model's prompt cache holds it, so a
-  learning call that starts with it reads only its own instructions anew, and the
-  person's next message finds the cache still warm (ModelClient.continue_json).
+  reply (every string redacted, tool calls' arguments too, under `hilo.prompt.<server>`):
+  the model's prompt cache holds it, so a learning call that starts with it reads only
+  its own instructions anew, and the person's next message finds the cache still warm
+  (ModelClient.continue_json).
 
 A process that is gone (workers/locks.py) has nothing in flight. The markers are hints
 like the queue: lost ones only mean a job runs sooner.
@@ -116,17 +117,17 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     # start-up: the chat formats and redaction load when a front-end first keeps a chat;
     # `hilo queue status`, which reads the markers only, never needs them
     from app.model.messages import SentChat
-    from app.sanitize import redact_secrets
+    from app.sanitize import redact_json, redact_secrets
 
-    messages = []
     for message in sent.body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, str) or message.get("images"):
             return None
-        messages.append({**message, "content": redact_secrets(content).text})
-    body = {**sent.body, "messages": messages}
-    if len(json.dumps(body, default=str)) > MAX_KEPT_CHARS:
+    text = json.dumps(sent.body, default=str)
+    if len(text) > MAX_KEPT_CHARS:
         return None
+    # The whole request: tool calls' arguments hold secrets as often as messages do.
+    body = redact_json(json.loads(text))
     return SentChat(sent.path, body, redact_secrets(sent.reply).text)
 
 

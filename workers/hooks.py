@@ -15,7 +15,7 @@ only its error; three cheap hooks add what an operator needs:
 - **Failure records.** `HiloHuey.build_error_result` (unhandled exceptions, recorded by
   Huey) and `queue.record_failure` (degraded jobs) add the task's name, arguments,
   attempts and failure time to Huey's `Error` result, so `hilo queue retry` can
-  re-enqueue it.
+  re-enqueue it; the error and its traceback are stored with secrets redacted.
 
 This module imports nothing from workers.queue: queue.py uses it while it builds the
 Huey instance.
@@ -107,12 +107,22 @@ def short_name(name: str | None) -> str | None:
     return name
 
 
+def redacted_failure(metadata: dict) -> dict:
+    """Huey's error metadata with secrets redacted from its error and traceback: an
+    exception's message (a model's unusable output, say) may quote one."""
+    from app.sanitize import redact_secrets  # start-up: loaded only when a job fails
+
+    return {**metadata, **{key: redact_secrets(str(metadata[key])).text
+                           for key in ("error", "traceback") if metadata.get(key)}}
+
+
 def describe_failure(task: Any, metadata: dict, degraded: bool = False) -> dict:
-    """Huey's error metadata plus which task failed, its arguments, attempts and when."""
+    """Huey's error metadata, redacted, plus which task failed, its arguments, attempts
+    and when."""
     kwargs = {k: v for k, v in dict(task.kwargs or {}).items() if k != "task"}
     attempt = kwargs.get("attempt", 1)
     return {
-        **metadata,
+        **redacted_failure(metadata),
         "task": registry_name(task),
         "args": list(task.args or ()),
         "kwargs": kwargs,

@@ -34,7 +34,13 @@ from app.db import CorruptDatabase, file_damage
 from app.errors import Misconfigured
 from app.log import get_logger
 from workers.chat_activity import ACTIVITY_PREFIX, activity_is_stale
-from workers.hooks import TASK_NAMESPACE, TimedTaskWrapper, describe_failure, heartbeat
+from workers.hooks import (
+    TASK_NAMESPACE,
+    TimedTaskWrapper,
+    describe_failure,
+    heartbeat,
+    redacted_failure,
+)
 from workers.locks import (
     OWNER_BEAT_PREFIX,
     OWNER_SILENT_SECONDS,
@@ -367,7 +373,8 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
     with `task`, also which task it was and its arguments (`hilo queue retry` needs them)."""
     if task_id is None:
         return
-    metadata = {"error": repr(error), "retries": 0, "traceback": "", "task_id": task_id}
+    metadata = redacted_failure({"error": repr(error), "retries": 0, "traceback": "",
+                                 "task_id": task_id})
     if task is not None:
         metadata = describe_failure(task, metadata, degraded=True)
     huey.put_result(task_id, Error(metadata))

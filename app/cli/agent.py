@@ -101,48 +101,52 @@ def terminal() -> None:
 @with_config
 @json_option
 def allowed(config: Config, user: str | None, as_json: bool) -> int:
-    """the allowed prefixes: config.toml's, then "allow always" answers"""
-    from app.turn.tools.terminal import stored_prefixes
+    """the allow rules: config.toml's, then "allow always" answers"""
+    from app.turn.tools.terminal import stored_rules
 
     user_id = user or config.memory.user_id
-    rows = [{"prefix": p, "source": "config", "created_at": None}
-            for p in config.tools.terminal_allowed_prefixes]
-    rows += [{"prefix": p, "source": "stored", "created_at": at}
-             for p, at in stored_prefixes(open_memory(config), user_id)]
-    emit(as_json, rows, lambda: print("\n".join(f"{r['prefix']}  ({r['source']})" for r in rows)
+    tools = config.tools
+    rows = [{"rule": r, "source": "config", "created_at": None}
+            for r in tools.terminal_allow_rules]
+    rows += [{"rule": f"{p.strip()} *", "source": "config (prefix)", "created_at": None}
+             for p in tools.terminal_allowed_prefixes]
+    rows += [{"rule": r, "source": "stored", "created_at": at}
+             for r, at in stored_rules(open_memory(config), user_id)]
+    emit(as_json, rows, lambda: print("\n".join(f"{r['rule']}  ({r['source']})" for r in rows)
                                       or "(none: every command asks first)"))
     return 0
 
 
 @terminal.command("allow")
-@click.argument("prefix")
+@click.argument("rule")
 @user_option("allowed commands")
 @with_config
-def allow(config: Config, prefix: str, user: str | None) -> int:
-    """let commands starting with PREFIX run without asking ("df -h", "git status")"""
+def allow(config: Config, rule: str, user: str | None) -> int:
+    """let commands RULE covers run without asking: "git status" (exactly), "ls *" (any
+    further arguments), "cat <path>" (a path inside the working folder)"""
     from app.turn.tools import ToolFailed
-    from app.turn.tools.terminal import allow_prefix
+    from app.turn.tools.terminal import allow_rule
 
     with _writer(config) as writer:
         try:
-            allow_prefix(writer, user or config.memory.user_id, prefix)
+            stored = allow_rule(writer, user or config.memory.user_id, rule)
         except ToolFailed as exc:
             raise CommandError(str(exc)) from None
-    print(f"Allowed: {prefix.strip()} …")
+    print(f"Allowed: {stored}")
     return 0
 
 
 @terminal.command("revoke")
-@click.argument("prefix")
+@click.argument("rule")
 @user_option("allowed commands")
 @with_config
-def revoke(config: Config, prefix: str, user: str | None) -> int:
+def revoke(config: Config, rule: str, user: str | None) -> int:
     """forget an "allow always" answer"""
-    from app.turn.tools.terminal import revoke_prefix
+    from app.turn.tools.terminal import revoke_rule
 
     with _writer(config) as writer:
-        if not revoke_prefix(writer, user or config.memory.user_id, prefix):
-            raise CommandError(f"no allowed prefix {prefix!r} stored (config.toml's are edited "
+        if not revoke_rule(writer, user or config.memory.user_id, rule):
+            raise CommandError(f"no allow rule {rule!r} stored (config.toml's are edited "
                                "there): `hilo terminal allowed` lists them")
-    print(f"Revoked: {prefix}")
+    print(f"Revoked: {rule}")
     return 0

@@ -2,7 +2,7 @@
 
 A loop: read a line, run a slash command from `COMMANDS` or send the line as a turn and
 stream the reply. The model may call tools: each call and its result show as they run;
-a terminal command that no allowed prefix covers asks "once / always / deny", and a
+a terminal command that no allow rule covers asks "once / always / deny", and a
 learned macro asks before it runs. Ctrl-C stops a reply or a running command (what
 arrived is kept, marked interrupted), not the session; leaving closes the session so
 the workers write its diary entry.
@@ -51,7 +51,7 @@ from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
-from app.turn.tools.terminal import allowed_prefixes
+from app.turn.tools.terminal import allow_rules, why_not_always
 from workers.handoff import queue_handoff
 
 log = get_logger(__name__)
@@ -331,10 +331,10 @@ def show_tools(repl: Repl, arg: str) -> None:
     for tool in agent.registry.available("chat"):
         repl.say(f"{tool.name}: {tool.description.split('. ')[0]}")
     if agent.registry.get("terminal", "chat") is not None:
-        prefixes = allowed_prefixes(repl.service.reader(), repl.service.config, repl.user_id)
+        rules = allow_rules(repl.service.reader(), repl.service.config, repl.user_id)
         repl.say("Commands that run without asking: " +
-                 (", ".join(prefixes) if prefixes else "none yet (answer \"always\" to add one)"),
-                 "dim")
+                 (", ".join(r.text for r in rules) if rules
+                  else "none yet (answer \"always\" to add one)"), "dim")
 
 
 @command("/help", "/help               this list")
@@ -371,16 +371,17 @@ class ReplApprover:
         self.repl = repl
         self.lines = lines
 
-    def approve_command(self, command: str, prefix: str | None) -> Decision:
-        if prefix is None:
-            choices = "[o]nce or [d]eny (it has shell characters: it cannot be allowed always)"
+    def approve_command(self, command: str, rule: str | None) -> Decision:
+        if rule is None:
+            why = why_not_always(command, self.repl.service.config)
+            choices = f"[o]nce or [d]eny ({why}: it cannot be allowed always)"
         else:
-            choices = f"[o]nce, [a]lways (any `{prefix} …` command), or [d]eny"
+            choices = "[o]nce, [a]lways (exactly this command), or [d]eny"
         for _ in range(3):
             answer = self.lines.ask(f"Run `{command}`? {choices}: ").lower()
             if answer in ("o", "once", "y", "yes"):
                 return "once"
-            if answer in ("a", "always") and prefix is not None:
+            if answer in ("a", "always") and rule is not None:
                 return "always"
             if answer in ("d", "deny", "n", "no", ""):
                 return "deny"

@@ -321,6 +321,28 @@ def check_queue_locks(config: Config, now: float | None = None) -> list[Check]:
     return checks
 
 
+def check_terminal_sandbox(config: Config) -> Check:
+    """Whether the agent's terminal can run its commands in bubblewrap."""
+    # start-up: the agent's tools load only for this check, not for the doctor's others
+    from app.turn.tools import ToolFailed
+    from app.turn.tools.terminal_sandbox import sandbox_for
+
+    tools = config.tools
+    if not tools.terminal:
+        return Check("terminal sandbox", Status.OK, "the terminal is off ([tools] terminal)")
+    if tools.terminal_sandbox == "none":
+        return Check("terminal sandbox", Status.WARN,
+                     "commands run unsandboxed ([tools] terminal_sandbox = \"none\")",
+                     'install bubblewrap and set [tools] terminal_sandbox = "bubblewrap"')
+    try:
+        sandbox_for(config)
+    except ToolFailed as exc:
+        return Check("terminal sandbox", Status.WARN, exc.message,
+                     "apt-get install bubblewrap (and allow user namespaces)")
+    return Check("terminal sandbox", Status.OK,
+                 "bubblewrap: no network, read-only but the working folder")
+
+
 def run_checks(config: Config) -> list[Check]:
     checks = check_configuration(config)
     checks.append(check_data_dir(config))
@@ -331,4 +353,5 @@ def run_checks(config: Config) -> list[Check]:
     checks += check_queue(config)
     checks += check_queue_locks(config)
     checks += check_model_server(config)
+    checks.append(check_terminal_sandbox(config))
     return checks

@@ -60,7 +60,8 @@ def test_doctor_on_a_fresh_directory_is_all_ok(tmp_path, model_env):
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert report["ok"] is True
     for name in ("data directory", "schema version", "integrity",
-                 "full-text index events_fts", "free disk", "model server", "chat model"):
+                 "full-text index events_fts", "free disk", "model server", "chat model",
+                 "terminal sandbox"):
         assert statuses[name] == "OK", (name, report)
 
 
@@ -106,3 +107,17 @@ def test_doctor_warns_when_the_model_server_is_down(tmp_path):
     server = next(c for c in report["checks"] if c["name"] == "model server")
     assert result.returncode == 0 and server["status"] == "WARN"
     assert "ollama serve" in server["detail"]
+
+
+def test_doctor_warns_when_the_terminal_has_no_sandbox(tmp_path, model_env):
+    data = tmp_path / "d"
+    hilo("init", "--data-dir", str(data))
+    bin_dir = tmp_path / "bin"  # the Python that runs hilo, and no bwrap
+    bin_dir.mkdir()
+    result = hilo("doctor", "--data-dir", str(data), "--json",
+                  env={**model_env, "PATH": str(bin_dir)})
+    report = json.loads(result.stdout)
+    sandbox = next(c for c in report["checks"] if c["name"] == "terminal sandbox")
+    assert result.returncode == 0 and sandbox["status"] == "WARN"
+    assert sandbox["detail"].startswith("the terminal is off: bubblewrap (bwrap) is not "
+                                        "installed")

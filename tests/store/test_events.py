@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.db import connect_readonly
@@ -82,6 +84,21 @@ def test_tool_calls_are_kept_as_json_and_sanitised(writer, config):
     calls = [{"function": {"name": "db", "arguments": {"dsn": "postgres://app:s3cret@db/x"}}}]
     event = append_event(writer, config, "ana", "s1", "assistant", "", tool_calls=calls)
     assert "s3cret" not in event.tool_calls_json and '"db"' in event.tool_calls_json
+
+
+@pytest.mark.parametrize("arguments, secret", [
+    ({"command": 'curl -H "Authorization: Basic dXNlcjpwYXNzd29yZA==" https://x'},
+     "dXNlcjpwYXNzd29yZA=="),
+    ({"headers": {"Authorization": "Basic dXNlcjpwYXNzd29yZA=="}}, "dXNlcjpwYXNzd29yZA=="),
+    ('{"password": "Plum-Tree-4417"}', "Plum-Tree-4417"),  # arguments left as JSON text
+])
+def test_a_tool_call_with_a_secret_is_stored_redacted_and_still_parses(writer, config,
+                                                                       arguments, secret):
+    calls = [{"id": "c1", "name": "terminal", "arguments": arguments}]
+    event = append_event(writer, config, "ana", "s1", "assistant", "", tool_calls=calls)
+    assert secret not in event.tool_calls_json and "[REDACTED:" in event.tool_calls_json
+    [stored] = json.loads(event.tool_calls_json)  # the call is still there to pair
+    assert (stored["id"], stored["name"]) == ("c1", "terminal")
 
 
 def test_session_events_returns_the_latest_in_order(writer, config):

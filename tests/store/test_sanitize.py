@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sanitize import Redacted, Secret, find_secrets, redact_secrets
+from app.sanitize import Redacted, Secret, find_secrets, redact_json, redact_secrets
 
 _ALNUM = string.ascii_letters + string.digits
 _UPPER_ALNUM = string.ascii_uppercase + string.digits
@@ -517,3 +517,24 @@ def test_a_token_holding_another_is_redacted_whole():
     once = redact_secrets(text)
     assert once.text == "key: [REDACTED:github_token] ok"
     assert redact_secrets(once.text).text == once.text
+
+
+# -- JSON values: a chat request, a tool call's arguments ----------------------------------------
+
+
+def test_a_json_value_keeps_its_shape_and_loses_its_secrets():
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    value = {"command": f"curl -H 'Authorization: Bearer {token}' x", "password": "Plum-4417",
+             "max_tokens": "512", "count": 3, "items": [{"token": "tok-77"}], token: True}
+    assert redact_json(value) == {
+        "command": "curl -H 'Authorization: Bearer [REDACTED:github_token]' x",
+        "password": "[REDACTED:password]", "max_tokens": "512", "count": 3,
+        "items": [{"token": "[REDACTED:token]"}], "[REDACTED:github_token]": True}
+
+
+def test_json_text_inside_a_string_is_redacted_and_left_alone_without_secrets():
+    arguments = '{"user":  "ana", "password": "Plum-4417"}'
+    assert json.loads(redact_json({"arguments": arguments})["arguments"]) == {
+        "user": "ana", "password": "[REDACTED:password]"}
+    clean = '{"user":  "ana"}'  # its spacing kept: a cached prompt stays the same
+    assert redact_json({"arguments": clean})["arguments"] is clean

@@ -1,6 +1,7 @@
 """`hilo chat` with tools, driven on a pseudo-terminal as a person drives it: the model
 (the fake server) asks for terminal commands; an allowed one runs, the rest ask "once /
-always / deny", and a command that smuggles a second one past a prefix is asked about."""
+always / deny", and a command that smuggles a second one past a rule, or carries an
+option no rule covers, is asked about, saying why it cannot be allowed always."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ def run(*commands: str) -> list[Reply]:
 
 @pytest.fixture
 def chat(start_chat, monkeypatch, tmp_path) -> Callable[..., pexpect.spawn]:
-    """`hilo chat` with the terminal working in tmp_path and `echo` allowed in config."""
+    """`hilo chat` with the terminal working in tmp_path and `echo *` allowed in config."""
     monkeypatch.setenv("HILO_TOOLS_TERMINAL_WORKDIR", str(tmp_path))
-    monkeypatch.setenv("HILO_TOOLS_TERMINAL_ALLOWED_PREFIXES", '["echo"]')
+    monkeypatch.setenv("HILO_TOOLS_TERMINAL_ALLOW_RULES", '["echo *"]')
 
     def start() -> pexpect.spawn:
         child = start_chat()
@@ -67,29 +68,29 @@ def test_allow_once_runs_it_and_asks_again_next_time(chat, fake_ollama, data_dir
     child = chat()
     for word in ("first", "second"):
         say(child, f"print {word}")
-        child.expect(rf"Run `printf {word}`{QUESTION}, \[a\]lways \(any `printf …` command\), "
+        child.expect(rf"Run `printf {word}`{QUESTION}, \[a\]lways \(exactly this command\), "
                      r"or \[d\]eny:")  # prompt_toolkit draws the trailing space as a cursor move
         say(child, "o")
         child.expect(f"↳ {word}")
         child.expect(PROMPT)
-    assert rows(data_dir, "SELECT prefix FROM terminal_allowed_prefixes") == []
+    assert rows(data_dir, "SELECT rule FROM terminal_allow_rules") == []
     leave(child)
 
 
-def test_allow_always_stores_the_prefix_and_does_not_ask_again(chat, fake_ollama, data_dir):
-    fake_ollama.script_chat(*run("printf first"), *run("printf second"))
+def test_allow_always_stores_the_command_and_does_not_ask_again(chat, fake_ollama, data_dir):
+    fake_ollama.script_chat(*run("printf first"), *run("printf first"))
     child = chat()
     say(child, "print first")
     child.expect(f"Run `printf first`{QUESTION}")
     say(child, "a")
     child.expect("↳ first")
     child.expect(PROMPT)
-    say(child, "print second")
-    child.expect("↳ second")
+    say(child, "print first again")
+    child.expect("↳ first")
     child.expect(PROMPT)
-    assert "Run `printf second`" not in transcript(child)
-    assert rows(data_dir, "SELECT user_id, prefix FROM terminal_allowed_prefixes") == [
-        ("default", "printf")]
+    assert "Run `" not in transcript(child).split("print first again", 1)[1]
+    assert rows(data_dir, "SELECT user_id, rule FROM terminal_allow_rules") == [
+        ("default", "printf first")]
     leave(child)
 
 
@@ -109,8 +110,8 @@ def test_deny_runs_nothing_and_the_model_is_told(chat, fake_ollama, data_dir, tm
     leave(child)
 
 
-def test_a_command_smuggled_past_an_allowed_prefix_is_asked_about(chat, fake_ollama, data_dir,
-                                                                  tmp_path):
+def test_a_command_smuggled_past_an_allow_rule_is_asked_about(chat, fake_ollama, data_dir,
+                                                              tmp_path):
     fake_ollama.script_chat(*run("echo hi; touch smuggled"))
     child = chat()
     say(child, "say hi")
@@ -123,10 +124,22 @@ def test_a_command_smuggled_past_an_allowed_prefix_is_asked_about(chat, fake_oll
     leave(child)
 
 
+def test_a_refused_option_is_asked_about_saying_why(chat, fake_ollama, data_dir, tmp_path):
+    fake_ollama.script_chat(*run("find . -maxdepth 0 -exec touch x {} +"))
+    child = chat()
+    say(child, "find it")
+    child.expect(r"Run `find \. -maxdepth 0 -exec touch x \{\} \+`\? \[o\]nce or \[d\]eny "
+                 r"\(find -exec runs another command: it cannot be allowed always\):")
+    say(child, "d")
+    child.expect(PROMPT)
+    assert not (tmp_path / "x").exists()
+    leave(child)
+
+
 def test_tools_lists_the_tools_and_the_allowed_commands(chat, data_dir):
     child = chat()
     say(child, "/tools")
     child.expect("terminal: Run a command on the user's computer")
-    child.expect("Commands that run without asking: echo")
+    child.expect(r"Commands that run without asking: echo \*")
     child.expect(PROMPT)
     leave(child)

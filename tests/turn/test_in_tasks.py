@@ -56,7 +56,7 @@ def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama, tmp_path: Path)
     fake_ollama.responder = model
     (tmp_path / "work").mkdir()
     return cfg.replace(tools={"terminal_workdir": str(tmp_path / "work"),
-                              "terminal_allowed_prefixes": ("echo",),
+                              "terminal_allow_rules": ("echo *",),
                               "terminal_timeout_seconds": 1.0, "terminal_output_chars": 1000})
 
 
@@ -91,12 +91,12 @@ def test_a_task_runs_only_the_commands_the_user_allowed(cfg, writer, consumers, 
     runs = run_tasks(cfg, consumers, tmp_path / "worker.log", [untrusted, allowed, trusted])
 
     assert runs[untrusted][2:] == [
-        ("tool", "error: not run: `touch untrusted-file` starts with no allowed prefix and this "
-                 "task is not trusted; the user can allow a prefix ([tools] "
-                 "terminal_allowed_prefixes) or mark the task trusted (hilo tasks add --trusted)"),
-        ("assistant", "Seen: error: not run: `touch untrusted-file` starts with no allowed prefix "
-                      "and this task is not trusted; the user can allow a prefix ([tools] "
-                      "terminal_allowed_prefixes) or mark the task trusted (hilo tasks add "
+        ("tool", "error: not run: no allow rule covers `touch untrusted-file` and this task is "
+                 "not trusted; the user can allow it (hilo terminal allow, [tools] "
+                 "terminal_allow_rules) or mark the task trusted (hilo tasks add --trusted)"),
+        ("assistant", "Seen: error: not run: no allow rule covers `touch untrusted-file` and this "
+                      "task is not trusted; the user can allow it (hilo terminal allow, [tools] "
+                      "terminal_allow_rules) or mark the task trusted (hilo tasks add "
                       "--trusted)")]
     assert not (tmp_path / "work" / "untrusted-file").exists()
     assert runs[allowed][2:] == [("tool", "$ echo hello\nhello\n[exit status 0]"),

@@ -1,26 +1,31 @@
-"""The terminal tool's safety, piece by piece: which commands an allowed prefix covers
-(and which smuggle a second command past it), who may approve the rest, what a command
-runs with, and what of its output is kept."""
+"""The terminal tool's safety, piece by piece: what an allow rule covers (and which
+commands smuggle more past it), the options no rule covers, who may approve the rest,
+what a command runs with, and what of its output is kept. The sandbox itself:
+test_terminal_sandbox.py."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from app import db
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.config import Config
 from app.turn.tools import ToolFailed
-from app.turn.tools.terminal import (
-    allowed_prefixes,
-    matching_prefix,
-    prefix_to_allow,
-    run_command,
-    scrubbed_environment,
+from app.turn.tools.terminal import allow_rules, run_command
+from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for
+from app.turn.tools.terminal_rules import (
+    AllowRule,
+    InvalidRule,
+    matching_rule,
+    refusal,
+    rule_to_store,
 )
 from tests.fake_ollama import FakeOllama, Reply
 from tests.cli.test_messages import hilo
@@ -28,20 +33,84 @@ from tests.cli.test_messages import hilo
 USER = "default"
 
 
-# -- prefixes ------------------------------------------------------------------------------------
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    folder = tmp_path / "work"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("notes\n")
+    (folder / "escape").symlink_to("/etc/passwd")
+    return folder
 
 
-@pytest.mark.parametrize("command, prefixes, expected", [
-    ("ls", ["ls"], "ls"),
-    ("ls -la /tmp", ["ls"], "ls"),
-    ("df -h /", ["df -h"], "df -h"),
-    ("df /", ["df -h"], None),  # word by word: "df -h" does not cover plain df
-    ("lsblk", ["ls"], None),  # a prefix is whole words, not characters
-    ("git status --short", ["git log", "git status"], "git status"),
-    ("'ls' -la", ["ls"], "ls"),  # quoting is read as the shell would
+def covered(command: str, *rules: str, workdir: Path) -> str | None:
+    rule = matching_rule(command, [AllowRule.parse(r) for r in rules], workdir)
+    return rule.text if rule else None
+
+
+# -- allow rules ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("git status", "git status"),
+    ("git status --short", None),  # exact: no further argument
+    ("git", None),
+    ("'git' status", "git status"),  # quoting is read as the shell would
 ])
-def test_a_prefix_covers_commands_that_start_with_its_words(command, prefixes, expected):
-    assert matching_prefix(command, prefixes) == expected
+def test_an_exact_rule_covers_that_command_and_nothing_more(command, expected, workdir):
+    assert covered(command, "git status", workdir=workdir) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("ls", "ls *"),
+    ("ls -la", "ls *"),
+    ("ls -la sub", "ls *"),
+    ("lsblk", None),  # a rule is whole words, not characters
+    ("df -h /", "df -h *"),
+    ("df /", None),  # word by word: "df -h *" does not cover plain df
+])
+def test_a_trailing_star_covers_any_further_arguments(command, expected, workdir):
+    assert covered(command, "ls *", "df -h *", workdir=workdir) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("cat notes.txt", "cat <path>"),
+    ("cat sub/new.txt", "cat <path>"),
+    (f"cat {Path('/') / 'tmp'}", None),
+    ("cat /etc/passwd", None),
+    ("cat ../notes.txt", None),
+    ("cat escape", None),  # a symbolic link out of the folder
+    ("cat -n notes.txt", None),  # an option is not a path
+    ("cat notes.txt notes.txt", None),  # one path, no more
+])
+def test_a_path_placeholder_covers_one_path_inside_the_working_folder(command, expected,
+                                                                      workdir):
+    assert covered(command, "cat <path>", workdir=workdir) == expected
+
+
+def test_an_absolute_path_inside_the_working_folder_is_a_path_in_it(workdir):
+    assert covered(f"cat {workdir / 'notes.txt'}", "cat <path>", workdir=workdir) == "cat <path>"
+
+
+@pytest.mark.parametrize("rule, why", [
+    ("* ls", "a rule starts with its program"),
+    ("<path>", "a rule starts with its program"),
+    ("ls * -la", "`*` stands only as the last word"),
+    ("ls; rm", "without shell characters"),
+    ("echo $(id)", "without shell characters"),
+    ("ls 'unclosed", "check its quotes"),
+    ("", "a rule starts with its program"),
+])
+def test_a_rule_that_does_not_read_as_one_is_refused(rule, why):
+    with pytest.raises(InvalidRule, match=why):
+        AllowRule.parse(rule)
+
+
+def test_a_prefix_from_before_rules_covers_what_it_named_word_by_word(workdir):
+    rules = [AllowRule.from_prefix("df -h"), AllowRule.from_prefix("git")]
+    assert [r.text for r in rules] == ["df -h *", "git *"]
+    assert matching_rule("df -h /", rules, workdir) is rules[0]
+    assert matching_rule("df /", rules, workdir) is None
+    assert matching_rule("git log -n 3", rules, workdir) is rules[1]
 
 
 @pytest.mark.parametrize("command", [
@@ -61,56 +130,157 @@ def test_a_prefix_covers_commands_that_start_with_its_words(command, prefixes, e
     "ls \\; rm",
     "ls 'unclosed",
 ])
-def test_shell_metacharacters_never_smuggle_a_command_past_a_prefix(command):
-    assert matching_prefix(command, ["ls"]) is None
+def test_shell_metacharacters_never_smuggle_a_command_past_a_rule(command, workdir):
+    assert covered(command, "ls *", workdir=workdir) is None
 
 
-def test_allow_always_stores_the_program_never_a_command_with_metacharacters():
-    assert prefix_to_allow("git status --short") == "git"
-    assert prefix_to_allow("ls; rm -rf ~") is None
-    assert prefix_to_allow("echo $(id)") is None
+# -- what no rule covers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule, command, why", [
+    # The examples that ran under a prefix before rules.
+    ("find . *", "find . -maxdepth 0 -exec touch pwned {} +", "find -exec runs another command"),
+    ("git log *", "git log --output=FILE", "git --output"),
+    ("cat notes.txt *", "cat notes.txt /etc/shadow", "/etc/shadow is outside the working folder"),
+    ("env *", "env sh -c id", "env runs another command"),
+    ("git *", "git -c alias.x=!touch x", "git -c changes git's configuration"),
+    ("git log *", "git log -c", None),  # after the subcommand, -c is the subcommand's own
+    # find
+    ("find . *", "find . -execdir touch x ;", "find -execdir runs another command"),
+    ("find . *", "find . -ok rm {} ;", "find -ok runs another command"),
+    ("find . *", "find . -delete", "find -delete deletes files"),
+    ("find . *", "find . -fprint out", "find -fprint writes a file"),
+    ("find *", "find / -name id_rsa", "/ is outside the working folder"),
+    # git
+    ("git *", "git --exec-path=/tmp log", "git --exec-path"),
+    ("git *", "git -C /etc status", "git -C"),
+    ("git *", "git --git-dir=/srv/repo log", "git --git-dir"),
+    ("git *", "git config alias.x !id", "git config"),
+    ("git *", "git log alias.x", "git aliases"),
+    ("git *", "git ls-remote --upload-pack=touch .", "git --upload-pack"),
+    ("git *", "git clone -u touch . x", "git clone -u"),
+    ("git *", "git rebase -x id HEAD~1", "git rebase -x"),
+    ("git *", "git grep -O id x", "git grep -O"),
+    ("git *", "git format-patch -o /tmp HEAD~1", "git format-patch -o"),
+    ("git *", "git submodule foreach id", "git submodule"),
+    ("git *", "git clone --template=t . x", "git --template"),
+    # shells, interpreters and command runners
+    ("sh *", "sh -c id", "sh runs whatever it is given"),
+    ("bash *", "bash -c id", "bash runs whatever"),
+    ("zsh *", "zsh -c id", "zsh runs whatever"),
+    ("python3 *", "python3 -c 'import os'", "python -c runs the code"),
+    ("python3.11 *", "python3.11 -Ic 'import os'", "python -c runs the code"),
+    ("python3 *", "python3 -X dev -c 'import os'", "python -c runs the code"),
+    ("perl *", "perl -e 'system(1)'", "perl -e runs the code"),
+    ("perl *", "perl -ne 'print' notes.txt", "perl -e runs the code"),
+    ("node *", "node --eval=1", "node --eval"),
+    ("xargs *", "xargs rm", "xargs runs another command"),
+    ("nohup *", "nohup id", "nohup runs another command"),
+    ("sudo *", "sudo id", "sudo runs another command"),
+    ("vim *", "vim notes.txt", "vim can run any command"),
+    # awk, sed
+    ("awk *", "awk 'BEGIN { system(\"id\") }'", "system, getline"),
+    ("awk *", "awk '{ print | \"sh\" }' notes.txt", "system, getline"),
+    ("sed *", "sed s/a/b/e notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -n 'w /tmp/out' notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -e 1e notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -ne 1e notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed -nf x.sd notes.txt", "sed -f runs a script"),
+    # file readers: paths outside the working folder
+    ("head *", "head -n 5 /etc/passwd", "/etc/passwd is outside"),
+    ("tail *", "tail ~/.ssh/id_rsa", "~/.ssh/id_rsa is outside"),
+    ("cat *", "cat ../secret", "../secret is outside"),
+    ("cat *", "cat escape", "escape is outside"),
+    ("grep *", "grep -f/etc/shadow x", "-f/etc/shadow is outside"),
+    ("grep *", "grep --file=/etc/shadow x", "--file=/etc/shadow is outside"),
+    ("dd *", "dd if=/etc/shadow of=copy", "if=/etc/shadow is outside"),
+    ("cp *", "cp /etc/shadow copy", "/etc/shadow is outside"),
+    ("curl *", "curl file:///etc/shadow", "curl file: URLs"),
+    ("tar *", "tar --to-command=sh -xf x.tar", "tar --to-command"),
+    ("less *", "less +!id notes.txt", "less +!id runs commands"),
+    ("git *", "git diff --no-index /etc/shadow notes.txt", "/etc/shadow is outside"),
+    # programs that run another one through an option
+    ("sort *", "sort --compress-program=sh notes.txt", "sort --compress-program runs"),
+    ("ssh *", "ssh -oProxyCommand=id host", "ssh -o can run a local command"),
+    ("scp *", "scp -S ./x a host:b", "scp -S can run a local command"),
+    ("make *", "make --eval=x", "make --eval runs the code"),
+    ("wget *", "wget --use-askpass=id x", "wget --use-askpass"),
+    # writers, for when the owner runs commands unsandboxed
+    ("rm *", "rm -rf /home/ana", "/home/ana is outside"),
+    ("tee *", "tee /etc/motd", "/etc/motd is outside"),
+])
+def test_dangerous_options_are_refused_whatever_the_rule_says(rule, command, why, workdir):
+    words = shlex.split(command)
+    if why is None:
+        assert refusal(words, workdir) is None and covered(command, rule, workdir=workdir)
+        return
+    assert why in refusal(words, workdir)
+    assert covered(command, rule, workdir=workdir) is None
+    try:
+        exact = AllowRule.parse(command).text
+    except InvalidRule:
+        return  # with shell characters it cannot even be written as a rule
+    assert covered(command, exact, workdir=workdir) is None  # naming it exactly: still not
+
+
+@pytest.mark.parametrize("command", [
+    "ls -la", "cat notes.txt", "head -n 5 sub/x", "git status --short", "git log -n 3",
+    "find . -name '*.py'", "sed -n 1,5p notes.txt", "sed s/error/warning/ notes.txt",
+    "awk '{print}' notes.txt", "python3 build.py -c x", "python3 -X dev build.py",
+    "grep -rn TODO .", "df -h /", "sed -n -e 1,5p notes.txt", "sed -i.bak s/a/b/ notes.txt",
+])
+def test_ordinary_commands_are_not_refused(command, workdir):
+    assert refusal(shlex.split(command), workdir) is None
+
+
+def test_allow_always_stores_the_whole_command_never_its_first_word(workdir):
+    assert rule_to_store("git status --short", workdir) == "git status --short"
+    assert rule_to_store("'ls' -la", workdir) == "ls -la"
+    assert rule_to_store("grep 'a b' notes.txt", workdir) == "grep 'a b' notes.txt"
+    assert rule_to_store("ls; rm -rf ~", workdir) is None
+    assert rule_to_store("echo $(id)", workdir) is None
+    assert rule_to_store("find . -delete", workdir) is None  # refused: once at most
+    assert rule_to_store("ls '*'", workdir) is None  # it would read back as "any arguments"
 
 
 # -- running -------------------------------------------------------------------------------------
 
 
-def test_the_environment_loses_credentials_and_keeps_the_rest():
-    env = {"PATH": "/usr/bin", "HOME": "/home/ana", "LANG": "C.UTF-8", "TERM": "xterm",
-           "OPENAI_API_KEY": "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789",
-           "GITHUB_TOKEN": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
-           "DB_PASSWORD": "hunter2", "AWS_SECRET_ACCESS_KEY": "x", "SSH_AUTH_SOCK": "/tmp/agent",
-           "HILO_SERVER_TOKEN": "t", "HILO_LLM_URL": "http://127.0.0.1:11434",
-           "INNOCENT_NAME": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}
-    assert scrubbed_environment(env) == {"PATH": "/usr/bin", "HOME": "/home/ana",
-                                         "LANG": "C.UTF-8", "TERM": "xterm"}
+@pytest.fixture(params=["unsandboxed", "bubblewrap"])
+def sandbox(request, config: Config) -> Sandbox | None:
+    """Each way a command runs: as it is ("none"), and under bubblewrap."""
+    return None if request.param == "unsandboxed" else sandbox_for(config)
 
 
-def test_a_command_runs_without_a_shell(tmp_path):
-    run = run_command("echo a; echo b", shell=False, cwd=tmp_path, timeout=10, output_chars=100)
+def test_a_command_runs_without_a_shell(tmp_path, sandbox):
+    run = run_command("echo a; echo b", shell=False, cwd=tmp_path, timeout=10, output_chars=100,
+                      sandbox=sandbox)
     assert (run.output, run.exit_status) == ("a; echo b\n", 0)  # `;` was just a character
 
 
-def test_with_the_shell_configured_a_command_line_is_a_shell_line(tmp_path):
-    run = run_command("echo a; echo b", shell=True, cwd=tmp_path, timeout=10, output_chars=100)
+def test_with_the_shell_configured_a_command_line_is_a_shell_line(tmp_path, sandbox):
+    run = run_command("echo a; echo b", shell=True, cwd=tmp_path, timeout=10, output_chars=100,
+                      sandbox=sandbox)
     assert run.output == "a\nb\n"
 
 
-def test_a_command_runs_in_the_working_directory_with_stdin_closed(tmp_path):
+def test_a_command_runs_in_the_working_directory_with_stdin_closed(tmp_path, sandbox):
     run = run_command(f"{sys.executable} -c \"import os, sys; print(os.getcwd()); "
                       "print(repr(sys.stdin.read()))\"",
-                      shell=False, cwd=tmp_path, timeout=10, output_chars=1000)
+                      shell=False, cwd=tmp_path, timeout=10, output_chars=1000, sandbox=sandbox)
     assert run.output.splitlines() == [str(tmp_path), "''"]
 
 
-def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path):
+def test_a_command_past_its_timeout_is_killed_with_its_children(tmp_path, sandbox):
     run = run_command("sh -c 'sleep 60 & sleep 60'", shell=False, cwd=tmp_path, timeout=0.5,
-                      output_chars=100)
+                      output_chars=100, sandbox=sandbox)
     assert run.timed_out and run.exit_status is None
     assert "[killed after 0.5 s: the command did not finish in time]" in run.report(100, 0.5)
 
 
-def test_huge_output_is_cut_and_says_how_much_there_was(tmp_path):
-    run = run_command("seq 1 1000000", shell=False, cwd=tmp_path, timeout=30, output_chars=1000)
+def test_huge_output_is_cut_and_says_how_much_there_was(tmp_path, sandbox):
+    run = run_command("seq 1 1000000", shell=False, cwd=tmp_path, timeout=30, output_chars=1000,
+                      sandbox=sandbox)
     assert len(run.output) == 1000 and run.output.startswith("1\n2\n3\n")
     assert run.total_bytes == 6888896
     report = run.report(1000, 30)
@@ -118,10 +288,10 @@ def test_huge_output_is_cut_and_says_how_much_there_was(tmp_path):
     assert report.endswith("[exit status 0]")
 
 
-def test_a_missing_program_is_an_error_the_model_reads(tmp_path):
+def test_a_missing_program_is_an_error_the_model_reads(tmp_path, sandbox):
     with pytest.raises(ToolFailed, match="no program 'no-such-program-here' on the PATH"):
         run_command("no-such-program-here", shell=False, cwd=tmp_path, timeout=5,
-                    output_chars=100)
+                    output_chars=100, sandbox=sandbox)
 
 
 # -- who may run what --------------------------------------------------------------------------
@@ -134,8 +304,8 @@ class Answers:
         self.answers = list(answers)
         self.asked: list[tuple[str, str | None]] = []
 
-    def approve_command(self, command: str, prefix: str | None) -> Any:
-        self.asked.append((command, prefix))
+    def approve_command(self, command: str, rule: str | None) -> Any:
+        self.asked.append((command, rule))
         return self.answers.pop(0)
 
     def confirm_macro(self, description: str) -> bool:
@@ -146,7 +316,7 @@ class Answers:
 def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama, tmp_path: Path) -> Config:
     return config.replace(llm={"url": fake_ollama.url}, embedder={"kind": "none"},
                           tools={"terminal_workdir": str(tmp_path),
-                                 "terminal_allowed_prefixes": ("echo",)})
+                                 "terminal_allow_rules": ("echo *",)})
 
 
 @pytest.fixture
@@ -175,19 +345,37 @@ def test_an_allowed_command_runs_without_asking(service, fake_ollama):
 
 
 def test_once_always_and_deny(service, fake_ollama, cfg):
-    approver = Answers("once", "deny", "always")
+    approver = Answers("once", "deny", "always", "deny")
     agent = Agent(service, surface="chat", approver=approver)
-    terminal(fake_ollama, "printf once", "printf denied", "printf always", "printf again")
+    terminal(fake_ollama, "printf once", "printf denied", "printf always", "printf always",
+             "printf again")
     assert results(agent) == ["$ printf once\nonce\n[exit status 0]",
                               "error: not run: the user denied `printf denied`",
                               "$ printf always\nalways\n[exit status 0]",
-                              "$ printf again\nagain\n[exit status 0]"]
-    assert approver.asked == [("printf once", "printf"), ("printf denied", "printf"),
-                              ("printf always", "printf")]
-    assert allowed_prefixes(service.reader(), cfg, USER) == ["echo", "printf"]
+                              "$ printf always\nalways\n[exit status 0]",  # not asked again
+                              "error: not run: the user denied `printf again`"]
+    assert approver.asked == [("printf once", "printf once"), ("printf denied", "printf denied"),
+                              ("printf always", "printf always"), ("printf again", "printf again")]
+    assert [r.text for r in allow_rules(service.reader(), cfg, USER)] == ["echo *",
+                                                                           "printf always"]
 
 
-def test_a_smuggled_command_is_asked_about_not_run_under_the_prefix(service, fake_ollama):
+def test_allow_always_on_git_status_does_not_allow_git_with_other_options(service, fake_ollama,
+                                                                            tmp_path):
+    approver = Answers("always", "deny")
+    terminal(fake_ollama, "git status", "git -c alias.x=!touch status")
+    assert results(Agent(service, surface="chat", approver=approver))[1] == (
+        "error: not run: the user denied `git -c alias.x=!touch status`")
+    # Asked again, and "always" was not offered for git -c.
+    assert approver.asked == [("git status", "git status"), ("git -c alias.x=!touch status", None)]
+    terminal(fake_ollama, "git -c alias.x=!touch status")
+    assert results(Agent(service, surface="task")) == [
+        "error: not run: `git -c alias.x=!touch status`: git -c changes git's configuration or "
+        "repository; no allow rule or trusted task runs that, only a person approving this very "
+        "call in hilo chat"]
+
+
+def test_a_smuggled_command_is_asked_about_not_run_under_the_rule(service, fake_ollama):
     approver = Answers("deny")
     terminal(fake_ollama, "echo hi; touch smuggled")
     assert results(Agent(service, surface="chat", approver=approver)) == [
@@ -195,21 +383,72 @@ def test_a_smuggled_command_is_asked_about_not_run_under_the_prefix(service, fak
     assert approver.asked == [("echo hi; touch smuggled", None)]  # never "always"
 
 
-def test_an_untrusted_task_runs_only_allowed_prefixes_and_asks_nobody(service, fake_ollama):
+def test_an_untrusted_task_runs_only_what_a_rule_covers_and_asks_nobody(service, fake_ollama):
     terminal(fake_ollama, "echo allowed", "printf refused")
     assert results(Agent(service, surface="task")) == [
         "$ echo allowed\nallowed\n[exit status 0]",
-        "error: not run: `printf refused` starts with no allowed prefix and this task is not "
-        "trusted; the user can allow a prefix ([tools] terminal_allowed_prefixes) or mark the "
+        "error: not run: no allow rule covers `printf refused` and this task is not trusted; "
+        "the user can allow it (hilo terminal allow, [tools] terminal_allow_rules) or mark the "
         "task trusted (hilo tasks add --trusted)"]
 
 
-def test_a_trusted_task_runs_any_command_without_a_shell(service, fake_ollama, tmp_path):
-    terminal(fake_ollama, "printf trusted", "echo hi; touch smuggled")
+@pytest.mark.parametrize("prefix, command, why", [
+    ("find .", "find . -maxdepth 0 -exec touch pwned {} +", "find -exec runs another command"),
+    ("git log", "git log --output=pwned", "git --output can write files or run commands"),
+    ("cat notes.txt", "cat notes.txt /etc/shadow", "/etc/shadow is outside the working folder"),
+    ("env", "env sh -c 'touch pwned'", "env runs another command"),
+    ("git", "git -c alias.x=!touch status", "git -c changes git's configuration or repository"),
+])
+def test_a_prefix_from_before_rules_no_longer_runs_dangerous_options(cfg, fake_ollama, tmp_path,
+                                                                    prefix, command, why):
+    (tmp_path / "notes.txt").write_text("notes\n")
+    cfg = cfg.replace(tools={"terminal_allowed_prefixes": (prefix,)})
+    with ChatService(cfg) as service:
+        terminal(fake_ollama, command)
+        assert results(Agent(service, surface="task")) == [
+            f"error: not run: `{command}`: {why}; no allow rule or trusted task runs that, "
+            "only a person approving this very call in hilo chat"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_trusted_task_runs_any_command_the_refusals_leave(service, fake_ollama, tmp_path):
+    terminal(fake_ollama, "printf trusted", "echo hi; touch smuggled", "env sh -c 'touch pwned'")
     assert results(Agent(service, surface="task"), trusted=True) == [
         "$ printf trusted\ntrusted\n[exit status 0]",
-        "$ echo hi; touch smuggled\nhi; touch smuggled\n[exit status 0]"]
+        "$ echo hi; touch smuggled\nhi; touch smuggled\n[exit status 0]",
+        "error: not run: `env sh -c 'touch pwned'`: env runs another command; no allow rule or "
+        "trusted task runs that, only a person approving this very call in hilo chat"]
+    assert not (tmp_path / "smuggled").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_with_the_shell_on_a_trusted_task_runs_no_shell_characters(cfg, fake_ollama,
+                                                                   tmp_path):
+    with ChatService(cfg.replace(tools={"terminal_shell": True})) as service:
+        terminal(fake_ollama, "echo hi; touch smuggled")
+        assert results(Agent(service, surface="task"), trusted=True) == [
+            "error: not run: `echo hi; touch smuggled`: through the shell its shell characters "
+            "would run more than one command; no allow rule or trusted task runs that, only a "
+            "person approving this very call in hilo chat"]
     assert not (tmp_path / "smuggled").exists()
+
+
+def test_a_person_may_run_a_refused_command_once(service, fake_ollama, tmp_path):
+    approver = Answers("once")
+    terminal(fake_ollama, "find . -maxdepth 0 -exec touch approved {} +")
+    assert results(Agent(service, surface="chat", approver=approver)) == [
+        "$ find . -maxdepth 0 -exec touch approved {} +\n[exit status 0]"]
+    assert approver.asked == [("find . -maxdepth 0 -exec touch approved {} +", None)]
+    assert (tmp_path / "approved").exists()
+
+
+def test_a_command_still_running_when_the_turn_ends_is_cut(cfg, fake_ollama):
+    cfg = cfg.replace(tools={"max_seconds": 1.0, "terminal_allow_rules": ("sleep *",)})
+    with ChatService(cfg) as service:
+        terminal(fake_ollama, "sleep 60")
+        [result] = results(Agent(service, surface="task"))
+    assert result.startswith("$ sleep 60\n[cut after ")
+    assert result.endswith("the turn ran out of time ([tools] max_seconds = 1), the command "
+                           "was killed]")
 
 
 def test_output_is_sanitised_before_it_is_stored(service, fake_ollama):
@@ -221,12 +460,34 @@ def test_output_is_sanitised_before_it_is_stored(service, fake_ollama):
         assert token not in json.dumps(body["messages"][-1])
 
 
-def test_hilo_terminal_allows_lists_and_revokes_prefixes(data_dir):
+def test_hilo_terminal_allows_lists_and_revokes_rules(data_dir):
     where = ("--data-dir", str(data_dir))
-    assert hilo("terminal", "allow", "df -h", *where).stdout == "Allowed: df -h …\n"
+    assert hilo("terminal", "allow", "git status", *where).stdout == "Allowed: git status\n"
+    assert hilo("terminal", "allow", "cat  <path>", *where).stdout == "Allowed: cat <path>\n"
     refused = hilo("terminal", "allow", "ls; rm", *where)
-    assert refused.returncode == 1 and "cannot be allowed: a prefix is plain words" in refused.stderr
+    assert refused.returncode == 1 and "cannot be allowed: a rule is plain words" in refused.stderr
     listed = json.loads(hilo("terminal", "allowed", "--json", *where).stdout)
-    assert [(p["prefix"], p["source"]) for p in listed] == [("df -h", "stored")]
-    assert hilo("terminal", "revoke", "df -h", *where).returncode == 0
+    assert [(r["rule"], r["source"]) for r in listed] == [("git status", "stored"),
+                                                          ("cat <path>", "stored")]
+    assert hilo("terminal", "revoke", "git status", *where).returncode == 0
+    assert hilo("terminal", "revoke", "cat <path>", *where).returncode == 0
     assert hilo("terminal", "allowed", *where).stdout == "(none: every command asks first)\n"
+
+
+def test_prefixes_stored_before_rules_become_rules_that_cover_what_they_named(tmp_path, cfg):
+    con = db.connect(tmp_path / "m.sqlite3")
+    con.execute(f"CREATE TABLE {db.MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT)")
+    for migration in [m for m in db.available_migrations() if m.number < 13]:
+        con.execute(migration.sql)
+        con.execute(f"INSERT INTO {db.MIGRATIONS_TABLE} VALUES (?, 'then')", (migration.name,))
+    con.execute("INSERT INTO terminal_allowed_prefixes VALUES ('ana', 'git', 'then1'), "
+                "('ana', 'df -h', 'then2')")
+
+    assert "0013_terminal_allow_rules.sql" in db.migrate(con)
+
+    rules = allow_rules(con, cfg.replace(tools={"terminal_allow_rules": ()}), "ana")
+    assert [r.text for r in rules] == ["git *", "df -h *"]
+    assert matching_rule("git status", rules, tmp_path) is rules[0]
+    assert matching_rule("df -h /", rules, tmp_path) is rules[1]
+    assert matching_rule("df /", rules, tmp_path) is None
+    assert matching_rule("git -c alias.x=!id status", rules, tmp_path) is None

@@ -1,9 +1,15 @@
 """web_fetch reads only the hosts the user listed, within its size and time bounds,
-against a real HTTP server on loopback."""
+against a real HTTP server on loopback: a page that drips or a body that inflates
+cannot stretch them."""
 
 from __future__ import annotations
 
+import functools
+import struct
 import threading
+import time
+import tracemalloc
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
@@ -16,6 +22,23 @@ from app.turn.tools.web import host_allowed
 
 PAGE = (b"<html><head><title>Docs</title><script>var secret = 1;</script></head>"
         b"<body><h1>shlex</h1><p>Simple lexical analysis.</p></body></html>")
+DRIP_SECONDS = 0.2  # between two bytes of /drip: well under any read timeout
+DRIP_BYTES = 150  # so the page would take 30 s in all
+
+
+@functools.cache
+def gzip_of_zeros(mebibytes: int) -> bytes:
+    """A gzip stream of that many MiB of zeros (about 1 KiB each), built from one
+    compressed MiB repeated: after a full flush the compressor starts afresh, so every
+    MiB after the first compresses to the same bytes."""
+    mib = bytes(1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    first = compressor.compress(mib) + compressor.flush(zlib.Z_FULL_FLUSH)
+    again = compressor.compress(mib) + compressor.flush(zlib.Z_FULL_FLUSH)
+    last_block = compressor.flush()[:-8]  # its trailer is for two MiB: ours follows
+    crc = functools.reduce(lambda c, _: zlib.crc32(mib, c), range(mebibytes), 0)
+    return (first + again * (mebibytes - 1) + last_block
+            + struct.pack("<II", crc, (mebibytes << 20) & 0xFFFFFFFF))
 
 
 class Site(BaseHTTPRequestHandler):
@@ -37,12 +60,33 @@ class Site(BaseHTTPRequestHandler):
             self.end_headers()
         elif self.path == "/slow":
             self.server.stopping.wait(30)  # type: ignore[attr-defined]
+        elif self.path == "/drip":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            for _ in range(DRIP_BYTES):
+                if self.server.stopping.wait(DRIP_SECONDS):  # type: ignore[attr-defined]
+                    return
+                self.wfile.write(b"x")
+                self.wfile.flush()
+        elif self.path == "/bomb":
+            self._send(200, "text/plain", gzip_of_zeros(300), encoding="gzip")
+        elif self.path == "/deflated":
+            self._send(200, "text/plain", zlib.compress(b"deflated " * 10), encoding="deflate")
+        elif self.path == "/raw-deflated":
+            raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+            self._send(200, "text/plain", raw.compress(b"raw " * 10) + raw.flush(),
+                       encoding="deflate")
+        elif self.path == "/brotli":
+            self._send(200, "text/plain", b"\x0b\x02\x80hi\x03", encoding="br")
         else:
             self._send(404, "text/plain", b"no")
 
-    def _send(self, status: int, kind: str, body: bytes) -> None:
+    def _send(self, status: int, kind: str, body: bytes, encoding: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
+        if encoding is not None:
+            self.send_header("Content-Encoding", encoding)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -65,14 +109,26 @@ def site() -> Iterator[str]:
 
 
 @pytest.fixture
-def fetch(config: Config, data_dir) -> Iterator:
+def fetch_within(config: Config, data_dir) -> Iterator:
+    """fetch_within(url, turn_seconds=None): web_fetch's result, in a turn that has that
+    long left (None: no turn deadline)."""
     cfg = config.replace(embedder={"kind": "none"}, tools={
         "web_allowed_hosts": ("127.0.0.1",), "web_max_bytes": 10_000,
-        "web_timeout_seconds": 0.5, "web_output_chars": 1000})
+        "web_timeout_seconds": 0.5, "web_output_chars": 1000, "max_seconds": 1.0})
     registry = default_registry(cfg)
     with ChatService(cfg) as service:
-        ctx = ToolContext(cfg, service, "default", "s1", "chat")
-        yield lambda url: registry.call(ctx, "web_fetch", {"url": url})
+        def fetch(url: str, turn_seconds: float | None = None, **tools):
+            config = cfg.replace(tools=tools) if tools else cfg
+            deadline = None if turn_seconds is None else time.monotonic() + turn_seconds
+            ctx = ToolContext(config, service, "default", "s1", "chat", deadline=deadline)
+            return registry.call(ctx, "web_fetch", {"url": url})
+
+        yield fetch
+
+
+@pytest.fixture
+def fetch(fetch_within) -> Iterator:
+    return fetch_within
 
 
 def test_a_page_comes_back_as_its_text(fetch, site):
@@ -101,6 +157,46 @@ def test_size_and_time_are_bounded(fetch, site):
         "are shown]")
     slow = fetch(f"{site}/slow")
     assert slow.text == f"error: {site}/slow did not answer within 0.5 s"
+
+
+def test_a_page_that_drips_is_cut_at_the_deadline(fetch, site):
+    dripped = fetch(f"{site}/drip")  # a byte every 0.2 s: no single read waits 0.5 s
+    assert dripped.ok and dripped.text.startswith(f"{site}/drip (HTTP 200, text/plain):\nx")
+    assert dripped.text.endswith("[… the page was cut: it did not arrive whole within 0.5 s]")
+
+
+def test_a_fetch_still_running_when_the_turn_ends_is_cut(fetch_within, site):
+    dripped = fetch_within(f"{site}/drip", turn_seconds=1.0, web_timeout_seconds=60.0)
+    assert dripped.ok and dripped.text.endswith(
+        "[… the page was cut: it did not arrive whole before the turn ran out of time ([tools] "
+        "max_seconds = 1)]")
+    silent = fetch_within(f"{site}/slow", turn_seconds=1.0, web_timeout_seconds=60.0)
+    assert silent.text == (f"error: {site}/slow did not answer before the turn ran out of time "
+                           "([tools] max_seconds = 1)")
+
+
+def test_a_compressed_body_is_cut_at_the_size_limit_as_it_inflates(fetch, site):
+    gzip_of_zeros(300)  # built before measuring
+    tracemalloc.start()
+    try:
+        bomb = fetch(f"{site}/bomb")  # 300 MB of zeros in 300 KB of gzip
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert bomb.ok and bomb.text.endswith("[… the page was cut at [tools] web_max_bytes; the "
+                                          "first 1000 characters of its text are shown]")
+    assert peak < 5_000_000  # a few chunks and the 10 kB page, never the inflated body
+
+
+def test_deflate_with_or_without_its_header_is_read(fetch, site):
+    assert fetch(f"{site}/deflated").text.endswith(":\n" + "deflated " * 9 + "deflated ")
+    assert fetch(f"{site}/raw-deflated").text.endswith(":\n" + "raw " * 10)
+
+
+def test_an_encoding_web_fetch_did_not_ask_for_is_refused(fetch, site):
+    assert fetch(f"{site}/brotli").text == (
+        f"error: {site}/brotli came encoded as 'br', which web_fetch does not read (it asks "
+        "for gzip, deflate)")
 
 
 def test_an_http_error_is_a_tool_error(fetch, site):

@@ -4,8 +4,10 @@
                   and run, every failure a result the model reads
     memory.py     remember, recall (with explain), forget, profile
     tasks.py      add_task, list_tasks, pause_task, remove_task
-    terminal.py   terminal: allowed prefixes, approvals, no shell, timeout, output cap
-    web.py        web_fetch: allowed hosts only, size and time bounded
+    terminal.py   terminal: allow rules stored, approvals, no shell, timeout, output cap
+    terminal_rules.py   what an allow rule covers, and the options no rule covers
+    terminal_sandbox.py bubblewrap around each command, a clean environment
+    web.py        web_fetch: allowed hosts only, one deadline, decompressed size bounded
 """
 
 from __future__ import annotations

@@ -43,9 +43,9 @@ class ToolFailed(HiloError):
 class Approver(Protocol):
     """A person who answers for the agent (the REPL): never asked in tasks or over HTTP."""
 
-    def approve_command(self, command: str, prefix: str | None) -> Decision:
-        """Run `command`? "always" allows every command starting with `prefix` (None: a
-        command that cannot be allowed always, such as one with shell metacharacters)."""
+    def approve_command(self, command: str, rule: str | None) -> Decision:
+        """Run `command`? "always" stores `rule`, the command exactly (None: a command
+        that cannot be allowed always: shell metacharacters, a refused option)."""
         ...
 
     def confirm_macro(self, description: str) -> bool:

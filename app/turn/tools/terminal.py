@@ -1,28 +1,31 @@
-"""The terminal tool: nothing runs that the user did not allow, and all that ran is on
-record (the call and its output are events).
+"""The terminal tool: nothing runs that the user did not allow, everything runs in a
+sandbox, and all that ran is on record (the call and its output are events).
 
-A command runs without asking only when its words start with an allowed prefix — the
-user's "allow always" answers (table `terminal_allowed_prefixes`) and `[tools]
-terminal_allowed_prefixes` — compared word by word ("ls" allows `ls -la`, not `lsblk`).
-A command holding a shell metacharacter (`;`, `&`, `|`, a backtick, `$`, a redirection,
-parentheses, a backslash, a newline) never matches a prefix, so `ls; rm -rf ~` is not
-an `ls`. Otherwise: `hilo chat` asks the person (once / always / deny); a scheduled
-task runs it only when the user marked the task trusted; over HTTP the tool does not
-exist.
+A command runs without asking only when an allow rule covers it (terminal_rules.py: the
+user's "allow always" answers, table `terminal_allow_rules`, and `[tools]
+terminal_allow_rules`; `[tools] terminal_allowed_prefixes` from before rules read as
+"PREFIX *"). A rule names the command and its arguments; a command with a shell
+metacharacter, or with an option `terminal_rules.refusal` refuses (`find -exec`, `git -c`,
+`env`, `sh -c`, a file outside the working folder, …), is covered by no rule. Otherwise:
+`hilo chat` asks the person (once / always — exactly this command — / deny; a refused
+command only once); a scheduled task runs it only when the user marked the task trusted
+and nothing in it is refused (with `terminal_shell` on, shell characters are); over HTTP
+the tool does not exist.
 
-Commands run without a shell (their words as argv) unless `[tools] terminal_shell`,
-in `[tools] terminal_workdir` (default: home), with stdin closed, an environment
-without secrets (variables named like keys, tokens or passwords, Hilo's own, and any
-whose value looks like a credential), a timeout after which the whole process group is
-killed, and output cut at `[tools] terminal_output_chars`. The agent stores the result
-as an event, redacted like every event.
+Commands run without a shell (their words as argv) unless `[tools] terminal_shell`, in
+`[tools] terminal_workdir` (default: home), under bubblewrap (terminal_sandbox.py: no
+network, read-only but the working folder), with stdin closed, an environment without
+secrets, a timeout — the command's own, cut to what is left of the turn's `[tools]
+max_seconds` — after which the whole process group is killed, and output cut at `[tools]
+terminal_output_chars`. The agent stores the result as an event, redacted like every
+event.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -34,15 +37,20 @@ from typing import Any, Mapping
 import apsw
 
 from app.config import Config
-from app.sanitize import secret_kind
 from app.timeutil import utc_now
 from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
+from app.turn.tools.terminal_rules import (
+    AllowRule,
+    InvalidRule,
+    has_metacharacters,
+    matching_rule,
+    plain_words,
+    refusal,
+    rule_to_store,
+)
+from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for, scrubbed_environment
 from app.writer import Writer
 
-METACHARACTERS = re.compile(r"[;&|`$<>()\\\n\r\x00]")
-# Environment variables never handed to a command: credentials by name, and Hilo's own.
-SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw|credential|auth|cookie|session|private"
-                         r"|^hilo_)")
 # Bytes read per character kept: UTF-8 takes at most four.
 _BYTES_PER_CHAR = 4
 # How long to wait for the output of a process whose group was killed but whose pipe a
@@ -61,87 +69,65 @@ def command_words(command: str) -> list[str]:
     return words
 
 
-def has_metacharacters(command: str) -> bool:
-    return METACHARACTERS.search(command) is not None
+# -- the allow rules ---------------------------------------------------------------------------
 
 
-def _plain_words(command: str) -> list[str] | None:
-    """The command's words, or None when it holds a shell metacharacter or does not
-    split (an unclosed quote): such a command never matches or earns a prefix."""
-    if has_metacharacters(command):
-        return None
+def allow_rules(con: apsw.Connection, config: Config, user_id: str) -> list[AllowRule]:
+    """config.toml's rules, its prefixes from before rules, then the user's "allow always"
+    answers. ToolFailed naming a config.toml rule that does not read as one."""
+    tools = config.tools
     try:
-        return shlex.split(command)
-    except ValueError:
-        return None
-
-
-def matching_prefix(command: str, prefixes: list[str]) -> str | None:
-    """The allowed prefix the command starts with, word by word; None when none does or
-    the command holds a shell metacharacter."""
-    words = _plain_words(command)
-    if words is None:
-        return None
-    for prefix in prefixes:
+        rules = [*map(AllowRule.parse, tools.terminal_allow_rules),
+                 *map(AllowRule.from_prefix, tools.terminal_allowed_prefixes)]
+    except InvalidRule as exc:
+        raise ToolFailed(f"{exc}: fix [tools] terminal_allow_rules") from None
+    for text, _ in stored_rules(con, user_id):
         try:
-            wanted = shlex.split(prefix)
-        except ValueError:
-            continue
-        if wanted and words[: len(wanted)] == wanted:
-            return prefix
-    return None
+            rules.append(AllowRule.parse(text))
+        except InvalidRule:
+            continue  # a migrated prefix that does not read as a rule covers nothing
+    return list({rule.text: rule for rule in rules}.values())
 
 
-def prefix_to_allow(command: str) -> str | None:
-    """What "allow always" stores for a command: its program (first word). None for a
-    command with metacharacters: that can be allowed once, never always."""
-    words = _plain_words(command)
-    return words[0] if words else None
-
-
-# -- the allowed prefixes ----------------------------------------------------------------------
-
-
-def allowed_prefixes(con: apsw.Connection, config: Config, user_id: str) -> list[str]:
-    """config.toml's prefixes, then the user's "allow always" answers."""
-    stored = [row[0] for row in con.execute(
-        "SELECT prefix FROM terminal_allowed_prefixes WHERE user_id = ? ORDER BY created_at",
-        (user_id,))]
-    return list(dict.fromkeys([*config.tools.terminal_allowed_prefixes, *stored]))
-
-
-def stored_prefixes(con: apsw.Connection, user_id: str) -> list[tuple[str, str]]:
-    """The user's "allow always" answers: (prefix, when)."""
+def stored_rules(con: apsw.Connection, user_id: str) -> list[tuple[str, str]]:
+    """The user's "allow always" answers: (rule, when)."""
     return [(row[0], row[1]) for row in con.execute(
-        "SELECT prefix, created_at FROM terminal_allowed_prefixes WHERE user_id = ? "
+        "SELECT rule, created_at FROM terminal_allow_rules WHERE user_id = ? "
         "ORDER BY created_at", (user_id,))]
 
 
-def allow_prefix(writer: Writer, user_id: str, prefix: str) -> None:
-    if not prefix.strip() or has_metacharacters(prefix) or not prefix.isprintable():
-        raise ToolFailed(f"{prefix!r} cannot be allowed: a prefix is plain words")
+def allow_rule(writer: Writer, user_id: str, text: str) -> str:
+    """Store an allow rule (as written back by AllowRule: the text `hilo terminal allowed`
+    shows); ToolFailed when it does not read as one."""
+    try:
+        rule = AllowRule.parse(text)
+    except InvalidRule as exc:
+        raise ToolFailed(str(exc)) from None
     writer.submit(lambda con: con.execute(
-        "INSERT OR IGNORE INTO terminal_allowed_prefixes (user_id, prefix, created_at) "
-        "VALUES (?, ?, ?)", (user_id, prefix.strip(), utc_now())))
+        "INSERT OR IGNORE INTO terminal_allow_rules (user_id, rule, created_at) "
+        "VALUES (?, ?, ?)", (user_id, rule.text, utc_now())))
+    return rule.text
 
 
-def revoke_prefix(writer: Writer, user_id: str, prefix: str) -> bool:
+def revoke_rule(writer: Writer, user_id: str, text: str) -> bool:
     """Forget an "allow always" answer; False when there was none."""
+    try:
+        wanted = {text.strip(), AllowRule.parse(text).text}
+    except InvalidRule:
+        wanted = {text.strip()}
+
     def write(con: apsw.Connection) -> bool:
-        con.execute("DELETE FROM terminal_allowed_prefixes WHERE user_id = ? AND prefix = ?",
-                    (user_id, prefix))
-        return con.changes() > 0
+        removed = 0
+        for rule in wanted:
+            con.execute("DELETE FROM terminal_allow_rules WHERE user_id = ? AND rule = ?",
+                        (user_id, rule))
+            removed += con.changes()
+        return removed > 0
 
     return writer.submit(write)
 
 
 # -- running -----------------------------------------------------------------------------------
-
-
-def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` without credentials: by name, Hilo's own, or by what the value looks like."""
-    return {name: value for name, value in environ.items()
-            if not SECRET_NAME.search(name) and secret_kind(f"{name}={value}") is None}
 
 
 @dataclass(frozen=True)
@@ -153,27 +139,35 @@ class CommandRun:
     timed_out: bool
     seconds: float
 
-    def report(self, output_chars: int, timeout: float) -> str:
-        """The result as the model (and the record) reads it."""
+    def report(self, output_chars: int, timeout: float, turn_seconds: float | None = None) -> str:
+        """The result as the model (and the record) reads it; `turn_seconds`: the timeout
+        was what was left of a turn of that many seconds."""
         lines = [f"$ {self.command}"]
         if self.output:
             lines.append(self.output.rstrip("\n"))
         if self.total_bytes > len(self.output.encode("utf-8", "replace")):
             lines.append(f"[… output cut: {self.total_bytes} bytes in all, the first "
                          f"{output_chars} characters shown]")
-        if self.timed_out:
+        if self.timed_out and turn_seconds is not None:
+            lines.append(f"[cut after {timeout:.3g} s: the turn ran out of time ([tools] "
+                         f"max_seconds = {turn_seconds:g}), the command was killed]")
+        elif self.timed_out:
             lines.append(f"[killed after {timeout:g} s: the command did not finish in time]")
         else:
             lines.append(f"[exit status {self.exit_status}]")
         return "\n".join(lines)
 
 
-def run_command(command: str, *, shell: bool, cwd: Path, timeout: float,
-                output_chars: int, environ: Mapping[str, str] | None = None) -> CommandRun:
-    """Run it (argv, or /bin/sh -c with `shell`), stdin closed, stdout and stderr
-    together; kill its process group at `timeout` or when interrupted."""
+def run_command(command: str, *, shell: bool, cwd: Path, timeout: float, output_chars: int,
+                sandbox: Sandbox | None, environ: Mapping[str, str] | None = None) -> CommandRun:
+    """Run it (argv, or /bin/sh -c with `shell`) in `sandbox` (None: as it is), stdin
+    closed, stdout and stderr together, the environment scrubbed; kill its process group
+    at `timeout` or when interrupted."""
     argv = ["/bin/sh", "-c", command] if shell else command_words(command)
     env = scrubbed_environment(os.environ if environ is None else environ)
+    _check_program(argv[0], cwd, env)
+    if sandbox is not None:
+        argv = sandbox.argv(argv, cwd)
     started = time.monotonic()
     try:
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -219,7 +213,18 @@ def run_command(command: str, *, shell: bool, cwd: Path, timeout: float,
     return CommandRun(command, status, output, total, timed_out, time.monotonic() - started)
 
 
+def _check_program(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """ToolFailed for a program that is not there (inside the sandbox, bwrap would only
+    say so on the command's output)."""
+    path = cwd / program if os.sep in program else shutil.which(program, path=env.get("PATH"))
+    if path is None or not Path(path).exists():
+        raise ToolFailed(f"no program {program!r} on the PATH")
+    if not os.access(path, os.X_OK) or Path(path).is_dir():
+        raise ToolFailed(f"{program!r} is not executable")
+
+
 def _kill_group(process: subprocess.Popen) -> None:
+    # The sandbox goes with bwrap: its processes die with their namespace.
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -231,7 +236,7 @@ def working_directory(config: Config) -> Path:
     if not folder.is_dir():
         raise ToolFailed(f"the working directory {folder} does not exist: fix [tools] "
                          "terminal_workdir")
-    return folder
+    return folder.resolve()
 
 
 # -- the tool ----------------------------------------------------------------------------------
@@ -241,27 +246,52 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     if ctx.surface == "http":
         raise ToolFailed("the terminal never runs over HTTP")
     command = args["command"].strip()
-    command_words(command)  # refuses what does not parse before anyone is asked
+    words = command_words(command)  # refuses what does not parse before anyone is asked
     tools = ctx.config.tools
-    allowed = matching_prefix(command, allowed_prefixes(ctx.service.reader(), ctx.config,
-                                                        ctx.user_id))
-    if allowed is None and not (ctx.trusted or ctx.preapproved):
+    folder = working_directory(ctx.config)
+    sandbox = sandbox_for(ctx.config)  # no sandbox, no command: nobody is asked in vain
+    refused = refusal(words, folder)
+    if refused is None and tools.terminal_shell and has_metacharacters(command):
+        refused = "through the shell its shell characters would run more than one command"
+    rules = allow_rules(ctx.service.reader(), ctx.config, ctx.user_id)
+    covered = refused is None and matching_rule(command, rules, folder) is not None
+    if not (covered or ctx.preapproved or (ctx.trusted and refused is None)):
         if ctx.approver is None:
-            raise ToolFailed(
-                f"not run: `{command}` starts with no allowed prefix and this task is not "
-                "trusted; the user can allow a prefix ([tools] terminal_allowed_prefixes) or "
-                "mark the task trusted (hilo tasks add --trusted)")
-        decision = ctx.approver.approve_command(command, prefix_to_allow(command))
+            raise ToolFailed(not_run_reason(command, refused, ctx.trusted))
+        rule = rule_to_store(command, folder)
+        decision = ctx.approver.approve_command(command, rule)
         if decision == "deny":
             raise ToolFailed(f"not run: the user denied `{command}`")
-        if decision == "always":
-            prefix = prefix_to_allow(command)
-            if prefix is not None:
-                allow_prefix(ctx.service.writer, ctx.user_id, prefix)
+        if decision == "always" and rule is not None:
+            allow_rule(ctx.service.writer, ctx.user_id, rule)
     timeout = ctx.seconds_left(tools.terminal_timeout_seconds)
-    run = run_command(command, shell=tools.terminal_shell, cwd=working_directory(ctx.config),
-                      timeout=timeout, output_chars=tools.terminal_output_chars)
-    return run.report(tools.terminal_output_chars, timeout)
+    run = run_command(command, shell=tools.terminal_shell, cwd=folder, timeout=timeout,
+                      output_chars=tools.terminal_output_chars, sandbox=sandbox)
+    cut_by_turn = timeout < tools.terminal_timeout_seconds
+    return run.report(tools.terminal_output_chars, timeout,
+                      tools.max_seconds if cut_by_turn else None)
+
+
+def not_run_reason(command: str, refused: str | None, trusted: bool) -> str:
+    """Why a command nobody could be asked about did not run."""
+    if refused is not None:
+        return (f"not run: `{command}`: {refused}; no allow rule or trusted task runs that, "
+                "only a person approving this very call in hilo chat")
+    return (f"not run: no allow rule covers `{command}` and this task is not trusted; the "
+            "user can allow it (hilo terminal allow, [tools] terminal_allow_rules) or mark "
+            "the task trusted (hilo tasks add --trusted)")
+
+
+def why_not_always(command: str, config: Config) -> str:
+    """Why "allow always" is not offered for `command` (rule_to_store said None): what
+    the person approving it once should know."""
+    words = plain_words(command)
+    if words is None:
+        return "it has shell characters"
+    refused = refusal(words, working_directory(config))
+    if refused is not None:
+        return refused
+    return "a word of it would read as a rule's placeholder (* or <path>)"
 
 
 TOOL = Tool(
