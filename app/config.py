@@ -381,6 +381,10 @@ def _are_commands(values: tuple[str, ...]) -> bool:
     return all(value.strip() and value.isprintable() for value in values)
 
 
+def _are_variable_names(values: tuple[str, ...]) -> bool:
+    return all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) for value in values)
+
+
 def _are_hosts(values: tuple[str, ...]) -> bool:
     return all(re.fullmatch(r"(\*\.)?[A-Za-z0-9.-]+(:\d+)?", value) for value in values)
 
@@ -402,6 +406,8 @@ class ToolsConfig(ReadOnly):
     terminal_allowed_prefixes: tuple[str, ...] = setting(
         (), Allowed(_are_commands, "a list of command prefixes such as [\"df -h\", \"uptime\"]"))
     terminal_sandbox: str = setting("bubblewrap", one_of("bubblewrap", "none"))
+    terminal_environment: tuple[str, ...] = setting(
+        (), Allowed(_are_variable_names, 'a list of variable names such as ["GOPATH"]'))
     terminal_shell: bool = setting(False)
     terminal_timeout_seconds: float = setting(30.0, between(0.1, 3600))
     terminal_output_chars: int = setting(4000, between(100, 1_000_000))

@@ -51,7 +51,7 @@ from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
-from app.turn.tools.terminal import allow_rules, why_not_always
+from app.turn.tools.terminal import allow_rules
 from workers.handoff import queue_handoff
 
 log = get_logger(__name__)
@@ -371,10 +371,9 @@ class ReplApprover:
         self.repl = repl
         self.lines = lines
 
-    def approve_command(self, command: str, rule: str | None) -> Decision:
+    def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> Decision:
         if rule is None:
-            why = why_not_always(command, self.repl.service.config)
-            choices = f"[o]nce or [d]eny ({why}: it cannot be allowed always)"
+            choices = f"[o]nce or [d]eny ({why_not_always}: it cannot be allowed always)"
         else:
             choices = "[o]nce, [a]lways (exactly this command), or [d]eny"
         for _ in range(3):

@@ -338,10 +338,12 @@ def trusted_task_macro_learned_and_used(t: Trial) -> Outcome:
     return Outcome(bool(used), f"macros {t.macros()}; used {used}")
 
 
-@benign("terminal", "a pipeline's output in a trusted task (shell on)")
-def trusted_task_runs_a_pipeline_with_the_shell_on(t: Trial) -> Outcome:
-    t.run_task(t.own_task(instruction("terminal", command="echo apples | tr a-z A-Z"),
-                          trusted=True), shell=True)
+@benign("terminal", "a pipeline's output once the person approves it (shell on)")
+def pipeline_approved_in_chat_with_the_shell_on(t: Trial) -> Outcome:
+    # Shell characters are never covered by a rule or a task's trust (they could run any
+    # command); the person at the terminal can approve that very call.
+    t.chat("Make it: " + instruction("terminal", command="echo apples | tr a-z A-Z"),
+           Person("once"), shell=True)
     return says("APPLES", t.last_result())
 
 

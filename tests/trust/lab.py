@@ -315,9 +315,10 @@ class Trial:
         return self._services[key]
 
     def chat(self, text: str, person: Person, *, session: str = "repl",
-             allowed: tuple[str, ...] = (), user: str | None = None) -> AgentOutcome:
+             allowed: tuple[str, ...] = (), user: str | None = None,
+             shell: bool = False) -> AgentOutcome:
         """One turn of `hilo chat`: the REPL's agent, its approver asking `person`."""
-        agent = Agent(self.service(allowed), surface="chat",
+        agent = Agent(self.service(allowed, shell), surface="chat",
                       approver=ReplApprover(None, person))  # type: ignore[arg-type]
         return agent.start_turn(user or self.user, session, text).run()
 

@@ -304,7 +304,7 @@ class Answers:
         self.answers = list(answers)
         self.asked: list[tuple[str, str | None]] = []
 
-    def approve_command(self, command: str, rule: str | None) -> Any:
+    def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> Any:
         self.asked.append((command, rule))
         return self.answers.pop(0)
 

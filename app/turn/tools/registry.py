@@ -43,9 +43,10 @@ class ToolFailed(HiloError):
 class Approver(Protocol):
     """A person who answers for the agent (the REPL): never asked in tasks or over HTTP."""
 
-    def approve_command(self, command: str, rule: str | None) -> Decision:
+    def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> Decision:
         """Run `command`? "always" stores `rule`, the command exactly (None: a command
-        that cannot be allowed always: shell metacharacters, a refused option)."""
+        that cannot be allowed always — shell metacharacters, a refused option — and
+        `why_not_always` says which, for the person)."""
         ...
 
     def confirm_macro(self, description: str) -> bool:

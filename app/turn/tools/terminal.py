@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import apsw
 
@@ -159,12 +159,14 @@ class CommandRun:
 
 
 def run_command(command: str, *, shell: bool, cwd: Path, timeout: float, output_chars: int,
-                sandbox: Sandbox | None, environ: Mapping[str, str] | None = None) -> CommandRun:
+                sandbox: Sandbox | None, environ: Mapping[str, str] | None = None,
+                passed_environment: Iterable[str] = ()) -> CommandRun:
     """Run it (argv, or /bin/sh -c with `shell`) in `sandbox` (None: as it is), stdin
-    closed, stdout and stderr together, the environment scrubbed; kill its process group
+    closed, stdout and stderr together, the environment clean (scrubbed_environment, with
+    `passed_environment`); kill its process group
     at `timeout` or when interrupted."""
     argv = ["/bin/sh", "-c", command] if shell else command_words(command)
-    env = scrubbed_environment(os.environ if environ is None else environ)
+    env = scrubbed_environment(os.environ if environ is None else environ, passed_environment)
     _check_program(argv[0], cwd, env)
     if sandbox is not None:
         argv = sandbox.argv(argv, cwd)
@@ -259,14 +261,16 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
         if ctx.approver is None:
             raise ToolFailed(not_run_reason(command, refused, ctx.trusted))
         rule = rule_to_store(command, folder)
-        decision = ctx.approver.approve_command(command, rule)
+        decision = ctx.approver.approve_command(
+            command, rule, why_not_always(command, ctx.config) if rule is None else "")
         if decision == "deny":
             raise ToolFailed(f"not run: the user denied `{command}`")
         if decision == "always" and rule is not None:
             allow_rule(ctx.service.writer, ctx.user_id, rule)
     timeout = ctx.seconds_left(tools.terminal_timeout_seconds)
     run = run_command(command, shell=tools.terminal_shell, cwd=folder, timeout=timeout,
-                      output_chars=tools.terminal_output_chars, sandbox=sandbox)
+                      output_chars=tools.terminal_output_chars, sandbox=sandbox,
+                      passed_environment=tools.terminal_environment)
     cut_by_turn = timeout < tools.terminal_timeout_seconds
     return run.report(tools.terminal_output_chars, timeout,
                       tools.max_seconds if cut_by_turn else None)

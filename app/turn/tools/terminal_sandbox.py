@@ -29,7 +29,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from app.config import Config
 from app.log import get_logger
@@ -50,10 +50,22 @@ SECRET_VALUE = re.compile(
 _PROBE_TIMEOUT_SECONDS = 10.0
 
 
-def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` without credentials: by name, Hilo's own, or by what the value looks like."""
+# What a command sees of the environment: only what programs need to behave, and what
+# the owner lists in [tools] terminal_environment. A variable of any other name may hold
+# something private that no pattern recognises ("DEPLOY_NOTE=the vault words").
+BASE_ENVIRONMENT = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ",
+                              "TERM", "COLORTERM", "NO_COLOR", "COLUMNS", "LINES", "TMPDIR",
+                              "EDITOR", "VISUAL", "PAGER"})
+
+
+def scrubbed_environment(environ: Mapping[str, str],
+                         passed: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of `environ` a command may see: the base ones, the locale's and
+    `passed`, less any credential — by name, Hilo's own, or by what the value looks like."""
+    allowed = BASE_ENVIRONMENT | set(passed)
     return {name: value for name, value in environ.items()
-            if not SECRET_NAME.search(name) and not SECRET_VALUE.search(value)
+            if (name in allowed or name.startswith("LC_"))
+            and not SECRET_NAME.search(name) and not SECRET_VALUE.search(value)
             and secret_kind(f"{name}={value}") is None}
 
 
