@@ -443,7 +443,7 @@ def chat_turn(repl: Repl, text: str) -> None:
     display = ToolDisplay(repl)
     try:
         turn: AgentTurn = repl.agent.start_turn(repl.user_id, repl.session_id, text,
-                                           on_tool=display)
+                                                origin="typed", on_tool=display)
     except ModelError as exc:
         repl.say(f"✗ {exc}", "red")
         repl.say("(your message is saved; send it again once the model is back)", "dim")

@@ -305,7 +305,7 @@ class Turn:
             self.outcome.reply_event = self.service.append(
                 self.outcome.user_event.user_id, self.outcome.user_event.session_id,
                 "assistant", text, tool_calls=tool_calls or None,
-                echoes_of=self._secrets_sent())
+                echoes_of=self._secrets_sent(), origin="model")
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
@@ -458,16 +458,17 @@ class ChatService:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, model: str | None = None,
-                   options: dict | None = None, role: str = "user",
+                   options: dict | None = None, role: str = "user", origin: str = "typed",
                    tools: Sequence[ToolSpec] | None = None) -> Turn:
         """Store the user's message, build the context and open the model's stream.
 
         `role` "system" stores instructions that are not the user speaking (a scheduled
         task's prompt): the model still answers them; the workers learn nothing from them.
+        `origin`: where the message came from (app/events.py ORIGINS).
         `tools` are offered to the model (app/turn/agent.py runs what it calls).
         Raises ModelError (after the message is stored) when the model cannot start.
         """
-        user_event = self.append(user_id, session_id, role, text)
+        user_event = self.append(user_id, session_id, role, text, origin=origin)
         return self.answer(user_event, client_system=client_system, model=model,
                            options=options, tools=tools)
 
