@@ -51,6 +51,7 @@ from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
+from app.turn.tools.registry import OUTSIDE_KINDS
 from app.turn.tools.terminal import allowed_prefixes
 from workers.handoff import queue_handoff
 
@@ -388,6 +389,12 @@ class ReplApprover:
 
     def confirm_macro(self, description: str) -> bool:
         answer = self.lines.ask(f"Learned macro: {description}. Run it? [y/N]: ").lower()
+        return answer in ("y", "yes")
+
+    def approve_outside(self, action: str) -> bool:
+        self.repl.say(f"This turn read content from outside ({OUTSIDE_KINDS}): what the "
+                      "model asks for may come from it, not from you.", "yellow")
+        answer = self.lines.ask(f"The model asks to {action}. Do it? [y/N]: ").lower()
         return answer in ("y", "yes")
 
 

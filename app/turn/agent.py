@@ -13,6 +13,13 @@ call is proposed to the person (`hilo chat`) or run (a trusted scheduled task) w
 asking the model; it is stored as an assistant event whose call id starts "macro_".
 Each one is a model call saved (`AgentOutcome.macro_calls`).
 
+Outside content is data, not instructions (DESIGN §9). From the first step whose context
+holds content from outside (BuiltContext.outside_content: a page, a command's output, a
+client's tool result, an import, memory learned from one) or that reads such a result of
+this turn's own calls, the model's calls run with `ToolContext.outside_content`: acting
+needs a fresh yes from the person at the terminal, and a trusted task runs as untrusted
+(no macros, commands only under an allowed prefix). A macro's call follows from the call
+that triggered it, and is as tainted as that one.
 Each result is stored with its origin: "hilo_tool_approved" when a person said yes to
 the call or it ran in a trusted run, else "hilo_tool"; macros learn only from the first.
 
@@ -90,6 +97,10 @@ class _Answers:
     def confirm_macro(self, description: str) -> bool:
         return self.approver.confirm_macro(description)
 
+    def approve_outside(self, action: str) -> bool:
+        self.yes = self.approver.approve_outside(action)
+        return self.yes
+
 
 def refuses_tools(exc: ModelError) -> bool:
     """Whether the server refused the request for its tools (the model has none)."""
@@ -136,7 +147,7 @@ class Agent:
         """Store the message and ask the model, tools offered; iterate the turn for the
         reply's text. `origin`: where the message came from (app/events.py ORIGINS).
         `trusted`: a scheduled task the user trusts (its terminal commands need no
-        allowed prefix, its macros run).
+        allowed prefix, its macros run) while its context holds nothing from outside.
         Raises ModelError (after the message is stored) when the model cannot start."""
         user_event = self.service.append(user_id, session_id, role, text, origin=origin)
         return AgentTurn(self, self.context(user_id, session_id, trusted), user_event,
@@ -169,6 +180,7 @@ class AgentTurn:
         self._started = time.monotonic()
         self._events: list[Event] = []  # this turn's events after the message
         self._offered = False  # whether the step in flight was offered tools
+        self._outside = False  # whether a step's context has held content from outside
         self._turn = self._step(stored, first=True)
         self.outcome = AgentOutcome(user_event, self._turn.context)
 
@@ -212,6 +224,7 @@ class AgentTurn:
             else:
                 held = list(turn)  # only the answer reaches the client
             step = turn.outcome
+            self._outside = self._outside or step.context.outside_content
             self.outcome.context = step.context
             self.outcome.reply_event = step.reply_event
             self.outcome.interrupted = step.interrupted
@@ -268,10 +281,18 @@ class AgentTurn:
         if tools:
             body["tools"] = tools
         messages = [*client.messages, *events_as_messages(self._events, client.api)]
-        return service.answer(self.user_event, stored=stored, client=ClientChat(
-            client.api, body, messages, client.with_window, client.query))
+        return service.answer(self.user_event, stored=stored, continued=self._events,
+                              client=ClientChat(client.api, body, messages, client.with_window,
+                                                client.query, sent=len(client.messages)))
 
     # -- running the calls -----------------------------------------------------------------------
+
+    def _acting(self) -> ToolContext:
+        """The context the model's calls run in: once it has read content from outside,
+        acting needs a fresh yes, and a trusted task's run is untrusted (DESIGN §9)."""
+        if not self._outside:
+            return self.ctx
+        return replace(self.ctx, outside_content=True, trusted=False)
 
     def _run_calls(self, reply: Event, calls: list[dict[str, Any]]) -> list[Event]:
         """Run a reply's calls in order, then what a macro adds; the events to send."""
@@ -279,7 +300,7 @@ class AgentTurn:
         start = len(self._events)
         ids = [str(call.get("id") or f"call_{reply.id}_{index}")[:MAX_ID_LENGTH]
                for index, call in enumerate(calls)]
-        ctx = self.ctx
+        ctx = self._acting()
         try:
             ok = True
             for call_id, call in zip(ids, calls):
@@ -303,15 +324,16 @@ class AgentTurn:
         answers = _Answers(ctx.approver) if ctx.approver is not None else None
         result = self.agent.registry.call(replace(ctx, approver=answers), name, arguments)
         approved = ctx.trusted or ctx.preapproved or (answers is not None and answers.yes)
-        event = self._record(call_id, name, result.text, approved)
+        event = self._record(call_id, name, result.text, approved, result.from_outside)
         self._note(ToolNote("result", name, arguments, event, result.ok, macro))
         return result.ok
 
-    def _record(self, call_id: str, name: str, text: str, approved: bool = False) -> Event:
+    def _record(self, call_id: str, name: str, text: str, approved: bool = False,
+                from_outside: bool = False) -> Event:
         event = self.agent.service.append(self.ctx.user_id, self.ctx.session_id, "tool", text,
                                           tool_call_id=call_id, tool_name=name[:200] or None,
                                           origin="hilo_tool_approved" if approved
-                                          else "hilo_tool")
+                                          else "hilo_tool", from_outside=from_outside)
         self._events.append(event)
         self.outcome.tool_events.append(event)
         return event
@@ -333,7 +355,8 @@ class AgentTurn:
 
     @staticmethod
     def _macros_apply(ctx: ToolContext) -> bool:
-        """Proposed to a person who can answer; run in a trusted task; never elsewhere."""
+        """Proposed to a person who can answer; run in a trusted task (one that has read
+        nothing from outside when the model made the triggering call); never elsewhere."""
         return ((ctx.surface == "chat" and ctx.approver is not None)
                 or (ctx.surface == "task" and ctx.trusted))
 

@@ -161,6 +161,13 @@ def terminal(fake: FakeOllama, *commands: str) -> None:
                        for c in commands), "Done.")
 
 
+def at_once(fake: FakeOllama, *commands: str) -> None:
+    """Script the model: ask for every command in one reply (before it has read any
+    output: tests/turn/test_outside_content.py has what follows once it has), then answer."""
+    fake.script_chat(Reply(tool_calls=[{"name": "terminal", "arguments": {"command": c}}
+                                       for c in commands]), "Done.")
+
+
 def results(agent: Agent, **kwargs: Any) -> list[str]:
     outcome = agent.start_turn(USER, "s1", "go", **kwargs).run()
     return [e.content for e in outcome.tool_events]
@@ -196,7 +203,7 @@ def test_a_smuggled_command_is_asked_about_not_run_under_the_prefix(service, fak
 
 
 def test_an_untrusted_task_runs_only_allowed_prefixes_and_asks_nobody(service, fake_ollama):
-    terminal(fake_ollama, "echo allowed", "printf refused")
+    at_once(fake_ollama, "echo allowed", "printf refused")
     assert results(Agent(service, surface="task")) == [
         "$ echo allowed\nallowed\n[exit status 0]",
         "error: not run: `printf refused` starts with no allowed prefix and this task is not "
@@ -205,7 +212,7 @@ def test_an_untrusted_task_runs_only_allowed_prefixes_and_asks_nobody(service, f
 
 
 def test_a_trusted_task_runs_any_command_without_a_shell(service, fake_ollama, tmp_path):
-    terminal(fake_ollama, "printf trusted", "echo hi; touch smuggled")
+    at_once(fake_ollama, "printf trusted", "echo hi; touch smuggled")
     assert results(Agent(service, surface="task"), trusted=True) == [
         "$ printf trusted\ntrusted\n[exit status 0]",
         "$ echo hi; touch smuggled\nhi; touch smuggled\n[exit status 0]"]

@@ -8,7 +8,8 @@ A command holding a shell metacharacter (`;`, `&`, `|`, a backtick, `$`, a redir
 parentheses, a backslash, a newline) never matches a prefix, so `ls; rm -rf ~` is not
 an `ls`. Otherwise: `hilo chat` asks the person (once / always / deny); a scheduled
 task runs it only when the user marked the task trusted; over HTTP the tool does not
-exist.
+exist. A turn that read content from outside runs as untrusted (registry.py): only what
+an allowed prefix covers, or the person approves now.
 
 Commands run without a shell (their words as argv) unless `[tools] terminal_shell`,
 in `[tools] terminal_workdir` (default: home), with stdin closed, an environment
@@ -36,7 +37,7 @@ import apsw
 from app.config import Config
 from app.sanitize import secret_kind
 from app.timeutil import utc_now
-from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
+from app.turn.tools.registry import OUTSIDE_KINDS, Tool, ToolContext, ToolFailed, schema
 from app.writer import Writer
 
 METACHARACTERS = re.compile(r"[;&|`$<>()\\\n\r\x00]")
@@ -246,6 +247,10 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     allowed = matching_prefix(command, allowed_prefixes(ctx.service.reader(), ctx.config,
                                                         ctx.user_id))
     if allowed is None and not (ctx.trusted or ctx.preapproved):
+        if ctx.approver is None and ctx.outside_content:
+            raise ToolFailed(f"not run: `{command}` starts with no allowed prefix, and this "
+                             f"run read content from outside ({OUTSIDE_KINDS}): only an "
+                             "allowed prefix or a person at the terminal can let it run")
         if ctx.approver is None:
             raise ToolFailed(
                 f"not run: `{command}` starts with no allowed prefix and this task is not "
@@ -274,4 +279,5 @@ TOOL = Tool(
            required=("command",)),
     terminal,
     surfaces=frozenset({"chat", "task"}),
+    reads_outside=True,
 )

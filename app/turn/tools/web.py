@@ -1,6 +1,8 @@
 """web_fetch: read a page from a host the user listed in `[tools] web_allowed_hosts`
 (no list, no tool), over httpx, within `web_timeout_seconds` and `web_max_bytes`; a
-redirect is followed only to another listed host. HTML comes back as its text."""
+redirect is followed only to another listed host. HTML comes back as its text. A fetch
+asked for in a turn that read content from outside needs a fresh yes (registry.py): a
+URL can carry what the turn read to anyone."""
 
 from __future__ import annotations
 
@@ -75,6 +77,7 @@ def html_text(html: str) -> str:
 def fetch(ctx: ToolContext, args: dict[str, Any]) -> str:
     tools = ctx.config.tools
     url = args["url"].strip()
+    ctx.fresh_approval(f"fetch {url}")
     hosts = tools.web_allowed_hosts
     timeout = ctx.seconds_left(tools.web_timeout_seconds)
     with httpx.Client(timeout=timeout, follow_redirects=False,
@@ -132,4 +135,5 @@ TOOL = Tool(
     schema({"url": {"type": "string", "description": "an http or https URL"}},
            required=("url",)),
     fetch,
+    reads_outside=True,
 )
