@@ -186,6 +186,24 @@ def test_once_a_trusted_task_has_read_a_commands_output_it_runs_as_untrusted(
     assert not (tmp_path / "work" / "pwned").exists()
 
 
+def test_recalling_memory_from_outside_taints_the_rest_of_the_turn(cfg, fake_ollama, page):
+    lean = cfg.replace(memory={"facts_k": 0, "cards_k": 0},  # memory only through recall
+                       tools={"http": True})
+    with ChatService(lean) as service:
+        read_the_page(service, fake_ollama, page)
+        service.edit(lambda con: remember_fact(con, USER, "fact", "weekly report",
+                                               "the user sends the weekly report on Fridays"))
+        results = []
+        for query in ("weekly report", "release check"):
+            fake_ollama.script_chat(call("recall", query=query),
+                                    call("add_task", schedule="every friday at 9",
+                                         prompt=f"about the {query}"), "Done.")
+            outcome = Agent(service, surface="http").start_turn(USER, f"q-{query}", "go").run()
+            results.append([(e.from_outside, e.content[:24]) for e in outcome.tool_events])
+    assert results == [[(False, '{"kind": "fact", "id": 2'), (False, "added task #1 'about the")],
+                       [(True, '{"kind": "fact", "id": 1'), (True, "error: not run: add the ")]]
+
+
 # -- a person at the terminal -------------------------------------------------------------------
 
 
