@@ -7,6 +7,12 @@ The tool fields are cleaned and redacted the same way (tool calls keeping their 
 shape: app.sanitize.redact_json), and capped; ids that look like a secret are refused,
 since an id is stored, queued and logged as it is.
 
+Each event records where it came from (`origin`, ORIGINS below) and whether it is content
+from outside (`from_outside`): text no person at this machine wrote — a command's output,
+a web page, a client's tool result, an import, memory learned from one — or the model's
+words written while its context held such text. DESIGN §9: such content is data, never
+instructions.
+
 This module is the one owner of the events table: every write of an event or of the
 marks the workers set on it (distilled, compacted into a card) is a function here, run
 inside the caller's transaction (tests/memory/test_writes.py checks no other module has one).
@@ -30,6 +36,8 @@ from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
 ROLES = ("user", "assistant", "tool", "system")
+# Where an event came from (migrations/0013_provenance.sql says each one's meaning).
+ORIGINS = ("typed", "client", "model", "hilo_tool", "hilo_tool_approved", "task", "import")
 MAX_ID_LENGTH = 200
 # Tool names are identifiers (OpenAI allows 64 characters); anything longer is not one.
 MAX_TOOL_NAME_LENGTH = 256
@@ -64,6 +72,8 @@ class Event:
     tool_calls_json: str | None = None
     compacted: bool = False
     card_id: int | None = None
+    origin: str = "client"
+    from_outside: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,8 @@ class PreparedEvent:
     tool_call_id: str | None = None
     tool_name: str | None = None
     tool_calls_json: str | None = None
+    origin: str = "client"
+    from_outside: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -169,16 +181,23 @@ def prepare_event(
     created_at: datetime | str | None = None,
     importance: float | None = None,
     echoes_of: tuple[Secret, ...] = (),
+    origin: str = "client",
+    from_outside: bool = False,
 ) -> PreparedEvent:
     """An event ready to insert: checked, cleaned, truncated, its secrets redacted.
 
     `echoes_of`: secrets the content may repeat in part (app.sanitize.redact_secrets),
-    e.g. those of the prompt a model's reply answers.
+    e.g. those of the prompt a model's reply answers. `origin`: where it came from
+    (ORIGINS; by default, sent by a client). An import, and a tool result that is not
+    Hilo's own, are always from outside; `from_outside` says so of anything else (a reply
+    to such a context, what Hilo's web_fetch or terminal returned).
     """
     _check_id("user_id", user_id)
     _check_id("session_id", session_id)
     if role not in ROLES:
         raise InvalidEvent(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if origin not in ORIGINS:
+        raise InvalidEvent(f"origin must be one of {', '.join(ORIGINS)}, got {origin!r}")
     if importance is None:
         importance = getattr(config.importance, role)
     if not 0 <= importance <= 1:
@@ -226,6 +245,9 @@ def prepare_event(
         tool_call_id=_tool_field("tool_call_id", tool_call_id, MAX_ID_LENGTH),
         tool_name=_tool_field("tool_name", tool_name, MAX_TOOL_NAME_LENGTH),
         tool_calls_json=tool_calls_json,
+        origin=origin,
+        from_outside=(from_outside or origin == "import"
+                      or (role == "tool" and not origin.startswith("hilo_tool"))),
     )
 
 
@@ -239,12 +261,13 @@ def insert_event(con: apsw.Connection, event: PreparedEvent) -> Event:
     )
     con.execute(
         "INSERT INTO events (uuid, user_id, session_id, role, content, original_length, "
-        "tool_call_id, tool_name, tool_calls_json, created_at, importance) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "tool_call_id, tool_name, tool_calls_json, created_at, importance, origin, "
+        "from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             event.uuid, event.user_id, event.session_id, event.role, event.content,
             event.original_length, event.tool_call_id, event.tool_name,
-            event.tool_calls_json, event.created_at, event.importance,
+            event.tool_calls_json, event.created_at, event.importance, event.origin,
+            int(event.from_outside),
         ),
     )
     return Event(
@@ -261,6 +284,8 @@ def insert_event(con: apsw.Connection, event: PreparedEvent) -> Event:
         tool_call_id=event.tool_call_id,
         tool_name=event.tool_name,
         tool_calls_json=event.tool_calls_json,
+        origin=event.origin,
+        from_outside=event.from_outside,
     )
 
 
@@ -289,18 +314,20 @@ def append_events(writer: Writer, config: Config, user_id: str, session_id: str,
 
 _EVENT_COLUMNS = (
     "id, uuid, user_id, session_id, role, content, created_at, importance, original_length, "
-    "tool_call_id, tool_name, tool_calls_json, compacted, card_id"
+    "tool_call_id, tool_name, tool_calls_json, compacted, card_id, origin, from_outside"
 )
 
 
 def _row_to_event(row: tuple) -> Event:
     (id_, uuid, user_id, session_id, role, content, created_at, importance,
-     original_length, tool_call_id, tool_name, tool_calls_json, compacted, card_id) = row
+     original_length, tool_call_id, tool_name, tool_calls_json, compacted, card_id, origin,
+     from_outside) = row
     return Event(
         id=id_, uuid=uuid, user_id=user_id, session_id=session_id, role=role,
         content=content, created_at=created_at, importance=importance,
         original_length=original_length, tool_call_id=tool_call_id, tool_name=tool_name,
         tool_calls_json=tool_calls_json, compacted=bool(compacted), card_id=card_id,
+        origin=origin, from_outside=bool(from_outside),
     )
 
 

@@ -46,7 +46,7 @@ class TurnRunner(Protocol):
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",
-                   trusted: bool = False) -> StreamingTurn: ...
+                   origin: str = "typed", trusted: bool = False) -> StreamingTurn: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
@@ -90,9 +90,12 @@ def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: C
     try:
         # The prompt is the task's instructions, not the user speaking: stored as
         # "system", so memory learns from what the run found, not from what it was told.
+        # A trusted task's run is untrusted once its context holds content from outside
+        # (app/turn/agent.py).
         turn = chat_service.start_turn(task.user_id, task.session_id, task.prompt,
                                        client_system=task_system_prompt(task, config, now),
-                                       role=INSTRUCTIONS_ROLE, trusted=task.is_trusted)
+                                       role=INSTRUCTIONS_ROLE, origin="task",
+                                       trusted=task.is_trusted)
         outcome = turn.run()
         if outcome.reply_event is not None:
             reply, reply_event_id = outcome.reply_event.content, outcome.reply_event.id

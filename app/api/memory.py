@@ -75,7 +75,8 @@ def _event_dict(event: Event) -> dict:
             "importance": event.importance, "compacted": event.compacted,
             "truncated_from": event.original_length, "redactions": list(event.redactions),
             "tool_name": event.tool_name, "tool_call_id": event.tool_call_id,
-            "tool_calls": stored_tool_calls(event.tool_calls_json) or None}
+            "tool_calls": stored_tool_calls(event.tool_calls_json) or None,
+            "origin": event.origin, "from_outside": event.from_outside}
 
 
 def _fact_dict(fact: Any) -> dict:
@@ -101,7 +102,8 @@ def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
     session_id = check_session(body.session_id)
     try:
         stored = [service.append(who.user_id, session_id, e.role, e.content,
-                                 tool_call_id=e.tool_call_id, tool_name=e.tool_name)
+                                 tool_call_id=e.tool_call_id, tool_name=e.tool_name,
+                                 origin="client")
                   for e in body.events]
     except InvalidEvent as exc:
         raise ApiError(400, str(exc), "invalid_event") from exc

@@ -51,6 +51,7 @@ from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.tools import Decision
+from app.turn.tools.registry import OUTSIDE_KINDS
 from app.turn.tools.terminal import allow_rules
 from workers.handoff import queue_handoff
 
@@ -390,6 +391,12 @@ class ReplApprover:
         answer = self.lines.ask(f"Learned macro: {description}. Run it? [y/N]: ").lower()
         return answer in ("y", "yes")
 
+    def approve_outside(self, action: str) -> bool:
+        self.repl.say(f"This turn read content from outside ({OUTSIDE_KINDS}): what the "
+                      "model asks for may come from it, not from you.", "yellow")
+        answer = self.lines.ask(f"The model asks to {action}. Do it? [y/N]: ").lower()
+        return answer in ("y", "yes")
+
 
 def _arguments_text(name: str, arguments: object) -> str:
     if name == "terminal" and isinstance(arguments, dict) and "command" in arguments:
@@ -443,7 +450,7 @@ def chat_turn(repl: Repl, text: str) -> None:
     display = ToolDisplay(repl)
     try:
         turn: AgentTurn = repl.agent.start_turn(repl.user_id, repl.session_id, text,
-                                           on_tool=display)
+                                                origin="typed", on_tool=display)
     except ModelError as exc:
         repl.say(f"✗ {exc}", "red")
         repl.say("(your message is saved; send it again once the model is back)", "dim")

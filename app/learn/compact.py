@@ -11,6 +11,9 @@ a per-session lock so they rarely even try.
 Degraded path (`extractive=True`): the card quotes the chunk instead (is_extractive=1),
 and consolidate re-summarises it when the model is back.
 
+A card of a chunk holding content from outside (a tool's result, a reply that read one)
+is itself from outside (DESIGN §9).
+
 "system" events are instructions (a scheduled task's prompt), not the user speaking: the
 model is told so, and a quoted card leaves them out, so a task's card says what its
 runs found, not "the user said: check in briefly".
@@ -61,6 +64,7 @@ class ChunkEvent:
     importance: float
     tool_name: str | None = None
     tool_calls_json: str | None = None
+    from_outside: bool = False
 
     @property
     def line(self) -> str:
@@ -83,8 +87,9 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
                session_id: str) -> list[ChunkEvent] | None:
     """The oldest chunk_size un-compacted events, when the session is over the threshold."""
     threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
-    rows = [ChunkEvent(*row) for row in con.execute(
-        "SELECT id, role, content, importance, tool_name, tool_calls_json FROM events "
+    rows = [ChunkEvent(*row[:6], from_outside=bool(row[6])) for row in con.execute(
+        "SELECT id, role, content, importance, tool_name, tool_calls_json, from_outside "
+        "FROM events "
         "WHERE user_id = ? AND session_id = ? "
         "AND compacted = 0 ORDER BY id LIMIT ?", (user_id, session_id, threshold))]
     return rows[:size] if len(rows) >= threshold else None
@@ -124,7 +129,8 @@ def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list
     new_card = NewCard(session_id=session_id, summary=card.summary, keywords=card.keywords,
                        first_event_id=ids[0], last_event_id=ids[-1], event_count=len(ids),
                        is_extractive=card.is_extractive,
-                       importance=max(e.importance for e in events))
+                       importance=max(e.importance for e in events),
+                       from_outside=any(e.from_outside for e in events))
     card_id = add_card(con, user_id, new_card, worker=WORKER, source_event_id=ids[-1])
     if card_id is None:  # cards_one_per_chunk: this chunk already has its card
         return None

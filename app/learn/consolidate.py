@@ -160,14 +160,16 @@ class OldCard:
     last_event_id: int | None
     event_count: int
     importance: float
+    from_outside: bool = False
 
 
 def _fold_groups(con: apsw.Connection, cutoff: str) -> list[tuple[str, list[OldCard]]]:
     groups = []
     for user in _users(con):
-        cards = [OldCard(*row) for row in con.execute(
+        cards = [OldCard(*row[:8], from_outside=bool(row[8])) for row in con.execute(
             "SELECT id, session_id, summary, keywords, first_event_id, last_event_id, event_count, "
-            "importance FROM context_cards WHERE user_id = ? AND level = 0 AND folded_into IS NULL "
+            "importance, from_outside FROM context_cards WHERE user_id = ? AND level = 0 "
+            "AND folded_into IS NULL "
             "AND created_at < ? ORDER BY created_at, id", (user, cutoff))]
         for start in range(0, len(cards), FOLD_GROUP):
             group = cards[start:start + FOLD_GROUP]
@@ -194,7 +196,8 @@ def _folded_card(cards: list[OldCard], card: compact.CardText) -> NewCard:
                    summary=card.summary, keywords=card.keywords,
                    first_event_id=min(firsts, default=None), last_event_id=max(lasts, default=None),
                    event_count=sum(c.event_count for c in cards), level=1,
-                   is_extractive=card.is_extractive, importance=max(c.importance for c in cards))
+                   is_extractive=card.is_extractive, importance=max(c.importance for c in cards),
+                   from_outside=any(c.from_outside for c in cards))
 
 
 def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,

@@ -43,6 +43,7 @@ what was decided or solved, and what was left open.
 class SessionText:
     lines: list[tuple[str, str]]  # (label, text), oldest first; earlier parts as card summaries
     first_at: str
+    from_outside: bool = False  # the session holds content from outside (DESIGN §9)
 
 
 def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
@@ -63,7 +64,10 @@ def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
         "AND role IN ('user', 'assistant', 'tool') ORDER BY id", (user_id, session_id))]
     if not lines:
         return None
-    return SessionText(lines, row[0])
+    (outside,) = con.execute("SELECT EXISTS (SELECT 1 FROM events WHERE user_id = ? AND "
+                             "session_id = ? AND from_outside = 1)",
+                             (user_id, session_id)).fetchone()
+    return SessionText(lines, row[0], bool(outside))
 
 
 def build_prompt(session: SessionText) -> str:
@@ -89,7 +93,8 @@ def extractive_entry(session: SessionText) -> str:
     return f"Session of {session.first_at[:10]}: " + extractive.quote_lines(picks)
 
 
-def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_extractive: bool) -> str:
+def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_extractive: bool,
+           from_outside: bool) -> str:
     row = con.execute(
         "SELECT s.last_event_at, d.created_at FROM sessions s LEFT JOIN diary d "
         "ON d.user_id = s.user_id AND d.session_id = s.id WHERE s.user_id = ? AND s.id = ?",
@@ -97,7 +102,7 @@ def _store(con: apsw.Connection, user_id: str, session_id: str, entry: str, is_e
     if row is None or (row[1] is not None and row[1] >= row[0]):
         return "up-to-date"
     action = add_diary_entry(con, user_id, session_id, entry, is_extractive=is_extractive,
-                             worker=WORKER)
+                             worker=WORKER, from_outside=from_outside)
     end_session(con, user_id, session_id)
     return "updated" if action == "update" else "written"
 
@@ -115,7 +120,8 @@ def write_diary(writer: Writer, model: ModelClient | None, config: Config, user_
     else:
         raw, text = ask_json(model, WORKER, build_prompt(session), DIARY_SCHEMA, SYSTEM, after)
         entry, is_extractive = parse_entry(raw, text), False
-    return writer.submit(lambda con: _store(con, user_id, session_id, entry, is_extractive))
+    return writer.submit(lambda con: _store(con, user_id, session_id, entry, is_extractive,
+                                            session.from_outside))
 
 
 def rewrite_extractive_diary(writer: Writer, model: ModelClient, user_id: str, session_id: str) -> bool:

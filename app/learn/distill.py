@@ -10,6 +10,9 @@ A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
 stored as "system", is what the task was told to do, not the user speaking, so it is
 the context; what the run found — the reply and the tool results — is the source.
 
+What is learned from a turn whose sources (above) hold content from outside — a tool's
+result, a reply written reading one, an import — is from outside itself (DESIGN §9).
+
 Writes and the events' distilled_at mark share one transaction, and the write first
 re-checks which events are still undistilled, so a second run does nothing.
 `capture_turn` is the degraded path: rule-based capture of explicit statements.
@@ -100,6 +103,7 @@ class TurnEvent:
     content: str
     tool_name: str | None = None
     tool_calls_json: str | None = None  # an assistant's tool calls (app.model.messages' shape)
+    from_outside: bool = False
 
     @property
     def text(self) -> str:
@@ -140,8 +144,8 @@ def turn_events(con: apsw.Connection, user_id: str, session_id: str, event_ids: 
         return []
     marks = ",".join("?" * len(event_ids))
     pending = "AND distilled_at IS NULL " if undistilled_only else ""
-    return [TurnEvent(*row) for row in con.execute(
-        f"SELECT id, role, content, tool_name, tool_calls_json FROM events "
+    return [TurnEvent(*row[:5], from_outside=bool(row[5])) for row in con.execute(
+        f"SELECT id, role, content, tool_name, tool_calls_json, from_outside FROM events "
         f"WHERE user_id = ? AND session_id = ? {pending}AND id IN ({marks}) ORDER BY id",
         (user_id, session_id, *event_ids))]
 
@@ -217,11 +221,16 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent],
 # -- writing -------------------------------------------------------------------------------
 
 
+def learned_from_outside(events: list[TurnEvent], session_id: str) -> bool:
+    """Whether what is learned from `events` comes from outside: one of its sources does."""
+    return any(e.from_outside for e in events if e.role in voices_of(session_id).sources)
+
+
 def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
                      extraction: Extraction, worker: str, source_event_id: int | None,
-                     similarity: float) -> DistillResult:
+                     similarity: float, from_outside: bool = False) -> DistillResult:
     """Write what was extracted from `event_ids` and mark the ones still undistilled;
-    nothing when another run marked them all first."""
+    nothing when another run marked them all first. `from_outside`: learned_from_outside."""
     pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
     if not pending:
         return DistillResult()  # another run got here first
@@ -229,14 +238,15 @@ def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_
     for key, value in extraction.profile.items():
         try:
             result.profile[key] = set_profile(con, user_id, key, value, source="agent",
-                                              worker=worker, source_event_id=source_event_id)
+                                              worker=worker, source_event_id=source_event_id,
+                                              from_outside=from_outside)
         except InvalidMemory:
             result.dropped += 1
     for category, key, value in extraction.facts:
         try:
             action = store_fact(con, user_id, category, key, value, source="agent",
                                 worker=worker, source_event_id=source_event_id,
-                                similarity=similarity).action
+                                similarity=similarity, from_outside=from_outside).action
         except InvalidMemory:
             result.dropped += 1
             continue
@@ -252,8 +262,10 @@ def _write(writer: Writer, config: Config, user_id: str, session_id: str,
     source_event_id = sources[-1] if sources else None
     ids = [e.id for e in events]
     similarity = config.memory.dedupe_similarity
+    outside = learned_from_outside(events, session_id)
     result = writer.submit(lambda con: store_extraction(con, user_id, session_id, ids, extraction,
-                                                        worker, source_event_id, similarity))
+                                                        worker, source_event_id, similarity,
+                                                        outside))
     result.dropped += dropped
     return result
 

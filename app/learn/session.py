@@ -54,6 +54,7 @@ from app.learn.distill import (
     capture_turn,
     distill_turn,
     keep_grounded,
+    learned_from_outside,
     needs_compaction,
     store_extraction,
     turn_events,
@@ -212,10 +213,11 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
     source_event_id = sources[-1] if sources else None
     similarity = config.memory.dedupe_similarity
     pending = sorted(undistilled)
+    outside = learned_from_outside(events, session_id)
 
     def write(con: apsw.Connection) -> tuple[DistillResult, int | None]:
         learned = store_extraction(con, user_id, session_id, pending, extraction, WORKER,
-                                   source_event_id, similarity)
+                                   source_event_id, similarity, outside)
         return learned, write_card(con, user_id, session_id, chunk, card)
 
     learned, card_id = writer.submit(write)

@@ -28,6 +28,7 @@ class Card:
     last_event_id: int | None
     level: int = 0
     is_extractive: bool = False
+    from_outside: bool = False  # summarises outside content (a tool's result, an import)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class NewCard:
     last_accessed_at: str | None = None
     created_at: str | None = None
     updated_at: str | None = None  # None: created_at
+    from_outside: bool = False  # it summarises content from outside (DESIGN §9)
 
 
 def add_card(con: apsw.Connection, user_id: str, card: NewCard, *, worker: str,
@@ -57,12 +59,12 @@ def add_card(con: apsw.Connection, user_id: str, card: NewCard, *, worker: str,
         con.execute(
             "INSERT INTO context_cards (user_id, session_id, summary, keywords, first_event_id, "
             "last_event_id, event_count, level, is_extractive, importance, access_count, "
-            "last_accessed_at, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "last_accessed_at, created_at, updated_at, from_outside) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (user_id, card.session_id, card.summary, card.keywords, card.first_event_id,
              card.last_event_id, card.event_count, card.level, int(card.is_extractive),
              card.importance, card.access_count, card.last_accessed_at, created_at,
-             card.updated_at or created_at))
+             card.updated_at or created_at, int(card.from_outside)))
     except apsw.ConstraintError:
         return None
     card_id = con.last_insert_rowid()
@@ -122,12 +124,12 @@ def clear_cards(con: apsw.Connection, *, worker: str) -> int:
 # -- reads ---------------------------------------------------------------------------------
 
 _CARD_COLUMNS = ("id, user_id, session_id, summary, keywords, created_at, first_event_id, "
-                 "last_event_id, level, is_extractive")
+                 "last_event_id, level, is_extractive, from_outside")
 
 
 def _card(row: tuple) -> Card:
-    *head, is_extractive = row
-    return Card(*head, is_extractive=bool(is_extractive))
+    *head, is_extractive, from_outside = row
+    return Card(*head, is_extractive=bool(is_extractive), from_outside=bool(from_outside))
 
 
 def list_cards(con: apsw.Connection, user_id: str, *, limit: int | None = None) -> list[Card]:

@@ -82,6 +82,7 @@ def store_fact(
     source_event_id: int | None = None,
     importance: float = 0.5,
     similarity: float = SIMILAR_FACT_THRESHOLD,
+    from_outside: bool = False,
 ) -> FactWrite:
     """Store a statement of a fact: upsert_fact, after redirecting a similar fact onto the
     existing row's key. `similarity` is the config's [memory] dedupe_similarity."""
@@ -96,4 +97,5 @@ def store_fact(
                 return FactWrite("tombstoned", None)
             key = fact.key
     return upsert_fact(con, user_id, category, key, value, source=source, worker=worker,
-                       source_event_id=source_event_id, importance=importance)
+                       source_event_id=source_event_id, importance=importance,
+                       from_outside=from_outside)

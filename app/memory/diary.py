@@ -19,20 +19,23 @@ class DiaryEntry:
     entry: str
     created_at: str
     is_extractive: bool = False
+    from_outside: bool = False  # its session held outside content (DESIGN §9)
 
 
 def add_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
-                    is_extractive: bool, worker: str,
-                    created_at: str | None = None) -> WriteAction:
-    """The session's entry, written or replacing the one it had: "insert" or "update"."""
+                    is_extractive: bool, worker: str, created_at: str | None = None,
+                    from_outside: bool = False) -> WriteAction:
+    """The session's entry, written or replacing the one it had: "insert" or "update".
+    `from_outside`: the session it sums up held content from outside."""
     created_at = created_at or utc_now()
     old = con.execute("SELECT entry FROM diary WHERE user_id = ? AND session_id = ?",
                       (user_id, session_id)).fetchone()
     con.execute(
-        "INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (user_id, session_id) DO UPDATE SET entry = excluded.entry, "
-        "is_extractive = excluded.is_extractive, created_at = excluded.created_at",
-        (user_id, session_id, entry, int(is_extractive), created_at))
+        "INSERT INTO diary (user_id, session_id, entry, is_extractive, created_at, from_outside) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, session_id) DO UPDATE SET "
+        "entry = excluded.entry, is_extractive = excluded.is_extractive, "
+        "created_at = excluded.created_at, from_outside = excluded.from_outside",
+        (user_id, session_id, entry, int(is_extractive), created_at, int(from_outside)))
     (diary_id,) = con.execute("SELECT id FROM diary WHERE user_id = ? AND session_id = ?",
                               (user_id, session_id)).fetchone()
     action = "update" if old is not None else "insert"
@@ -57,13 +60,14 @@ def replace_extractive_diary(con: apsw.Connection, user_id: str, session_id: str
 
 def import_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
                        is_extractive: bool, created_at: str, worker: str) -> WriteAction:
-    """Merge an entry from another memory, its date kept: the newer entry wins."""
+    """Merge an entry from another memory, its date kept: the newer entry wins. What an
+    import brings is from outside (DESIGN §9)."""
     row = con.execute("SELECT entry, created_at FROM diary WHERE user_id = ? AND session_id = ?",
                       (user_id, session_id)).fetchone()
     if row is not None and (row[0] == entry or created_at < row[1]):
         return "unchanged"
     return add_diary_entry(con, user_id, session_id, entry, is_extractive=is_extractive,
-                           worker=worker, created_at=created_at)
+                           worker=worker, created_at=created_at, from_outside=True)
 
 
 def clear_diary(con: apsw.Connection, *, worker: str) -> int:
@@ -77,9 +81,9 @@ def clear_diary(con: apsw.Connection, *, worker: str) -> int:
 def last_diary(con: apsw.Connection, user_id: str, *, exclude_session: str | None = None,
                limit: int = 1) -> list[DiaryEntry]:
     return [
-        DiaryEntry(row[0], row[1], row[2], row[3], bool(row[4]))
+        DiaryEntry(row[0], row[1], row[2], row[3], bool(row[4]), bool(row[5]))
         for row in con.execute(
-            "SELECT id, session_id, entry, created_at, is_extractive FROM diary "
+            "SELECT id, session_id, entry, created_at, is_extractive, from_outside FROM diary "
             "WHERE user_id = ? AND session_id IS NOT ? ORDER BY created_at DESC, id DESC LIMIT ?",
             (user_id, exclude_session, limit),
         )

@@ -34,11 +34,14 @@ class EditedFact:
 
 def remember_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
                   importance: float = 0.5,
-                  similarity: float = SIMILAR_FACT_THRESHOLD) -> EditedFact:
+                  similarity: float = SIMILAR_FACT_THRESHOLD,
+                  from_outside: bool = False) -> EditedFact:
     """The user states a fact: a new value, or a similar text under another key, supersedes
-    the current fact (kept as history). `similarity` is [memory] dedupe_similarity."""
+    the current fact (kept as history). `similarity` is [memory] dedupe_similarity;
+    `from_outside`: stated in a turn that held outside content (the agent's `remember`)."""
     written = store_fact(con, user_id, category, key, value, source="user", worker="user",
-                         importance=importance, similarity=similarity)
+                         importance=importance, similarity=similarity,
+                         from_outside=from_outside)
     fact = get_fact(con, user_id, written.fact_id) if written.fact_id else None
     return EditedFact(written.action, fact)
 

@@ -47,6 +47,7 @@ class Fact:
     superseded_at: str | None = None
     deleted_at: str | None = None
     access_count: int = 0
+    from_outside: bool = False  # learned from, or written while reading, outside content
 
     @property
     def date(self) -> str:
@@ -80,12 +81,13 @@ class FactRecord:
 
 _FACT_COLUMNS = (
     "id, user_id, category, key, value, source, created_at, updated_at, importance, "
-    "source_event_id, superseded_at, deleted_at, access_count"
+    "source_event_id, superseded_at, deleted_at, access_count, from_outside"
 )
 
 
 def _fact(row: tuple) -> Fact:
-    return Fact(*row)
+    *head, from_outside = row
+    return Fact(*head, from_outside=bool(from_outside))
 
 
 def check_fact(category: str, source: str, key: str, value: str) -> tuple[str, str]:
@@ -110,12 +112,14 @@ def upsert_fact(
     worker: str,
     source_event_id: int | None = None,
     importance: float = 0.5,
+    from_outside: bool = False,
 ) -> FactWrite:
     """One current fact per (user, category, key), without the dedupe of `store_fact`.
 
     Same value → unchanged; a new value supersedes the current row (kept, with
     superseded_at and superseded_by); a tombstoned key is left alone unless the user
-    sets it again.
+    sets it again. `from_outside`: the statement came from outside content (an unchanged
+    fact stays from outside only if every statement of it did).
     """
     key, value = check_fact(category, source, key, value)
     importance = min(1.0, max(0.0, float(importance)))
@@ -126,14 +130,16 @@ def upsert_fact(
                 and not _a_new_statement(con, current, value, source_event_id)):
             return FactWrite("tombstoned", None)
         if current.deleted_at is None and same_value(current.value, value):
-            con.execute("UPDATE facts SET updated_at = ?, importance = max(importance, ?) "
-                        "WHERE id = ?", (now, importance, current.id))
+            con.execute("UPDATE facts SET updated_at = ?, importance = max(importance, ?), "
+                        "from_outside = min(from_outside, ?) WHERE id = ?",
+                        (now, importance, int(from_outside), current.id))
             return FactWrite("unchanged", current.id)
         con.execute("UPDATE facts SET superseded_at = ? WHERE id = ?", (now, current.id))
     con.execute(
         "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
-        "updated_at, importance) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (user_id, category, key, value, source, source_event_id, now, now, importance),
+        "updated_at, importance, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (user_id, category, key, value, source, source_event_id, now, now, importance,
+         int(from_outside)),
     )
     fact_id = con.last_insert_rowid()
     if current is None:
@@ -269,7 +275,8 @@ def merge_facts(con: apsw.Connection, user_id: str, survivor_id: int, duplicate_
 
 
 def import_fact(con: apsw.Connection, user_id: str, record: FactRecord, *, worker: str) -> FactWrite:
-    """Merge a fact from another memory, its dates kept.
+    """Merge a fact from another memory, its dates kept; what an import brings is from
+    outside (DESIGN §9).
 
     The same row (category, key, time and value) → unchanged. Against the current fact
     of its key: a tombstone here wins ("tombstoned": an import never brings it back);
@@ -315,7 +322,7 @@ def _insert_record(con: apsw.Connection, user_id: str, r: FactRecord, superseded
     con.execute(
         "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
         "updated_at, superseded_at, superseded_by, deleted_at, importance, access_count, "
-        "last_accessed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "last_accessed_at, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
         (user_id, r.category, r.key, r.value, r.source, r.source_event_id, r.created_at,
          r.updated_at, superseded_at, superseded_by, r.deleted_at, r.importance, r.access_count,
          r.last_accessed_at))

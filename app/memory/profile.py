@@ -25,6 +25,7 @@ class ProfileEntry:
     source: str
     updated_at: str
     source_event_id: int | None = None
+    from_outside: bool = False  # learned from, or written while reading, outside content
 
 
 def set_profile(
@@ -36,8 +37,11 @@ def set_profile(
     source: str,
     worker: str,
     source_event_id: int | None = None,
+    from_outside: bool = False,
 ) -> WriteAction:
-    """Upsert one profile key. A key the user deleted is not re-created by a worker."""
+    """Upsert one profile key. A key the user deleted is not re-created by a worker.
+    `from_outside`: the value came from outside content (kept as it is for an unchanged
+    value only if every statement of it did)."""
     key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)
     now = utc_now()
     row = con.execute(
@@ -46,8 +50,8 @@ def set_profile(
     if row is None:
         con.execute(
             "INSERT INTO profile (user_id, key, value, source, source_event_id, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (user_id, key, value, source, source_event_id, now, now),
+            "updated_at, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (user_id, key, value, source, source_event_id, now, now, int(from_outside)),
         )
         log_change(con, user_id, "profile", key, "insert", None, value, worker=worker,
                    created_at=now, source_event_id=source_event_id)
@@ -56,11 +60,14 @@ def set_profile(
     if deleted_at is not None and source != "user":
         return "tombstoned"
     if deleted_at is None and same_value(old_value, value):
+        if not from_outside:
+            con.execute("UPDATE profile SET from_outside = 0 WHERE user_id = ? AND key = ?",
+                        (user_id, key))
         return "unchanged"
     con.execute(
         "UPDATE profile SET value = ?, source = ?, source_event_id = ?, updated_at = ?, "
-        "deleted_at = NULL WHERE user_id = ? AND key = ?",
-        (value, source, source_event_id, now, user_id, key),
+        "deleted_at = NULL, from_outside = ? WHERE user_id = ? AND key = ?",
+        (value, source, source_event_id, now, int(from_outside), user_id, key),
     )
     action = "restore" if deleted_at is not None else "update"
     log_change(con, user_id, "profile", key, action, None if deleted_at else old_value, value,
@@ -104,6 +111,7 @@ def import_profile(
     worker: str,
 ) -> WriteAction:
     """Merge a key from another memory, its dates kept: the newer value (or deletion) wins.
+    What an import brings is from outside (DESIGN §9).
 
     A key the user deleted here stays deleted. `key` and `value` arrive cleaned; the
     log is dated when the change happened, not when it was imported.
@@ -112,7 +120,8 @@ def import_profile(
                       "AND key = ?", (user_id, key)).fetchone()
     if row is None:
         con.execute("INSERT INTO profile (user_id, key, value, source, source_event_id, "
-                    "created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "created_at, updated_at, deleted_at, from_outside) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     (user_id, key, value, source, source_event_id, created_at, updated_at,
                      deleted_at))
         log_change(con, user_id, "profile", key, "insert", None, value, worker=worker,
@@ -131,8 +140,8 @@ def import_profile(
         return "update"
     if same_value(old_value, value) or updated_at < old_updated:
         return "unchanged"  # same, or the value here is newer
-    con.execute("UPDATE profile SET value = ?, source = ?, source_event_id = ?, updated_at = ? "
-                "WHERE user_id = ? AND key = ?",
+    con.execute("UPDATE profile SET value = ?, source = ?, source_event_id = ?, updated_at = ?, "
+                "from_outside = 1 WHERE user_id = ? AND key = ?",
                 (value, source, source_event_id, updated_at, user_id, key))
     log_change(con, user_id, "profile", key, "update", old_value, value, worker=worker,
                created_at=updated_at)
@@ -150,10 +159,10 @@ def clear_agent_profile(con: apsw.Connection, *, worker: str) -> int:
 
 def list_profile(con: apsw.Connection, user_id: str) -> list[ProfileEntry]:
     return [
-        ProfileEntry(*row)
+        ProfileEntry(*row[:5], from_outside=bool(row[5]))
         for row in con.execute(
-            "SELECT key, value, source, updated_at, source_event_id FROM profile "
-            "WHERE user_id = ? AND deleted_at IS NULL ORDER BY key",
+            "SELECT key, value, source, updated_at, source_event_id, from_outside "
+            "FROM profile WHERE user_id = ? AND deleted_at IS NULL ORDER BY key",
             (user_id,),
         )
     ]

@@ -230,7 +230,9 @@ class ClientChat:
 
     `messages` are the client's messages Hilo sends on (its whole history, or its system
     messages and last message when the stored window is to go before that message);
-    `query` is what the memory layers are retrieved for.
+    `query` is what the memory layers are retrieved for. `sent`: how many of `messages`
+    the client sent (None: all); the rest are an agent turn's own calls and results, whose
+    provenance their events carry (app/turn/agent.py).
     """
 
     api: str
@@ -238,6 +240,7 @@ class ClientChat:
     messages: list[dict[str, Any]]
     with_window: bool
     query: str
+    sent: int | None = None
 
     @property
     def model(self) -> str:

@@ -174,19 +174,23 @@ class SearchHit:
     text: str
     created_at: str
     candidate: Candidate
+    from_outside: bool = False  # content from outside, or learned from it (DESIGN §9)
 
     def to_dict(self, explain: bool = False) -> dict:
-        hit = {"kind": self.kind, "id": self.id, "text": self.text, "created_at": self.created_at}
+        hit = {"kind": self.kind, "id": self.id, "text": self.text, "created_at": self.created_at,
+               "from_outside": self.from_outside}
         if explain:
             hit["explain"] = self.candidate.explain()
         return hit
 
 
 _TEXT_SQL = {
-    "fact": "SELECT category || ' · ' || key || ': ' || value, updated_at FROM facts "
+    "fact": "SELECT category || ' · ' || key || ': ' || value, updated_at, from_outside "
+            "FROM facts WHERE id = ? AND user_id = ?",
+    "card": "SELECT summary, created_at, from_outside FROM context_cards "
             "WHERE id = ? AND user_id = ?",
-    "card": "SELECT summary, created_at FROM context_cards WHERE id = ? AND user_id = ?",
-    "event": "SELECT role || ': ' || content, created_at FROM events WHERE id = ? AND user_id = ?",
+    "event": "SELECT role || ': ' || content, created_at, from_outside FROM events "
+             "WHERE id = ? AND user_id = ?",
 }
 
 
@@ -207,7 +211,8 @@ def search_memory(con: apsw.Connection, user_id: str, text: str, limit: int = 10
         for candidate in matching(con, query, kind, found):
             row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
             if row:
-                hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate))
+                hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate,
+                                      bool(row[2])))
         if len(hits) >= limit:
             break
     return hits

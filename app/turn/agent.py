@@ -13,6 +13,16 @@ call is proposed to the person (`hilo chat`) or run (a trusted scheduled task) w
 asking the model; it is stored as an assistant event whose call id starts "macro_".
 Each one is a model call saved (`AgentOutcome.macro_calls`).
 
+Outside content is data, not instructions (DESIGN §9). From the first step whose context
+holds content from outside (BuiltContext.outside_content: a page, a command's output, a
+client's tool result, an import, memory learned from one) or that reads such a result of
+this turn's own calls, the model's calls run with `ToolContext.outside_content`: acting
+needs a fresh yes from the person at the terminal, and a trusted task runs as untrusted
+(no macros, commands only under an allowed prefix). A macro's call follows from the call
+that triggered it, and is as tainted as that one.
+Each result is stored with its origin: "hilo_tool_approved" when a person said yes to
+the call or it ran in a trusted run, else "hilo_tool"; macros learn only from the first.
+
 A model server that refuses tools for a model (Ollama: HTTP 400 "… does not support
 tools") gets the turn without them; the agent does not offer that model tools again.
 
@@ -24,7 +34,7 @@ client, so with tools on a streamed reply arrives whole at the end.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 from app.turn.chat import ChatService, Turn
@@ -34,7 +44,7 @@ from app.events import MAX_ID_LENGTH, Event
 from app.model.errors import ModelError, ModelHTTPError
 from app.log import get_logger
 from app.turn.macros import Macro, find_macro, macro_used
-from app.turn.tools import Approver, Registry, Surface, ToolContext, default_registry
+from app.turn.tools import Approver, Decision, Registry, Surface, ToolContext, default_registry
 from app.turn.tools.registry import ERROR_PREFIX
 
 log = get_logger(__name__)
@@ -69,6 +79,27 @@ class AgentOutcome:
     stopped: str | None = None  # why the loop ended with calls it did not run
     interrupted: bool = False
     error: ModelError | None = None
+
+
+class _Answers:
+    """The approver of one call, noting whether the person said yes to it: a call a
+    person approved is on record as such, and teaches macros."""
+
+    def __init__(self, approver: Approver) -> None:
+        self.approver = approver
+        self.yes = False
+
+    def approve_command(self, command: str, prefix: str | None) -> Decision:
+        decision = self.approver.approve_command(command, prefix)
+        self.yes = decision != "deny"
+        return decision
+
+    def confirm_macro(self, description: str) -> bool:
+        return self.approver.confirm_macro(description)
+
+    def approve_outside(self, action: str) -> bool:
+        self.yes = self.approver.approve_outside(action)
+        return self.yes
 
 
 def refuses_tools(exc: ModelError) -> bool:
@@ -111,13 +142,14 @@ class Agent:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, role: str = "user",
-                   trusted: bool = False, options: dict | None = None,
-                   on_tool: OnTool | None = None) -> AgentTurn:
+                   origin: str = "typed", trusted: bool = False,
+                   options: dict | None = None, on_tool: OnTool | None = None) -> AgentTurn:
         """Store the message and ask the model, tools offered; iterate the turn for the
-        reply's text. `trusted`: a scheduled task the user trusts (its terminal commands
-        need no allowed prefix, its macros run). Raises ModelError (after the message is
-        stored) when the model cannot start."""
-        user_event = self.service.append(user_id, session_id, role, text)
+        reply's text. `origin`: where the message came from (app/events.py ORIGINS).
+        `trusted`: a scheduled task the user trusts (its terminal commands need no
+        allowed prefix, its macros run) while its context holds nothing from outside.
+        Raises ModelError (after the message is stored) when the model cannot start."""
+        user_event = self.service.append(user_id, session_id, role, text, origin=origin)
         return AgentTurn(self, self.context(user_id, session_id, trusted), user_event,
                          client_system=client_system, options=options, on_tool=on_tool)
 
@@ -148,6 +180,7 @@ class AgentTurn:
         self._started = time.monotonic()
         self._events: list[Event] = []  # this turn's events after the message
         self._offered = False  # whether the step in flight was offered tools
+        self._outside = False  # whether a step's context has held content from outside
         self._turn = self._step(stored, first=True)
         self.outcome = AgentOutcome(user_event, self._turn.context)
 
@@ -191,6 +224,7 @@ class AgentTurn:
             else:
                 held = list(turn)  # only the answer reaches the client
             step = turn.outcome
+            self._outside = self._outside or step.context.outside_content
             self.outcome.context = step.context
             self.outcome.reply_event = step.reply_event
             self.outcome.interrupted = step.interrupted
@@ -247,10 +281,18 @@ class AgentTurn:
         if tools:
             body["tools"] = tools
         messages = [*client.messages, *events_as_messages(self._events, client.api)]
-        return service.answer(self.user_event, stored=stored, client=ClientChat(
-            client.api, body, messages, client.with_window, client.query))
+        return service.answer(self.user_event, stored=stored, continued=self._events,
+                              client=ClientChat(client.api, body, messages, client.with_window,
+                                                client.query, sent=len(client.messages)))
 
     # -- running the calls -----------------------------------------------------------------------
+
+    def _acting(self) -> ToolContext:
+        """The context the model's calls run in: once it has read content from outside,
+        acting needs a fresh yes, and a trusted task's run is untrusted (DESIGN §9)."""
+        if not self._outside:
+            return self.ctx
+        return replace(self.ctx, outside_content=True, trusted=False)
 
     def _run_calls(self, reply: Event, calls: list[dict[str, Any]]) -> list[Event]:
         """Run a reply's calls in order, then what a macro adds; the events to send."""
@@ -258,13 +300,14 @@ class AgentTurn:
         start = len(self._events)
         ids = [str(call.get("id") or f"call_{reply.id}_{index}")[:MAX_ID_LENGTH]
                for index, call in enumerate(calls)]
+        ctx = self._acting()
         try:
             ok = True
             for call_id, call in zip(ids, calls):
                 ok = self._run_one(call_id, str(call.get("name") or ""), call.get("arguments"),
-                                   self.ctx)
+                                   ctx)
             if ok:
-                self._follow_macros(calls[-1])
+                self._follow_macros(calls[-1], ctx)
         except KeyboardInterrupt:
             answered = {e.tool_call_id for e in self._events[start:]}
             for call_id, call in zip(ids, calls):
@@ -278,14 +321,19 @@ class AgentTurn:
     def _run_one(self, call_id: str, name: str, arguments: Any, ctx: ToolContext,
                  macro: Macro | None = None) -> bool:
         self._note(ToolNote("call", name, arguments, macro=macro))
-        result = self.agent.registry.call(ctx, name, arguments)
-        event = self._record(call_id, name, result.text)
+        answers = _Answers(ctx.approver) if ctx.approver is not None else None
+        result = self.agent.registry.call(replace(ctx, approver=answers), name, arguments)
+        approved = ctx.trusted or ctx.preapproved or (answers is not None and answers.yes)
+        event = self._record(call_id, name, result.text, approved, result.from_outside)
         self._note(ToolNote("result", name, arguments, event, result.ok, macro))
         return result.ok
 
-    def _record(self, call_id: str, name: str, text: str) -> Event:
+    def _record(self, call_id: str, name: str, text: str, approved: bool = False,
+                from_outside: bool = False) -> Event:
         event = self.agent.service.append(self.ctx.user_id, self.ctx.session_id, "tool", text,
-                                          tool_call_id=call_id, tool_name=name[:200] or None)
+                                          tool_call_id=call_id, tool_name=name[:200] or None,
+                                          origin="hilo_tool_approved" if approved
+                                          else "hilo_tool", from_outside=from_outside)
         self._events.append(event)
         self.outcome.tool_events.append(event)
         return event
@@ -305,14 +353,15 @@ class AgentTurn:
 
     # -- macros ------------------------------------------------------------------------------------
 
-    def _macros_apply(self) -> bool:
-        """Proposed to a person who can answer; run in a trusted task; never elsewhere."""
-        ctx = self.ctx
+    @staticmethod
+    def _macros_apply(ctx: ToolContext) -> bool:
+        """Proposed to a person who can answer; run in a trusted task (one that has read
+        nothing from outside when the model made the triggering call); never elsewhere."""
         return ((ctx.surface == "chat" and ctx.approver is not None)
                 or (ctx.surface == "task" and ctx.trusted))
 
-    def _follow_macros(self, call: dict[str, Any]) -> None:
-        if not self._macros_apply():
+    def _follow_macros(self, call: dict[str, Any], acting: ToolContext) -> None:
+        if not self._macros_apply(acting):
             return
         tools, service = self.agent.config.tools, self.agent.service
         name, arguments = str(call.get("name") or ""), call.get("arguments")
@@ -323,7 +372,7 @@ class AgentTurn:
             if (macro is None or self.agent.registry.get(macro.next_tool, self.ctx.surface) is None
                     or time.monotonic() - self._started >= tools.max_seconds):
                 return
-            ctx = self.ctx
+            ctx = acting
             if ctx.surface == "chat":
                 assert ctx.approver is not None
                 if not ctx.approver.confirm_macro(macro.describe()):
@@ -333,7 +382,8 @@ class AgentTurn:
             call_id = f"{MACRO_CALL_PREFIX}{macro.id}_{len(self.outcome.tool_events)}"
             self._events.append(service.append(
                 self.ctx.user_id, self.ctx.session_id, "assistant", "",
-                tool_calls=[{"id": call_id, "name": name, "arguments": arguments}]))
+                tool_calls=[{"id": call_id, "name": name, "arguments": arguments}],
+                origin="hilo_tool_approved"))  # Hilo's own call: it runs only so
             ok = self._run_one(call_id, name, arguments, ctx, macro)
             service.edit(lambda con: macro_used(con, macro.id))
             self.outcome.macro_calls += 1

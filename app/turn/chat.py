@@ -305,7 +305,9 @@ class Turn:
             self.outcome.reply_event = self.service.append(
                 self.outcome.user_event.user_id, self.outcome.user_event.session_id,
                 "assistant", text, tool_calls=tool_calls or None,
-                echoes_of=self._secrets_sent())
+                echoes_of=self._secrets_sent(), origin="model",
+                # Words written while reading outside content carry it on (DESIGN §9).
+                from_outside=self.outcome.context.outside_content)
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
@@ -430,6 +432,7 @@ class ChatService:
             bootstrap=read_bootstrap(DataDir.of(self.config).bootstrap),
             client_system=client_system, model=model, query=query,
             history=client.messages if client else None,
+            history_sent=client.sent if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
             show_window=client is None or client.with_window, plan=plan,
             message_id=before_event_id))
@@ -458,16 +461,17 @@ class ChatService:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, model: str | None = None,
-                   options: dict | None = None, role: str = "user",
+                   options: dict | None = None, role: str = "user", origin: str = "typed",
                    tools: Sequence[ToolSpec] | None = None) -> Turn:
         """Store the user's message, build the context and open the model's stream.
 
         `role` "system" stores instructions that are not the user speaking (a scheduled
         task's prompt): the model still answers them; the workers learn nothing from them.
+        `origin`: where the message came from (app/events.py ORIGINS).
         `tools` are offered to the model (app/turn/agent.py runs what it calls).
         Raises ModelError (after the message is stored) when the model cannot start.
         """
-        user_event = self.append(user_id, session_id, role, text)
+        user_event = self.append(user_id, session_id, role, text, origin=origin)
         return self.answer(user_event, client_system=client_system, model=model,
                            options=options, tools=tools)
 
@@ -486,7 +490,8 @@ class ChatService:
         assistant), and `stored` what the request stored, handed off with the reply.
 
         `continued` are this turn's events after the message — the model's tool calls and
-        their results — sent after it, so the model answers what the tools found."""
+        their results — sent after it (a relayed request has them among its messages), so
+        the model answers what the tools found; the context reads them too."""
         user_id, session_id = user_event.user_id, user_event.session_id
         model = client.model if client is not None else model
         history = client
@@ -495,11 +500,12 @@ class ChatService:
             messages = [{"role": "user", "content": user_event.content},
                         *events_as_messages(continued, self.config.llm.provider)]
             history = ClientChat(self.config.llm.provider, {}, messages, with_window=True,
-                                 query=user_event.content)
+                                 query=user_event.content, sent=1)
         context = self.build_context(user_id, session_id,
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
                                      before_event_id=user_event.id, client=history, turn=True)
+        context = context.reading(list(continued))
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()

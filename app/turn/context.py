@@ -31,6 +31,11 @@ A client of `hilo serve` that sends its own history gets that history instead of
 window, as it sent it and never cut: the layers join its system prompt (or open one),
 notes go into its messages as they do in the window, and the layers take what room the
 history leaves. Its `num_ctx`, when it names one, sets the budget.
+
+A built context says which of what it shows is content from outside (`outside`: a page,
+a command's output, a client's tool result, an import, or memory learned from one —
+DESIGN §9), from the items' own provenance, so the turn knows it may not act on it
+unasked (app/turn/agent.py).
 """
 
 from __future__ import annotations
@@ -132,6 +137,7 @@ class ContextPlan:
     notes: tuple[tuple[str, str], ...] = ()  # (message key, its note)
     window_start: int | None = None  # the first event the window shows (window mode)
     explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
+    outside: frozenset[str] = frozenset()  # what the layers and notes show from outside
 
 
 @dataclass
@@ -141,10 +147,25 @@ class BuiltContext:
     budget: int
     explain: dict = field(default_factory=dict)
     plan: ContextPlan | None = None  # give it to the session's next turn
+    # What it shows from outside ("fact:3", "event:41", "message:2" of a client's history).
+    outside: frozenset[str] = frozenset()
 
     @property
     def system_prompt(self) -> str:
         return message_text(self.messages[0])
+
+    @property
+    def outside_content(self) -> bool:
+        """Whether it holds content from outside: a turn on it acts only on a fresh yes."""
+        return bool(self.outside)
+
+    def reading(self, events: list[Event]) -> BuiltContext:
+        """This context with `events` after it (an agent turn's own calls and results so
+        far), as far as what it holds from outside goes."""
+        outside = self.outside | frozenset(_outside_items("event", events))
+        if outside == self.outside:
+            return self
+        return replace(self, outside=outside, explain={**self.explain, "outside": sorted(outside)})
 
 
 def _fact_line(fact: Fact) -> str:
@@ -179,6 +200,7 @@ class _PastEvent:
     role: str
     content: str
     compacted: bool
+    from_outside: bool = False
 
     def line(self) -> str:
         content = " ".join(self.content.split())
@@ -191,9 +213,9 @@ def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int
     if not ids:
         return {}
     rows = con.execute(
-        "SELECT id, session_id, created_at, role, content, compacted FROM events "
+        "SELECT id, session_id, created_at, role, content, compacted, from_outside FROM events "
         f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
-    return {row[0]: _PastEvent(*row[:5], bool(row[5])) for row in rows}
+    return {row[0]: _PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
 
 
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
@@ -260,6 +282,18 @@ class _Budget:
         if shown_in is not None:
             kept = sorted(kept, key=lambda i: shown_in[i])
         return block + "".join(lines[i] + "\n" for i in kept), report
+
+
+def _outside_items(kind: str, items: list) -> list[str]:
+    """The items (facts, cards, events, diary entries) that are content from outside."""
+    return [f"{kind}:{item.id}" for item in items if item.from_outside]
+
+
+def _outside_messages(request: ContextRequest) -> list[str]:
+    """The client's messages that are content from outside: its tools' results. (An agent
+    turn's own results, sent after them, are the agent's to reckon: app/turn/agent.py.)"""
+    sent = (request.history or [])[:request.history_sent]
+    return [f"message:{i}" for i, m in enumerate(sent) if m.get("role") in ("tool", "function")]
 
 
 def _message_cost(budget: _Budget, message: dict) -> int:
@@ -344,6 +378,7 @@ class ContextRequest:
     query: Query | None = None
     recall: Recall | None = None
     history: list[dict] | None = None
+    history_sent: int | None = None  # of `history`, how many the client sent (ClientChat.sent)
     num_ctx: int | None = None
     api: str | None = None
     show_window: bool = True
@@ -469,9 +504,9 @@ class _Turn:
         sections["bootstrap"], reports["bootstrap"] = budget.take_section(
             "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
 
-        profile = [f"{p.key}: {p.value}" for p in list_profile(con, user_id)]
+        entries = list_profile(con, user_id)
         sections["profile"], reports["profile"] = budget.take_section(
-            "profile", HEADERS["profile"], profile)
+            "profile", HEADERS["profile"], [f"{p.key}: {p.value}" for p in entries])
 
         # The window keeps the newest events: walk back from the end while they fit.
         window = request.window
@@ -540,9 +575,18 @@ class _Turn:
             + [f"card:{c['id']}" for c in explain["cards"]]
             + [f"event:{e['id']}" for e in explain["events"]])
         window_start = kept_events[0].id if kept_events else request.message_id
-        plan = ContextPlan(key, layers, shown, (), window_start, explain)
+        layers_outside = frozenset(
+            [f"profile:{p.key}" for p in reports["profile"].chosen(entries) if p.from_outside]
+            + _outside_items("fact", reports["facts"].chosen(facts))
+            + _outside_items("card", reports["cards"].chosen(cards))
+            + _outside_items("diary", reports["diary"].chosen(diary))
+            + _outside_items("event", reports["events"].chosen(past)))
+        outside = layers_outside | frozenset(_outside_items("event", kept_events)
+                                             + _outside_messages(request))
+        explain["outside"] = sorted(outside)
+        plan = ContextPlan(key, layers, shown, (), window_start, explain, layers_outside)
         explain["stretch"] = {"turn": "new", "why": reason}
-        return BuiltContext(messages, tokens, total, explain, plan)
+        return BuiltContext(messages, tokens, total, explain, plan, outside)
 
     # -- a stretch going on ----------------------------------------------------------------
 
@@ -571,28 +615,33 @@ class _Turn:
         if fixed_cost > self.total:
             return None
         note, note_explain, note_items = "", {name: [] for name in RETRIEVED}, frozenset()
+        note_outside: frozenset[str] = frozenset()
         room = min(self.config.memory.retrieved_max_tokens,
                    self.total - fixed_cost - budget.cost(_with_note("")) - 1)
         if current_key is not None and current_key not in notes and room > 0:
-            note, note_explain, note_items = self._note(plan.shown, window, room)
+            note, note_explain, note_items, note_outside = self._note(plan.shown, window, room)
         if note:
             said[-1] = with_text_prepended(said[-1], _with_note(note))
         messages = [system, *said]
         tokens = sum(_message_cost(budget, m) for m in messages)
         if tokens > self.total:
             return None
+        layers_outside = plan.outside | note_outside
+        outside = layers_outside | frozenset(_outside_items("event", shown)
+                                             + _outside_messages(request))
         explain = {**plan.explain, "tokens": tokens, "budget": self.total,
                    "chars_per_token": round(self.ratio, 3), "user_text_truncated": False,
                    "client_messages": None if request.history is None else len(request.history),
                    "window": [e.id for e in shown],
                    "stretch": {"turn": "continued", "notes": len(plan.notes) + bool(note)},
-                   "note": note_explain}
+                   "note": note_explain, "outside": sorted(outside)}
         notes_now = plan.notes + (((current_key, note),) if note else ())
-        next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items)
-        return BuiltContext(messages, tokens, self.total, explain, next_plan)
+        next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items,
+                            outside=layers_outside)
+        return BuiltContext(messages, tokens, self.total, explain, next_plan, outside)
 
     def _note(self, shown: frozenset[str], window: list[Event],
-              room: int) -> tuple[str, dict, frozenset[str]]:
+              room: int) -> tuple[str, dict, frozenset[str], frozenset[str]]:
         """What to retrieve for this message that the prompt does not show yet: facts,
         cards and past messages with evidence of relevance (words in common, or a close
         meaning), best first, within `room` tokens."""
@@ -616,11 +665,14 @@ class _Turn:
         sections["events"], events_report = budget.take_section(
             "events", HEADERS["events"], [e.line() for e in past],
             shown_in=[(e.created_at, e.id) for e in past])
-        kept = {"facts": [f.id for f in facts_report.chosen(facts)],
-                "cards": [c.id for c in cards_report.chosen(cards)],
-                "events": [e.id for e in events_report.chosen(past)]}
+        chosen = {"facts": facts_report.chosen(facts), "cards": cards_report.chosen(cards),
+                  "events": events_report.chosen(past)}
+        kept = {kind: [item.id for item in items] for kind, items in chosen.items()}
         items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
-        return "".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items
+        outside = frozenset(name for kind, found in chosen.items()
+                            for name in _outside_items(kind[:-1], found))
+        return ("".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items,
+                outside)
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,

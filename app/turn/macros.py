@@ -6,7 +6,10 @@ A macro says: a call of `trigger_tool` whose arguments (their canonical JSON) ma
 `next_tool` with `next_args`. `support` counts the times it was; `confidence` is the
 share of the trigger's successful calls it followed. Learning (`learn_macros`, the
 workers' job) reads the stored tool events — an assistant event's tool calls, the tool
-events answering them — and is a pure function of them: run twice, same table. Calls
+events answering them — and is a pure function of them: run twice, same table. Only
+Hilo's own calls that a person approved or that ran in a trusted run teach (their result
+events' origin is "hilo_tool_approved", app/turn/agent.py): never a client's history,
+whose tool calls look the same, nor a call the model made that nobody approved. Calls
 whose result was an error (refused, denied, failed) teach nothing. A macro the user
 removed stays as a tombstone and is never learned again.
 """
@@ -76,9 +79,14 @@ def canonical_arguments(arguments: Any) -> str:
 Call = tuple[str, str]  # (tool, canonical arguments)
 
 
+# The origin of a tool result that may teach: Hilo ran the call with a person's yes, or
+# in a trusted run.
+TEACHING_ORIGIN = "hilo_tool_approved"
+
+
 def observed_chains(con: apsw.Connection, user_id: str) -> tuple[Counter, Counter]:
-    """(how often each successful call followed another in a turn, how often each call
-    succeeded) over the user's stored tool events."""
+    """(how often each successful approved call followed another in a turn, how often each
+    such call succeeded) over the user's stored tool events."""
     pairs: Counter = Counter()
     calls: Counter = Counter()
     session = None
@@ -91,11 +99,11 @@ def observed_chains(con: apsw.Connection, user_id: str) -> tuple[Counter, Counte
         turn.clear()
 
     rows = con.execute(
-        "SELECT session_id, id, role, content, tool_call_id, tool_name, tool_calls_json "
-        "FROM events WHERE user_id = ? AND session_id IN "
+        "SELECT session_id, id, role, content, tool_call_id, tool_name, tool_calls_json, "
+        "origin FROM events WHERE user_id = ? AND session_id IN "
         "(SELECT DISTINCT session_id FROM events WHERE user_id = ? AND role = 'tool') "
         "ORDER BY session_id, id", (user_id, user_id))
-    for session_id, event_id, role, content, call_id, tool_name, calls_json in rows:
+    for session_id, event_id, role, content, call_id, tool_name, calls_json, origin in rows:
         made = stored_tool_calls(calls_json) if role == "assistant" else []
         if session_id != session or role in ("user", "system") or (role == "assistant"
                                                                     and not made):
@@ -114,7 +122,8 @@ def observed_chains(con: apsw.Connection, user_id: str) -> tuple[Counter, Counte
                                  and (not tool_name or c["name"] == tool_name)), None)
             if answered is not None:
                 answered["answered"] = True
-                answered["ok"] = not content.startswith(ERROR_PREFIX)
+                answered["ok"] = (origin == TEACHING_ORIGIN
+                                  and not content.startswith(ERROR_PREFIX))
     close_turn()
     return pairs, calls
 

@@ -143,6 +143,22 @@ def test_appended_events_are_stored_sanitised(hilo: HiloServer) -> None:
     assert [(role, content) for role, content in hilo.events("s1")][1] == ("tool", "42")
 
 
+def test_events_and_facts_say_where_they_came_from(hilo: HiloServer) -> None:
+    api = hilo.client()
+    api.post("/memory/events", json={"session_id": "s1", "events": [
+        {"role": "user", "content": "hello"},
+        {"role": "tool", "content": "sunny", "tool_name": "weather"}]})
+    ollama.Client(host=hilo.url, headers={"X-Hilo-Session": "s2"}).chat(
+        model=MODEL, messages=[{"role": "user", "content": "plan a trip"}])
+    api.post("/memory/facts", json={"key": "city", "value": "Lisbon"})
+
+    events = {s: api.get(f"/memory/sessions/{s}/events").json()["events"] for s in ("s1", "s2")}
+    assert [(e["role"], e["origin"], e["from_outside"]) for e in events["s1"] + events["s2"]] == [
+        ("user", "client", False), ("tool", "client", True),
+        ("user", "typed", False), ("assistant", "model", False)]
+    assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [False]
+
+
 def test_an_event_with_an_unknown_role_is_refused(hilo: HiloServer) -> None:
     response = hilo.client().post("/memory/events", json={"session_id": "s1", "events": [
         {"role": "narrator", "content": "once upon a time"}]})

@@ -66,3 +66,16 @@ def test_reembed_backfills_every_owner_for_the_configured_model(writer, data_dir
     assert doc["model"] == "nomic-embed-text" and doc["embedded"] == 2 and doc["remaining"] == 0
     again = json.loads(run(capsys, "memory", "reembed", "--json", "--data-dir", str(data_dir)))
     assert again["embedded"] == 0  # resumable: nothing left to do
+
+
+def test_the_json_says_which_memory_came_from_outside(writer, data_dir, capsys):
+    writer.submit(lambda con: (
+        upsert_fact(con, "ana", "fact", "release", "v2 is out", source="agent", worker="test",
+                    from_outside=True),
+        set_profile(con, "ana", "name", "Ana", source="user", worker="user")))
+    facts = json.loads(run(capsys, "memory", "facts", "--user", "ana", "--json",
+                           "--data-dir", str(data_dir)))
+    assert [(f["key"], f["from_outside"]) for f in facts] == [("release", True)]
+    profile = json.loads(run(capsys, "memory", "profile", "--user", "ana", "--json",
+                             "--data-dir", str(data_dir)))
+    assert [(p["key"], p["from_outside"]) for p in profile] == [("name", False)]

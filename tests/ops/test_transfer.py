@@ -142,6 +142,16 @@ def test_jsonl_round_trip_restores_events_and_every_layer(config, populated, emp
     assert not imported.problems
 
 
+def test_what_an_import_brings_is_outside_content(config, populated, empty, tmp_path):
+    out = tmp_path / "ana.jsonl"
+    export_jsonl(config, "ana", out)
+    import_path(empty, out, "ana")
+    con = connect_readonly(db(empty))
+    assert set(con.execute("SELECT origin, from_outside FROM events")) == {("import", 1)}
+    for table in ("facts", "profile", "context_cards", "diary"):
+        assert set(con.execute(f"SELECT from_outside FROM {table}")) == {(1,)}, table
+
+
 def test_jsonl_import_twice_duplicates_nothing(config, populated, empty, tmp_path):
     out = tmp_path / "ana.jsonl"
     export_jsonl(config, "ana", out)

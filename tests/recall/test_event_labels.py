@@ -80,8 +80,20 @@ def test_a_database_at_the_previous_schema_upgrades_and_its_events_are_labelled(
         con.execute(migration.sql)
         con.execute(f"INSERT INTO {db.MIGRATIONS_TABLE} VALUES (?, 'then')", (migration.name,))
     assert db.schema_version(con) == 8
-    said = add(con, config, "user", at("2023-07-04T08:00:00"), "hi")
-    answered = add(con, config, "assistant", at("2023-07-04T20:00:00"), "hello")
+
+    def add_then(role: str, when: datetime, text: str) -> int:
+        """An event as Hilo stored it at that schema (today's insert_event has more columns)."""
+        event = prepare_event(config, "ana", "s", role, text, created_at=when)
+        with con:
+            con.execute("INSERT OR IGNORE INTO sessions (user_id, id, started_at, last_event_at) "
+                        "VALUES ('ana', 's', ?, ?)", (event.created_at, event.created_at))
+            con.execute("INSERT INTO events (uuid, user_id, session_id, role, content, "
+                        "created_at, importance) VALUES (?, 'ana', 's', ?, ?, ?, 0.5)",
+                        (event.uuid, role, text, event.created_at))
+        return con.last_insert_rowid()
+
+    said = add_then("user", at("2023-07-04T08:00:00"), "hi")
+    answered = add_then("assistant", at("2023-07-04T20:00:00"), "hello")
 
     applied = migrate(con)  # 0009 first, then any later migration
 

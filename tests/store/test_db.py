@@ -126,3 +126,31 @@ def test_an_unchanged_memory_database_is_quick_checked_once_per_process(tmp_path
     con.close()
     db.check_memory_database(path)
     assert len(checks) == 2
+
+
+def test_rows_stored_before_provenance_get_it_from_their_role_and_sources(tmp_path):
+    """migrations/0013: where each old event came from, as well as it can be told, and
+    what was learned from a tool's result marked as from outside."""
+    con = connect(tmp_path / "m.sqlite3")
+    before = [m for m in db.available_migrations() if m.number < 13]
+    con.execute("CREATE TABLE _hilo_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    for migration in before:
+        con.execute(migration.sql)
+        con.execute("INSERT INTO _hilo_migrations VALUES (?, 'then')", (migration.name,))
+    now = "2026-01-01T00:00:00.000000Z"
+    con.execute("INSERT INTO sessions VALUES ('ana', 's', NULL, ?, ?, NULL)", (now, now))
+    for n, role in enumerate(("system", "user", "assistant", "tool"), start=1):
+        con.execute("INSERT INTO events (id, uuid, user_id, session_id, role, content, "
+                    "created_at, importance) VALUES (?, ?, 'ana', 's', ?, 'x', ?, 0.5)",
+                    (n, f"u{n}", role, now))
+    for n, event in ((1, 2), (2, 4)):
+        con.execute("INSERT INTO facts (id, user_id, category, key, value, source, "
+                    "source_event_id, created_at, updated_at) "
+                    "VALUES (?, 'ana', 'fact', ?, 'v', 'agent', ?, ?, ?)",
+                    (n, f"k{n}", event, now, now))
+    assert [m[4:] for m in migrate(con)] == ["_provenance.sql"]
+    assert list(con.execute("SELECT role, origin, from_outside FROM events ORDER BY id")) == [
+        ("system", "task", 0), ("user", "typed", 0), ("assistant", "model", 0),
+        ("tool", "hilo_tool", 1)]
+    assert list(con.execute("SELECT key, from_outside FROM facts ORDER BY id")) == [
+        ("k1", 0), ("k2", 1)]

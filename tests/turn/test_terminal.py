@@ -331,6 +331,13 @@ def terminal(fake: FakeOllama, *commands: str) -> None:
                        for c in commands), "Done.")
 
 
+def at_once(fake: FakeOllama, *commands: str) -> None:
+    """Script the model: ask for every command in one reply (before it has read any
+    output: tests/turn/test_outside_content.py has what follows once it has), then answer."""
+    fake.script_chat(Reply(tool_calls=[{"name": "terminal", "arguments": {"command": c}}
+                                       for c in commands]), "Done.")
+
+
 def results(agent: Agent, **kwargs: Any) -> list[str]:
     outcome = agent.start_turn(USER, "s1", "go", **kwargs).run()
     return [e.content for e in outcome.tool_events]
@@ -384,7 +391,7 @@ def test_a_smuggled_command_is_asked_about_not_run_under_the_rule(service, fake_
 
 
 def test_an_untrusted_task_runs_only_what_a_rule_covers_and_asks_nobody(service, fake_ollama):
-    terminal(fake_ollama, "echo allowed", "printf refused")
+    at_once(fake_ollama, "echo allowed", "printf refused")
     assert results(Agent(service, surface="task")) == [
         "$ echo allowed\nallowed\n[exit status 0]",
         "error: not run: no allow rule covers `printf refused` and this task is not trusted; "
@@ -404,7 +411,7 @@ def test_a_prefix_from_before_rules_no_longer_runs_dangerous_options(cfg, fake_o
     (tmp_path / "notes.txt").write_text("notes\n")
     cfg = cfg.replace(tools={"terminal_allowed_prefixes": (prefix,)})
     with ChatService(cfg) as service:
-        terminal(fake_ollama, command)
+        at_once(fake_ollama, command)
         assert results(Agent(service, surface="task")) == [
             f"error: not run: `{command}`: {why}; no allow rule or trusted task runs that, "
             "only a person approving this very call in hilo chat"]
@@ -412,7 +419,7 @@ def test_a_prefix_from_before_rules_no_longer_runs_dangerous_options(cfg, fake_o
 
 
 def test_a_trusted_task_runs_any_command_the_refusals_leave(service, fake_ollama, tmp_path):
-    terminal(fake_ollama, "printf trusted", "echo hi; touch smuggled", "env sh -c 'touch pwned'")
+    at_once(fake_ollama, "printf trusted", "echo hi; touch smuggled", "env sh -c 'touch pwned'")
     assert results(Agent(service, surface="task"), trusted=True) == [
         "$ printf trusted\ntrusted\n[exit status 0]",
         "$ echo hi; touch smuggled\nhi; touch smuggled\n[exit status 0]",

@@ -46,6 +46,7 @@ class RecordedTurn:
     text: str
     client_system: str | None
     role: str = "user"
+    origin: str = "typed"
 
 
 class FakeChat:
@@ -60,8 +61,8 @@ class FakeChat:
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",
-                   trusted: bool = False) -> SimpleNamespace:
-        turn = RecordedTurn(user_id, session_id, text, client_system, role)
+                   origin: str = "typed", trusted: bool = False) -> SimpleNamespace:
+        turn = RecordedTurn(user_id, session_id, text, client_system, role, origin)
         with self._lock:
             self.turns.append(turn)
         if self.during_turn is not None:
@@ -109,6 +110,7 @@ def test_a_due_task_runs_in_its_own_session_and_moves_on(writer, config):
     [result] = run_due_tasks(config, writer, chat, at)
     assert (result.task_id, result.status, result.reply) == (task.id, "done", "done: what is on today?")
     assert chat.turns[0].session_id == f"task:{task.id}" and chat.turns[0].user_id == USER
+    assert (chat.turns[0].role, chat.turns[0].origin) == ("system", "task")
     after = get_task(reader(config), USER, task.id)
     assert after.last_run_at == "2026-11-30T08:00:05.000000Z"
     assert after.next_run_at == "2026-12-01T08:00:00.000000Z"

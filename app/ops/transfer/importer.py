@@ -164,6 +164,7 @@ class RecordImporter:
             tool_call_id=r.get("tool_call_id"), tool_name=r.get("tool_name"), tool_calls=tool_calls,
             created_at=record_time(r.get("created_at")),
             importance=None if r.get("importance") is None else unit_interval(r["importance"]),
+            origin="import",  # whatever it was where it came from: outside content here
         )
         prepared = dataclasses.replace(
             prepared, uuid=uuid, original_length=r.get("original_length") or prepared.original_length)
@@ -213,7 +214,8 @@ class RecordImporter:
                 importance=unit_interval(r.get("importance")),
                 access_count=int(r.get("access_count") or 0),
                 last_accessed_at=record_time(r.get("last_accessed_at")), created_at=created_at,
-                updated_at=record_time(r.get("updated_at")) or created_at), worker=WORKER)
+                updated_at=record_time(r.get("updated_at")) or created_at, from_outside=True),
+                worker=WORKER)
             if card_id is not None:
                 outcome = "added"
             else:

@@ -1,5 +1,6 @@
 """Memory tools: the model remembers, recalls, forgets and reads the profile through the
-same library calls as the user's own edits (app/memory, app/recall)."""
+same library calls as the user's own edits (app/memory, app/recall). What it writes while
+reading content from outside is marked so (DESIGN §9), like what the workers learn."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from app.memory import CATEGORIES, forget_fact, get_fact, list_profile, remember_fact, set_profile
 from app.recall.fusion import search_memory
-from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
+from app.turn.tools.registry import Tool, ToolContext, ToolFailed, ToolResult, schema
 
 RECALL_LIMIT = 5
 
@@ -17,21 +18,22 @@ def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
     category, key, value = args.get("category") or "fact", args["key"], args["value"]
     edited = ctx.service.edit(lambda con: remember_fact(
         con, ctx.user_id, category, key, value,
-        similarity=ctx.config.memory.dedupe_similarity))
+        similarity=ctx.config.memory.dedupe_similarity, from_outside=ctx.outside_content))
     if edited.fact is None:
         return f"not remembered ({edited.action}): the user asked to forget this before"
     fact = edited.fact
     return f"{edited.action}: fact #{fact.id} ({fact.category}) {fact.key}: {fact.value}"
 
 
-def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
+def recall(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
     limit = min(max(int(args.get("limit") or RECALL_LIMIT), 1), 50)
     hits = search_memory(ctx.service.reader(), ctx.user_id, args["query"], limit,
                          recall=ctx.service.recall, embedder=ctx.service.embedder)
     if not hits:
         return f"nothing in memory matches {args['query']!r}"
-    return "\n".join(json.dumps(hit.to_dict(bool(args.get("explain"))), ensure_ascii=False)
+    text = "\n".join(json.dumps(hit.to_dict(bool(args.get("explain"))), ensure_ascii=False)
                      for hit in hits)
+    return ToolResult(text, ok=True, from_outside=any(hit.from_outside for hit in hits))
 
 
 def forget(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -43,16 +45,18 @@ def forget(ctx: ToolContext, args: dict[str, Any]) -> str:
     return f"forgot fact #{fact_id} ({fact.category}) {fact.key}"
 
 
-def profile(ctx: ToolContext, args: dict[str, Any]) -> str:
+def profile(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
     key, value = args.get("key"), args.get("value")
     if (key is None) != (value is None):
         raise ToolFailed("to set a profile key give both key and value; give neither to read")
     if key is not None:
-        action = ctx.service.edit(lambda con: set_profile(con, ctx.user_id, key, value,
-                                                          source="user", worker="user"))
+        action = ctx.service.edit(lambda con: set_profile(
+            con, ctx.user_id, key, value, source="user", worker="user",
+            from_outside=ctx.outside_content))
         return f"{action}: {key.strip().casefold()}: {value.strip()}"
     entries = list_profile(ctx.service.reader(), ctx.user_id)
-    return "\n".join(f"{e.key}: {e.value}" for e in entries) or "the profile is empty"
+    return ToolResult("\n".join(f"{e.key}: {e.value}" for e in entries) or "the profile is empty",
+                      ok=True, from_outside=any(e.from_outside for e in entries))
 
 
 TOOLS = (

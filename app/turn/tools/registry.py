@@ -10,6 +10,16 @@ agent stores it as a `tool` event (sanitised there, like every event).
 Surfaces: "chat" (`hilo chat`, a person at the keyboard who can approve), "task" (a
 scheduled task run, unattended) and "http" (`hilo serve`'s chat, where the terminal is
 never offered).
+
+Outside content is data, not instructions (DESIGN §9): a call the model made while its
+context held content from outside (`ToolContext.outside_content`) carries no trust of
+the run (the agent drops a trusted task's) and acts — fetches a page, adds or changes a
+task — only on a fresh yes from the person at the terminal (`ToolContext.fresh_approval`,
+which those tools call); the terminal runs, as ever, what an allowed prefix covers or the
+person approves now, and nothing else. A result is itself from outside when its tool
+reads from outside (`Tool.reads_outside`: a command's output, a page), when the call was
+made reading outside content, or when the tool says so (a ToolResult: memory it read
+that was learned from outside).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ Surface = Literal["chat", "task", "http"]
 SURFACES: tuple[Surface, ...] = ("chat", "task", "http")
 Decision = Literal["once", "always", "deny"]
 ERROR_PREFIX = "error: "
+# What outside content is, as a refusal tells the model.
+OUTSIDE_KINDS = "a web page, a command's output, a client's or an imported text"
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
     "object": (dict,), "array": (list,)}
@@ -53,6 +65,11 @@ class Approver(Protocol):
         """Run a learned follow-up call without asking the model?"""
         ...
 
+    def approve_outside(self, action: str) -> bool:
+        """Do `action` ("fetch https://…", "add the task …"), asked for in a turn whose
+        context holds content from outside? A yes for this one call."""
+        ...
+
 
 @dataclass(frozen=True)
 class ToolContext:
@@ -67,6 +84,7 @@ class ToolContext:
     approver: Approver | None = None
     preapproved: bool = False  # the person already said yes to this very call (a macro)
     deadline: float | None = None  # time.monotonic() by which the turn should end
+    outside_content: bool = False  # the model made the call reading content from outside
 
     def seconds_left(self, wanted: float) -> float:
         """`wanted`, cut to what is left of the turn (but never under a second)."""
@@ -77,11 +95,25 @@ class ToolContext:
     def approved_call(self) -> ToolContext:
         return replace(self, preapproved=True)
 
+    def fresh_approval(self, action: str) -> None:
+        """A call made reading content from outside does `action` only on a fresh yes
+        from the person at the terminal, asked here: a no, or nobody to ask, raises
+        ToolFailed."""
+        if not self.outside_content or self.preapproved:
+            return
+        if self.approver is None:
+            raise ToolFailed(f"not run: {action} was asked for in a turn that read content "
+                             f"from outside ({OUTSIDE_KINDS}), and only a person at the "
+                             "terminal can approve that")
+        if not self.approver.approve_outside(action):
+            raise ToolFailed(f"not run: the user said no to {action}")
+
 
 @dataclass(frozen=True)
 class ToolResult:
     text: str
     ok: bool
+    from_outside: bool = False  # content from outside (module docstring)
 
 
 @dataclass(frozen=True)
@@ -89,8 +121,9 @@ class Tool:
     name: str
     description: str
     parameters: Mapping[str, Any]  # a JSON schema of an object
-    run: Callable[[ToolContext, dict[str, Any]], str]
+    run: Callable[[ToolContext, dict[str, Any]], str | ToolResult]
     surfaces: frozenset[str] = field(default_factory=lambda: frozenset(SURFACES))
+    reads_outside: bool = False  # its results come from outside Hilo (a command, a page)
 
     def spec(self) -> dict[str, Any]:
         """The description the chat APIs take (Ollama and OpenAI alike)."""
@@ -164,8 +197,8 @@ class Registry:
             if tool is None:
                 names = ", ".join(t.name for t in self.available(ctx.surface))
                 raise ToolFailed(f"there is no tool {name!r} here; the tools are: {names}")
-            text = tool.run(ctx, check_arguments(tool, arguments))
-            result = ToolResult(text, ok=True)
+            out = tool.run(ctx, check_arguments(tool, arguments))
+            result = out if isinstance(out, ToolResult) else ToolResult(out, ok=True)
         except HiloError as exc:
             result = ToolResult(ERROR_PREFIX + exc.message, ok=False)
         except Exception as exc:  # noqa: BLE001 — a broken tool is reported, not fatal
@@ -173,4 +206,5 @@ class Registry:
             result = ToolResult(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", ok=False)
         log.debug("tool.called", tool=name, surface=ctx.surface, ok=result.ok,
                  seconds=round(time.perf_counter() - started, 3))
-        return result
+        outside = ctx.outside_content or (tool is not None and tool.reads_outside)
+        return replace(result, from_outside=True) if outside else result

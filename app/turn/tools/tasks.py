@@ -1,6 +1,7 @@
 """Scheduled task tools: "remind me every Monday" from a chat, through app/tasks/store.py.
 Tasks the model adds are never trusted: their runs cannot use the terminal beyond the
-allowed prefixes until the user marks them trusted themselves."""
+allowed prefixes until the user marks them trusted themselves. Adding, pausing or removing
+one in a turn that read content from outside needs a fresh yes (registry.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def _ref(args: dict[str, Any]) -> int | str:
 
 
 def add(ctx: ToolContext, args: dict[str, Any]) -> str:
+    ctx.fresh_approval(f"add the task {args['prompt']!r} ({args['schedule']})")
     added = add_task(ctx.service.writer, ctx.config, args["schedule"], args["prompt"],
                      user_id=ctx.user_id, name=args.get("name"),
                      oneshot=bool(args.get("oneshot")), trusted=False)
@@ -31,11 +33,13 @@ def list_(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 def pause(ctx: ToolContext, args: dict[str, Any]) -> str:
+    ctx.fresh_approval(f"pause the task {_ref(args)!r}")
     task = pause_task(ctx.service.writer, ctx.user_id, _ref(args))
     return f"paused task #{task.id} {task.name!r}"
 
 
 def remove(ctx: ToolContext, args: dict[str, Any]) -> str:
+    ctx.fresh_approval(f"remove the task {_ref(args)!r}")
     task = remove_task(ctx.service.writer, ctx.user_id, _ref(args))
     return f"removed task #{task.id} {task.name!r}"
 

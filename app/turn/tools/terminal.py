@@ -10,7 +10,8 @@ metacharacter, or with an option `terminal_rules.refusal` refuses (`find -exec`,
 `hilo chat` asks the person (once / always — exactly this command — / deny; a refused
 command only once); a scheduled task runs it only when the user marked the task trusted
 and nothing in it is refused (with `terminal_shell` on, shell characters are); over HTTP
-the tool does not exist.
+the tool does not exist. A turn that read content from outside runs as untrusted
+(registry.py): only what an allow rule covers, or what the person approves now.
 
 Commands run without a shell (their words as argv) unless `[tools] terminal_shell`, in
 `[tools] terminal_workdir` (default: home), under bubblewrap (terminal_sandbox.py: no
@@ -38,7 +39,7 @@ import apsw
 
 from app.config import Config
 from app.timeutil import utc_now
-from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
+from app.turn.tools.registry import OUTSIDE_KINDS, Tool, ToolContext, ToolFailed, schema
 from app.turn.tools.terminal_rules import (
     AllowRule,
     InvalidRule,
@@ -258,6 +259,10 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     rules = allow_rules(ctx.service.reader(), ctx.config, ctx.user_id)
     covered = refused is None and matching_rule(command, rules, folder) is not None
     if not (covered or ctx.preapproved or (ctx.trusted and refused is None)):
+        if ctx.approver is None and ctx.outside_content:
+            raise ToolFailed(f"not run: no allow rule covers `{command}`, and this run read "
+                             f"content from outside ({OUTSIDE_KINDS}): only an allow rule or "
+                             "a person at the terminal can let it run")
         if ctx.approver is None:
             raise ToolFailed(not_run_reason(command, refused, ctx.trusted))
         rule = rule_to_store(command, folder)
@@ -308,4 +313,5 @@ TOOL = Tool(
            required=("command",)),
     terminal,
     surfaces=frozenset({"chat", "task"}),
+    reads_outside=True,
 )

@@ -7,7 +7,9 @@ and body (`web_timeout_seconds`, cut to what is left of the turn's `[tools]
 max_seconds`) — a page still arriving then, however slowly it drips, is cut: its
 socket is shut down under the read; and `web_max_bytes` of the body as decoded, read
 incrementally (gzip and deflate are decompressed here, a bounded piece at a time, so a
-small compressed body cannot inflate into memory).
+small compressed body cannot inflate into memory). A fetch asked for in a turn that read
+content from outside needs a fresh yes (registry.py): a URL can carry what the turn read
+to anyone.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def html_text(html: str) -> str:
 def fetch(ctx: ToolContext, args: dict[str, Any]) -> str:
     tools = ctx.config.tools
     url = args["url"].strip()
+    ctx.fresh_approval(f"fetch {url}")
     hosts = tools.web_allowed_hosts
     seconds = ctx.seconds_left(tools.web_timeout_seconds)
     deadline = _Deadline(time.monotonic() + seconds, seconds,
@@ -257,4 +260,5 @@ TOOL = Tool(
     schema({"url": {"type": "string", "description": "an http or https URL"}},
            required=("url",)),
     fetch,
+    reads_outside=True,
 )
