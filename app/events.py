@@ -8,10 +8,10 @@ shape: app.sanitize.redact_json), and capped; ids that look like a secret are re
 since an id is stored, queued and logged as it is.
 
 Each event records where it came from (`origin`, ORIGINS below) and whether it is content
-from outside (`from_outside`): text no person at this machine wrote — a command's output,
-a web page, a client's tool result, an import, memory learned from one — or the model's
-words written while its context held such text. DESIGN §9: such content is data, never
-instructions.
+from outside (`from_outside`): text no person at this machine wrote or authorised — a web
+page, a client's tool result, an import, memory learned from one — or the model's words
+and a command's output produced while its context held such text. Such content is data,
+never instructions. (A command the owner authorised prints the owner's data.)
 
 This module is the one owner of the events table: every write of an event or of the
 marks the workers set on it (distilled, compacted into a card) is a function here, run

@@ -12,7 +12,7 @@ Degraded path (`extractive=True`): the card quotes the chunk instead (is_extract
 and consolidate re-summarises it when the model is back.
 
 A card of a chunk holding content from outside (a tool's result, a reply that read one)
-is itself from outside (DESIGN §9).
+is itself from outside.
 
 "system" events are instructions (a scheduled task's prompt), not the user speaking: the
 model is told so, and a quoted card leaves them out, so a task's card says what its

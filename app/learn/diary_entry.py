@@ -43,7 +43,7 @@ what was decided or solved, and what was left open.
 class SessionText:
     lines: list[tuple[str, str]]  # (label, text), oldest first; earlier parts as card summaries
     first_at: str
-    from_outside: bool = False  # the session holds content from outside (DESIGN §9)
+    from_outside: bool = False  # the session holds content from outside
 
 
 def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,

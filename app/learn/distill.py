@@ -11,7 +11,7 @@ stored as "system", is what the task was told to do, not the user speaking, so i
 the context; what the run found — the reply and the tool results — is the source.
 
 What is learned from a turn whose sources (above) hold content from outside — a tool's
-result, a reply written reading one, an import — is from outside itself (DESIGN §9).
+result, a reply written reading one, an import — is from outside itself.
 
 Writes and the events' distilled_at mark share one transaction, and the write first
 re-checks which events are still undistilled, so a second run does nothing.

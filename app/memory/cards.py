@@ -48,7 +48,7 @@ class NewCard:
     last_accessed_at: str | None = None
     created_at: str | None = None
     updated_at: str | None = None  # None: created_at
-    from_outside: bool = False  # it summarises content from outside (DESIGN §9)
+    from_outside: bool = False  # it summarises content from outside
 
 
 def add_card(con: apsw.Connection, user_id: str, card: NewCard, *, worker: str,

@@ -19,7 +19,7 @@ class DiaryEntry:
     entry: str
     created_at: str
     is_extractive: bool = False
-    from_outside: bool = False  # its session held outside content (DESIGN §9)
+    from_outside: bool = False  # its session held outside content
 
 
 def add_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
@@ -61,7 +61,7 @@ def replace_extractive_diary(con: apsw.Connection, user_id: str, session_id: str
 def import_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
                        is_extractive: bool, created_at: str, worker: str) -> WriteAction:
     """Merge an entry from another memory, its date kept: the newer entry wins. What an
-    import brings is from outside (DESIGN §9)."""
+    import brings is from outside."""
     row = con.execute("SELECT entry, created_at FROM diary WHERE user_id = ? AND session_id = ?",
                       (user_id, session_id)).fetchone()
     if row is not None and (row[0] == entry or created_at < row[1]):

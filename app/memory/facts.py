@@ -276,7 +276,7 @@ def merge_facts(con: apsw.Connection, user_id: str, survivor_id: int, duplicate_
 
 def import_fact(con: apsw.Connection, user_id: str, record: FactRecord, *, worker: str) -> FactWrite:
     """Merge a fact from another memory, its dates kept; what an import brings is from
-    outside (DESIGN §9).
+    outside.
 
     The same row (category, key, time and value) → unchanged. Against the current fact
     of its key: a tombstone here wins ("tombstoned": an import never brings it back);

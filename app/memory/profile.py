@@ -111,7 +111,7 @@ def import_profile(
     worker: str,
 ) -> WriteAction:
     """Merge a key from another memory, its dates kept: the newer value (or deletion) wins.
-    What an import brings is from outside (DESIGN §9).
+    What an import brings is from outside.
 
     A key the user deleted here stays deleted. `key` and `value` arrive cleaned; the
     log is dated when the change happened, not when it was imported.

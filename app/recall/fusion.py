@@ -174,7 +174,7 @@ class SearchHit:
     text: str
     created_at: str
     candidate: Candidate
-    from_outside: bool = False  # content from outside, or learned from it (DESIGN §9)
+    from_outside: bool = False  # content from outside, or learned from it
 
     def to_dict(self, explain: bool = False) -> dict:
         hit = {"kind": self.kind, "id": self.id, "text": self.text, "created_at": self.created_at,

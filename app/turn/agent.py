@@ -13,12 +13,12 @@ call is proposed to the person (`hilo chat`) or run (a trusted scheduled task) w
 asking the model; it is stored as an assistant event whose call id starts "macro_".
 Each one is a model call saved (`AgentOutcome.macro_calls`).
 
-Outside content is data, not instructions (DESIGN §9). From the first step whose context
-holds content from outside (BuiltContext.outside_content: a page, a command's output, a
-client's tool result, an import, memory learned from one) or that reads such a result of
-this turn's own calls, the model's calls run with `ToolContext.outside_content`: acting
-needs a fresh yes from the person at the terminal, and a trusted task runs as untrusted
-(no macros, commands only under an allowed prefix). A macro's call follows from the call
+Outside content is data, not instructions. From the first step whose context
+holds content from outside (BuiltContext.outside_content: a page, a client's tool
+result, an import, memory learned from one) or that reads such a result of this turn's
+own calls, the model's calls run with `ToolContext.outside_content`: acting needs a fresh
+yes from the person at the terminal, and a trusted task runs as untrusted (no macros, no
+commands: nobody is there to say yes). A macro's call follows from the call
 that triggered it, and is as tainted as that one.
 Each result is stored with its origin: "hilo_tool_approved" when a person said yes to
 the call or it ran in a trusted run, else "hilo_tool"; macros learn only from the first.
@@ -89,8 +89,8 @@ class _Answers:
         self.approver = approver
         self.yes = False
 
-    def approve_command(self, command: str, prefix: str | None) -> Decision:
-        decision = self.approver.approve_command(command, prefix)
+    def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> Decision:
+        decision = self.approver.approve_command(command, rule, why_not_always)
         self.yes = decision != "deny"
         return decision
 
@@ -289,7 +289,7 @@ class AgentTurn:
 
     def _acting(self) -> ToolContext:
         """The context the model's calls run in: once it has read content from outside,
-        acting needs a fresh yes, and a trusted task's run is untrusted (DESIGN §9)."""
+        acting needs a fresh yes, and a trusted task's run is untrusted."""
         if not self._outside:
             return self.ctx
         return replace(self.ctx, outside_content=True, trusted=False)

@@ -306,7 +306,7 @@ class Turn:
                 self.outcome.user_event.user_id, self.outcome.user_event.session_id,
                 "assistant", text, tool_calls=tool_calls or None,
                 echoes_of=self._secrets_sent(), origin="model",
-                # Words written while reading outside content carry it on (DESIGN §9).
+                # Words written while reading outside content carry it on.
                 from_outside=self.outcome.context.outside_content)
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)

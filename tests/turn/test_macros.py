@@ -196,7 +196,7 @@ def test_the_chat_proposes_the_macro_and_runs_it_when_accepted(learned, start_ch
 class Approves:
     """A person who says yes to every command, and to acting on what a command printed."""
 
-    def approve_command(self, command: str, prefix: str | None) -> str:
+    def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> str:
         return "once"
 
     def confirm_macro(self, description: str) -> bool:

@@ -490,7 +490,7 @@ def test_prefixes_stored_before_rules_become_rules_that_cover_what_they_named(tm
     con.execute("INSERT INTO terminal_allowed_prefixes VALUES ('ana', 'git', 'then1'), "
                 "('ana', 'df -h', 'then2')")
 
-    assert "0013_terminal_allow_rules.sql" in db.migrate(con)
+    assert "0014_terminal_allow_rules.sql" in db.migrate(con)
 
     rules = allow_rules(con, cfg.replace(tools={"terminal_allow_rules": ()}), "ana")
     assert [r.text for r in rules] == ["git *", "df -h *"]

@@ -307,7 +307,7 @@ class RecordImporter:
             run_once_at=record_time(r.get("next_run_at")) if oneshot else None,
             created_at=record_time(r.get("created_at"))))
         if action == "insert" and r.get("is_trusted"):
-            # Trust is the owner's to give at this machine, never a file's (DESIGN.md §9).
+            # Trust is the owner's to give at this machine, never a file's.
             self.report.untrusted_tasks.append(f"#{task.id} {task.name}")
         return OUTCOMES.get(action, "unchanged")
 

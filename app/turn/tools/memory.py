@@ -1,6 +1,6 @@
 """Memory tools: the model remembers, recalls, forgets and reads the profile through the
 same library calls as the user's own edits (app/memory, app/recall). What it writes while
-reading content from outside is marked so (DESIGN §9), like what the workers learn."""
+reading content from outside is marked so, like what the workers learn."""
 
 from __future__ import annotations
 

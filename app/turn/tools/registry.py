@@ -11,15 +11,16 @@ Surfaces: "chat" (`hilo chat`, a person at the keyboard who can approve), "task"
 scheduled task run, unattended) and "http" (`hilo serve`'s chat, where the terminal is
 never offered).
 
-Outside content is data, not instructions (DESIGN §9): a call the model made while its
+Outside content is data, not instructions: a call the model made while its
 context held content from outside (`ToolContext.outside_content`) carries no trust of
 the run (the agent drops a trusted task's) and acts — fetches a page, adds or changes a
 task — only on a fresh yes from the person at the terminal (`ToolContext.fresh_approval`,
-which those tools call); the terminal runs, as ever, what an allowed prefix covers or the
-person approves now, and nothing else. A result is itself from outside when its tool
-reads from outside (`Tool.reads_outside`: a command's output, a page), when the call was
-made reading outside content, or when the tool says so (a ToolResult: memory it read
-that was learned from outside).
+which those tools call); the terminal then runs only what the person approves now (no
+allow rule applies). A result is itself from outside when its tool reads from outside
+(`Tool.reads_outside`: a page), when the call was made reading outside content, or when
+the tool says so (a ToolResult: memory it read that was learned from outside). A
+command's output is not, by itself: the command ran on the owner's authority (a rule
+they wrote, their yes, their trusted task) over their own machine.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SURFACES: tuple[Surface, ...] = ("chat", "task", "http")
 Decision = Literal["once", "always", "deny"]
 ERROR_PREFIX = "error: "
 # What outside content is, as a refusal tells the model.
-OUTSIDE_KINDS = "a web page, a command's output, a client's or an imported text"
+OUTSIDE_KINDS = "a web page, a client's or an imported text, or what was learned from them"
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
     "object": (dict,), "array": (list,)}
@@ -123,7 +124,7 @@ class Tool:
     parameters: Mapping[str, Any]  # a JSON schema of an object
     run: Callable[[ToolContext, dict[str, Any]], str | ToolResult]
     surfaces: frozenset[str] = field(default_factory=lambda: frozenset(SURFACES))
-    reads_outside: bool = False  # its results come from outside Hilo (a command, a page)
+    reads_outside: bool = False  # its results come from outside Hilo (a page)
 
     def spec(self) -> dict[str, Any]:
         """The description the chat APIs take (Ollama and OpenAI alike)."""

@@ -10,8 +10,9 @@ metacharacter, or with an option `terminal_rules.refusal` refuses (`find -exec`,
 `hilo chat` asks the person (once / always — exactly this command — / deny; a refused
 command only once); a scheduled task runs it only when the user marked the task trusted
 and nothing in it is refused (with `terminal_shell` on, shell characters are); over HTTP
-the tool does not exist. A turn that read content from outside runs as untrusted
-(registry.py): only what an allow rule covers, or what the person approves now.
+the tool does not exist. In a turn that read content from outside (registry.py) no rule
+or trust applies: only what the person approves now runs. A command's output is the
+owner's data (it ran on their authority), unless the command ran in such a turn.
 
 Commands run without a shell (their words as argv) unless `[tools] terminal_shell`, in
 `[tools] terminal_workdir` (default: home), under bubblewrap (terminal_sandbox.py: no
@@ -257,12 +258,15 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     if refused is None and tools.terminal_shell and has_metacharacters(command):
         refused = "through the shell its shell characters would run more than one command"
     rules = allow_rules(ctx.service.reader(), ctx.config, ctx.user_id)
-    covered = refused is None and matching_rule(command, rules, folder) is not None
+    # A turn that read outside content may be steered by it: no rule speaks for the
+    # person then, only their yes to this very call.
+    covered = (refused is None and not ctx.outside_content
+               and matching_rule(command, rules, folder) is not None)
     if not (covered or ctx.preapproved or (ctx.trusted and refused is None)):
-        if ctx.approver is None and ctx.outside_content:
-            raise ToolFailed(f"not run: no allow rule covers `{command}`, and this run read "
-                             f"content from outside ({OUTSIDE_KINDS}): only an allow rule or "
-                             "a person at the terminal can let it run")
+        if ctx.approver is None and ctx.outside_content and refused is None:
+            raise ToolFailed(f"not run: `{command}` was asked for in a run that read content "
+                             f"from outside ({OUTSIDE_KINDS}): no allow rule or trust covers "
+                             "it then, only a person at the terminal approving this very call")
         if ctx.approver is None:
             raise ToolFailed(not_run_reason(command, refused, ctx.trusted))
         rule = rule_to_store(command, folder)
@@ -313,5 +317,4 @@ TOOL = Tool(
            required=("command",)),
     terminal,
     surfaces=frozenset({"chat", "task"}),
-    reads_outside=True,
 )

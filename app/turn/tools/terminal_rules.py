@@ -10,7 +10,7 @@ quotes):
 
 Every other word is literal. A rule's first word is a program, never a placeholder.
 "Allow always" stores the command approved, whole (an exact rule). A prefix from
-before (`[tools] terminal_allowed_prefixes`, and the stored ones migrated in 0013) is
+before (`[tools] terminal_allowed_prefixes`, and the stored ones migrated in 0014) is
 the rule "PREFIX *": it covers what it named, word by word, as it did.
 
 Whatever a rule says, a command is covered only when it has no shell metacharacter and
