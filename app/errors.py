@@ -20,6 +20,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
             AccessError           app.access
             InvalidEvent          app.events
             InvalidMemory         app.memory.validation
+            InvalidRule           app.turn.tools.terminal_rules
             MalformedRequest      app.cli.queue
             ScheduleError         app.tasks.schedule
             SkippedFile           app.ops.transfer.files

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from app.errors import InvalidInput
+
 METACHARACTERS = re.compile(r"[;&|`$<>()\\\n\r\x00]")
 ANY_FURTHER = "*"
 PATH_IN_WORKDIR = "<path>"
@@ -53,7 +55,7 @@ def plain_words(command: str) -> list[str] | None:
 # -- allow rules --------------------------------------------------------------------------------
 
 
-class InvalidRule(ValueError):
+class InvalidRule(InvalidInput, ValueError):
     """A rule that does not read as one; the message says why."""
 
 
