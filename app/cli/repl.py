@@ -368,9 +368,10 @@ def run_command(repl: Repl, line: str) -> bool:
 class ReplApprover:
     """Answers the agent's questions by asking the person at the prompt."""
 
-    def __init__(self, repl: Repl, lines: LineInput) -> None:
-        self.repl = repl
+    def __init__(self, lines: LineInput,
+                 say: Callable[[str, str], None] = lambda text, style: None) -> None:
         self.lines = lines
+        self.say = say  # a line shown before a question (the REPL's own `say`)
 
     def approve_command(self, command: str, rule: str | None, why_not_always: str = "") -> Decision:
         if rule is None:
@@ -392,8 +393,8 @@ class ReplApprover:
         return answer in ("y", "yes")
 
     def approve_outside(self, action: str) -> bool:
-        self.repl.say(f"This turn read content from outside ({OUTSIDE_KINDS}): what the "
-                      "model asks for may come from it, not from you.", "yellow")
+        self.say(f"This turn read content from outside ({OUTSIDE_KINDS}): what the "
+                 "model asks for may come from it, not from you.", "yellow")
         answer = self.lines.ask(f"The model asks to {action}. Do it? [y/N]: ").lower()
         return answer in ("y", "yes")
 
@@ -529,7 +530,7 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
         service.warm_vectors()
         repl = Repl(service, out, user or config.memory.user_id, session or new_session_id())
         lines = LineInput(data_dir.repl_history, out, while_idle=repl.show_task_replies)
-        repl.agent = Agent(service, surface="chat", approver=ReplApprover(repl, lines))
+        repl.agent = Agent(service, surface="chat", approver=ReplApprover(lines, repl.say))
         greet(repl, resuming=session is not None)
         repl.show_task_replies(away=True)
         while True:

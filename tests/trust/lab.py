@@ -319,7 +319,7 @@ class Trial:
              shell: bool = False) -> AgentOutcome:
         """One turn of `hilo chat`: the REPL's agent, its approver asking `person`."""
         agent = Agent(self.service(allowed, shell), surface="chat",
-                      approver=ReplApprover(None, person))  # type: ignore[arg-type]
+                      approver=ReplApprover(person))
         return agent.start_turn(user or self.user, session, text).run()
 
     def own_task(self, prompt: str, *, trusted: bool, name: str | None = None) -> int:
