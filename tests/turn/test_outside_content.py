@@ -218,6 +218,18 @@ def test_recalling_memory_from_outside_taints_the_rest_of_the_turn(cfg, fake_oll
                        [(True, '{"kind": "fact", "id": 1'), (True, "error: not run: add the ")]]
 
 
+def test_a_tainted_turn_cannot_make_hilo_forget_what_the_user_said(cfg, fake_ollama, page):
+    with ChatService(cfg.replace(tools={"http": True})) as service:
+        service.edit(lambda con: remember_fact(con, USER, "fact", "allergy",
+                                               "the user is allergic to nuts"))
+        [fact] = list_facts(service.reader(), USER)
+        fake_ollama.script_chat(call("web_fetch", url=page), call("forget", fact_id=fact.id),
+                                "Done.")
+        outcome = Agent(service, surface="http").start_turn(USER, "s1", "what is new?").run()
+        assert outcome.tool_events[1].content.startswith(f"error: not run: forget fact #{fact.id}")
+        assert [f.key for f in list_facts(service.reader(), USER)] == ["allergy"]
+
+
 # -- a person at the terminal -------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ def recall(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
 
 def forget(ctx: ToolContext, args: dict[str, Any]) -> str:
     fact_id = args["fact_id"]
+    ctx.fresh_approval(f"forget fact #{fact_id}")  # a page must not erase what the user said
     fact = get_fact(ctx.service.reader(), ctx.user_id, fact_id)
     gone = ctx.service.edit(lambda con: forget_fact(con, ctx.user_id, fact_id, worker="user"))
     if fact is None or gone is None:
