@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from app.timeutil import parse_rfc3339
 
-if TYPE_CHECKING:  # annotations only: app.recall.fusion and app.tasks load the search and cron parsing
+# Annotations only: app.recall.fusion and app.tasks load the search and cron parsing.
+if TYPE_CHECKING:
     from app.turn.macros import Macro
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
     from app.recall.fusion import SearchHit

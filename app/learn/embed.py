@@ -24,7 +24,14 @@ from app.db import Durability, connect_readonly
 from app.model.embedders import Embedder, make_embedder
 from app.errors import Unavailable
 from app.log import get_logger
-from app.recall.vectors import Owner, count_pending, delete_other_models, pending_owners, store_error, store_vectors
+from app.recall.vectors import (
+    Owner,
+    count_pending,
+    delete_other_models,
+    pending_owners,
+    store_error,
+    store_vectors,
+)
 from app.writer import Writer
 
 log = get_logger(__name__)

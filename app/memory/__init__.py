@@ -101,6 +101,7 @@ __all__ = [
     "import_profile", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
     "list_sessions", "merge_facts", "profile_as_of", "remember_fact", "replace_extractive_card",
-    "replace_extractive_diary", "restore_user_facts", "session_exists", "set_profile", "similar_facts",
+    "replace_extractive_diary", "restore_user_facts", "session_exists", "set_profile",
+    "similar_facts",
     "store_fact", "upsert_fact", "write_diary_entry",
 ]

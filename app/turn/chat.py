@@ -24,7 +24,14 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
 
-from app.model.messages import ClientChat, ReplyRecord, SentChat, ToolSpec, events_as_messages, message_text
+from app.model.messages import (
+    ClientChat,
+    ReplyRecord,
+    SentChat,
+    ToolSpec,
+    events_as_messages,
+    message_text,
+)
 from app.config import Config
 from app.turn.context import (
     BuiltContext,
