@@ -22,7 +22,7 @@ import apsw
 import httpx
 import pytest
 
-from app.db import QUEUE_DB
+from app.db import MEMORY_DB, QUEUE_DB
 from app.sanitize import secret_kind
 from tests.fake_ollama import FakeOllama
 from tests.reliability.secrets_corpus import Planted, secrets
@@ -194,20 +194,39 @@ def _queue_empty(config) -> bool:
 
 
 class Haystack:
-    """Every byte Hilo wrote or sent, by where it was found."""
+    """Every byte Hilo wrote or sent, by where it was found.
+
+    A database's raw pages (its file and WAL) are searched for every secret but the short
+    ones: vectors and index b-trees hold four digits in a row by chance (CI once found a
+    PIN among them). What a database holds as text, every text cell of every table read
+    through SQLite with its WAL, is searched for every secret.
+    """
 
     def __init__(self) -> None:
         self.places: dict[str, bytes] = {}
+        self.raw_pages: set[str] = set()
 
     def add_tree(self, root: Path) -> None:
         for path in sorted(root.rglob("*")):
             if path.is_file():
                 self.places[str(path)] = path.read_bytes()
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and self.places[str(path)].startswith(b"SQLite format 3\0"):
+                self.raw_pages.update(str(path) + suffix for suffix in ("", "-wal", "-shm"))
+                self.places[f"{path} (its text cells)"] = _text_cells(path)
 
     def add(self, name: str, data: bytes) -> None:
         self.places[name] = data
 
-    def where(self, secret: str) -> list[str]:
+    def found(self, secret: str) -> list[tuple[str, bytes]]:
+        """Each place the secret is found, with the bytes around its first sighting there."""
+        short = len(secret) < WHOLE_WORD_BELOW
+        return [(place, data[max(0, at - 60):at + len(secret) + 60])
+                for place, data in self.places.items()
+                if not (short and place in self.raw_pages)
+                for at in [self._first(secret, data)] if at >= 0]
+
+    def _first(self, secret: str, data: bytes) -> int:
         needles = [secret.encode()]
         fragment = max(re.findall(r"[A-Za-z0-9]+", secret), key=len, default="")
         if len(fragment) >= FRAGMENT_CHARS:
@@ -215,9 +234,25 @@ class Haystack:
         if len(secret) < WHOLE_WORD_BELOW:
             word = re.compile(rb"(?<![A-Za-z0-9-])" + re.escape(secret.encode())
                               + rb"(?![A-Za-z0-9-])")
-            return [place for place, data in self.places.items() if word.search(data)]
-        return [place for place, data in self.places.items()
-                if any(needle in data for needle in needles)]
+            match = word.search(data)
+            return match.start() if match else -1
+        return min((at for at in (data.find(needle) for needle in needles) if at >= 0),
+                   default=-1)
+
+
+def _text_cells(path: Path) -> bytes:
+    """Every text value of every table in the database at `path`, a line each."""
+    con = apsw.Connection(f"file:{path}?mode=ro",
+                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        tables = [name for (name,) in con.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        cells = [str(value) for table in tables
+                 for row in con.execute(f'SELECT * FROM "{table}"')
+                 for value in row if isinstance(value, str)]
+    finally:
+        con.close()
+    return "\n".join(cells).encode()
 
 
 def what_hilo_sent(request: Any) -> Any:
@@ -260,9 +295,14 @@ def test_no_planted_secret_is_found_anywhere(hilo_processes, config, fake_ollama
         [(r.path, what_hilo_sent(r)) for r in fake_ollama.requests], ensure_ascii=False).encode())
     assert b"GET /memory/search" in haystack.places["serve.log"], "no access log to check"
     assert len(fake_ollama.bodies("/api/embed")) > 0, "no embeddings request to check"
+    memory_text = haystack.places[f"{config.data_dir / MEMORY_DB} (its text cells)"]
+    assert b"said 0" in memory_text, "the memory database's text was not read"
 
-    leaks = {p.name: haystack.where(p.value) for p in planted}
-    leaks = {name: places for name, places in leaks.items() if places}
+    sightings = {p.name: haystack.found(p.value) for p in planted}
+    leaks = {name: [place for place, _ in found] for name, found in sightings.items() if found}
     print(f"planted {len(planted)} secrets through {doors}; "
           f"searched {len(haystack.places)} files and streams; leaks: {leaks}")
+    for name, found in sightings.items():
+        for place, around in found:
+            print(f"{name} in {place}: {around!r}")
     assert leaks == {}
