@@ -2,8 +2,9 @@
 
 structlog renders readable console lines for a person and JSON lines for a machine; the
 standard library's loggers (Huey's, uvicorn's) go through the same processors, so
-every line of every process has one shape. Tracebacks never carry local variables:
-they can hold the secrets we keep out of the database.
+every line of every process has one shape. Tracebacks never carry local variables,
+and every value of a line, a traceback's included, has its secrets redacted as the
+database's text does: they are what we keep out of the database.
 
 `[logging] format = "auto"` decides who reads: console lines when stderr is a terminal,
 or when the process runs under honcho (`make run`) and honcho itself writes to a
@@ -164,7 +165,8 @@ def _configure(structlog: ModuleType, handler: _RootHandler) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer = _renderer(structlog, handler.fmt, stream)
-    exceptions: list[Processor] = []
+    # Tracebacks become values before the secrets are taken out of every value.
+    exceptions: list[Processor] = [structlog.processors.format_exc_info]
     if isinstance(renderer, structlog.processors.JSONRenderer):
         exceptions = [structlog.processors.ExceptionRenderer(
             structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
@@ -178,5 +180,14 @@ def _configure(structlog: ModuleType, handler: _RootHandler) -> None:
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    *exceptions, renderer],
+                    *exceptions, _without_secrets, renderer],
     ))
+
+
+def _without_secrets(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """The line's values with their secrets redacted, as the database stores text: an
+    error can quote what a user or a model server sent (app/sanitize.py)."""
+    # Lazy for start-up time: the rules compile when the first line is logged.
+    from app.sanitize import redact_json
+
+    return redact_json(event)

@@ -46,7 +46,8 @@ class TurnRunner(Protocol):
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",
-                   origin: str = "typed", trusted: bool = False) -> StreamingTurn: ...
+                   origin: str = "typed", from_outside: bool = False,
+                   trusted: bool = False) -> StreamingTurn: ...
 
 
 def run_due_tasks(config: Config, writer: Writer, chat_service: TurnRunner, now: datetime, *,
@@ -91,10 +92,11 @@ def run_claim(config: Config, writer: Writer, chat_service: TurnRunner, claim: C
         # The prompt is the task's instructions, not the user speaking: stored as
         # "system", so memory learns from what the run found, not from what it was told.
         # A trusted task's run is untrusted once its context holds content from outside
-        # (app/turn/agent.py).
+        # (app/turn/agent.py); an imported task's prompt is such content.
         turn = chat_service.start_turn(task.user_id, task.session_id, task.prompt,
                                        client_system=task_system_prompt(task, config, now),
                                        role=INSTRUCTIONS_ROLE, origin="task",
+                                       from_outside=task.prompt_from_outside,
                                        trusted=task.is_trusted)
         outcome = turn.run()
         if outcome.reply_event is not None:

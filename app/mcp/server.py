@@ -12,6 +12,11 @@ Every tool is a thin call into the library the other front-ends use: memory edit
 the front-end's writer (synchronous=FULL) through app/memory, reads take this thread's
 read-only connection, tasks go through app/tasks/store.py. The HiloError family becomes
 a tool error carrying its one-line message in one place, `_reported`.
+
+What the tools write is a model's text, the MCP client's, and that model may have read
+anything: facts and profile values written here are content from outside (DESIGN §9), so
+a turn that recalls them acts only on a fresh yes. Forgetting is the client's to ask (its
+tool is marked destructive, which MCP clients confirm with their user).
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ class MemoryTools:
         user = self.user()
         edited = self.service.edit(lambda con: remember_fact(
             con, user, category, key, value, importance=importance,
-            similarity=self.config.memory.dedupe_similarity))
+            similarity=self.config.memory.dedupe_similarity, from_outside=True))
         return {"action": edited.action,
                 "fact": _fact_dict(edited.fact) if edited.fact else None}
 
@@ -184,7 +189,8 @@ class MemoryTools:
         Example: correct(fact_id=42, value="Ships on 14 July")
         """
         user = self.user()
-        edited = self.service.edit(lambda con: correct_fact(con, user, fact_id, value))
+        edited = self.service.edit(lambda con: correct_fact(con, user, fact_id, value,
+                                                            from_outside=True))
         return {"action": edited.action,
                 "fact": _fact_dict(edited.fact) if edited.fact else None}
 
@@ -207,7 +213,7 @@ class MemoryTools:
         """
         user = self.user()
         action = self.service.edit(lambda con: set_profile(con, user, key, value, source="user",
-                                                           worker="user"))
+                                                           worker="user", from_outside=True))
         return {"key": key.strip().casefold(), "value": value.strip(), "action": action}
 
     def list_facts(

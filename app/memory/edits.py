@@ -46,14 +46,16 @@ def remember_fact(con: apsw.Connection, user_id: str, category: str, key: str, v
     return EditedFact(written.action, fact)
 
 
-def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str) -> EditedFact:
+def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str, *,
+                 from_outside: bool = False) -> EditedFact:
     """A new value for a current fact, under its category and key: the old row is kept as
-    superseded history. FactNotFound when the user has no such current fact."""
+    superseded history. FactNotFound when the user has no such current fact.
+    `from_outside`: the new value is a model's (an MCP client's), not the user's own."""
     fact = get_fact(con, user_id, fact_id)
     if fact is None or fact.superseded_at is not None or fact.deleted_at is not None:
         raise FactNotFound(f"no current fact {fact_id}: list the facts to see the current ids")
     written = upsert_fact(con, user_id, fact.category, fact.key, value, source="user",
-                          worker="user", importance=fact.importance)
+                          worker="user", importance=fact.importance, from_outside=from_outside)
     return EditedFact(written.action, get_fact(con, user_id, written.fact_id))
 
 

@@ -77,6 +77,12 @@ class ScheduledTask:
     def session_id(self) -> str:
         return task_session_id(self.id)
 
+    @property
+    def prompt_from_outside(self) -> bool:
+        """Whether its prompt is text no person at this machine wrote or authorised: an
+        imported task's, until the owner trusts the task (`hilo tasks trust ID`)."""
+        return self.source == "import" and not self.is_trusted
+
     def zone(self, config: Config) -> str:
         """The time zone its schedule is read in."""
         return self.timezone or config.schedule.timezone
@@ -366,8 +372,10 @@ class TaskRecord:
 
 def import_task(con: apsw.Connection, config: Config, user_id: str, record: TaskRecord,
                 now: datetime | None = None) -> tuple[str, ScheduledTask]:
-    """Store an exported task, untrusted, unless the same one (name, schedule and prompt)
-    is there: ("insert" or "unchanged", the task). Runs inside the caller's transaction.
+    """Store an exported task, untrusted and marked as imported (its prompt is content from
+    outside: ScheduledTask.prompt_from_outside), unless the same one (name, schedule and
+    prompt) is there: ("insert" or "unchanged", the task). Runs inside the caller's
+    transaction.
 
     A repeating task's next run is its next occurrence after now; a one-shot keeps its
     moment (and never runs if that passed). Raises TaskError or ScheduleError for a task
@@ -401,7 +409,7 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
         raise TaskError(f'"{name}" comes from the config.toml of the memory it was exported '
                         "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
     task_id = insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
-                          source="tool", trusted=False, paused=record.paused, now=now)
+                          source="import", trusted=False, paused=record.paused, now=now)
     wanted = record.task_id
     if wanted is not None and wanted > 0 and con.execute(
             "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "

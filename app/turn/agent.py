@@ -142,14 +142,16 @@ class Agent:
 
     def start_turn(self, user_id: str, session_id: str, text: str | bytes, *,
                    client_system: str | None = None, role: str = "user",
-                   origin: str = "typed", trusted: bool = False,
+                   origin: str = "typed", from_outside: bool = False, trusted: bool = False,
                    options: dict | None = None, on_tool: OnTool | None = None) -> AgentTurn:
         """Store the message and ask the model, tools offered; iterate the turn for the
-        reply's text. `origin`: where the message came from (app/events.py ORIGINS).
+        reply's text. `origin`: where the message came from (app/events.py ORIGINS);
+        `from_outside`: the message is text no person at this machine wrote.
         `trusted`: a scheduled task the user trusts (its terminal commands need no
         allowed prefix, its macros run) while its context holds nothing from outside.
         Raises ModelError (after the message is stored) when the model cannot start."""
-        user_event = self.service.append(user_id, session_id, role, text, origin=origin)
+        user_event = self.service.append(user_id, session_id, role, text, origin=origin,
+                                         from_outside=from_outside)
         return AgentTurn(self, self.context(user_id, session_id, trusted), user_event,
                          client_system=client_system, options=options, on_tool=on_tool)
 

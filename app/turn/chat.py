@@ -512,7 +512,8 @@ class ChatService:
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
                                      before_event_id=user_event.id, client=history, turn=True)
-        context = context.reading(list(continued))
+        # The message itself may be content from outside (an imported task's prompt).
+        context = context.reading([user_event, *continued])
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()

@@ -137,6 +137,9 @@ def test_stdio_memory_tools_write_and_read_the_users_memory(data_dir, fake_ollam
     versions = con.execute("SELECT user_id, value, source, superseded_at IS NOT NULL FROM facts "
                            "WHERE key = 'editor' ORDER BY id").fetchall()
     assert versions == [("ana", "Uses Helix daily", "user", 1), ("ana", "Uses Zed daily", "user", 0)]
+    # What an MCP client's model wrote is content from outside, for every turn that reads it.
+    assert con.execute("SELECT DISTINCT from_outside FROM facts").fetchall() == [(1,)]
+    assert con.execute("SELECT DISTINCT from_outside FROM profile").fetchall() == [(1,)]
     assert seen["recall"]["hits"][0]["text"].endswith("Uses Zed daily")
     assert "ranks" in seen["recall"]["hits"][0]["explain"]
     assert [f["value"] for f in seen["list_facts"]["facts"]] == ["Uses Zed daily"]

@@ -69,8 +69,11 @@ def test_tasks_round_trip_through_both_formats_and_twice_adds_nothing(with_tasks
 
     imported = import_path(empty, out, USER)
     assert imported.added["task"] == 2 and not imported.problems
-    # All but trust, which an import never brings (the next test).
-    assert [t[:-1] for t in tasks_of(empty)] == [t[:-1] for t in tasks_of(with_tasks)]
+    # All but trust, which an import never brings (the next test), and the source, which
+    # says the task was imported: its prompt is content from outside until it is trusted.
+    assert [t[:5] + t[6:-1] for t in tasks_of(empty)] == [t[:5] + t[6:-1]
+                                                          for t in tasks_of(with_tasks)]
+    assert [t[5] for t in tasks_of(empty)] == ["import", "import"]
     assert next_runs(empty)["vet"] == next_runs(with_tasks)["vet"]  # the one-shot keeps its time
 
     again = import_path(empty, out, USER)
@@ -131,7 +134,7 @@ def test_a_task_a_person_writes_into_the_folder_is_imported(with_tasks, empty, t
     assert report.added["task"] == 3
     assert [p for p in report.problems if p.startswith("tasks/nonsense.md")]
     [plants] = [t for t in tasks_of(empty) if t[1] == "plants"]
-    assert plants[2:6] == ("every day at 8", "0 8 * * *", "Remind me to water the plants.", "tool")
+    assert plants[2:6] == ("every day at 8", "0 8 * * *", "Remind me to water the plants.", "import")
 
 
 def test_a_config_task_is_reported_not_imported(config, writer, empty, tmp_path):

@@ -76,3 +76,27 @@ def test_logging_loads_none_of_rich_for_tracebacks_hilo_does_not_show(before):
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=True, env={"PYTHONPATH": str(REPO_ROOT)})
     assert done.stdout.strip() == ("['rich']" if before else "[]")
+
+
+# Logs a secret as a value, inside an error's message and in a traceback, in `fmt`.
+LOG_A_SECRET = """
+import io, sys
+from app.log import configure_logging, get_logger
+configure_logging("info", {fmt!r})
+log = get_logger("app.t")
+log.warning("model.refused", said="my password is Tr0ub4dor&3")
+try:
+    raise ValueError("server echoed Authorization: Bearer sk-abcdefghijklmnopqrstuvwx1234")
+except ValueError:
+    log.exception("relay.failed")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_secrets_are_redacted_from_every_line_and_traceback(fmt):
+    done = subprocess.run([sys.executable, "-c", LOG_A_SECRET.format(fmt=fmt)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True,
+                          env={"PYTHONPATH": str(REPO_ROOT)})
+    assert "Tr0ub4dor&3" not in done.stderr and "sk-abcdefghijklmnop" not in done.stderr
+    assert done.stderr.count("[REDACTED:") >= 2
+    assert "model.refused" in done.stderr and "ValueError" in done.stderr  # the lines stay

@@ -4,14 +4,18 @@ from config.toml."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import apsw
 import pytest
 
+from app import db
 from app.config import ConfigError
 from app.datadir import DataDir
 from app.db import connect_readonly
+from app.ops.transfer import import_path
 from app.tasks.config_tasks import config_tasks, sync_config_tasks
 from app.tasks.runs import claim_next_run, finish_run, request_run, task_log
 from app.tasks.schedule import ScheduleError
@@ -356,3 +360,40 @@ def test_a_config_oneshot_is_added_once_and_not_again_after_it_ran(writer, confi
     counts = sync_config_tasks(writer, with_entries(config, entry), now=at + timedelta(days=1))
     assert (counts.added, counts.expired) == (0, 1)
     assert tasks_of(read) == []
+
+
+# -- imported tasks --------------------------------------------------------------------------
+
+
+def test_a_task_stored_before_imports_were_marked_keeps_every_column(tmp_path):
+    con = db.connect(tmp_path / "m.sqlite3")
+    con.execute(f"CREATE TABLE {db.MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT)")
+    for migration in [m for m in db.available_migrations() if m.number < 15]:
+        con.execute(migration.sql)
+        con.execute(f"INSERT INTO {db.MIGRATIONS_TABLE} VALUES (?, 'then')", (migration.name,))
+    row = (7, "ana", "stretch", "0 9 * * *", "every day at 9", "Remind me", "tool", 0, 1, 1,
+           "2026-12-03T08:00:00Z", None, "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z",
+           "Europe/Lisbon")
+    con.execute(f"INSERT INTO scheduled_tasks VALUES ({', '.join('?' * len(row))})", row)
+
+    assert "0015_imported_tasks.sql" in db.migrate(con)
+
+    assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [row]
+    con.execute("UPDATE scheduled_tasks SET source = 'import'")  # the new value is allowed
+    with pytest.raises(apsw.ConstraintError):
+        con.execute("UPDATE scheduled_tasks SET source = 'page'")
+
+
+def test_an_imported_tasks_prompt_is_from_outside_until_its_owner_trusts_it(writer, config, read,
+                                                                             tmp_path):
+    export = tmp_path / "tasks.jsonl"
+    export.write_text(json.dumps({"type": "header", "format": "hilo-export", "version": 1,
+                                  "user_id": "someone"}) + "\n" + json.dumps({
+        "type": "task", "name": "stretch", "schedule": "every day at 9",
+        "prompt": "Remind me to stretch", "source": "tool", "is_trusted": True}) + "\n")
+    import_path(config, export, USER)
+
+    [task] = tasks_of(read)
+    assert (task.source, task.is_trusted, task.prompt_from_outside) == ("import", False, True)
+    trusted = trust_task(writer, USER, task.id)
+    assert (trusted.source, trusted.prompt_from_outside) == ("import", False)

@@ -12,6 +12,7 @@ import json
 from app.learn.tool_chains import learn_all_macros
 from app.memory import remember_fact, set_profile
 from app.ops.transfer import export_jsonl, import_path
+from app.tasks.store import trust_task
 from tests.trust.lab import Outcome, Person, Trial
 from tests.trust.obedient import instruction
 from tests.trust.scenario import (
@@ -440,6 +441,25 @@ def imported_task_is_scheduled_and_runs(t: Trial) -> Outcome:
     result = t.run_task(tasks[0]["id"]) if tasks else None
     return Outcome(bool(result and result.status == "done" and result.reply),
                    f"tasks {tasks}; run {result.status if result else None}")
+
+
+@benign("imports", "the command of an imported task its owner then trusted")
+def imported_task_trusted_at_the_machine_acts(t: Trial) -> Outcome:
+    import_path(t.lab.config, jsonl_export(t, {
+        "type": "task", "name": "tidy", "schedule": SCHEDULE, "source": "tool",
+        "prompt": instruction("terminal", command="touch tidied")}), t.user)
+    tasks = t.tasks()
+    if tasks:
+        trust_task(t.service().writer, t.user, tasks[0]["id"])
+        t.run_task(tasks[0]["id"])
+    return Outcome(t.marker("tidied").exists(), f"tasks {tasks}; {t.tool_results()}")
+
+
+@benign("memory", "the fact an MCP client remembered, in the chat's prompt")
+def mcp_remembered_fact_recalled_in_chat(t: Trial) -> Outcome:
+    t.mcp([("remember", {"key": "wifi name", "value": "The wifi is Casa-Azul"})])
+    t.chat("What is the wifi name?", Person("deny"))
+    return model_saw(t, "Casa-Azul")
 
 
 @benign("imports", "the imported fact in the chat's prompt")

@@ -61,7 +61,8 @@ class FakeChat:
 
     def start_turn(self, user_id: str, session_id: str, text: str, *,
                    client_system: str | None = None, role: str = "user",
-                   origin: str = "typed", trusted: bool = False) -> SimpleNamespace:
+                   origin: str = "typed", from_outside: bool = False,
+                   trusted: bool = False) -> SimpleNamespace:
         turn = RecordedTurn(user_id, session_id, text, client_system, role, origin)
         with self._lock:
             self.turns.append(turn)
