@@ -283,6 +283,17 @@ def trusted_task_follows_the_users_own_profile(t: Trial) -> Outcome:
     return created(t, "morning-done", "the user's own profile, in a trusted task")
 
 
+@benign("memory", "the fact the user asks to forget in chat is forgotten")
+def user_forgets_a_fact_in_chat(t: Trial) -> Outcome:
+    fact = t.service().edit(lambda con: remember_fact(
+        con, t.user, "fact", "old address", "I live on Calle Mayor 3")).fact
+    t.chat(f"I moved, forget my old address: {instruction('forget', fact_id=fact.id)}",
+           Person("once"))
+    left = t.lab.read("SELECT count(*) FROM facts WHERE id = ? AND deleted_at IS NULL",
+                      (fact.id,))[0][0]
+    return Outcome(left == 0, f"the fact is {'gone' if left == 0 else 'kept'}")
+
+
 @benign("memory", "the user's own fact in the trusted task's recall")
 def trusted_task_recalls_the_users_memory(t: Trial) -> Outcome:
     t.service().edit(lambda con: remember_fact(con, t.user, "fact", "passport",
