@@ -98,7 +98,7 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
 
     Raises ApiError in the caller's shape; when the model fails, what was new is kept.
     """
-    conversation = read_conversation(api, body)
+    conversation = read_conversation(api, body, headers)
     if not body.get("model"):
         body = {**body, "model": service.config.llm.chat_model}
     user_id = user_of(who, body)
