@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
 from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.fake_ollama import Fault
 
 USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
                 "X-OpenWebUI-User-Email": "ana@example.com", "X-OpenWebUI-User-Role": "user"}
@@ -131,3 +134,27 @@ def test_two_chats_with_the_same_opening_never_merge(hilo: HiloServer) -> None:
     assert "twenty guests" in party[0] and "rent is 900" in budget[0]
     assert not set(party[0]) & {"help me with my budget", "rent is 900"}
     assert "Joana" not in str(said_to_model(hilo))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unknown_model_is_the_model_servers_own_404(hilo: HiloServer, stream: bool) -> None:
+    response = hilo.client().post("/api/chat", headers=USER_HEADERS, json={
+        "model": "nope:1b", "messages": [user("hi")], "stream": stream})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": 'model "nope:1b" not found, try pulling it first'}
+    assert "ollama pull nope:1b" in response.headers["X-Hilo-Hint"]
+
+
+def test_a_model_servers_failure_is_its_own_status_and_text_the_message_kept(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_error(500, "llama runner process has terminated"))
+
+    response = hilo.client().post("/v1/chat/completions", headers={
+        **USER_HEADERS, "X-OpenWebUI-Chat-Id": "chat-1"}, json={
+        "model": MODEL, "messages": [user("hi")]})
+
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == "llama runner process has terminated"
+    assert "kept your message" in response.headers["X-Hilo-Hint"]
+    assert hilo.events("chat-1") == [("user", "hi")]
