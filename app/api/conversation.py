@@ -19,9 +19,9 @@ The client's history wins. A request's messages are the conversation the model s
   stored as the events of its parts, and the client's one message joining them is
   those events, not a new one.
 - A request with a single message gets the session's stored window before it; it is a
-  resend when it repeats the session's last user (or tool) message. Not from Open
-  WebUI (a request naming its chat): it always sends the whole branch, so its single
-  message is a chat whose first message was edited, and is matched as above.
+  resend when it repeats the session's last user (or tool) message. Except Open
+  WebUI's (a request naming its chat): it always sends the whole branch, so its single
+  message is a new chat or one whose first message was edited, matched as above.
 
 Messages are compared as Hilo stores them (sanitised, an interrupted reply without its
 marker, tool calls by name and arguments). A stored user message that is the client's
@@ -93,8 +93,9 @@ class Conversation:
         return message_text(users[-1] if users else self.turns[-1])
 
     def client_chat(self, body: Mapping[str, Any]) -> ClientChat:
-        """The request to relay: its whole history; or, for a single message, its
-        system messages and that message, with the stored window before it."""
+        """The request to relay: its whole history; or, for a single message from a
+        client that sends only its last, its system messages and that message, with the
+        stored window before it."""
         if len(self.turns) > 1 or self.whole:
             return ClientChat(self.api, body, self.messages, False, self.query)
         last = self.turns[-1]
@@ -211,10 +212,12 @@ def matched_prefix(keys: list[Key], stored: list[Event]) -> tuple[int, Event | N
     if first is not None:
         end, last = 1, first[1]
     else:
-        end, last = next(((i + 1, found) for i, key in enumerate(keys)
-                          if (found := _stored_as(stored_keys, 0, key)) is not None), (0, -1))
-        if not end:
+        # The client's setup (few-shot examples) may stand before the session's first event.
+        opening = next(((i, found) for i, key in enumerate(keys)
+                        if (found := _stored_as(stored_keys, 0, key)) is not None), None)
+        if opening is None:
             return 0, None
+        end, last = opening[0] + 1, opening[1]
     anchor, after = stored[last], last + 1
     for key in keys[end:]:
         found = _next_stored(stored_keys, after, key)
