@@ -300,16 +300,10 @@ class WriterConfig(ReadOnly):
     max_batch: int = setting(512, between(1, 100_000))
 
 
-# Open WebUI's background requests, as its default task prompts open: a chat title,
-# tags, follow-up questions, search queries, autocompletion, an image prompt, an emoji,
-# the choice of a tool, merging several models' answers.
+# Open WebUI's background requests that are not "### Task:" prompts (those are known by
+# their structure: app/api/housekeeping.py): an emoji, the choice of a tool, merging
+# several models' answers, as its default prompts open (the same in 0.6.43 and 0.12.4).
 OPEN_WEBUI_HOUSEKEEPING = (
-    r"\A\s*### Task:\s*(Generate|Create) a concise\b[^\n]*\btitle",
-    r"\A\s*### Task:\s*Generate 1-3 broad tags",
-    r"\A\s*### Task:\s*Suggest 3-5 relevant follow-up questions",
-    r"\A\s*### Task:\s*Analyze the chat history to determine the necessity of generating search queries",
-    r"\A\s*### Task:\s*You are an autocompletion system",
-    r"\A\s*### Task:\s*Generate a detailed prompt for a[mn]? image generation task",
     r"\A\s*Your task is to reflect the speaker's likely facial expression through a fitting emoji",
     r"(?s)\A\s*Available Tools:.*Your task is to choose and return the correct tool\(s\)",
     r"\A\s*You have been provided with a set of responses from various models",

@@ -4,18 +4,24 @@ The client's history wins. A request's messages are the conversation the model s
 (with Hilo's memory added); Hilo stores only what it has not stored yet:
 
 - The session's stored events are matched, in order, against the request's
-  conversation (its user, assistant and tool messages): from the message that is the
-  session's first event, each next message must be a later stored event — branches the
-  client abandoned (an edited message, a regenerated reply) are stepped over, never
-  sent again. What follows the last matched message is new, and stored.
-- When the session's first event is not in the request at all — a new session, or
-  another conversation under the same session id — only the request's last user
-  message and what follows it are new: the earlier messages are the client's setup
-  (few-shot examples, a history from elsewhere), not something the user said here.
+  conversation (its user, assistant and tool messages): from its first message, when
+  that is stored anywhere in the session (a chat whose first message was edited starts
+  mid-session), else from the message that is the session's first event, each next
+  message must be a later stored event — branches the client abandoned (an edited
+  message, a regenerated reply) are stepped over, never sent again. What follows the
+  last matched message is new, and stored.
+- When neither is there — a new session, or another conversation under the same
+  session id — only the request's last user message and what follows it are new: the
+  earlier messages are the client's setup (few-shot examples, a history from
+  elsewhere), not something the user said here.
 - A request whose last message is already stored (a retry, a regenerate, Open WebUI's
-  "continue") stores nothing and is answered again.
-- A request with a single message gets the session's stored window before it, as
-  before; it is a resend when it repeats the session's last user (or tool) message.
+  "Continue Response") stores nothing and is answered again. A continued reply is
+  stored as the events of its parts, and the client's one message joining them is
+  those events, not a new one.
+- A request with a single message gets the session's stored window before it; it is a
+  resend when it repeats the session's last user (or tool) message. Except Open
+  WebUI's (a request naming its chat): it always sends the whole branch, so its single
+  message is a new chat or one whose first message was edited, matched as above.
 
 Messages are compared as Hilo stores them (sanitised, an interrupted reply without its
 marker, tool calls by name and arguments). A stored user message that is the client's
@@ -25,10 +31,12 @@ request, and sends it plain in later histories.
 
 The session: `X-Hilo-Session`, else Open WebUI's chat id (`X-OpenWebUI-Chat-Id`, sent
 when Open WebUI runs with ENABLE_FORWARD_USER_INFO_HEADERS), else the history itself —
-the request continues the session whose stored events match most of it, provided
-nothing the client has as a reply is missing from that session. A one-message request
-with no id, or one no session matches, starts a new session: two chats that open with
-the same words stay apart.
+the request continues the session whose stored events reach furthest into it, provided
+nothing the client has as a reply is missing from that session. Hilo never guesses:
+when two sessions reach equally far (two chats that opened with the same words and got
+the same reply), the request starts a new session, which its later requests then
+reach furthest. A one-message request with no id, or one no session matches, starts a
+new session: two chats that open with the same words stay apart.
 """
 
 from __future__ import annotations
@@ -70,11 +78,13 @@ CANDIDATE_OPENINGS = 32
 @dataclass(frozen=True)
 class Conversation:
     """A chat request's messages: all of them as sent, and its turns — the user,
-    assistant and tool messages, in order."""
+    assistant and tool messages, in order. `whole`: the client sends its whole branch
+    on every request (Open WebUI), even when that is a single message."""
 
     api: str
     messages: list[dict[str, Any]]
     turns: list[dict[str, Any]]
+    whole: bool = False
 
     @property
     def query(self) -> str:
@@ -83,16 +93,18 @@ class Conversation:
         return message_text(users[-1] if users else self.turns[-1])
 
     def client_chat(self, body: Mapping[str, Any]) -> ClientChat:
-        """The request to relay: its whole history; or, for a single message, its
-        system messages and that message, with the stored window before it."""
-        if len(self.turns) > 1:
+        """The request to relay: its whole history; or, for a single message from a
+        client that sends only its last, its system messages and that message, with the
+        stored window before it."""
+        if len(self.turns) > 1 or self.whole:
             return ClientChat(self.api, body, self.messages, False, self.query)
         last = self.turns[-1]
         kept = [m for m in self.messages if m is last or not is_conversation(m)]
         return ClientChat(self.api, body, kept, True, self.query)
 
 
-def read_conversation(api: str, body: Mapping[str, Any]) -> Conversation:
+def read_conversation(api: str, body: Mapping[str, Any],
+                      headers: Mapping[str, str]) -> Conversation:
     """The request's messages, checked only as far as Hilo must read them."""
     messages = body.get("messages")
     if messages is None:
@@ -104,7 +116,8 @@ def read_conversation(api: str, body: Mapping[str, Any]) -> Conversation:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(422, f"invalid request: messages.{index}: expected an object with "
                            "a \"role\"", "invalid_request")
-    return Conversation(api, messages, [m for m in messages if is_conversation(m)])
+    return Conversation(api, messages, [m for m in messages if is_conversation(m)],
+                        whole=OPEN_WEBUI_CHAT_HEADER in headers)
 
 
 # -- matching the stored events ------------------------------------------------------------
@@ -154,25 +167,63 @@ def message_keys(config: Config, user_id: str, messages: list[dict[str, Any]]) -
     return [_prepared_key(_as_stored(config, user_id, m)) for m in messages]
 
 
+def _stored_as(stored_keys: list[Key], at: int, said: Key) -> int | None:
+    """The last of the stored events from `at` on that are the client's message `said`:
+    `at` itself, or for a reply that was continued ("Continue Response"), the events of
+    its parts, which the client shows joined as one message. None: not this message."""
+    if same_message(stored_keys[at], said):
+        return at
+    role, text, calls = said
+    if role != "assistant" or calls:
+        return None
+    wanted, joined = _squash(text), ""
+    for index in range(at, len(stored_keys)):
+        part_role, part, part_calls = stored_keys[index]
+        if part_role != "assistant" or part_calls:
+            return None
+        joined += part
+        if _squash(joined) == wanted:
+            return index if index > at else None
+        if not wanted.startswith(_squash(joined)):
+            return None
+    return None
+
+
+def _next_stored(stored_keys: list[Key], after: int, said: Key) -> tuple[int, int] | None:
+    """The first stored event from `after` on that starts the client's message `said`,
+    and the last event it spans."""
+    for at in range(after, len(stored_keys)):
+        last = _stored_as(stored_keys, at, said)
+        if last is not None:
+            return at, last
+    return None
+
+
 def matched_prefix(keys: list[Key], stored: list[Event]) -> tuple[int, Event | None]:
     """How far into the request the session's stored events reach — the index of the
     first new message — and the stored event of the message before it.
 
-    (0, None) when the session's first event is not among the request's messages.
+    (0, None) when the match has nowhere to start (module docstring).
     """
-    if not stored:
+    if not stored or not keys:
         return 0, None
     stored_keys = [event_key(e) for e in stored]
-    start = next((i for i, key in enumerate(keys) if same_message(stored_keys[0], key)), None)
-    if start is None:
-        return 0, None
-    end, anchor, after = start + 1, stored[0], 1
-    for key in keys[start + 1:]:
-        found = next((j for j in range(after, len(stored))
-                      if same_message(stored_keys[j], key)), None)
+    first = _next_stored(stored_keys, 0, keys[0])
+    if first is not None:
+        end, last = 1, first[1]
+    else:
+        # The client's setup (few-shot examples) may stand before the session's first event.
+        opening = next(((i, found) for i, key in enumerate(keys)
+                        if (found := _stored_as(stored_keys, 0, key)) is not None), None)
+        if opening is None:
+            return 0, None
+        end, last = opening[0] + 1, opening[1]
+    anchor, after = stored[last], last + 1
+    for key in keys[end:]:
+        found = _next_stored(stored_keys, after, key)
         if found is None:
             break
-        end, anchor, after = end + 1, stored[found], found + 1
+        end, anchor, after = end + 1, stored[found[1]], found[1] + 1
     return end, anchor
 
 
@@ -192,7 +243,7 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     stored = [e for e in session_events(service.reader(), user_id, session_id)
               if e.role in ("user", "assistant", "tool")]
     keys = message_keys(service.config, user_id, turns)
-    if len(turns) == 1:
+    if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
             return Unstored(None, inputs[-1])
@@ -251,7 +302,7 @@ def continued_session(service: ChatService, user_id: str,
     openings = sorted({p.content for p in prepared[:CANDIDATE_OPENINGS]})
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
-    best, best_end = None, 0
+    best, best_end, tied = None, 0, False
     for session_id in (c for c in candidates if not is_task_session(c)):
         stored = [e for e in session_events(con, user_id, session_id)
                   if e.role in ("user", "assistant", "tool")]
@@ -260,5 +311,8 @@ def continued_session(service: ChatService, user_id: str,
         if any(m.get("role") == "assistant" for m in turns[end:]):
             continue
         if end > best_end:
-            best, best_end = session_id, end
-    return best
+            best, best_end, tied = session_id, end, False
+        elif end == best_end and best is not None:
+            tied = True
+    # Two sessions hold this history alike: which chat it is cannot be told, so neither.
+    return None if tied else best

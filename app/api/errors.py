@@ -6,6 +6,10 @@ everywhere else. The whole HiloError family (app/errors.py) is mapped here, once
 error carries its HTTP status and code, so route handlers raise domain errors (or
 ApiError for what only HTTP knows) and the handlers installed here turn those, invalid
 requests and unknown routes into that shape.
+
+A model server's own error answer to a relayed chat is passed on as it wrote it — its
+status and its text, in the calling API's shape — and what Hilo has to add (what to do,
+that the message was kept) goes in the `X-Hilo-Hint` header.
 """
 
 from __future__ import annotations
@@ -26,13 +30,17 @@ from app.writer import disk_full
 DISK_FULL_RETRY_AFTER_SECONDS = "60"
 
 
+HINT_HEADER = "X-Hilo-Hint"
+
+
 class ApiError(HiloError):
     """An error only HTTP knows (a malformed chat request, an unknown session), answered
-    in the calling API's own shape."""
+    in the calling API's own shape, with `headers` on the response."""
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.http_status, self.code = status, code
+        self.http_status, self.code, self.headers = status, code, headers
 
 
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -56,10 +64,25 @@ def error_response(path: str, status: int, message: str, code: str,
                         headers=headers)
 
 
+def model_failure(exc: ModelError, kept: bool) -> ApiError:
+    """A model failure during a relayed chat; `kept`: the request's new messages are
+    stored. The model server's own answer as it wrote it, Hilo's hint in a header; Hilo's
+    message when the server gave none (down, too slow, cut off)."""
+    hint = f"{exc} (Hilo kept your message: send it again to retry)" if kept else str(exc)
+    if exc.server_answer is None:
+        return ApiError(exc.http_status, hint, exc.code)
+    status, text = exc.server_answer
+    return ApiError(status, text, exc.code, {HINT_HEADER: header_text(hint)})
+
+
 def turn_error(exc: ModelError) -> ApiError:
     """A model failure during a chat turn, whose user message is already stored."""
-    return ApiError(exc.http_status, f"{exc} (Hilo kept your message: send it again to retry)",
-                    exc.code)
+    return model_failure(exc, kept=True)
+
+
+def header_text(text: str) -> str:
+    """`text` as an HTTP header value can carry it: one line of ASCII."""
+    return " ".join(text.replace("\u2014", "-").split()).encode("ascii", "replace").decode()
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
@@ -81,7 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HiloError)
     async def hilo_error(request: Request, exc: HiloError) -> JSONResponse:
         headers = ({"Retry-After": DISK_FULL_RETRY_AFTER_SECONDS}
-                   if isinstance(exc, InsufficientStorage) else None)
+                   if isinstance(exc, InsufficientStorage) else getattr(exc, "headers", None))
         return error_response(request.url.path, exc.http_status, exc.message, exc.code, headers)
 
     @app.exception_handler(apsw.FullError)

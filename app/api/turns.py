@@ -41,7 +41,7 @@ from app.api.conversation import (
     unstored_messages,
 )
 from app.api.deps import Caller, check_session
-from app.api.errors import ApiError, error_body, turn_error
+from app.api.errors import ApiError, error_body, model_failure, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
 from app.turn.chat import ChatService, StreamingTurn
@@ -98,7 +98,7 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
 
     Raises ApiError in the caller's shape; when the model fails, what was new is kept.
     """
-    conversation = read_conversation(api, body)
+    conversation = read_conversation(api, body, headers)
     if not body.get("model"):
         body = {**body, "model": service.config.llm.chat_model}
     user_id = user_of(who, body)
@@ -137,8 +137,9 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
 
 
 def model_error(exc: ModelError) -> ApiError:
-    """A model failure where nothing was stored: the model server's error as it is."""
-    return ApiError(exc.http_status, str(exc), exc.code)
+    """A model failure where nothing was stored."""
+    log.warning("chat.model_failed", stored=0, error=str(exc))
+    return model_failure(exc, kept=False)
 
 
 def relayed_response(chunks: Iterable[bytes], record: ReplyRecord | None, api: str,

@@ -2,12 +2,17 @@
 
 Every failure of a model call surfaces as a `ModelError` subclass; app/model/transport.py
 maps the HTTP client's failures into them, in one place. Retrying itself is the caller's
-policy, not the model wing's.
+policy, not the model wing's. When the model server answered with an error, the error
+keeps that answer as the server wrote it (`server_answer`), so a front-end relaying the
+call can pass it on unchanged, Hilo's explanation beside it.
 """
 
 from __future__ import annotations
 
 from app.errors import HiloError
+
+# Longest slice of a server's error text worth putting in a message of Hilo's.
+EXCERPT_CHARS = 300
 
 
 class ModelError(HiloError):
@@ -20,6 +25,8 @@ class ModelError(HiloError):
     code = "model_error"
     # Whether the same call may succeed later: workers retry these, give up on the rest.
     retryable: bool = False
+    # The model server's own error answer, (HTTP status, its text); None when it gave none.
+    server_answer: tuple[int, str] | None = None
 
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)
@@ -48,13 +55,16 @@ class ModelNotFound(ModelError):
     code = "model_not_found"
     retryable = False
 
-    def __init__(self, model: str, url: str, provider: str, setting: str = "[llm] chat_model") -> None:
+    def __init__(self, model: str, url: str, provider: str, setting: str = "[llm] chat_model",
+                 server_message: str = "") -> None:
         if provider == "ollama":
             message = f"model {model} is not pulled — run `ollama pull {model}`"
         else:
             message = f"model {model} is not available at {url} — load it in the server, or change {setting}"
         super().__init__(message, url=url)
         self.model = model
+        if server_message:
+            self.server_answer = (404, server_message)
 
 
 class ModelTimeout(ModelError):
@@ -80,13 +90,14 @@ class ModelTimeout(ModelError):
 
 class ModelHTTPError(ModelError):
     def __init__(self, status: int, server_message: str, url: str, endpoint: str) -> None:
-        message = f"{endpoint} at {url} failed with HTTP {status}: {server_message}"
+        message = f"{endpoint} at {url} failed with HTTP {status}: {server_message[:EXCERPT_CHARS]}"
         hint = _status_hint(status)
         if hint:
             message += f" — {hint}"
         super().__init__(message, url=url)
         self.status = status
         self.server_message = server_message
+        self.server_answer = (status, server_message)
         # A request the model server refused is the client's to fix; its own failure,
         # or our credentials, are a bad gateway.
         if 400 <= status < 500 and status not in (401, 403):

@@ -26,6 +26,7 @@ if "httpx" not in sys.modules:
 import httpx  # noqa: E402
 
 from app.model.errors import (
+    EXCERPT_CHARS,
     MalformedResponse,
     ModelCallYielded,
     ModelError,
@@ -38,8 +39,6 @@ from app.model.errors import (
 
 # How often a background call that must give way to a person checks whether it must.
 YIELD_CHECK_SECONDS = 0.02
-# Longest slice of a server's error body worth putting in a message.
-_EXCERPT_CHARS = 300
 
 
 class ModelActivity(Protocol):
@@ -218,9 +217,9 @@ class Transport:
         try:
             frame = json.loads(line)
         except ValueError:
-            raise self.malformed(endpoint, f"a stream line is not JSON: {line[:_EXCERPT_CHARS]!r}") from None
+            raise self.malformed(endpoint, f"a stream line is not JSON: {line[:EXCERPT_CHARS]!r}") from None
         if not isinstance(frame, dict):
-            raise self.malformed(endpoint, f"a stream line is not a JSON object: {line[:_EXCERPT_CHARS]!r}")
+            raise self.malformed(endpoint, f"a stream line is not a JSON object: {line[:EXCERPT_CHARS]!r}")
         return frame
 
     def malformed(self, endpoint: str, detail: str) -> MalformedResponse:
@@ -252,18 +251,19 @@ class Transport:
         server_message = _server_error_text(response)
         if response.status_code == 404 and model and _names_missing_model(server_message):
             setting = self._model_settings.get(model, "[llm] chat_model")
-            raise ModelNotFound(model, self.url, self.provider, setting)
+            raise ModelNotFound(model, self.url, self.provider, setting, server_message)
         raise ModelHTTPError(response.status_code, server_message, self.url, endpoint)
 
     def _decode(self, response: httpx.Response, endpoint: str) -> Any:
         try:
             return response.json()
         except ValueError:
-            raise self.malformed(endpoint, f"body {response.text[:_EXCERPT_CHARS]!r}") from None
+            raise self.malformed(endpoint, f"body {response.text[:EXCERPT_CHARS]!r}") from None
 
 
 def _server_error_text(response: httpx.Response) -> str:
-    """The server's own explanation: Ollama's {"error": str}, OpenAI's {"error": {"message"}}, or text."""
+    """The server's own explanation, whole: Ollama's {"error": str}, OpenAI's
+    {"error": {"message"}}, or text."""
     try:
         error = response.json().get("error")
     except (ValueError, AttributeError):
@@ -271,7 +271,7 @@ def _server_error_text(response: httpx.Response) -> str:
     if isinstance(error, Mapping):
         error = error.get("message")
     text = error if isinstance(error, str) and error else response.text
-    return text.strip()[:_EXCERPT_CHARS] or response.reason_phrase
+    return text.strip() or response.reason_phrase
 
 
 def _names_missing_model(server_message: str) -> bool:

@@ -295,11 +295,12 @@ def test_a_reply_cut_mid_stream_ends_with_an_error_chunk_openai(hilo: HiloServer
     assert hilo.events("s1")[0] == ("user", "tell me a long story")
 
 
-def test_an_unknown_model_is_a_404_naming_the_fix(hilo: HiloServer) -> None:
+def test_an_unknown_model_is_the_servers_404_and_a_hint_naming_the_fix(hilo: HiloServer) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         openai_client(hilo, "s1").chat.completions.create(model="llama9:1t", messages=[user("hi")])
 
-    assert "ollama pull llama9:1t" in caught.value.body["message"]
+    assert caught.value.body["message"] == 'model "llama9:1t" not found, try pulling it first'
+    assert "ollama pull llama9:1t" in caught.value.response.headers["X-Hilo-Hint"]
 
 
 @pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])

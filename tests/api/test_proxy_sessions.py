@@ -91,19 +91,42 @@ def test_a_user_field_that_is_no_id_is_refused(hilo: HiloServer) -> None:
 # -- housekeeping --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("index", range(9), ids=[
-    "title", "tags", "follow-ups", "queries", "autocomplete", "image-prompt", "emoji", "moa",
-    "tool-choice"])
-def test_open_webuis_background_requests_are_relayed_without_memory_and_not_stored(
-        hilo: HiloServer, index: int) -> None:
-    hilo.client().put("/memory/profile/name", json={"value": "Ana"})
-    history = [user("let's plan a secret birthday party for Joana"), assistant("Lovely!")]
-    body = open_webui.task_requests(MODEL, history)[index]
+# Open WebUI with ENABLE_FORWARD_USER_INFO_HEADERS=true, as the README recommends: its
+# task requests name the chat they are about.
+OPEN_WEBUI_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
+                      "X-OpenWebUI-User-Role": "user", "X-OpenWebUI-Chat-Id": "chat-1"}
 
-    response = hilo.client().post("/api/chat", json=body, headers={"X-Hilo-Session": "s1"})
+
+@pytest.mark.parametrize("version", open_webui.VERSIONS)
+@pytest.mark.parametrize("task", range(len(open_webui.TASKS)), ids=open_webui.TASKS)
+def test_open_webuis_background_requests_are_relayed_without_memory_and_not_stored(
+        hilo: HiloServer, version: str, task: int) -> None:
+    hilo.client().put("/memory/profile/name", json={"value": "Ana"})
+    body = open_webui.fixture(version)["requests"][task]["body"]
+
+    response = hilo.client().post("/api/chat", json=body, headers=OPEN_WEBUI_HEADERS)
 
     assert response.status_code == 200 and response.json()["done"]
     assert hilo.fake.bodies("/api/chat")[-1] == body  # as sent: no memory added
+    assert sessions(hilo) == []
+
+
+@pytest.mark.parametrize("wording", [
+    "Write a two-word title for the chat history below.",
+    "Predict the user's mood from the chat.",
+])
+def test_a_task_prompt_in_new_words_is_known_by_its_structure(hilo: HiloServer,
+                                                              wording: str) -> None:
+    """A later Open WebUI rewords its prompts; their shape stays."""
+    prompt = (f"### Task:\n{wording}\n### Guidelines:\n- Be brief.\n### Output:\n"
+              'JSON format: { "answer": "..." }\n### Chat History:\n<chat_history>\n'
+              "USER: let's plan a secret birthday party for Joana\nASSISTANT: Lovely!\n"
+              "</chat_history>")
+    body = {"model": MODEL, "messages": [user(prompt)], "stream": False}
+
+    hilo.client().post("/api/chat", json=body, headers=OPEN_WEBUI_HEADERS)
+
+    assert hilo.fake.bodies("/api/chat")[-1] == body
     assert sessions(hilo) == []
 
 
@@ -154,10 +177,11 @@ def test_housekeeping_patterns_are_configurable(config, data_dir, fake_ollama) -
         client = httpx.Client(base_url=server.url)
         client.post("/api/chat", json={"model": MODEL, "messages": [
             user("Summarise this thread: a, b")]})
+        emoji = open_webui.TASKS.index("emoji")
         client.post("/api/chat", json=open_webui.task_requests(
-            MODEL, [user("a"), assistant("b")])[0])
+            MODEL, [user("a"), assistant("b")])[emoji])
         client.close()
 
-        # Only the configured pattern is housekeeping now: Open WebUI's title is stored.
-        assert [c for _, c in all_events(server) if c.startswith("###")]
+        # Only the configured pattern is housekeeping now: Open WebUI's emoji is stored.
+        assert [c for _, c in all_events(server) if c.startswith("Your task is")]
         assert not [c for _, c in all_events(server) if c.startswith("Summarise")]

@@ -1,0 +1,160 @@
+"""Open WebUI as it talks to Hilo: each request carries the whole message list of the
+chat's current branch, streamed, over its Ollama connection; with
+ENABLE_FORWARD_USER_INFO_HEADERS=true (the README's recipe) it names the chat in
+`X-OpenWebUI-Chat-Id`. Editing, regenerating, "Continue Response" and tool turns store
+each thing once and never send an abandoned branch to the model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.api.test_chat import MODEL, assistant, sent_to_model, user
+from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
+from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.fake_ollama import Fault
+
+USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
+                "X-OpenWebUI-User-Email": "ana@example.com", "X-OpenWebUI-User-Role": "user"}
+
+
+def say(server: HiloServer, messages: list[dict], chat_id: str | None = "chat-1",
+        **fields) -> dict:
+    """One chat request as Open WebUI sends it; the reply as it keeps it in the chat."""
+    headers = {**USER_HEADERS, **({"X-OpenWebUI-Chat-Id": chat_id} if chat_id else {})}
+    response = server.client().post("/api/chat", headers=headers, json={
+        "model": MODEL, "messages": messages, "stream": True, **fields})
+    assert response.status_code == 200, response.text
+    frames = [json.loads(line) for line in response.text.splitlines() if line.strip()]
+    reply = assistant("".join(f["message"]["content"] for f in frames))
+    calls = [c for f in frames for c in f["message"].get("tool_calls") or []]
+    return {**reply, "tool_calls": calls} if calls else reply
+
+
+def said_to_model(server: HiloServer) -> list[str]:
+    """The conversation (not the system prompt) of Hilo's last call to the model."""
+    return [m["content"] for m in sent_to_model(server) if m["role"] != "system"]
+
+
+def sessions(server: HiloServer) -> list[str]:
+    return [s["id"] for s in server.client().get("/memory/sessions").json()["sessions"]]
+
+
+def test_editing_the_first_message_sends_only_the_edited_branch(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Rome is lovely.", "May is warm there.", "Lisbon is lovely.")
+    first = [user("plan a trip to Rome")]
+    say(hilo, [*first, say(hilo, first), user("in May")])
+
+    say(hilo, [user("plan a trip to Lisbon")])  # the user edits the first message
+
+    assert said_to_model(hilo) == ["plan a trip to Lisbon"]
+    assert hilo.events("chat-1") == [
+        ("user", "plan a trip to Rome"), ("assistant", "Rome is lovely."),
+        ("user", "in May"), ("assistant", "May is warm there."),
+        ("user", "plan a trip to Lisbon"), ("assistant", "Lisbon is lovely.")]
+
+
+def test_tool_turns_after_an_edit_store_each_message_once(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Rome is lovely.", CALL_PARIS, "It is sunny in Paris.", "You're welcome.")
+    say(hilo, [user("plan a trip to Rome")])
+    edited = [user("what is the weather in Paris?")]  # the first message, edited
+
+    call = say(hilo, edited, tools=[WEATHER_TOOL])
+    turn = [*edited, call, {"role": "tool", "tool_name": "get_weather", "content": "sunny, 24 °C"}]
+    answer = say(hilo, turn, tools=[WEATHER_TOOL])
+    say(hilo, [*turn, answer, user("thanks")], tools=[WEATHER_TOOL])
+
+    assert hilo.events("chat-1") == [
+        ("user", "plan a trip to Rome"), ("assistant", "Rome is lovely."),
+        ("user", "what is the weather in Paris?"), ("assistant", ""),
+        ("tool", "sunny, 24 °C"), ("assistant", "It is sunny in Paris."),
+        ("user", "thanks"), ("assistant", "You're welcome.")]
+    assert "Rome" not in str(said_to_model(hilo))
+
+
+def test_editing_a_later_message_stores_it_once_and_drops_the_old_branch(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Sure.", "Rome it is.", "Lisbon it is.", "In May, then.")
+    first = [user("plan a trip"), say(hilo, [user("plan a trip")])]
+    say(hilo, [*first, user("to Rome")])
+
+    edited = [*first, user("to Lisbon")]
+    say(hilo, [*edited, say(hilo, edited), user("in May")])
+
+    assert "to Rome" not in said_to_model(hilo)
+    assert [c for role, c in hilo.events("chat-1") if role == "user"] == [
+        "plan a trip", "to Rome", "to Lisbon", "in May"]
+
+
+def test_continue_response_stores_the_reply_once(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Once upon", " a time.", "The end.")
+    story = [user("tell a story")]
+    cut = say(hilo, story)
+
+    more = say(hilo, [*story, cut])  # "Continue Response"
+    merged = assistant(cut["content"] + more["content"])  # Open WebUI shows one reply
+    say(hilo, [*story, merged, user("and then?")])
+
+    assert said_to_model(hilo) == ["tell a story", "Once upon a time.", "and then?"]
+    stored = hilo.events("chat-1")
+    assert "".join(c for role, c in stored if role == "assistant") == "Once upon a time.The end."
+    assert [c for role, c in stored if role == "user"] == ["tell a story", "and then?"]
+
+
+def test_a_regenerated_reply_is_stored_once_and_the_chosen_one_is_sent(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Hello.", "A haiku.", "Another haiku.", "Glad you like it.")
+    chat = [user("hi"), say(hilo, [user("hi")]), user("a haiku")]
+    say(hilo, chat)
+    chosen = say(hilo, chat)  # "Regenerate"
+
+    say(hilo, [*chat, chosen, user("nice")])
+
+    assert said_to_model(hilo) == ["hi", "Hello.", "a haiku", "Another haiku.", "nice"]
+    assert [c for role, c in hilo.events("chat-1") if role == "user"] == ["hi", "a haiku", "nice"]
+
+
+def test_two_chats_with_the_same_opening_never_merge(hilo: HiloServer) -> None:
+    """Without chat ids both chats match the history alike: Hilo does not guess."""
+    party_chat = [user("hello"), say(hilo, [user("hello")], None)]
+    budget_chat = [user("hello"), say(hilo, [user("hello")], None)]
+    assert party_chat == budget_chat  # the same words, the same reply: two sessions
+
+    party_chat += [user("a secret party for Joana")]
+    party_chat += [say(hilo, party_chat, None)]
+    budget_chat += [user("help me with my budget")]
+    budget_chat += [say(hilo, budget_chat, None)]
+    say(hilo, [*party_chat, user("twenty guests")], None)
+    say(hilo, [*budget_chat, user("rent is 900")], None)
+
+    chats = [[c for _, c in hilo.events(s)] for s in sessions(hilo)]
+    party = [c for c in chats if "a secret party for Joana" in c]
+    budget = [c for c in chats if "help me with my budget" in c]
+    assert len(party) == len(budget) == 1
+    assert "twenty guests" in party[0] and "rent is 900" in budget[0]
+    assert not set(party[0]) & {"help me with my budget", "rent is 900"}
+    assert "Joana" not in str(said_to_model(hilo))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unknown_model_is_the_model_servers_own_404(hilo: HiloServer, stream: bool) -> None:
+    response = hilo.client().post("/api/chat", headers=USER_HEADERS, json={
+        "model": "nope:1b", "messages": [user("hi")], "stream": stream})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": 'model "nope:1b" not found, try pulling it first'}
+    assert "ollama pull nope:1b" in response.headers["X-Hilo-Hint"]
+
+
+def test_a_model_servers_failure_is_its_own_status_and_text_the_message_kept(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_error(500, "llama runner process has terminated"))
+
+    response = hilo.client().post("/v1/chat/completions", headers={
+        **USER_HEADERS, "X-OpenWebUI-Chat-Id": "chat-1"}, json={
+        "model": MODEL, "messages": [user("hi")]})
+
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == "llama runner process has terminated"
+    assert "kept your message" in response.headers["X-Hilo-Hint"]
+    assert hilo.events("chat-1") == [("user", "hi")]
