@@ -52,6 +52,7 @@ from app.model.messages import (
     ClientChat,
     is_conversation,
     message_text,
+    quotes_retrieved_documents,
     stored_role,
     stored_tool_calls,
     text_to_store,
@@ -261,13 +262,15 @@ def store_messages(service: ChatService, user_id: str, session_id: str,
                    conversation: Conversation, start: int) -> list[Event]:
     """Store a request's turns from `start` on as events, tool calls and results included:
     all of them, or (InvalidEvent) none. The request's last user message is the one the
-    person typed ("typed"); the rest is history the client sent ("client")."""
+    person typed ("typed"); the rest is history the client sent ("client"). A message
+    quoting documents the client retrieved is content from outside."""
     turns, messages = conversation.turns, []
     typed = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
     for index in range(start, len(turns)):
         message, role = turns[index], stored_role(turns[index])
         messages.append((role, text_to_store(message), {
             "origin": "typed" if index == typed else "client",
+            "from_outside": quotes_retrieved_documents(message),
             "tool_calls": tool_calls_of(message) or None,
             "tool_call_id": message.get("tool_call_id") if role == "tool" else None,
             "tool_name": tool_name_of(message, turns[:index]) if role == "tool" else None}))

@@ -16,6 +16,7 @@ Ollama's `{"function": {"name", "arguments": {...}}}`, OpenAI's `{"id", "type":
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -62,6 +63,18 @@ def image_count(message: Mapping[str, Any]) -> int:
         count += sum(1 for part in content
                      if isinstance(part, Mapping) and part.get("type") in ("image_url", "image"))
     return count
+
+
+# Documents a client's search found, quoted into a message: Open WebUI's RAG template
+# (DEFAULT_RAG_TEMPLATE in its config.py, 0.6 to 0.12) puts them between <context> tags in
+# the user's message, or in the system message with RAG_SYSTEM_CONTEXT.
+_RETRIEVED_DOCUMENTS = re.compile(r"<context>.*?</context>", re.DOTALL)
+
+
+def quotes_retrieved_documents(message: Mapping[str, Any]) -> bool:
+    """Whether the message quotes documents a client retrieved: text no person at this
+    machine wrote, content from outside (app/events.py) though it came in a user's turn."""
+    return _RETRIEVED_DOCUMENTS.search(message_text(message)) is not None
 
 
 def text_to_store(message: Mapping[str, Any]) -> str:

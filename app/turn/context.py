@@ -50,6 +50,7 @@ from app.model.messages import (
     events_as_messages,
     image_count,
     message_text,
+    quotes_retrieved_documents,
     with_text_appended,
     with_text_prepended,
 )
@@ -289,10 +290,12 @@ def _outside_items(kind: str, items: list) -> list[str]:
 
 
 def _outside_messages(request: ContextRequest) -> list[str]:
-    """The client's messages that are content from outside: its tools' results. (An agent
-    turn's own results, sent after them, are the agent's to reckon: app/turn/agent.py.)"""
+    """The client's messages that are content from outside: its tools' results, and any
+    message quoting documents it retrieved. (An agent turn's own results, sent after
+    them, are the agent's to reckon: app/turn/agent.py.)"""
     sent = (request.history or [])[:request.history_sent]
-    return [f"message:{i}" for i, m in enumerate(sent) if m.get("role") in ("tool", "function")]
+    return [f"message:{i}" for i, m in enumerate(sent)
+            if m.get("role") in ("tool", "function") or quotes_retrieved_documents(m)]
 
 
 def _message_cost(budget: _Budget, message: dict) -> int:
