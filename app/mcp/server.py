@@ -41,6 +41,7 @@ from app.errors import HiloError, InvalidInput, NotFound
 from app.memory import (
     Category,
     Fact,
+    FactNotFound,
     correct_fact,
     delete_profile,
     forget_fact,
@@ -165,7 +166,7 @@ class MemoryTools:
             gone = self.service.edit(lambda con: forget_fact(
                 con, user, fact_id, worker="user", with_sources=with_sources))
             if gone is None:
-                raise NotFound(f"no current fact {fact_id}: list_facts shows the current ids")
+                raise FactNotFound(fact_id)
             return gone.to_json()
         assert profile_key is not None
         if not self.service.edit(lambda con: delete_profile(con, user, profile_key,
