@@ -34,7 +34,7 @@ def tasks() -> None:
 
 @tasks.command("add")
 @click.argument("schedule")
-@click.argument("prompt")
+@click.argument("prompt", required=False)
 @click.option("--name")
 @click.option("--oneshot", is_flag=True, help="run once, then delete")
 @click.option("--trusted", is_flag=True, help="runs may use tools without approval")
@@ -43,17 +43,24 @@ def tasks() -> None:
 @user_option("tasks")
 @with_config
 @json_option
-def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: bool,
+def add(config: Config, schedule: str, prompt: str | None, name: str | None, oneshot: bool,
         trusted: bool, timezone_name: str | None, user: str | None, as_json: bool) -> int:
-    """add a task
+    """add a task: SCHEDULE PROMPT, or one sentence that holds both ("remind me to stretch
+    in 30 seconds")
 
     Schedules: a cron expression ("0 9 * * 1-5") or plain English or Spanish: "every
     weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", "mañana a
     las 9", an ISO date-time.
     """
-    from app.tasks.store import add_task
+    from datetime import datetime, timezone
+
+    from app.tasks.store import add_task, split_request
     from workers.notify import reply_channels
 
+    if prompt is None:
+        now = datetime.now(timezone.utc)
+        schedule, prompt = split_request(schedule, timezone_name or config.schedule.timezone,
+                                         now)
     with _writer(config) as writer:
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,

@@ -27,7 +27,14 @@ import apsw
 from app.config import Config
 from app.errors import InvalidInput, NotFound
 from app.sanitize import redact_secrets
-from app.tasks.schedule import Schedule, describe_schedule, next_occurrence, parse_schedule
+from app.tasks.schedule import (
+    Schedule,
+    ScheduleError,
+    describe_schedule,
+    next_occurrence,
+    parse_schedule,
+    time_zone,
+)
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
@@ -234,6 +241,24 @@ def insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Sche
          int(schedule.is_oneshot), int(paused), int(trusted),
          to_rfc3339(next_run) if next_run else None, stamp, stamp, timezone_name))
     return task_id
+
+
+def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, str]:
+    """A task said in one sentence, "remind me to stretch in 30 seconds" or "every monday
+    at 8 plan the week", as (schedule, prompt): the longest end, else the longest start,
+    that is a schedule. TaskError when no part of it is one."""
+    time_zone(timezone_name)  # a bad zone is said as such, not as "found no schedule"
+    words = str(text).split()
+    cuts = [(words[i:], words[:i]) for i in range(1, len(words))]
+    cuts += [(words[:i], words[i:]) for i in range(len(words) - 1, 0, -1)]
+    for schedule, prompt in cuts:
+        try:
+            parse_schedule(" ".join(schedule), timezone_name, now)
+        except ScheduleError:
+            continue
+        return " ".join(schedule), " ".join(prompt)
+    raise TaskError(f'found no schedule in "{" ".join(words)}": give the schedule and the '
+                    'prompt as two arguments, e.g. "in 30 seconds" "remind me to stretch"')
 
 
 def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
