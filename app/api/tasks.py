@@ -41,7 +41,7 @@ class TaskIn(BaseModel):
 def get_tasks(who: Who, service: Service) -> dict:
     tz = service.config.schedule.timezone
     return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
-                      for t in list_tasks(service.reader(), who.user_id)]}
+                      for t in list_tasks(service.reader(), who.user_id, tz)]}
 
 
 @router.post("", summary="Add a task; the reply echoes the schedule in words",

@@ -81,7 +81,7 @@ def list_command(config: Config, user: str | None, as_json: bool) -> int:
     from app.tasks.store import describe_task, list_tasks
 
     tz = config.schedule.timezone
-    found = list_tasks(open_memory(config), user or config.memory.user_id)
+    found = list_tasks(open_memory(config), user or config.memory.user_id, tz)
     emit(as_json, [t.to_json() for t in found], lambda: print(
         "\n".join(task_row(t, describe_task(t, tz)) for t in found) or "(no scheduled tasks)"))
     return 0

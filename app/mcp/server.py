@@ -305,7 +305,7 @@ class MemoryTools:
         if action == "list":
             tz = self.config.schedule.timezone
             return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
-                              for t in list_tasks(self.service.reader(), user)]}
+                              for t in list_tasks(self.service.reader(), user, tz)]}
         if action == "add":
             if schedule is None or prompt is None:
                 raise InvalidInput("adding a task needs schedule and prompt")

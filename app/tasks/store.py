@@ -18,11 +18,12 @@ HTTP API refuses to, and MCP, the model's tool and imports add tasks untrusted.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import apsw
+from croniter import croniter
 
 from app.config import Config
 from app.errors import InvalidInput, NotFound
@@ -149,12 +150,48 @@ def select_tasks(con: apsw.Connection, clause: str,
     return [_row_to_task(row) for row in con.execute(f"{_TASK_SELECT} {clause}", params)]
 
 
-def list_tasks(con: apsw.Connection, user_id: str) -> list[ScheduledTask]:
+def list_tasks(con: apsw.Connection, user_id: str,
+               timezone_name: str | None = None) -> list[ScheduledTask]:
     """The user's tasks, soonest first (paused and finished ones last), each with its
-    latest run's status and error."""
-    return select_tasks(
+    latest run's status and error; with `timezone_name` ([schedule] timezone), the next
+    run of a task that follows it is read in it (`next_run_in`)."""
+    found = select_tasks(
         con, "WHERE t.user_id = ? "
         "ORDER BY t.is_paused, t.next_run_at IS NULL, t.next_run_at, t.id", (user_id,))
+    if timezone_name is None:
+        return found
+    return [replace(t, next_run_at=next_run_in(t, timezone_name)) for t in found]
+
+
+def next_run_in(task: ScheduledTask, timezone_name: str) -> str | None:
+    """The task's next run when its schedule is read in `timezone_name`.
+
+    A task without a zone of its own follows [schedule] timezone, and its stored next run
+    was computed in the zone of that time. When the zone has changed since (a move, `TZ`),
+    that run is no occurrence of the schedule here: the first one in this zone after the
+    stored one was computed (the task's last update) is.
+    """
+    if task.timezone is not None or task.is_oneshot or task.next_run_at is None:
+        return task.next_run_at
+    local = parse_rfc3339(task.next_run_at).astimezone(time_zone(timezone_name))
+    try:
+        if croniter.match(task.cron_expr, local):
+            return task.next_run_at
+        return to_rfc3339(next_occurrence(task.cron_expr, timezone_name,
+                                          parse_rfc3339(task.updated_at)))
+    except (ValueError, KeyError):  # a cron edited by hand: the tick says so when it is due
+        return task.next_run_at
+
+
+def follow_zone_change(con: apsw.Connection, timezone_name: str) -> None:
+    """Store `next_run_in` for every repeating task that follows `timezone_name`, so the
+    scheduler runs it by this zone's clock (the worker's tick, before it claims)."""
+    for task in select_tasks(con, "WHERE t.timezone IS NULL AND t.is_oneshot = 0 "
+                                  "AND t.next_run_at IS NOT NULL"):
+        moved = next_run_in(task, timezone_name)
+        if moved != task.next_run_at:
+            con.execute("UPDATE scheduled_tasks SET next_run_at = ? WHERE id = ?",
+                        (moved, task.id))
 
 
 def get_task(con: apsw.Connection, user_id: str, ref: int | str) -> ScheduledTask:

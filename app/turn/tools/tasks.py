@@ -25,7 +25,7 @@ def add(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 def list_(ctx: ToolContext, args: dict[str, Any]) -> str:
     tz = ctx.config.schedule.timezone
-    tasks = list_tasks(ctx.service.reader(), ctx.user_id)
+    tasks = list_tasks(ctx.service.reader(), ctx.user_id, tz)
     lines = [f"#{t.id} {t.name!r}: {describe_task(t, tz)}; "
              f"{'paused' if t.is_paused else 'next run ' + str(t.next_run_at)}; prompt: {t.prompt}"
              for t in tasks]
