@@ -55,7 +55,9 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
     from datetime import datetime, timezone
 
     from app.tasks.store import add_task, split_request
+    from workers.handoff import QueueHandoff
     from workers.notify import reply_channels
+    from workers.queue import configure
 
     if prompt is None:
         now = datetime.now(timezone.utc)
@@ -64,7 +66,8 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
     with _writer(config) as writer:
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
-                         timezone_name=timezone_name)
+                         timezone_name=timezone_name,
+                         wake=QueueHandoff(configure(config)).wake_scheduler)
         channels = reply_channels(config)
         emit(as_json, {**added.to_json(), "replies": channels},
              lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}\n"

@@ -310,7 +310,7 @@ class MemoryTools:
             if schedule is None or prompt is None:
                 raise InvalidInput("adding a task needs schedule and prompt")
             return add_task(writer, self.config, schedule, prompt, user_id=user, name=name,
-                            oneshot=oneshot).to_json()
+                            oneshot=oneshot, wake=self.service.handoff.wake_scheduler).to_json()
         if task is None:
             raise InvalidInput(f"{action} needs task: its id or name (tasks action=list)")
         if action == "pause":

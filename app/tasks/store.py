@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 from croniter import croniter
@@ -301,11 +301,14 @@ def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, st
 def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
              user_id: str | None = None, name: str | None = None, oneshot: bool = False,
              trusted: bool = False, now: datetime | None = None,
-             timezone_name: str | None = None) -> AddedTask:
+             timezone_name: str | None = None,
+             wake: Callable[[datetime], object] | None = None) -> AddedTask:
     """A new task from the CLI, the API or the agent's tool (source "tool").
 
     `schedule` is cron or plain language (app/tasks/schedule.py), read in `timezone_name`
     (kept with the task), else in [schedule] timezone (followed as it changes).
+    `wake(at)` is called for a one-shot due between the scheduler's minute ticks ("in 30
+    seconds"), to have a tick run then (the front-end's Handoff.wake_scheduler).
     Raises ScheduleError (with examples) or TaskError; both are ValueErrors.
     """
     now = moment_or_now(now)
@@ -322,6 +325,9 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
         return get_task(con, user_id, task_id)
 
     task = writer.submit(write)
+    at = parsed.run_once_at
+    if wake is not None and at is not None and (at.second or at.microsecond):
+        wake(at)
     return AddedTask(task, parsed.describe(now))
 
 
