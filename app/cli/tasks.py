@@ -10,6 +10,8 @@ from app.cli.common import Group, emit, json_option, open_memory, user_option, w
 from app.cli.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from app.config import Config
     from app.tasks.runs import TaskRunResult
     from app.tasks.store import ScheduledTask
@@ -55,9 +57,7 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
     from datetime import datetime, timezone
 
     from app.tasks.store import add_task, split_request
-    from workers.handoff import QueueHandoff
     from workers.notify import reply_channels
-    from workers.queue import configure
 
     if prompt is None:
         now = datetime.now(timezone.utc)
@@ -67,12 +67,21 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
                          timezone_name=timezone_name,
-                         wake=QueueHandoff(configure(config)).wake_scheduler)
+                         wake=lambda at: _wake_scheduler(config, at))
         channels = reply_channels(config)
         emit(as_json, {**added.to_json(), "replies": channels},
              lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}\n"
                            f"Replies: {', '.join(channels)}"))
     return 0
+
+
+def _wake_scheduler(config: Config, at: datetime) -> bool:
+    """Have the worker's scheduler tick at `at` (a one-shot between minute ticks); the
+    queue is loaded only then, for the start-up time of the other adds."""
+    from workers.handoff import QueueHandoff
+    from workers.queue import configure
+
+    return QueueHandoff(configure(config)).wake_scheduler(at)
 
 
 @tasks.command("list")
