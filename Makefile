@@ -2,6 +2,7 @@
 # the virtual environment .venv and installs what it needs (again when pyproject.toml
 # changes).
 
+SHELL  := bash
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 HILO   := $(VENV)/bin/hilo
@@ -27,10 +28,16 @@ $(VENV)/.test-installed: pyproject.toml | $(PYTHON)
 # Ctrl-C or SIGTERM is how `make run` ends: honcho then stops both processes and exits
 # 130 or 143, which is a clean stop, not an error for make to report. The trap keeps the
 # recipe's shell alive through Ctrl-C until honcho has finished.
+# Piped (`make run 2>&1 | tee log`), honcho writes through a relay that ignores Ctrl-C and
+# outlives the reader: Ctrl-C kills tee too, and honcho, writing "SIGINT received" to a
+# pipe nobody reads, would die of it before stopping serve and worker.
 run: $(VENV)/.run-installed
 	$(HILO) init
-	trap : INT; PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/honcho start; \
-	status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
+	trap : INT; export PATH="$(abspath $(VENV))/bin:$$PATH"; \
+	if [ -t 1 ]; then $(VENV)/bin/honcho start; status=$$?; \
+	else $(VENV)/bin/honcho start | { trap '' INT; cat || cat >/dev/null; }; \
+	status=$${PIPESTATUS[0]}; fi; \
+	[ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
 
 test: $(VENV)/.test-installed
 	$(PYTHON) -m pytest

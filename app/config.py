@@ -561,7 +561,8 @@ def _env_key(var: str) -> tuple[str, str]:
         import difflib  # start-up: only a misspelt variable needs it
 
         known = [f"HILO_{s.upper()}_{k.upper()}" for s in SECTIONS for k in _fields(s)]
-        close = difflib.get_close_matches(var, known, n=1)
+        # Only a near miss is a suggestion: HILO_FOO_BAR is no typo of HILO_TOOLS_CHAT.
+        close = difflib.get_close_matches(var, known, n=1, cutoff=0.8)
         hint = f"did you mean {close[0]}? " if close else ""
         raise ConfigError(
             f"{var} from environment: unknown setting; {hint}"

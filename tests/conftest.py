@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -14,10 +15,21 @@ from app.datadir import DataDir
 from app.db import Durability
 from app.recall.state import Recall
 from app.writer import Writer
+from tests.fake_ollama import FakeOllama
 
-pytest_plugins = ["tests.fake_ollama"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    """A started FakeOllama for one test. Here, not in tests/fake_ollama.py, so that
+    `python -m tests.fake_ollama` runs where pytest is not installed (`make run`'s venv)."""
+    fake = FakeOllama().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
 
 
 @pytest.fixture(autouse=True)

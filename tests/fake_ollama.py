@@ -87,7 +87,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-import pytest
 
 DEFAULT_MODELS = ("gemma3:4b", "nomic-embed-text:latest", "qwen2.5:3b")
 DEFAULT_EMBEDDING_DIM = 16
@@ -1406,17 +1405,7 @@ def _route(method: str, path: str) -> Any:
     return None
 
 
-# ----------------------------------------------------------------------------- pytest and CLI
-
-
-@pytest.fixture
-def fake_ollama() -> Iterator[FakeOllama]:
-    """A started FakeOllama for one test; load with pytest_plugins = ["tests.fake_ollama"]."""
-    fake = FakeOllama().start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
+# ----------------------------------------------------------------------------- CLI
 
 
 def main(argv: Sequence[str] | None = None) -> int:

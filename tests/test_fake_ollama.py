@@ -484,3 +484,21 @@ def test_command_line_server_prints_its_url_serves_a_script_and_stops_on_sigterm
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_command_line_server_runs_without_pytest_installed():
+    """`make run`'s venv has no pytest: the standalone server must not need it."""
+    without_pytest = ("import runpy, sys; sys.modules['pytest'] = None; "
+                      "runpy.run_module('tests.fake_ollama', run_name='__main__', alter_sys=True)")
+    command = [sys.executable, "-c", without_pytest, "--port", "0"]
+    with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        try:
+            url = process.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:"), process.stderr.read()
+            assert "gemma3:4b" in httpx.get(f"{url}/api/tags", timeout=10).text
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()

@@ -8,9 +8,11 @@ session in the database and enqueues them itself.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Callable
 
 from huey.api import Task
+from huey.utils import normalize_time
 
 from app.model.messages import SentChat
 from app.config import Config
@@ -47,6 +49,13 @@ class QueueHandoff:
         """Enqueue the session's diary entry (the job also marks the session ended)."""
         return self._enqueue("diary", lambda: jobs.diary.s(user_id, session_id),
                              user_id=user_id, session_id=session_id)
+
+    def wake_scheduler(self, at: datetime) -> bool:
+        """Run the scheduler's tick at `at` too (Huey's eta, to the second): a one-shot
+        due between two minute ticks runs on time, not at the next whole minute."""
+        return self._enqueue("run_scheduled_tasks_now", lambda: jobs.run_scheduled_tasks_now
+                             .task_class(eta=normalize_time(eta=at, utc=True)),
+                             at=at.isoformat())
 
     def _enqueue(self, job: str, task: Callable[[], Task], **ids: Any) -> bool:
         try:

@@ -105,11 +105,13 @@ class Gate:
                 scope, receive, send)
             return
         if not allowed:
+            why = ("[server] token is set" if self.token
+                   else "per-user tokens exist (`hilo token list`)")
             await error_response(
-                path, 401, "missing or wrong bearer token: send the header "
-                "`Authorization: Bearer <token>` with Hilo's [server] token or your own "
-                "per-user token", "unauthorized",
-                {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                path, 401, f"missing or wrong bearer token: {why}, so every request but "
+                "/health needs one: send the header `Authorization: Bearer <token>` with the "
+                "[server] token or a per-user token (`hilo token add USER` makes one)",
+                "unauthorized", {"WWW-Authenticate": "Bearer"})(scope, receive, send)
             return
         length = headers.get(b"content-length")
         if length is not None:

@@ -41,7 +41,7 @@ class TaskIn(BaseModel):
 def get_tasks(who: Who, service: Service) -> dict:
     tz = service.config.schedule.timezone
     return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
-                      for t in list_tasks(service.reader(), who.user_id)]}
+                      for t in list_tasks(service.reader(), who.user_id, tz)]}
 
 
 @router.post("", summary="Add a task; the reply echoes the schedule in words",
@@ -52,7 +52,8 @@ def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
                        '"trusted", then run `hilo tasks trust ID` there', "trust_refused")
     added = add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
-        name=body.name, oneshot=body.oneshot, timezone_name=body.timezone)
+        name=body.name, oneshot=body.oneshot, timezone_name=body.timezone,
+        wake=service.handoff.wake_scheduler)
     return added.to_json()
 
 

@@ -16,6 +16,10 @@ from app.cli.common import Group, emit, json_option, open_memory, with_config
 if TYPE_CHECKING:
     from app.config import Config
 
+# Said with every new token: from the first one on, no request goes without.
+TOKENS_REQUIRED = ("From now on `hilo serve` answers only requests that carry a token "
+                   "(`Authorization: Bearer …`), all but /health: give each client its own.")
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 
@@ -40,7 +44,7 @@ def add(config: Config, user: str, name: str, as_json: bool) -> int:
         issued = issue_token(writer, user, name)
     emit(as_json, {"token": issued.token, **asdict(issued.record)},
          lambda: print(f"Token #{issued.record.id} for {user} (shown once, keep it):\n"
-                       f"{issued.token}"))
+                       f"{issued.token}\n{TOKENS_REQUIRED}"))
     return 0
 
 

@@ -63,6 +63,26 @@ def fact_row(fact: Fact) -> str:
             + (" (deleted)" if fact.deleted_at else ""))
 
 
+# What a user's edit did, as `hilo memory add|edit|set-profile` say it.
+EDIT_VERBS = {"insert": "Added", "update": "Updated", "unchanged": "Unchanged",
+              "supersede": "Updated (the old value is kept as history)"}
+
+
+def edited_text(action: str, fact: Fact | None) -> str:
+    """`hilo memory add` and `edit`: what was done to which fact."""
+    if fact is None:
+        return f"Nothing stored ({action})"
+    return f"{EDIT_VERBS.get(action, action)}: {fact_row(fact)}"
+
+
+def as_of_text(moment: str, profile: dict[str, str], facts: list[Fact]) -> str:
+    """`hilo memory as-of`: the profile, then the facts, as they were at `moment`."""
+    lines = [f"As of {moment}", "Profile:"]
+    lines += [f"  {key}: {value}" for key, value in profile.items()] or ["  (empty)"]
+    lines += ["Facts:"] + ([f"  {fact_row(f)}" for f in facts] or ["  (no facts)"])
+    return "\n".join(lines)
+
+
 def hit_row(hit: SearchHit, explain: bool = False) -> str:
     row = f"{hit.kind} #{hit.id} [{hit.created_at[:10]}] {hit.text[:HIT_ROW_CHARS]}"
     if explain:

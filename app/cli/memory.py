@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -19,7 +18,7 @@ from app.cli.common import (
     user_option,
     with_config,
 )
-from app.cli.format import fact_row, hit_row, profile_line
+from app.cli.format import EDIT_VERBS, as_of_text, edited_text, fact_row, hit_row, profile_line
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -123,16 +122,34 @@ def reembed(config: Config, as_json: bool) -> int:
 def as_of(config: Config, when: str, user: str | None, as_json: bool) -> int:
     """the profile and facts as they were at a time
 
-    WHEN: RFC 3339 time, e.g. 2026-11-30T12:00:00Z
+    WHEN: an RFC 3339 time (2026-11-30T12:00:00Z, 2026-11-30T13:00:00+01:00) or a date
+    (2026-11-30: its start, UTC)
     """
     from app.memory import facts_as_of, profile_as_of
 
+    moment = _moment(when)
     con = open_memory(config)
     user = user or config.memory.user_id
-    doc = {"profile": profile_as_of(con, user, when),
-           "facts": [asdict(f) for f in facts_as_of(con, user, when)]}
-    emit(as_json, doc, lambda: print(json.dumps(doc, indent=2, ensure_ascii=False)))
+    profile_then = profile_as_of(con, user, moment)
+    facts_then = facts_as_of(con, user, moment)
+    emit(as_json, {"as_of": moment, "profile": profile_then,
+                   "facts": [asdict(f) for f in facts_then]},
+         lambda: print(as_of_text(moment, profile_then, facts_then)))
     return 0
+
+
+def _moment(when: str) -> str:
+    """`when` as the database writes times (RFC 3339 UTC), or a CommandError."""
+    from datetime import timezone
+
+    from app.timeutil import parse_rfc3339, to_rfc3339
+
+    try:
+        moment = parse_rfc3339(when.strip())
+    except ValueError:
+        raise CommandError(f'"{when}" is not a time: give one like 2026-11-30T12:00:00Z '
+                           "or a date like 2026-11-30", command="memory as-of") from None
+    return to_rfc3339(moment.astimezone(timezone.utc))
 
 
 # -- the user's own edits: the same memory functions as the HTTP API -----------------------
@@ -152,8 +169,7 @@ def _edited(config: Config, write: Callable[[Any], Any], as_json: bool) -> int:
         edited = writer.submit(write)
     fact = edited.fact
     emit(as_json, {"action": edited.action, "fact": asdict(fact) if fact else None},
-         lambda: print(f"{edited.action.capitalize()}: {fact_row(fact)}" if fact
-                       else f"Nothing stored ({edited.action})"))
+         lambda: print(edited_text(edited.action, fact)))
     return 0
 
 
@@ -167,12 +183,43 @@ def _edited(config: Config, write: Callable[[Any], Any], as_json: bool) -> int:
 @json_option
 def add(config: Config, category: str, key: str, value: str, user: str | None,
         as_json: bool) -> int:
-    """add a fact, or a new value for its key"""
+    """add a fact, or a new value for its key
+
+    CATEGORY: fact (about you or the world), decision (what was decided), solution (how
+    a problem was solved), preference (what you like or how you work), conversation
+    (what was discussed). KEY: a short name, e.g. editor; VALUE: the fact, in a sentence.
+    """
     from app.memory import remember_fact
 
     user = user or config.memory.user_id
     return _edited(config, lambda con: remember_fact(
         con, user, category, key, value, similarity=config.memory.dedupe_similarity), as_json)
+
+
+@memory.command("set-profile")
+@click.argument("key")
+@click.argument("value")
+@user_option()
+@with_config
+@json_option
+def set_profile_key(config: Config, key: str, value: str, user: str | None,
+                    as_json: bool) -> int:
+    """set a profile key (name, city, language, …) to a value
+
+    A key you set wins over what the workers learn; `hilo memory profile` lists the keys.
+    """
+    from app.memory import set_profile
+    from app.memory.profile import KEY_CHARS, VALUE_CHARS
+    from app.memory.validation import check_entry
+
+    user = user or config.memory.user_id
+    with _writer(config) as writer:
+        action = writer.submit(lambda con: set_profile(con, user, key, value, source="user",
+                                                       worker="user"))
+    key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)  # as stored: redacted
+    emit(as_json, {"key": key, "value": value, "action": action},
+         lambda: print(f"{EDIT_VERBS.get(action, action)}: {key}: {value}"))
+    return 0
 
 
 @memory.command("edit")
@@ -205,15 +252,14 @@ def forget(config: Config, fact_id: int, with_sources: bool, user: str | None,
 
     FACT_ID: the id shown by `hilo memory facts`
     """
-    from app.memory import forget_fact
+    from app.memory import FactNotFound, forget_fact
 
     user = user or config.memory.user_id
     with _writer(config) as writer:
         gone = writer.submit(lambda con: forget_fact(con, user, fact_id, worker="user",
                                                      with_sources=with_sources))
     if gone is None:
-        raise CommandError(f"no current fact #{fact_id} (see: hilo memory facts)",
-                           command="memory forget")
+        raise FactNotFound(fact_id)
     emit(as_json, gone.to_json(), lambda: print(
         f"Forgot #{fact_id} ({gone.category} · {gone.key}): {gone.versions} version(s)"
         + (f", {gone.events} source message(s)" if with_sources else "")))

@@ -315,7 +315,7 @@ def explain(repl: Repl, arg: str) -> None:
 @command("/tasks", "/tasks              scheduled tasks")
 def show_tasks(repl: Repl, arg: str) -> None:
     tz = repl.service.config.schedule.timezone
-    tasks = list_tasks(repl.service.reader(), repl.user_id)
+    tasks = list_tasks(repl.service.reader(), repl.user_id, tz)
     if not tasks:
         repl.say("No scheduled tasks.", "dim")
     for task in tasks:

@@ -10,6 +10,8 @@ from app.cli.common import Group, emit, json_option, open_memory, user_option, w
 from app.cli.format import task_log_rows, task_row
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from app.config import Config
     from app.tasks.runs import TaskRunResult
     from app.tasks.store import ScheduledTask
@@ -34,7 +36,7 @@ def tasks() -> None:
 
 @tasks.command("add")
 @click.argument("schedule")
-@click.argument("prompt")
+@click.argument("prompt", required=False)
 @click.option("--name")
 @click.option("--oneshot", is_flag=True, help="run once, then delete")
 @click.option("--trusted", is_flag=True, help="runs may use tools without approval")
@@ -43,26 +45,43 @@ def tasks() -> None:
 @user_option("tasks")
 @with_config
 @json_option
-def add(config: Config, schedule: str, prompt: str, name: str | None, oneshot: bool,
+def add(config: Config, schedule: str, prompt: str | None, name: str | None, oneshot: bool,
         trusted: bool, timezone_name: str | None, user: str | None, as_json: bool) -> int:
-    """add a task
+    """add a task: SCHEDULE PROMPT, or one sentence that holds both ("remind me to stretch
+    in 30 seconds")
 
     Schedules: a cron expression ("0 9 * * 1-5") or plain English or Spanish: "every
     weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", "mañana a
     las 9", an ISO date-time.
     """
-    from app.tasks.store import add_task
+    from datetime import datetime, timezone
+
+    from app.tasks.store import add_task, split_request
     from workers.notify import reply_channels
 
+    if prompt is None:
+        now = datetime.now(timezone.utc)
+        schedule, prompt = split_request(schedule, timezone_name or config.schedule.timezone,
+                                         now)
     with _writer(config) as writer:
         added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
-                         timezone_name=timezone_name)
+                         timezone_name=timezone_name,
+                         wake=lambda at: _wake_scheduler(config, at))
         channels = reply_channels(config)
         emit(as_json, {**added.to_json(), "replies": channels},
              lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}\n"
                            f"Replies: {', '.join(channels)}"))
     return 0
+
+
+def _wake_scheduler(config: Config, at: datetime) -> bool:
+    """Have the worker's scheduler tick at `at` (a one-shot between minute ticks); the
+    queue is loaded only then, for the start-up time of the other adds."""
+    from workers.handoff import QueueHandoff
+    from workers.queue import configure
+
+    return QueueHandoff(configure(config)).wake_scheduler(at)
 
 
 @tasks.command("list")
@@ -74,7 +93,7 @@ def list_command(config: Config, user: str | None, as_json: bool) -> int:
     from app.tasks.store import describe_task, list_tasks
 
     tz = config.schedule.timezone
-    found = list_tasks(open_memory(config), user or config.memory.user_id)
+    found = list_tasks(open_memory(config), user or config.memory.user_id, tz)
     emit(as_json, [t.to_json() for t in found], lambda: print(
         "\n".join(task_row(t, describe_task(t, tz)) for t in found) or "(no scheduled tasks)"))
     return 0

@@ -34,10 +34,11 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 from starlette.requests import Request
 from starlette.routing import BaseRoute
 
+from app import __version__
 from app.turn.chat import ChatService
 from app.config import Config
 from app.turn.context import read_bootstrap
@@ -46,6 +47,7 @@ from app.errors import HiloError, InvalidInput, NotFound
 from app.memory import (
     Category,
     Fact,
+    FactNotFound,
     correct_fact,
     delete_profile,
     forget_fact,
@@ -170,7 +172,7 @@ class MemoryTools:
             gone = self.service.edit(lambda con: forget_fact(
                 con, user, fact_id, worker="user", with_sources=with_sources))
             if gone is None:
-                raise NotFound(f"no current fact {fact_id}: list_facts shows the current ids")
+                raise FactNotFound(fact_id)
             return gone.to_json()
         assert profile_key is not None
         if not self.service.edit(lambda con: delete_profile(con, user, profile_key,
@@ -309,12 +311,12 @@ class MemoryTools:
         if action == "list":
             tz = self.config.schedule.timezone
             return {"tasks": [{**t.to_json(), "description": describe_task(t, tz)}
-                              for t in list_tasks(self.service.reader(), user)]}
+                              for t in list_tasks(self.service.reader(), user, tz)]}
         if action == "add":
             if schedule is None or prompt is None:
                 raise InvalidInput("adding a task needs schedule and prompt")
             return add_task(writer, self.config, schedule, prompt, user_id=user, name=name,
-                            oneshot=oneshot).to_json()
+                            oneshot=oneshot, wake=self.service.handoff.wake_scheduler).to_json()
         if task is None:
             raise InvalidInput(f"{action} needs task: its id or name (tasks action=list)")
         if action == "pause":
@@ -374,11 +376,34 @@ async def _keep_request(ctx: ServerRequestContext[Any, Any], call_next: CallNext
         _REQUEST.reset(token)
 
 
+class _HiloServer(MCPServer):
+    """The SDK's server, with arguments that do not fit a tool's schema refused in one
+    line, as every other tool error is (the SDK would send pydantic's multi-line dump)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            problems = "; ".join(_argument_problem(error) for error in exc.__cause__.errors())
+            raise ToolError(f"Error executing tool {name}: {problems}") from exc.__cause__
+
+
+def _argument_problem(error: Any) -> str:
+    """One of pydantic's validation errors as a phrase: "key is missing"."""
+    where = ".".join(str(part) for part in error["loc"]) or "the arguments"
+    if error["type"] == "missing":
+        return f"{where} is missing"
+    return f"{where}: {error['msg']}"
+
+
 def build_server(service: ChatService, user_of: UserOf) -> MCPServer:
     """The MCP server over `service`; `user_of` says who calls (see UserOf)."""
     tools = MemoryTools(service, user_of)
-    server = MCPServer("hilo", title="Hilo memory", instructions=INSTRUCTIONS,
-                       middleware=[_keep_request])
+    server = _HiloServer("hilo", title="Hilo memory", instructions=INSTRUCTIONS,
+                         version=__version__, middleware=[_keep_request])
     for method, hints in ((tools.remember, ADDITIVE), (tools.recall, READ_ONLY),
                           (tools.forget, DESTRUCTIVE), (tools.correct, ADDITIVE),
                           (tools.get_profile, READ_ONLY), (tools.set_profile, ADDITIVE),

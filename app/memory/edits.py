@@ -23,7 +23,10 @@ DIARY_ENTRY_CHARS = 8000
 
 
 class FactNotFound(NotFound):
-    """No current fact with that id for this user."""
+    """No current fact with that id for this user: one wording on every front-end."""
+
+    def __init__(self, fact_id: int) -> None:
+        super().__init__(f"no current fact {fact_id}: list the facts to see the current ids")
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str, *
     `from_outside`: the new value is a model's (an MCP client's), not the user's own."""
     fact = get_fact(con, user_id, fact_id)
     if fact is None or fact.superseded_at is not None or fact.deleted_at is not None:
-        raise FactNotFound(f"no current fact {fact_id}: list the facts to see the current ids")
+        raise FactNotFound(fact_id)
     written = upsert_fact(con, user_id, fact.category, fact.key, value, source="user",
                           worker="user", importance=fact.importance, from_outside=from_outside)
     return EditedFact(written.action, get_fact(con, user_id, written.fact_id))

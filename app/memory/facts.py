@@ -390,8 +390,9 @@ def list_facts(
     limit: int | None = None,
     include_history: bool = False,
 ) -> list[Fact]:
-    """Current facts (or every version, with include_history), most recent first."""
-    where = ["user_id = ?"]
+    """Current facts (or every version, with include_history), most recent first. A
+    forgotten fact is in neither: its key is part of what was forgotten."""
+    where = ["user_id = ? AND forgotten_hash IS NULL"]
     params: list = [user_id]
     if not include_history:
         where.append("superseded_at IS NULL AND deleted_at IS NULL")
@@ -423,11 +424,13 @@ def facts_by_ids(con: apsw.Connection, user_id: str, ids: list[int]) -> list[Fac
 
 
 def facts_as_of(con: apsw.Connection, user_id: str, when: str) -> list[Fact]:
-    """The facts that were current at time `when` (RFC 3339)."""
+    """The facts that were current at time `when` (RFC 3339); never a forgotten one,
+    whose key is part of what was forgotten."""
     return [
         _fact(row)
         for row in con.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = ? AND created_at <= ? "
+            f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = ? AND forgotten_hash IS NULL "
+            "AND created_at <= ? "
             "AND (superseded_at IS NULL OR superseded_at > ?) "
             "AND (deleted_at IS NULL OR deleted_at > ?) ORDER BY category, key",
             (user_id, when, when, when),

@@ -290,10 +290,12 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
     if not force:
         running = data_dir.running_processes()
         if running:
+            one = len(running) == 1
             raise AlreadyRunning(
-                f"cannot restore while {' and '.join(running)} is running: stop it first "
-                "(pass --force only if that pid is not a Hilo process)"
-            )
+                f"cannot restore while {' and '.join(running)} "
+                + ("is running: stop it first (pass --force only if that pid is not a Hilo "
+                   "process)" if one else "are running: stop them first (pass --force only "
+                   "if those pids are not Hilo processes)"))
     if live.exists() and src.resolve() == live.resolve():
         raise BackupError(f"{src} is the live memory database itself: pass a backup file")
     verify_backup(src)

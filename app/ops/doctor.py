@@ -178,8 +178,8 @@ def check_model_server(config: Config) -> list[Check]:
     asked to embed a word: a missing embedding model leaves search to keywords."""
     report = probe_models(config, timeout=config.llm.connect_timeout_seconds)
     if not report.server_ok:
-        return [Check("model server", Status.WARN, report.server_problem,
-                      "chat needs it; memory and the queue keep working without it")]
+        return [Check("model server", Status.FAIL, report.server_problem,
+                      "chat cannot work without it; memory and the queue keep working")]
     checks = [Check("model server", Status.OK, f"{config.llm.url} answers")]
     checks += [_model_check(m) for m in report.models if m.role != "embedding"]
     embedder = probe_embedder(config)
@@ -192,10 +192,13 @@ def check_model_server(config: Config) -> list[Check]:
 
 
 def _model_check(model: ModelStatus) -> Check:
+    """A missing chat model fails (no chat can work); a missing distill or embedding model
+    warns: learning falls back to rules, search to keywords."""
     name = "embedder" if model.role == "embedding" else f"{model.role} model"
     if model.ready:
         return Check(name, Status.OK, model.name)
-    return Check(name, Status.WARN, f"{model.name}: {model.problem}", model.fix)
+    status = Status.FAIL if model.role == "chat" else Status.WARN
+    return Check(name, status, f"{model.name}: {model.problem}", model.fix)
 
 
 # The queue: a worker that has not polled for this long while jobs are due is stalled; a

@@ -27,6 +27,7 @@ from app.tasks.store import (
     MAX_ROWID,
     ScheduledTask,
     TaskNotFound,
+    follow_zone_change,
     get_task,
     moment_or_now,
     select_tasks,
@@ -246,6 +247,7 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
         run = _load_run(con, run_id)
         return Claim(get_task(con, run.user_id, run.task_id), run)
 
+    follow_zone_change(con, config.schedule.timezone)
     while True:
         due = select_tasks(
             con, "WHERE t.is_paused = 0 AND t.next_run_at IS NOT NULL "

@@ -116,8 +116,8 @@ class ScheduleError(InvalidInput, ValueError):
 
     code = "invalid_task"
 
-    def __init__(self, problem: str) -> None:
-        super().__init__(f"{problem}. {EXAMPLES_TEXT}")
+    def __init__(self, problem: str, *, examples: bool = True) -> None:
+        super().__init__(f"{problem}. {EXAMPLES_TEXT}" if examples else problem)
         self.problem = problem
 
 
@@ -158,7 +158,7 @@ def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: boo
     run already). Raises ScheduleError, whose message shows examples.
     """
     _require_aware(now)
-    zone = _zone(timezone_name)
+    zone = time_zone(timezone_name)
     original = " ".join(str(text).split())
     if not original:
         raise ScheduleError("the schedule is empty")
@@ -250,12 +250,12 @@ def is_fixed_moment(text: str) -> bool:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _zone(timezone_name: str) -> ZoneInfo:
+def time_zone(timezone_name: str) -> ZoneInfo:
     try:
         return ZoneInfo(timezone_name)
     except (ZoneInfoNotFoundError, ValueError):
         raise ScheduleError(f'"{timezone_name}" is not a time zone: name one as in '
-                            '"Europe/Madrid" or "America/New_York"') from None
+                            '"Europe/Madrid" or "America/New_York"', examples=False) from None
 
 
 def _require_aware(moment: datetime) -> None:

@@ -18,16 +18,24 @@ HTTP API refuses to, and MCP, the model's tool and imports add tasks untrusted.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import apsw
+from croniter import croniter
 
 from app.config import Config
 from app.errors import InvalidInput, NotFound
 from app.sanitize import redact_secrets
-from app.tasks.schedule import Schedule, describe_schedule, next_occurrence, parse_schedule
+from app.tasks.schedule import (
+    Schedule,
+    ScheduleError,
+    describe_schedule,
+    next_occurrence,
+    parse_schedule,
+    time_zone,
+)
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
@@ -148,12 +156,48 @@ def select_tasks(con: apsw.Connection, clause: str,
     return [_row_to_task(row) for row in con.execute(f"{_TASK_SELECT} {clause}", params)]
 
 
-def list_tasks(con: apsw.Connection, user_id: str) -> list[ScheduledTask]:
+def list_tasks(con: apsw.Connection, user_id: str,
+               timezone_name: str | None = None) -> list[ScheduledTask]:
     """The user's tasks, soonest first (paused and finished ones last), each with its
-    latest run's status and error."""
-    return select_tasks(
+    latest run's status and error; with `timezone_name` ([schedule] timezone), the next
+    run of a task that follows it is read in it (`next_run_in`)."""
+    found = select_tasks(
         con, "WHERE t.user_id = ? "
         "ORDER BY t.is_paused, t.next_run_at IS NULL, t.next_run_at, t.id", (user_id,))
+    if timezone_name is None:
+        return found
+    return [replace(t, next_run_at=next_run_in(t, timezone_name)) for t in found]
+
+
+def next_run_in(task: ScheduledTask, timezone_name: str) -> str | None:
+    """The task's next run when its schedule is read in `timezone_name`.
+
+    A task without a zone of its own follows [schedule] timezone, and its stored next run
+    was computed in the zone of that time. When the zone has changed since (a move, `TZ`),
+    that run is no occurrence of the schedule here: the first one in this zone after the
+    stored one was computed (the task's last update) is.
+    """
+    if task.timezone is not None or task.is_oneshot or task.next_run_at is None:
+        return task.next_run_at
+    local = parse_rfc3339(task.next_run_at).astimezone(time_zone(timezone_name))
+    try:
+        if croniter.match(task.cron_expr, local):
+            return task.next_run_at
+        return to_rfc3339(next_occurrence(task.cron_expr, timezone_name,
+                                          parse_rfc3339(task.updated_at)))
+    except (ValueError, KeyError):  # a cron edited by hand: the tick says so when it is due
+        return task.next_run_at
+
+
+def follow_zone_change(con: apsw.Connection, timezone_name: str) -> None:
+    """Store `next_run_in` for every repeating task that follows `timezone_name`, so the
+    scheduler runs it by this zone's clock (the worker's tick, before it claims)."""
+    for task in select_tasks(con, "WHERE t.timezone IS NULL AND t.is_oneshot = 0 "
+                                  "AND t.next_run_at IS NOT NULL"):
+        moved = next_run_in(task, timezone_name)
+        if moved != task.next_run_at:
+            con.execute("UPDATE scheduled_tasks SET next_run_at = ? WHERE id = ?",
+                        (moved, task.id))
 
 
 def get_task(con: apsw.Connection, user_id: str, ref: int | str) -> ScheduledTask:
@@ -242,14 +286,35 @@ def insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Sche
     return task_id
 
 
+def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, str]:
+    """A task said in one sentence, "remind me to stretch in 30 seconds" or "every monday
+    at 8 plan the week", as (schedule, prompt): the longest end, else the longest start,
+    that is a schedule. TaskError when no part of it is one."""
+    time_zone(timezone_name)  # a bad zone is said as such, not as "found no schedule"
+    words = str(text).split()
+    cuts = [(words[i:], words[:i]) for i in range(1, len(words))]
+    cuts += [(words[:i], words[i:]) for i in range(len(words) - 1, 0, -1)]
+    for schedule, prompt in cuts:
+        try:
+            parse_schedule(" ".join(schedule), timezone_name, now)
+        except ScheduleError:
+            continue
+        return " ".join(schedule), " ".join(prompt)
+    raise TaskError(f'found no schedule in "{" ".join(words)}": give the schedule and the '
+                    'prompt as two arguments, e.g. "in 30 seconds" "remind me to stretch"')
+
+
 def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
              user_id: str | None = None, name: str | None = None, oneshot: bool = False,
              trusted: bool = False, now: datetime | None = None,
-             timezone_name: str | None = None) -> AddedTask:
+             timezone_name: str | None = None,
+             wake: Callable[[datetime], object] | None = None) -> AddedTask:
     """A new task from the CLI, the API or the agent's tool (source "tool").
 
     `schedule` is cron or plain language (app/tasks/schedule.py), read in `timezone_name`
     (kept with the task), else in [schedule] timezone (followed as it changes).
+    `wake(at)` is called for a one-shot due between the scheduler's minute ticks ("in 30
+    seconds"), to have a tick run then (the front-end's Handoff.wake_scheduler).
     Raises ScheduleError (with examples) or TaskError; both are ValueErrors.
     """
     now = moment_or_now(now)
@@ -266,6 +331,9 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
         return get_task(con, user_id, task_id)
 
     task = writer.submit(write)
+    at = parsed.run_once_at
+    if wake is not None and at is not None and (at.second or at.microsecond):
+        wake(at)
     return AddedTask(task, parsed.describe(now))
 
 

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
@@ -155,6 +156,11 @@ class Handoff(Protocol):
         workers' model jobs wait for the person (None: nowhere)."""
         ...
 
+    def wake_scheduler(self, at: datetime) -> bool:
+        """A task runs at `at`, between the scheduler's minute ticks ("in 30 seconds"):
+        have a tick run then. True when handed off; else it runs at the next tick."""
+        ...
+
 
 class NoHandoff:
     """Hands off nothing: the reconcile sweep of a running worker finds the work in the
@@ -169,6 +175,9 @@ class NoHandoff:
 
     def model_activity(self) -> ModelActivity | None:
         return None
+
+    def wake_scheduler(self, at: datetime) -> bool:
+        return False
 
 
 @dataclass

@@ -215,6 +215,26 @@ def test_domain_errors_are_tool_errors_carrying_their_one_line_message(data_dir,
     assert all("\n" not in message for message in messages)
 
 
+def test_arguments_that_do_not_fit_are_refused_in_one_line(data_dir, fake_ollama):
+    async def scenario(client: Client) -> list[str]:
+        return [await error_of(client, "remember", value="Uses Helix"),
+                await error_of(client, "recall", query="editor", limit="many")]
+
+    missing, wrong = run(scenario, stdio_server(data_dir, fake_ollama))
+    assert missing == "Error executing tool remember: key is missing"
+    assert wrong.startswith("Error executing tool recall: limit: ") and "\n" not in wrong
+
+
+def test_the_server_reports_hilos_version(data_dir, fake_ollama):
+    from importlib.metadata import version
+
+    async def scenario(client: Client) -> Any:
+        return client.server_info
+
+    info = run(scenario, stdio_server(data_dir, fake_ollama))
+    assert (info.name, info.version) == ("hilo", version("hilo"))
+
+
 # -- streamable HTTP on hilo serve ------------------------------------------------------------
 
 

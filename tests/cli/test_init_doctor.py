@@ -96,7 +96,7 @@ def test_doctor_without_a_data_directory_says_run_init(tmp_path, model_env):
     assert "hilo init" in result.stdout
 
 
-def test_doctor_warns_when_the_model_server_is_down(tmp_path):
+def test_doctor_fails_when_the_model_server_is_down(tmp_path):
     from tests.fake_ollama import unused_loopback_url
 
     data = tmp_path / "d"
@@ -105,8 +105,19 @@ def test_doctor_warns_when_the_model_server_is_down(tmp_path):
                   env={"HILO_LLM_URL": unused_loopback_url()})
     report = json.loads(result.stdout)
     server = next(c for c in report["checks"] if c["name"] == "model server")
-    assert result.returncode == 0 and server["status"] == "WARN"
-    assert "ollama serve" in server["detail"]
+    assert result.returncode == 1 and report["ok"] is False and server["status"] == "FAIL"
+    assert "ollama serve" in server["detail"] and "chat cannot work" in server["fix"]
+
+
+def test_doctor_fails_when_the_chat_model_is_not_pulled(tmp_path, fake_ollama, model_env):
+    fake_ollama.models = ["nomic-embed-text"]
+    data = tmp_path / "d"
+    hilo("init", "--data-dir", str(data))
+    result = hilo("doctor", "--data-dir", str(data), "--json", env=model_env)
+    report = json.loads(result.stdout)
+    chat = next(c for c in report["checks"] if c["name"] == "chat model")
+    assert result.returncode == 1 and report["ok"] is False and chat["status"] == "FAIL"
+    assert "ollama pull gemma3:4b" in chat["fix"]
 
 
 def test_doctor_warns_when_the_terminal_has_no_sandbox(tmp_path, model_env):

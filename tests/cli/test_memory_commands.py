@@ -79,3 +79,64 @@ def test_the_json_says_which_memory_came_from_outside(writer, data_dir, capsys):
     profile = json.loads(run(capsys, "memory", "profile", "--user", "ana", "--json",
                              "--data-dir", str(data_dir)))
     assert [(p["key"], p["from_outside"]) for p in profile] == [("name", False)]
+
+
+def test_as_of_a_text_that_is_not_a_time_is_refused_in_one_line(writer, data_dir, capsys):
+    seed(writer)
+    assert main(["memory", "as-of", "not a date", "--data-dir", str(data_dir)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ('hilo memory as-of: "not a date" is not a time: give one like '
+                            "2026-11-30T12:00:00Z or a date like 2026-11-30\n")
+
+
+def test_as_of_reads_as_words_and_as_json_only_with_json(writer, data_dir, capsys):
+    seed(writer)
+    d = ["--user", "ana", "--data-dir", str(data_dir)]
+    human = run(capsys, "memory", "as-of", "2999-01-01T00:00:00+01:00", *d)
+    assert "name: Ana" in human and "(preference) editor: uses helix" in human
+    assert "{" not in human
+    doc = json.loads(run(capsys, "memory", "as-of", "2999-01-01", "--json", *d))
+    assert doc["as_of"] == "2999-01-01T00:00:00.000000Z"
+    assert doc["profile"] == {"name": "Ana"}
+    assert [f["value"] for f in doc["facts"]] == ["uses helix"]
+
+
+def test_a_forgotten_facts_key_is_gone_from_as_of_and_history(writer, data_dir, capsys):
+    writer.submit(lambda con: upsert_fact(con, "ana", "fact", "allergy", "allergic to nuts",
+                                          source="agent", worker="test"))
+    d = ["--user", "ana", "--data-dir", str(data_dir)]
+    before = json.loads(run(capsys, "memory", "as-of", "2999-01-01", "--json", *d))
+    (fact,) = before["facts"]
+    run(capsys, "memory", "forget", str(fact["id"]), *d)
+    # As of a time before the forget, too: the key itself was part of what was forgotten.
+    for when in ("2999-01-01", fact["created_at"]):
+        assert "allergy" not in run(capsys, "memory", "as-of", when, "--json", *d)
+    assert "allergy" not in run(capsys, "memory", "facts", "--history", "--json", *d)
+
+
+def test_add_and_edit_say_what_they_did_in_words(data_dir, capsys):
+    d = ["--user", "ana", "--data-dir", str(data_dir)]
+    added = run(capsys, "memory", "add", "preference", "editor", "uses vim", *d)
+    assert added.startswith("Added: #") and added.rstrip().endswith("editor: uses vim")
+    fact_id = added.split("#")[1].split()[0]
+    edited = run(capsys, "memory", "edit", fact_id, "uses helix", *d)
+    assert edited.startswith("Updated (the old value is kept as history): #")
+    assert "Insert" not in added + edited and "Supersede" not in added + edited
+
+
+def test_edit_and_forget_of_a_missing_fact_say_it_the_same_way(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    assert main(["memory", "edit", "99", "new value", *d]) == 1
+    edit_error = capsys.readouterr().err
+    assert main(["memory", "forget", "99", *d]) == 1
+    forget_error = capsys.readouterr().err
+    assert edit_error == forget_error == (
+        "hilo memory: no current fact 99: list the facts to see the current ids\n")
+
+
+def test_set_profile_sets_a_key_the_profile_then_shows(data_dir, capsys):
+    d = ["--user", "ana", "--data-dir", str(data_dir)]
+    assert run(capsys, "memory", "set-profile", "City", " Madrid ", *d) == "Added: city: Madrid\n"
+    assert run(capsys, "memory", "set-profile", "city", "Lisbon", *d) == "Updated: city: Lisbon\n"
+    assert run(capsys, "memory", "profile", *d) == "city: Lisbon\n"

@@ -70,3 +70,26 @@ def test_run_now_stores_the_reply_in_the_tasks_session(data_dir, capsys, fake_ol
     log = json.loads(run(capsys, "tasks", "log", "1", "--json", *d))
     assert [(e["role"], e["content"]) for e in log["events"]] == [
         ("system", "check the backups"), ("assistant", "Backups look fine.")]
+
+
+def test_a_bad_zone_is_refused_in_one_short_line(data_dir, capsys):
+    for argv in (["every day at 9", "x"], ["remind me to stretch in 30 seconds"]):
+        err = run(capsys, "tasks", "add", *argv, "--tz", "Mars/Olympus", "--data-dir",
+                  str(data_dir), code=1)
+        assert err == ('hilo tasks: "Mars/Olympus" is not a time zone: name one as in '
+                       '"Europe/Madrid" or "America/New_York"\n')
+
+
+def test_one_sentence_holds_the_schedule_and_the_prompt(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    soon = json.loads(run(capsys, "tasks", "add", "remind me to stretch in 30 seconds",
+                          "--json", *d))
+    assert (soon["original_schedule"], soon["prompt"], soon["is_oneshot"]) == (
+        "in 30 seconds", "remind me to stretch", True)
+    weekly = json.loads(run(capsys, "tasks", "add", "every monday at 8 plan the week",
+                            "--json", *d))
+    assert (weekly["cron_expr"], weekly["prompt"]) == ("0 8 * * 1", "plan the week")
+    err = run(capsys, "tasks", "add", "water the plants", *d, code=1)
+    assert err == ('hilo tasks: found no schedule in "water the plants": give the schedule '
+                   'and the prompt as two arguments, e.g. "in 30 seconds" "remind me to '
+                   'stretch"\n')

@@ -145,6 +145,18 @@ def test_restore_refuses_while_the_server_is_running(config, backed_up):
     assert later in uuids(DataDir.of(config).memory_db)
 
 
+def test_restore_names_both_when_the_worker_and_the_server_are_running(config, backed_up):
+    copy, _ = backed_up
+    for role in ("worker", "serve"):
+        DataDir.of(config).pid_file(role, os.getpid()).write_text(f"{os.getpid()}\n")
+    with pytest.raises(AlreadyRunning) as refused:
+        restore(config, copy)
+    message = str(refused.value)
+    assert "the worker (pid" in message and "and the server (pid" in message
+    assert ") are running: stop them first (pass --force only if those pids are not Hilo " \
+        "processes)" in message
+
+
 def test_restore_works_with_no_worker_and_keeps_the_old_file(config, backed_up):
     copy, later = backed_up
     # A pid file left by a worker that is gone does not count.

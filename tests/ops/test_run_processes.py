@@ -182,3 +182,54 @@ def test_make_run_exits_0_when_honcho_is_sent_sigterm(tmp_path):
         terminal.close()
     assert status == 0, terminal.output[-2000:]
     assert "Error" not in terminal.output and "make: ***" not in terminal.output
+
+
+def stopped_in_time(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `processes` still running after a bounded wait."""
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    return alive
+
+
+@pytest.mark.slow
+def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = base_env(HILO_DATA_DIR=str(tmp_path / "data"), HILO_LLM_URL=unused_loopback_url(),
+                   HILO_SERVER_PORT=str(free_port()))
+    log = tmp_path / "log"
+    make = f"make -o {VENV}/.run-installed run VENV={VENV} 2>&1 | tee {log}"
+    terminal = Terminal(["bash", "-c", make], env, REPO_ROOT)
+    try:
+        terminal.read_until("worker.started", "Uvicorn running")
+        started = terminal.descendants
+        terminal.type_ctrl_c()
+        terminal.wait()
+        alive = stopped_in_time(started)
+    finally:
+        terminal.close()
+    assert not alive, [p.cmdline() for p in alive if p.is_running()]
+    assert "worker.started" in log.read_text()
+
+
+@pytest.mark.slow
+def test_honcho_start_as_the_procfile_says_finds_hilo_in_the_venv(tmp_path):
+    """From the repository root, without .venv/bin on PATH: the Procfile finds hilo there."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "Procfile", root / "Procfile")
+    (root / ".venv").symlink_to(VENV)
+    env = base_env(HILO_DATA_DIR=str(tmp_path / "data"), HILO_LLM_URL=unused_loopback_url(),
+                   HILO_SERVER_PORT=str(free_port()), PYTHONPATH=str(REPO_ROOT),
+                   PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                        if not Path(p, "hilo").exists()))
+    subprocess.run([VENV / "bin" / "hilo", "init"], env=env, check=True, timeout=60,
+                   capture_output=True)
+    terminal = Terminal([str(root / ".venv" / "bin" / "honcho"), "start"], env, root)
+    try:
+        terminal.read_until("worker.started", "Uvicorn running")
+        terminal.type_ctrl_c()
+        terminal.wait()
+    finally:
+        terminal.close()
+    assert "not found" not in terminal.output
+    assert "worker.1 stopped (rc=0)" in terminal.output

@@ -131,6 +131,13 @@ def test_unknown_variable_suggests_the_close_one():
         load_config(env={"HILO_LLM_ULR": "http://x"})
 
 
+def test_an_unknown_variable_like_no_setting_gets_no_suggestion():
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"HILO_FOO_BAR": "1"})
+    assert str(err.value) == ("HILO_FOO_BAR from environment: unknown setting; the variables "
+                              "are HILO_<SECTION>_<KEY> for the keys in config.toml")
+
+
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(path=tmp_path / "nope.toml", env={})

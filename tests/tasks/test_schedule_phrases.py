@@ -180,6 +180,39 @@ def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
 
 
+def test_a_task_following_the_machines_zone_follows_it_when_it_changes(writer, config):
+    now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    task = add_task(writer, config.replace(schedule={"timezone": "UTC"}), "every day at 8",
+                    "stretch", now=now).task
+    assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
+    # The machine moves to Madrid: what is listed agrees with itself, 08:00 there...
+    [listed] = writer.submit(lambda con: list_tasks(con, task.user_id, MADRID))
+    assert listed.next_run_at == "2026-11-30T07:00:00.000000Z"
+    assert describe_task(listed, MADRID) == (
+        "Runs at 08:00, Europe/Madrid; next: 2026-11-30 08:00 (Monday)")
+    # ...and the worker runs it then, not at 08:00 UTC.
+    madrid = config.replace(schedule={"timezone": MADRID})
+    claim = claim_next_run(writer, madrid, datetime(2026, 11, 30, 7, 0, 30, tzinfo=UTC))
+    assert claim is not None and claim.task.id == task.id
+    [after] = writer.submit(lambda con: list_tasks(con, task.user_id))
+    assert after.next_run_at == "2026-12-01T07:00:00.000000Z"
+
+
+def test_tasks_list_reads_a_changed_machine_zone_consistently(data_dir, monkeypatch):
+    from app.cli import main
+
+    d = ["--data-dir", str(data_dir)]
+    monkeypatch.setenv("TZ", "UTC")
+    assert main(["tasks", "add", "every day at 8", "stretch", *d]) == 0
+    monkeypatch.setenv("TZ", MADRID)
+    listed = subprocess.run([HILO, "tasks", "list", *d], capture_output=True, text=True,
+                            timeout=60)
+    description = re.search(r"Runs at (\d\d:\d\d), Europe/Madrid; next: \S+ (\d\d:\d\d)",
+                            listed.stdout)
+    assert description is not None, listed.stdout + listed.stderr
+    assert description.group(1) == description.group(2) == "08:00"
+
+
 def test_a_bad_zone_for_a_task_is_refused(writer, config):
     with pytest.raises(ScheduleError, match="is not a time zone"):
         add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land")

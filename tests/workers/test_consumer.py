@@ -267,3 +267,33 @@ def test_the_worker_runs_niced_so_chat_turns_get_the_cpu_first(cfg, consumers, t
     expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
     assert os.getpriority(os.PRIO_PROCESS, consumer.process.pid) == expected
     assert consumer.terminate() == 0
+
+
+def test_a_one_shot_between_minute_ticks_runs_at_its_second(cfg, consumers, tmp_path):
+    """ "in 30 seconds" runs then, not at the next whole minute (Huey's eta wakes the
+    scheduler); the moment is chosen in the first half of a minute, so the next minute's
+    tick is at least half a minute after it."""
+    from datetime import datetime, timedelta, timezone
+
+    from app.cli import hilo
+    from app.timeutil import to_rfc3339
+
+    consumer = consumers(cfg, tmp_path / "worker.log")
+    wait_until(consumer.started, 30, "the worker's start")
+    due = datetime.now(timezone.utc) + timedelta(seconds=3)
+    if due.second >= 27:
+        due = due.replace(second=2) + timedelta(minutes=1)
+    due = due.replace(microsecond=500_000)
+    assert hilo.main(["tasks", "add", due.isoformat(), "Time to stretch", "--user", "ana"],
+                     obj=cfg, standalone_mode=False) == 0
+    task_id = scalar(cfg, "SELECT max(id) FROM scheduled_tasks")
+
+    def started() -> str | None:
+        done = query(cfg, "SELECT started_at FROM task_runs WHERE task_id = ? "
+                          "AND status = 'done'", (task_id,))
+        return done[0][0] if done else None
+
+    wait = (due - datetime.now(timezone.utc)).total_seconds() + 20
+    ran_at = wait_until(started, wait, "the run, before the next minute's tick")
+    assert ran_at >= to_rfc3339(due)  # and not before its time
+    assert consumer.terminate() == 0

@@ -19,13 +19,14 @@ def add(ctx: ToolContext, args: dict[str, Any]) -> str:
     ctx.fresh_approval(f"add the task {args['prompt']!r} ({args['schedule']})")
     added = add_task(ctx.service.writer, ctx.config, args["schedule"], args["prompt"],
                      user_id=ctx.user_id, name=args.get("name"),
-                     oneshot=bool(args.get("oneshot")), trusted=False)
+                     oneshot=bool(args.get("oneshot")), trusted=False,
+                     wake=ctx.service.handoff.wake_scheduler)
     return f"added task #{added.task.id} {added.task.name!r}: {added.description}"
 
 
 def list_(ctx: ToolContext, args: dict[str, Any]) -> str:
     tz = ctx.config.schedule.timezone
-    tasks = list_tasks(ctx.service.reader(), ctx.user_id)
+    tasks = list_tasks(ctx.service.reader(), ctx.user_id, tz)
     lines = [f"#{t.id} {t.name!r}: {describe_task(t, tz)}; "
              f"{'paused' if t.is_paused else 'next run ' + str(t.next_run_at)}; prompt: {t.prompt}"
              for t in tasks]
