@@ -53,13 +53,39 @@ def test_a_full_disk_answers_507_in_json_and_recovers_without_restart(hilo, path
                else response.json()["error"])
     assert "disk is full" in message and "free space" in message
     assert "Traceback" not in response.text
-    # The same keep-alive connection still answers.
-    assert hilo.client().get("/health").status_code == 200
+    # The same keep-alive connection still answers (health: with what the server cannot do).
+    assert hilo.client().get("/health").status_code == 503
     assert hilo.events("s1") == before  # nothing half-stored
 
     limit_pages(hilo, ROOM)  # space freed
     assert chat(hilo, "remember code alpha2", path).status_code == 200
     assert len(hilo.events("s1")) == len(before) + 2
+
+
+def test_health_says_the_disk_is_full_with_a_503_until_there_is_room_again(hilo):
+    assert hilo.client().get("/health").json()["status"] == "ok"
+    limit_pages(hilo, None)
+
+    health = hilo.client().get("/health")
+    assert health.status_code == 503  # a load balancer sends no more chats here
+    assert health.json()["status"] == "error"
+    assert "disk" in health.json()["error"] and "full" in health.json()["error"]
+    assert "free space" in health.json()["error"]
+    assert chat(hilo, "x" * 200_000).status_code == 507  # as health said
+
+    limit_pages(hilo, ROOM)  # space freed: no write needed to notice
+    health = hilo.client().get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_health_says_the_database_cannot_be_written_with_a_503(hilo):
+    writer = hilo.app.state.service.writer
+    writer.submit(lambda con: con.execute("PRAGMA query_only = ON"))  # as a read-only mount
+
+    health = hilo.client().get("/health")
+    assert health.status_code == 503
+    assert "cannot be written" in health.json()["error"]
+    assert chat(hilo, "hello").status_code == 503  # as health said
 
 
 @pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])
