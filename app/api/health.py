@@ -10,14 +10,13 @@ that cannot be written): every chat would fail.
 
 from __future__ import annotations
 
+import apsw
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import __version__
 from app.api.deps import Service
-import apsw
-
 from app.datadir import DataDir
 from app.db import corrupt_memory, memory_damage, schema_version
 from app.errors import HiloError, InsufficientStorage
