@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,11 @@ def _is_timezone(name: str) -> bool:
     return True
 
 
+# Messages as short and plain as any: a pattern that matches the empty one, or all of
+# these, matches every message.
+_ANY_MESSAGES = ("hi", "7", "?")
+
+
 def _are_patterns(values: tuple[str, ...]) -> bool:
     try:
         for value in values:
@@ -94,6 +100,15 @@ def _are_patterns(values: tuple[str, ...]) -> bool:
     except re.error:
         return False
     return True
+
+
+def _are_housekeeping_patterns(values: tuple[str, ...]) -> bool:
+    """Regular expressions none of which matches every message: with one that did, every
+    request would be housekeeping, and Hilo would store nothing."""
+    if not _are_patterns(values):
+        return False
+    return not any(re.search(value, "") or all(re.search(value, text) for text in _ANY_MESSAGES)
+                   for value in values)
 
 
 NON_EMPTY = Allowed(lambda v: bool(v.strip()), "a non-empty string")
@@ -325,7 +340,9 @@ class ServerConfig(ReadOnly):
     # A chat request whose system messages or last message match one of these is a
     # client's housekeeping: relayed without memory, stored nowhere.
     housekeeping_patterns: tuple[str, ...] = setting(
-        OPEN_WEBUI_HOUSEKEEPING, Allowed(_are_patterns, "a list of regular expressions"))
+        OPEN_WEBUI_HOUSEKEEPING, Allowed(
+            _are_housekeeping_patterns, "a list of regular expressions, none matching every "
+            "message (as \"\" or \".*\" do: Hilo would store nothing)"))
 
 
 @dataclass
@@ -371,8 +388,29 @@ class NotifyConfig(ReadOnly):
     desktop: bool = setting(True)
 
 
+# No command holding one of these is ever covered by an allow rule (the terminal's rules,
+# app/turn/tools/terminal_rules.py, read them from here): a rule holding one never applies.
+SHELL_METACHARACTERS = re.compile(r"[;&|`$<>()\\\n\r\x00]")
+# The placeholder a rule may write with < and > (terminal_rules.PATH_IN_WORKDIR).
+_PATH_PLACEHOLDER = "<path>"
+
+
 def _are_commands(values: tuple[str, ...]) -> bool:
-    return all(value.strip() and value.isprintable() for value in values)
+    """Command lines of plain words, quotes closed: what an allow rule can match."""
+    for value in values:
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            return False
+        if not words or not value.isprintable() or any(
+                SHELL_METACHARACTERS.search(w) for w in words if w != _PATH_PLACEHOLDER):
+            return False
+    return True
+
+
+# Why a rule is refused, after what it should be.
+_NEVER_MATCHES = ("; a shell character (; & | ` $ < > ( ) \\) or an unclosed quote never "
+                  "matches a command")
 
 
 def _are_variable_names(values: tuple[str, ...]) -> bool:
@@ -395,10 +433,11 @@ class ToolsConfig(ReadOnly):
     terminal: bool = setting(True)
     terminal_allow_rules: tuple[str, ...] = setting(
         (), Allowed(_are_commands, "a list of allow rules such as [\"git status\", \"ls *\", "
-                                   "\"cat <path>\"]"))
+                                   "\"cat <path>\"]" + _NEVER_MATCHES))
     # Before rules: each prefix is read as the rule "PREFIX *".
     terminal_allowed_prefixes: tuple[str, ...] = setting(
-        (), Allowed(_are_commands, "a list of command prefixes such as [\"df -h\", \"uptime\"]"))
+        (), Allowed(_are_commands, "a list of command prefixes such as [\"df -h\", \"uptime\"]"
+                    + _NEVER_MATCHES))
     terminal_sandbox: str = setting("bubblewrap", one_of("bubblewrap", "none"))
     terminal_environment: tuple[str, ...] = setting(
         (), Allowed(_are_variable_names, 'a list of variable names such as ["GOPATH"]'))

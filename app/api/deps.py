@@ -31,7 +31,7 @@ from typing import Annotated, Any, Mapping
 
 from fastapi import Depends, Header, Request
 
-from app.api.errors import ApiError
+from app.api.errors import MAX_JSON_DEPTH, ApiError, json_too_deep
 from app.api.gate import TOKEN_USER
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
@@ -147,20 +147,26 @@ async def json_body(request: Request) -> dict[str, Any]:
         value = json.loads(raw)
     except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}", "invalid_json") from None
+    except RecursionError:  # deeper than the parser goes: far deeper than MAX_JSON_DEPTH
+        raise json_too_deep() from None
     if not isinstance(value, dict):
         raise ApiError(400, "the request body must be a JSON object", "invalid_json")
-    return _without_lone_surrogates(value)
+    return _without_lone_surrogates(value, MAX_JSON_DEPTH)
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def _without_lone_surrogates(value: Any, levels_left: int) -> Any:
     """JSON may escape half a surrogate pair (`"\\ud800"`), which no UTF-8 can carry on to
-    the model server or the database: each becomes "?" (clean_text's rule)."""
+    the model server or the database: each becomes "?" (clean_text's rule). A list or
+    object nested deeper than `levels_left` is refused."""
     if isinstance(value, str):
         return value.encode("utf-8", "replace").decode("utf-8") if not value.isascii() else value
+    if isinstance(value, (list, dict)) and levels_left <= 0:
+        raise json_too_deep()
     if isinstance(value, list):
-        return [_without_lone_surrogates(item) for item in value]
+        return [_without_lone_surrogates(item, levels_left - 1) for item in value]
     if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+        return {_without_lone_surrogates(k, 0): _without_lone_surrogates(v, levels_left - 1)
+                for k, v in value.items()}
     return value
 
 

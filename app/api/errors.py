@@ -43,6 +43,16 @@ class ApiError(HiloError):
         self.http_status, self.code, self.headers = status, code, headers
 
 
+# A chat body nests a few levels, a tool's JSON schema a few dozen; deeper is refused
+# before anything walks it (every walk of a value, json's included, is recursive).
+MAX_JSON_DEPTH = 100
+
+
+def json_too_deep() -> ApiError:
+    return ApiError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels: "
+                         "send flatter JSON", "invalid_json")
+
+
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                        403: "permission_error", 404: "not_found_error",
                        413: "invalid_request_error",
@@ -128,6 +138,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = str(exc.detail)
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI could not parse the body
+            failure = json_too_deep()
+            return error_response(request.url.path, failure.http_status, failure.message,
+                                  failure.code)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}; see /openapi.json"
         elif exc.status_code == 405:

@@ -1,13 +1,16 @@
 """/health, open without the token, and /metrics for the people who run Hilo.
 
-/health says "ok" when the memory database answers and the model server has the chat,
-distill and embedding models; "degraded" (still HTTP 200: memory and the queue work)
-with the reasons when the model server is down or a model is missing; "error" (503)
-when the memory database does not answer.
+/health says "ok" when the memory database answers and takes writes and the model
+server has the chat, distill and embedding models; "degraded" (still HTTP 200: memory
+and the queue work) with the reasons when the model server is down or a model is
+missing; "error" (503: a load balancer sends nothing more here) with what is wrong when
+the memory database does not answer, or cannot store anything (a full disk, a database
+that cannot be written): every chat would fail.
 """
 
 from __future__ import annotations
 
+import apsw
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -16,6 +19,7 @@ from app import __version__
 from app.api.deps import Service
 from app.datadir import DataDir
 from app.db import corrupt_memory, memory_damage, schema_version
+from app.errors import HiloError, InsufficientStorage
 from app.turn.metrics import render
 from app.model.probe import CachedProbe
 from workers.queue_metrics import render_queue
@@ -28,6 +32,10 @@ router = APIRouter(tags=["Health"])
 # A quick check reads every page (about 3 ms a megabyte): at most this often, longer for a
 # large memory (app.db.memory_damage).
 QUICK_CHECK_EVERY_SECONDS = 30.0
+# The write health tries, undone, needs this much new room: a few messages' worth.
+PROBE_BYTES = 64 * 1024
+# A writer that takes longer than this to try it cannot serve a chat either.
+PROBE_TIMEOUT_SECONDS = 10.0
 
 
 @router.get("/health", summary="Is Hilo up (open without the token)")
@@ -46,7 +54,37 @@ def get_health(request: Request, service: Service) -> Response:
             "schema_version": version, "models": models.log_fields()}
     if models.degraded:
         body["reasons"] = models.reasons
+    cannot_store = _why_nothing_can_be_stored(service)
+    if cannot_store is not None:
+        return JSONResponse({**body, "status": "error", "error": cannot_store}, status_code=503)
     return JSONResponse(body)
+
+
+def _why_nothing_can_be_stored(service: Service) -> str | None:
+    """Whether the memory database takes a write, asked as a chat would: through the
+    server's own writer, with a write that needs new room and is then undone."""
+    path = service.writer.path
+    try:
+        service.writer.submit(_take_room_and_give_it_back, timeout=PROBE_TIMEOUT_SECONDS)
+    except InsufficientStorage:
+        return (f"the disk holding {path} is full: nothing can be stored (every chat gets "
+                "507); free space on that disk")
+    except TimeoutError:
+        return (f"{path} took no write within {PROBE_TIMEOUT_SECONDS:g} seconds: is another "
+                "process holding it?")
+    except (HiloError, apsw.Error) as exc:
+        return f"{path} cannot be written: {exc}"
+    return None
+
+
+def _take_room_and_give_it_back(con: apsw.Connection) -> None:
+    con.execute("SAVEPOINT health_probe")
+    try:
+        # One statement: an INSERT that finds the disk full takes the writer's whole
+        # transaction with it; this keeps it, failing alone.
+        con.execute("CREATE TABLE health_probe AS SELECT zeroblob(?) AS room", (PROBE_BYTES,))
+    finally:
+        con.execute("ROLLBACK TO health_probe; RELEASE health_probe")
 
 
 def _model_probe(request: Request, service: Service) -> CachedProbe:

@@ -8,6 +8,11 @@ connection (and a request handler waiting for the body) for ever. `DeadlineProto
 closes a connection whose request headers have not all arrived HEADER_TIMEOUT_SECONDS
 after it opened or after its previous response ended, and answers 408 and closes one
 whose body has not all arrived BODY_TIMEOUT_SECONDS after its headers.
+
+uvicorn counts every open connection against LIMIT_CONCURRENCY and answers 503 beyond
+it, so idle ones would starve requests (a local process reopening them, for ever). At
+most MAX_WAITING_CONNECTIONS connections wait for a request's headers; a new one closes
+the one that has waited longest, which has sent no request to lose.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 from app.api.errors import error_body
 
@@ -27,6 +34,11 @@ BODY_TIMEOUT_SECONDS = 60.0
 KEEP_ALIVE_SECONDS = 5
 # Connections and requests served at once; beyond, uvicorn answers 503 at once.
 LIMIT_CONCURRENCY = 1000
+# Far more than the keep-alive connections a person's clients hold, far fewer than the limit.
+MAX_WAITING_CONNECTIONS = 100
+
+# Per server: its connections waiting for a request's headers, longest waiting first.
+_WAITING: WeakKeyDictionary[ServerState, dict[DeadlineProtocol, None]] = WeakKeyDictionary()
 
 
 class DeadlineProtocol(H11Protocol):
@@ -37,6 +49,7 @@ class DeadlineProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
         self._body_deadline: asyncio.TimerHandle | None = None
+        self._waiting = _WAITING.setdefault(self.server_state, {})
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -75,8 +88,14 @@ class DeadlineProtocol(H11Protocol):
     def _arm_header_deadline(self) -> None:
         self._cancel_header_deadline()
         self._header_deadline = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+        self._waiting[self] = None
+        while len(self._waiting) > MAX_WAITING_CONNECTIONS:
+            longest = next(iter(self._waiting))
+            longest._cancel_header_deadline()
+            longest.transport.close()
 
     def _cancel_header_deadline(self) -> None:
+        self._waiting.pop(self, None)
         if self._header_deadline is not None:
             self._header_deadline.cancel()
             self._header_deadline = None
@@ -88,6 +107,7 @@ class DeadlineProtocol(H11Protocol):
 
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
+        self._waiting.pop(self, None)
         if self._waiting_for_headers() and not self.transport.is_closing():
             self.transport.close()
 

@@ -46,6 +46,7 @@ from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
 from app.turn.chat import ChatService, StreamingTurn
 from app.model.messages import ReplyRecord
+from app.errors import HiloError
 from app.events import InvalidEvent
 from app.model.errors import ModelError
 from app.log import get_logger
@@ -159,15 +160,23 @@ def relayed_response(chunks: Iterable[bytes], record: ReplyRecord | None, api: s
 
 def _ending_in_errors(chunks: Iterator[bytes], api: str,
                       error: Callable[[ModelError], ApiError]) -> Iterator[bytes]:
+    """The reply's pieces; a failure after the first one (the status is sent) ends the
+    stream with an error line the client can read."""
     try:
         yield from chunks
+        return
     except ModelError as exc:
-        failure = error(exc)
-        if api == "openai":
-            body = error_body("/v1/", failure.http_status, failure.message, failure.code)
-            yield b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-        else:
-            yield json.dumps({"error": failure.message}, ensure_ascii=False).encode() + b"\n"
+        failure: HiloError = error(exc)
+    except HiloError as exc:  # the reply could not be stored (a full disk)
+        failure = exc
+    except Exception as exc:  # noqa: BLE001 — still an ending the client can read
+        log.exception("chat.stream_failed")
+        failure = ApiError(500, f"the reply stopped: {exc} (see Hilo's log)", "internal_error")
+    if api == "openai":
+        body = error_body("/v1/", failure.http_status, failure.message, failure.code)
+        yield b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+    else:
+        yield json.dumps({"error": failure.message}, ensure_ascii=False).encode() + b"\n"
 
 
 async def pull_in_threadpool(lines: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -4,6 +4,7 @@ once there is room again the server works without a restart."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -28,11 +29,13 @@ def chat(server: HiloServer, text: str, path: str = "/api/chat"):
 
 
 def limit_pages(server: HiloServer, pages: int | None) -> None:
-    """Cap the database at its current size (None: lift the cap), as a full disk would."""
-    con = server.app.state.service.writer._con
-    if pages is None:
-        (pages,) = con.execute("PRAGMA page_count").fetchone()
-    con.execute(f"PRAGMA max_page_count = {pages}")
+    """Cap the database at its current size (None: lift the cap), as a full disk would.
+    The writer's thread sets it: its connection is used by one thread at a time."""
+    def limit(con) -> None:
+        cap = pages if pages is not None else con.execute("PRAGMA page_count").fetchone()[0]
+        con.execute(f"PRAGMA max_page_count = {cap}")
+
+    server.app.state.service.writer.submit(limit)
 
 
 @pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])
@@ -50,13 +53,58 @@ def test_a_full_disk_answers_507_in_json_and_recovers_without_restart(hilo, path
                else response.json()["error"])
     assert "disk is full" in message and "free space" in message
     assert "Traceback" not in response.text
-    # The same keep-alive connection still answers.
-    assert hilo.client().get("/health").status_code == 200
+    # The same keep-alive connection still answers (health: with what the server cannot do).
+    assert hilo.client().get("/health").status_code == 503
     assert hilo.events("s1") == before  # nothing half-stored
 
     limit_pages(hilo, ROOM)  # space freed
     assert chat(hilo, "remember code alpha2", path).status_code == 200
     assert len(hilo.events("s1")) == len(before) + 2
+
+
+def test_health_says_the_disk_is_full_with_a_503_until_there_is_room_again(hilo):
+    assert hilo.client().get("/health").json()["status"] == "ok"
+    limit_pages(hilo, None)
+
+    health = hilo.client().get("/health")
+    assert health.status_code == 503  # a load balancer sends no more chats here
+    assert health.json()["status"] == "error"
+    assert "disk" in health.json()["error"] and "full" in health.json()["error"]
+    assert "free space" in health.json()["error"]
+    assert chat(hilo, "x" * 200_000).status_code == 507  # as health said
+
+    limit_pages(hilo, ROOM)  # space freed: no write needed to notice
+    health = hilo.client().get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_health_says_the_database_cannot_be_written_with_a_503(hilo):
+    writer = hilo.app.state.service.writer
+    writer.submit(lambda con: con.execute("PRAGMA query_only = ON"))  # as a read-only mount
+
+    health = hilo.client().get("/health")
+    assert health.status_code == 503
+    assert "cannot be written" in health.json()["error"]
+    assert chat(hilo, "hello").status_code == 503  # as health said
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/v1/chat/completions"])
+def test_a_streamed_reply_the_full_disk_cannot_store_ends_with_an_error_line(hilo, path):
+    def fill_the_disk(body):  # once the user's message is stored: the model is asked
+        limit_pages(hilo, None)
+        return "x" * 200_000  # a reply that needs new pages
+
+    hilo.fake.responder = fill_the_disk
+    body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with hilo.client().stream("POST", path, json=body,
+                              headers={"X-Hilo-Session": "s1"}) as response:
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines() if line]
+
+    last = json.loads(lines[-1].removeprefix("data: "))
+    message = last["error"]["message"] if path.startswith("/v1/") else last["error"]
+    assert "disk is full" in message and "free space" in message
+    assert hilo.events("s1") == [("user", "hi")]  # the message was kept
 
 
 # -- doctor ---------------------------------------------------------------------------------

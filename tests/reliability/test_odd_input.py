@@ -206,3 +206,50 @@ def test_an_empty_message_is_refused_but_an_empty_tool_result_is_kept(writer, co
     with pytest.raises(InvalidEvent, match="content is empty"):
         append_event(writer, config, "ana", "s1", role, " \n")
     assert append_event(writer, config, "ana", "s1", "tool", "").content == ""
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("levels", [500, 5_000, 100_000])
+@pytest.mark.parametrize("path, body", [
+    ("/api/chat", '{"model": "gemma3:4b", "messages": [{"role": "user", "content": "hi"}], '
+                  '"options": %s}'),
+    ("/v1/chat/completions", '{"model": "gemma3:4b", "messages": '
+                             '[{"role": "user", "content": %s}]}'),
+    ("/api/chat", '{"model": "gemma3:4b", "messages": %s}'),
+])
+def test_a_body_nested_too_deep_is_a_400_in_the_apis_shape_and_nothing_is_stored(
+        hilo: HiloServer, path: str, body: str, levels: int) -> None:
+    response = hilo.client().post(path, content=body % nested(levels),
+                                  headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    message = error["message"] if path.startswith("/v1/") else error
+    assert message == "the request body nests deeper than 100 levels: send flatter JSON"
+    assert stored_rows(hilo, "SELECT count(*) FROM events") == [(0,)]
+    # The same keep-alive connection still answers.
+    assert hilo.client().get("/health").status_code == 200
+
+
+def test_a_body_nested_as_deep_as_allowed_is_answered(hilo: HiloServer) -> None:
+    body = ('{"model": "gemma3:4b", "stream": false, "messages": [{"role": "user", '
+            '"content": "hi"}], "options": {"a": %s}}' % nested(98))
+
+    response = chat(hilo, body.encode(), "s1")
+
+    assert response.status_code == 200, response.text
+    assert stored_rows(hilo, "SELECT content FROM events WHERE role = 'user'") == [("hi",)]
+
+
+def test_a_memory_route_body_nested_beyond_the_parser_is_a_400_saying_so(
+        hilo: HiloServer) -> None:
+    response = hilo.client().post("/memory/facts", content='{"key": "a", "value": %s}'
+                                  % nested(100_000), headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == ("the request body nests deeper than 100 levels: "
+                                        "send flatter JSON")
+    assert stored_rows(hilo, "SELECT count(*) FROM facts") == [(0,)]

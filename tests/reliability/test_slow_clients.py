@@ -20,11 +20,11 @@ class QuickDeadlines(DeadlineProtocol):
     body_timeout = DEADLINE
 
 
-def serve(config):
+def serve(config, protocol=QuickDeadlines, backlog=16):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    settings = {**timeout_settings(), "http": QuickDeadlines}
+    sock.listen(backlog)
+    settings = {**timeout_settings(), "http": protocol}
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_config=None, lifespan="on",
                                            **settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -105,6 +105,33 @@ def test_a_body_that_stops_or_trickles_is_answered_408_and_closed(config, data_d
             answer = good.recv(1024)  # the body arrived: answered (relayed: no model runs here)
             assert answer.startswith(b"HTTP/1.1 ") and not answer.startswith(b"HTTP/1.1 408")
     finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+IDLE = 1000
+
+
+def test_a_thousand_idle_connections_do_not_keep_a_request_from_being_answered(config,
+                                                                              data_dir):
+    # The deadlines `hilo serve` runs with: no idle connection times out during the test.
+    server, thread, sock = serve(config, DeadlineProtocol, backlog=IDLE + 16)
+    idle: list[socket.socket] = []
+    try:
+        port = sock.getsockname()[1]
+        for _ in range(2):  # and again once they have been reopened
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(IDLE)]
+            idle[-1].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # no end
+            with socket.create_connection(("127.0.0.1", port)) as good:
+                good.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Connection: close\r\n\r\n")
+                assert answer_within(good, 10).startswith(b"HTTP/1.1 200")
+            for conn in idle:
+                conn.close()
+    finally:
+        for conn in idle:
+            conn.close()
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,38 @@ def test_bad_housekeeping_patterns_are_named(tmp_path, text, expected):
     with pytest.raises(ConfigError) as caught:
         load_config(path=write(tmp_path, text), env={})
     assert "server.housekeeping_patterns" in str(caught.value) and expected in str(caught.value)
+
+
+@pytest.mark.parametrize("pattern", ["", ".*", "^", "|title", "x?", "(?s).", "(|x)"])
+def test_a_housekeeping_pattern_matching_every_message_is_refused(tmp_path, pattern):
+    # Every request would be housekeeping: Hilo would relay all and store nothing.
+    text = f"[server]\nhousekeeping_patterns = ['^### Task:', {pattern!r}]\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(path=write(tmp_path, text), env={})
+    message = str(caught.value)
+    assert message.startswith("server.housekeeping_patterns = ")
+    assert "matching every message" in message and "\n" not in message
+    env = {"HILO_SERVER_HOUSEKEEPING_PATTERNS": json.dumps([pattern])}
+    with pytest.raises(ConfigError, match="HILO_SERVER_HOUSEKEEPING_PATTERNS"):
+        load_config(env=env)
+
+
+@pytest.mark.parametrize("key", ["terminal_allowed_prefixes", "terminal_allow_rules"])
+@pytest.mark.parametrize("command", ["ls; rm", "cat $HOME", "git log | head", "echo `id`",
+                                     "du -sh > out", "echo 'unclosed"])
+def test_a_terminal_rule_that_could_never_match_is_refused(tmp_path, key, command):
+    # No command holding a shell character is ever covered: such a rule never applies.
+    text = f"[tools]\n{key} = ['df -h', {command!r}]\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(path=write(tmp_path, text), env={})
+    message = str(caught.value)
+    assert message.startswith(f"tools.{key} = ") and "shell character" in message
+    assert "\n" not in message
+
+
+def test_terminal_rules_of_plain_words_and_placeholders_are_kept(tmp_path):
+    text = ("[tools]\nterminal_allowed_prefixes = ['df -h', \"git log --oneline\"]\n"
+            "terminal_allow_rules = ['cat <path>', 'ls *', \"grep 'two words' <path>\"]\n")
+    tools = load_config(path=write(tmp_path, text), env={}).tools
+    assert tools.terminal_allowed_prefixes == ("df -h", "git log --oneline")
+    assert tools.terminal_allow_rules == ("cat <path>", "ls *", "grep 'two words' <path>")

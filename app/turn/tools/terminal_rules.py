@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from app.config import SHELL_METACHARACTERS
 from app.errors import InvalidInput
 
-METACHARACTERS = re.compile(r"[;&|`$<>()\\\n\r\x00]")
 ANY_FURTHER = "*"
 PATH_IN_WORKDIR = "<path>"
 PLACEHOLDERS = (ANY_FURTHER, PATH_IN_WORKDIR)
 
 
 def has_metacharacters(command: str) -> bool:
-    return METACHARACTERS.search(command) is not None
+    return SHELL_METACHARACTERS.search(command) is not None
 
 
 def plain_words(command: str) -> list[str] | None:
