@@ -16,6 +16,7 @@ and reads nothing through a symbolic link.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -101,12 +102,24 @@ def _slug(text: str, fallback: str) -> str:
     return _SLUG.sub("-", text.casefold()).strip("-_")[:60].strip("-_") or fallback
 
 
-def _unique_name(directory: str, stem: str, taken: set[str], row_id: Any) -> str:
-    name = f"{directory}/{stem}.md"
-    if name in taken:
-        name = f"{directory}/{stem}-{row_id}.md"
-    taken.add(name)
-    return name
+def _named(directory: str, files: list[tuple[str, str, str]]) -> dict[str, str]:
+    """Relative path → content of (stem, what the record is, content) files.
+
+    Stems two records share get a hash of what each record is, never a row id: the same
+    memory gets the same names in any database, so exporting an imported memory again
+    writes the same files.
+    """
+    shared = Counter(stem for stem, _, _ in files)
+    named: dict[str, str] = {}
+    for stem, identity, content in files:
+        if shared[stem] > 1:
+            stem += "-" + hashlib.sha256(identity.encode("utf-8", "replace")).hexdigest()[:8]
+        name, n = f"{directory}/{stem}.md", 1
+        while name in named:  # two records alike in everything an import tells apart
+            n += 1
+            name = f"{directory}/{stem}-{n}.md"
+        named[name] = content
+    return named
 
 
 def _with_extras(record: dict, keys: tuple[str, ...], extras: tuple[str, ...]) -> dict:
@@ -176,10 +189,9 @@ def _fact_versions_markdown(title: str, intro: str, facts: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str],
-                taken: set[str]) -> int:
+def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str]) -> int:
     """facts/ (current facts), history.md (earlier versions), forgotten.md (tombstones)."""
-    history, forgotten = [], []
+    current, history, forgotten = [], [], []
     facts = list(fact_records(con, user_id))
     for fact in facts:
         if fact["superseded_at"]:
@@ -188,8 +200,9 @@ def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str],
             forgotten.append(fact)
         else:
             stem = f"{fact['created_at'][:10]}-{fact['category']}-{_slug(fact['key'], 'fact')}"
-            files[_unique_name(FACTS_DIR, stem, taken, fact["id"])] = with_front_matter(
-                _with_extras(fact, FACT_KEYS, FACT_EXTRA_KEYS), fact["value"])
+            current.append((stem, f"{fact['category']}\x1f{fact['key']}", with_front_matter(
+                _with_extras(fact, FACT_KEYS, FACT_EXTRA_KEYS), fact["value"])))
+    files.update(_named(FACTS_DIR, current))
     files[HISTORY_FILE] = _fact_versions_markdown(
         "Fact history", "Each earlier value of a fact, from when it was stated to when "
         "another replaced it.", history)
@@ -200,18 +213,19 @@ def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str],
     return len(facts)
 
 
-def _session_files(con: apsw.Connection, user_id: str, files: dict[str, str],
-                   taken: set[str]) -> Counter:
+def _session_files(con: apsw.Connection, user_id: str, files: dict[str, str]) -> Counter:
     by_session: dict[str, list[dict]] = defaultdict(list)
     written: Counter = Counter()
     for event in event_records(con, user_id):
         by_session[event["session_id"]].append(event)
         written["event"] += 1
-    for number, session in enumerate(session_records(con, user_id), 1):
+    named = []
+    for session in session_records(con, user_id):
         stem = f"{session['started_at'][:10]}-{_slug(session['id'], 'session')}"
-        files[_unique_name(SESSIONS_DIR, stem, taken, number)] = _session_markdown(
-            session, by_session.get(session["id"], []))
+        named.append((stem, session["id"],
+                      _session_markdown(session, by_session.get(session["id"], []))))
         written["session"] += 1
+    files.update(_named(SESSIONS_DIR, named))
     return written
 
 
@@ -219,20 +233,22 @@ def _markdown_files(config: Config, con: apsw.Connection,
                     user_id: str) -> tuple[dict[str, str], Counter]:
     """Relative path → content of every file of the export."""
     files: dict[str, str] = {}
-    taken: set[str] = set()
-    written = _session_files(con, user_id, files, taken)
+    written = _session_files(con, user_id, files)
     profile = list(profile_records(con, user_id))
     files[PROFILE_FILE] = _profile_markdown(user_id, profile)
     written["profile"] = len(profile)
-    written["fact"] = _fact_files(con, user_id, files, taken)
+    written["fact"] = _fact_files(con, user_id, files)
 
+    cards = []
     for card in card_records(con, user_id):
         topic = card["keywords"].split(",")[0] if card["keywords"] else card["summary"][:40]
         stem = f"{card['created_at'][:10]}-{_slug(topic, 'card')}"
         head = _with_extras(card, CARD_KEYS, CARD_EXTRA_KEYS)
         head["is_extractive"] = bool(head["is_extractive"])
-        files[_unique_name(CARDS_DIR, stem, taken, card["id"])] = with_front_matter(head, card["summary"])
+        cards.append((stem, f"{card['session_id']}\x1f{card['created_at']}\x1f{card['summary']}",
+                      with_front_matter(head, card["summary"])))
         written["card"] += 1
+    files.update(_named(CARDS_DIR, cards))
 
     by_day: dict[str, list[dict]] = defaultdict(list)
     for entry in diary_records(con, user_id):
@@ -241,13 +257,16 @@ def _markdown_files(config: Config, con: apsw.Connection,
     for day, entries in by_day.items():
         files[f"{DIARY_DIR}/{day}.md"] = _diary_markdown(day, entries)
 
+    tasks = []
     for task in task_records(con, user_id):
         head = {k: task[k] for k in TASK_KEYS}
         for flag in ("is_oneshot", "is_paused", "is_trusted"):
             head[flag] = bool(head[flag])
-        files[_unique_name(TASKS_DIR, _slug(task["name"], "task"), taken, task["id"])] = \
-            with_front_matter(head, task["prompt"])
+        tasks.append((_slug(task["name"], "task"),
+                      f"{task['name']}\x1f{task['schedule']}\x1f{task['prompt']}",
+                      with_front_matter(head, task["prompt"])))
         written["task"] += 1
+    files.update(_named(TASKS_DIR, tasks))
     memory_md = exported_memory_md(config)
     if memory_md is not None:
         files[MEMORY_FILE] = memory_md
