@@ -86,7 +86,7 @@ _SLUG = re.compile(r"[^\w]+", re.UNICODE)
 _PLAIN_KEY = re.compile(r'^[^\s"`:][^:\n]*$')
 # The only files an export may remove as stale: a manifest that names anything else
 # (a path out of the folder) is not obeyed.
-_REMOVABLE = re.compile(r"^(?:facts|cards|diary|tasks|sessions)/[^/\\]+\.md$")
+_REMOVABLE = re.compile(r"^(?:(?:facts|cards|diary|tasks|sessions)/[^/\\]+\.md|MEMORY\.md)$")
 _DIRECTORIES = (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR, SESSIONS_DIR)
 
 
