@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from app.config import load_config
-from app.datadir import DataDir
+from app.datadir import BOOTSTRAP_TEMPLATE, DataDir
 from app.db import Durability, connect_readonly
 from app.events import append_event
 from app.memory import current_fact, forget_fact, store_fact, upsert_fact
@@ -175,3 +175,11 @@ def test_the_markdown_folder_shows_messages_history_and_what_was_forgotten(confi
     forgotten = (out / "forgotten.md").read_text()
     assert "## fact/allergy" in forgotten and "peanuts" not in forgotten
     assert datetime.now(timezone.utc).strftime("%Y-%m-%d") in forgotten
+
+
+def test_exporting_again_removes_a_memory_md_the_owner_took_back(config, data_dir, tmp_path):
+    DataDir.of(config).bootstrap.write_text(MINE)
+    export_markdown(config, USER, tmp_path / "md")
+    DataDir.of(config).bootstrap.write_text(BOOTSTRAP_TEMPLATE)
+    report = export_markdown(config, USER, tmp_path / "md")
+    assert report.removed_stale == 1 and not (tmp_path / "md" / "MEMORY.md").exists()
