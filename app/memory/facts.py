@@ -77,6 +77,7 @@ class FactRecord:
     importance: float = 0.5
     access_count: int = 0
     last_accessed_at: str | None = None
+    forgotten_hash: str | None = None  # a forgotten fact's tombstone (value_hash), value ""
 
 
 _FACT_COLUMNS = (
@@ -322,10 +323,11 @@ def _insert_record(con: apsw.Connection, user_id: str, r: FactRecord, superseded
     con.execute(
         "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
         "updated_at, superseded_at, superseded_by, deleted_at, importance, access_count, "
-        "last_accessed_at, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+        "last_accessed_at, forgotten_hash, from_outside) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
         (user_id, r.category, r.key, r.value, r.source, r.source_event_id, r.created_at,
          r.updated_at, superseded_at, superseded_by, r.deleted_at, r.importance, r.access_count,
-         r.last_accessed_at))
+         r.last_accessed_at, r.forgotten_hash))
     return con.last_insert_rowid()
 
 

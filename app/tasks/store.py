@@ -436,6 +436,9 @@ class TaskRecord:
     task_id: int | None = None  # the id it had, kept when free: its session's log stays its own
     run_once_at: str | None = None  # a one-shot's moment (RFC 3339)
     created_at: str | None = None
+    updated_at: str | None = None
+    last_run_at: str | None = None
+    timezone: str | None = None  # its own zone; None: it follows [schedule] timezone
 
 
 def import_task(con: apsw.Connection, config: Config, user_id: str, record: TaskRecord,
@@ -445,27 +448,29 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
     prompt) is there: ("insert" or "unchanged", the task). Runs inside the caller's
     transaction.
 
-    A repeating task's next run is its next occurrence after now; a one-shot keeps its
-    moment (and never runs if that passed). Raises TaskError or ScheduleError for a task
-    that cannot run, and TaskError for a config.toml task, which belongs in that file.
+    A repeating task's next run is its next occurrence after now, in its own zone if it
+    has one; a one-shot keeps its moment (and never runs if that passed); its dates and
+    whether it is paused are kept. Raises TaskError or ScheduleError for a task that
+    `hilo tasks add` would refuse too, and TaskError for a config.toml task, which
+    belongs in that file.
     """
     now = moment_or_now(now)
     prompt = clean_prompt(record.prompt)
     name = clean_name(record.name, prompt)
-    tz = config.schedule.timezone
+    tz = record.timezone or config.schedule.timezone
     if record.cron_expr:
-        try:
-            next_occurrence(record.cron_expr, tz, now)
-        except (ValueError, KeyError) as exc:
-            raise TaskError(f'"{record.cron_expr}" is not a cron expression Hilo can run '
-                            f"({exc})") from None
+        # Read as `hilo tasks add` and the API read a schedule: a cron or a zone they
+        # refuse (7 fields, an unknown zone) is refused here too, never run otherwise.
+        parsed = parse_schedule(record.cron_expr, tz, now)
+        if parsed.is_oneshot:
+            raise TaskError(f'"{record.cron_expr}" is not a cron expression')
         run_once = None
         if record.oneshot:
             if not record.run_once_at:
                 raise TaskError("a one-shot with no time left to run: nothing to schedule")
             run_once = parse_rfc3339(record.run_once_at)
         schedule = Schedule(" ".join((record.schedule or record.cron_expr).split()),
-                            record.cron_expr, tz, run_once)
+                            parsed.cron_expr, tz, run_once)
     else:
         schedule = parse_schedule(record.schedule, tz, now, oneshot=record.oneshot)
     same = con.execute("SELECT id FROM scheduled_tasks WHERE user_id = ? AND name = ? AND "
@@ -477,14 +482,15 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
         raise TaskError(f'"{name}" comes from the config.toml of the memory it was exported '
                         "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
     task_id = insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
-                          source="import", trusted=False, paused=record.paused, now=now)
+                          source="import", trusted=False, paused=record.paused, now=now,
+                          timezone_name=record.timezone)
     wanted = record.task_id
     if wanted is not None and wanted > 0 and con.execute(
             "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "
             "SELECT 1 FROM task_runs WHERE task_id = ?", (wanted, wanted)).fetchone() is None:
         con.execute("UPDATE scheduled_tasks SET id = ? WHERE id = ?", (wanted, task_id))
         task_id = wanted
-    if record.created_at:
-        con.execute("UPDATE scheduled_tasks SET created_at = ? WHERE id = ?",
-                    (record.created_at, task_id))
+    con.execute("UPDATE scheduled_tasks SET created_at = coalesce(?, created_at), "
+                "updated_at = coalesce(?, updated_at), last_run_at = ? WHERE id = ?",
+                (record.created_at, record.updated_at, record.last_run_at, task_id))
     return "insert", get_task(con, user_id, task_id)

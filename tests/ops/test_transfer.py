@@ -65,14 +65,17 @@ def test_markdown_export_is_a_folder_a_person_can_read(config, populated, tmp_pa
     assert card.rstrip().endswith("Ana writes Go; billing moved to Postgres.")
     diary = (out / "diary" / "2026-11-28.md").read_text()
     assert "Ana moved billing to Postgres and planned the index." in diary
-    assert report.written == {"profile": 4, "fact": 4, "card": 1, "diary": 1}
+    assert report.written == {"session": 2, "event": 8, "profile": 5, "fact": 7, "card": 1,
+                              "diary": 1}
 
 
 def test_markdown_round_trip_into_an_empty_database(config, populated, empty, tmp_path):
     export_markdown(config, "ana", tmp_path / "notes")
     report = import_path(empty, tmp_path / "notes", "ana")
-    assert memory_state(db(empty), "ana") == memory_state(db(config), "ana")
-    assert report.added == {"profile": 4, "fact": 4, "card": 1, "diary": 1}
+    # Everything the JSON lines carry: messages, fact history, tombstones.
+    assert full_state(db(empty), "ana") == full_state(db(config), "ana")
+    assert report.added == {"session": 2, "event": 8, "profile": 5, "fact": 7, "card": 1,
+                            "diary": 1}
     assert not report.problems
 
 

@@ -30,11 +30,16 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def with_front_matter(data: dict, body: str) -> str:
-    """A markdown file: `data` as YAML between --- lines, a blank line, then the body."""
+def front_matter(data: dict) -> str:
+    """`data` as YAML between --- lines: the head of a markdown file."""
     head = yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True,
                      width=1_000_000)
-    return f"---\n{head}---\n\n{body.strip()}\n"
+    return f"---\n{head}---\n"
+
+
+def with_front_matter(data: dict, body: str) -> str:
+    """A markdown file: its front matter, a blank line, then the body (trimmed)."""
+    return f"{front_matter(data)}\n{body.strip()}\n"
 
 
 def load_yaml(text: str) -> object:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +41,11 @@ from app.memory import (
     link_folded_card,
     link_superseded_fact,
 )
+from app.tasks.schedule import ScheduleError
 from app.tasks.store import TaskRecord, import_task
 from app.timeutil import utc_now
 from app.ops.transfer.jsonl import read_jsonl
+from app.ops.transfer.memory_md import install_memory_md
 from app.ops.transfer.markdown import (
     CARDS_DIR,
     DIARY_DIR,
@@ -76,8 +80,22 @@ WORKER = "import"
 OUTCOMES = {"insert": "added", "update": "updated", "supersede": "updated"}
 # What a bad record can raise while it is stored: the record is rolled back alone and
 # reported, the import goes on. (OverflowError: a number too large for SQLite.)
+# What forget_fact keeps of a value (app.memory.facts.value_hash): a SHA-256 in hex.
+_VALUE_HASH = re.compile(r"[0-9a-f]{64}")
 RECORD_ERRORS = (InvalidEvent, InvalidMemory, ValueError, TypeError, KeyError, OverflowError,
                  RecursionError, apsw.ConstraintError, apsw.TooBigError, apsw.MismatchError)
+
+
+def _forgotten_hash(r: dict, name: str) -> str | None:
+    """The value hash of a forgotten fact's record; None for any other fact."""
+    given = r.get("forgotten_hash")
+    if given is None:
+        return None
+    if not isinstance(given, str) or not _VALUE_HASH.fullmatch(given):
+        raise InvalidMemory(f"fact {name}: forgotten_hash must be 64 hex digits, got {given!r}")
+    if record_time(r.get("deleted_at")) is None:
+        raise InvalidMemory(f"fact {name} is forgotten but has no deleted_at")
+    return given
 
 
 def _link_id(value: Any) -> int | str | None:
@@ -92,8 +110,10 @@ class RecordImporter:
     records across batches (exported ids → ids in this database).
     """
 
-    def __init__(self, config: Config, user_id: str, report: ImportReport) -> None:
+    def __init__(self, config: Config, user_id: str, report: ImportReport,
+                 now: datetime | None = None) -> None:
         self.config = config
+        self.now = now  # when imported tasks are scheduled from; None: the current time
         self.user_id = user_id
         self.report = report
         self.event_ids: dict[str, int] = {}  # uuid in the input → events.id here
@@ -120,6 +140,8 @@ class RecordImporter:
                     outcome = store(con, record)
             except RECORD_ERRORS as exc:
                 detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+                if isinstance(exc, ScheduleError):
+                    detail = exc.problem  # one line: not the grammar's examples
                 self.report.problems.append(f"{where}: {kind} skipped: {detail}")
                 continue
             if outcome:
@@ -255,8 +277,10 @@ class RecordImporter:
         if category not in CATEGORIES:
             raise InvalidMemory(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
         key = memory_key(r["key"], "fact")
-        value = clean_text(r["value"], VALUE_LIMIT)
-        if not value:
+        forgotten_hash = _forgotten_hash(r, f"{category}/{key}")
+        # A forgotten fact keeps no value, only its hash: what stops it being learned again.
+        value = "" if forgotten_hash else clean_text(r.get("value"), VALUE_LIMIT)
+        if not value and not forgotten_hash:
             raise InvalidMemory(f"fact {category}/{key} has no value")
         source = r.get("source") if r.get("source") in SOURCES else "user"
         created_at = record_time(r.get("created_at")) or utc_now()
@@ -269,7 +293,8 @@ class RecordImporter:
             deleted_at=record_time(r.get("deleted_at")),
             importance=unit_interval(r.get("importance")),
             access_count=int(r.get("access_count") or 0),
-            last_accessed_at=record_time(r.get("last_accessed_at"))), worker=WORKER)
+            last_accessed_at=record_time(r.get("last_accessed_at")),
+            forgotten_hash=forgotten_hash), worker=WORKER)
         if written.fact_id is not None and r.get("id") is not None:
             self.fact_ids[r["id"]] = written.fact_id
         if written.action == "insert" and _link_id(r.get("superseded_by")) is not None:
@@ -305,11 +330,30 @@ class RecordImporter:
             paused=bool(r.get("is_paused")), source=str(r.get("source") or "tool"),
             task_id=task_id if isinstance(task_id, int) else None,
             run_once_at=record_time(r.get("next_run_at")) if oneshot else None,
-            created_at=record_time(r.get("created_at"))))
+            created_at=record_time(r.get("created_at")),
+            updated_at=record_time(r.get("updated_at")),
+            last_run_at=record_time(r.get("last_run_at")),
+            timezone=str(r["timezone"]) if r.get("timezone") else None), now=self.now)
         if action == "insert" and r.get("is_trusted"):
             # Trust is the owner's to give at this machine, never a file's.
             self.report.untrusted_tasks.append(f"#{task.id} {task.name}")
         return OUTCOMES.get(action, "unchanged")
+
+    # -- MEMORY.md
+
+    def _memory_md(self, con: apsw.Connection, r: dict) -> str:
+        text = r["text"]
+        if not isinstance(text, str):
+            raise ValueError("MEMORY.md must be text")
+        outcome, beside = install_memory_md(self.config, text)
+        # MEMORY.md is sent with every conversation: the owner reads what an import put there.
+        if outcome == "added":
+            self.report.notes.append("MEMORY.md is now the imported one: read it, it is sent "
+                                     "with every conversation.")
+        elif outcome == "kept":
+            self.report.notes.append(f"MEMORY.md: kept this data directory's own; the imported "
+                                     f"one is at {beside}: merge them by hand.")
+        return "added" if outcome == "added" else "unchanged"
 
     # -- links across records
 
@@ -361,13 +405,14 @@ def _batches(records: Iterable[dict | Problem], size: int) -> Iterator[list[dict
 
 
 def store_records(config: Config, user_id: str, records: Iterable[dict | Problem],
-                  report: ImportReport) -> ImportReport:
-    """Store every record in user_id's memory through one writer; the report counts them."""
+                  report: ImportReport, *, now: datetime | None = None) -> ImportReport:
+    """Store every record in user_id's memory through one writer; the report counts them.
+    `now` fixes the moment imported tasks are scheduled from (a test's)."""
     path = DataDir.of(config).memory_db
     if not path.exists():
         raise TransferError(f"no memory database at {path}: run `hilo init` first "
                             "(or pass the right --data-dir)")
-    importer = RecordImporter(config, user_id, report)
+    importer = RecordImporter(config, user_id, report, now)
     # The user's own words are the source of truth: FULL, like the front-end's writer.
     with Writer(path, Durability.FULL, name="hilo-import") as writer:
         for batch in _batches(records, IMPORT_BATCH):
@@ -376,7 +421,8 @@ def store_records(config: Config, user_id: str, records: Iterable[dict | Problem
     return report
 
 
-def import_path(config: Config, path: Path, user_id: str) -> ImportReport:
+def import_path(config: Config, path: Path, user_id: str, *,
+                now: datetime | None = None) -> ImportReport:
     """Import a Hilo export — a markdown folder or a .jsonl file — into user_id's memory.
 
     Idempotent: what is already there is recognised and left alone, so importing the same
@@ -391,9 +437,9 @@ def import_path(config: Config, path: Path, user_id: str) -> ImportReport:
             raise TransferError(f"{path} is not a Hilo markdown export (no {PROFILE_FILE}, "
                                 f"{FACTS_DIR}/, {CARDS_DIR}/ or {DIARY_DIR}/)")
         report = ImportReport(path, user_id, "markdown")
-        return store_records(config, user_id, read_markdown(path), report)
+        return store_records(config, user_id, read_markdown(path), report, now=now)
     if path.is_file():
         report = ImportReport(path, user_id, "jsonl")
-        return store_records(config, user_id, read_jsonl(path), report)
+        return store_records(config, user_id, read_jsonl(path), report, now=now)
     raise TransferError(f"{path} does not exist: pass a folder from `hilo export --format md` "
                         "or a .jsonl file from `hilo export --format jsonl`")

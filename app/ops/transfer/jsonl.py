@@ -2,7 +2,8 @@
 
 The first line is a header ({"type": "header", "format": "hilo-export", ...}); then
 sessions, events, cards, profile keys (tombstones too), facts (with their history and
-tombstones), diary entries and scheduled tasks, one JSON object per line.
+tombstones, forgotten ones too), diary entries, scheduled tasks and MEMORY.md, one JSON
+object per line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.datadir import DataDir
 from app.db import schema_version
 from app.timeutil import utc_now
 from app.ops.transfer.files import refuse_to_overwrite, replacing_file
+from app.ops.transfer.memory_md import exported_memory_md
 from app.ops.transfer.records import (
     FORMAT,
     FORMAT_VERSION,
@@ -60,12 +62,16 @@ def export_jsonl(config: Config, user_id: str, out_path: Path, *,
         out.write(_line(header))
         for records in (session_records(con, user_id), event_records(con, user_id),
                         card_records(con, user_id),
-                        profile_records(con, user_id, live_only=False),
-                        fact_records(con, user_id, current_only=False),
+                        profile_records(con, user_id),
+                        fact_records(con, user_id),
                         diary_records(con, user_id), task_records(con, user_id)):
             for record in records:
                 out.write(_line(record))
                 written[record["type"]] += 1
+        memory_md = exported_memory_md(config)
+        if memory_md is not None:
+            out.write(_line({"type": "memory_md", "text": memory_md}))
+            written["memory_md"] += 1
     return ExportReport(out_path, user_id, dict(written))
 
 

@@ -1,10 +1,14 @@
 """A markdown folder a person can read, grep, keep in git or open in Obsidian.
 
-`profile.md` holds MEMORY.md-style `- key: value` lines (their dates and sources in the
-front matter), `facts/` and `cards/` one file per current fact and per context card
-with YAML front matter, `diary/` the diary by day (each entry under a hilo-diary
-marker), `tasks/` one file per scheduled task (its schedule in the front matter, its
-prompt as the body). `.hilo-export.json` (manifest.py) records what the export wrote, so that exporting
+`profile.md` holds MEMORY.md-style `- key: value` lines (their dates and sources, and
+the keys deleted, in the front matter), `facts/` and `cards/` one file per current fact
+and per context card with YAML front matter, `history.md` every earlier version of a
+fact, `forgotten.md` the facts deleted or forgotten (what Hilo must not learn again),
+`sessions/` one file per session with its messages, `diary/` the diary by day (each
+entry under a hilo-diary marker), `tasks/` one file per scheduled task (its schedule in
+the front matter, its prompt as the body), and `MEMORY.md` the data directory's own.
+Messages and fact versions are marked entries (marked.py), read back exactly.
+`.hilo-export.json` (manifest.py) records what the export wrote, so that exporting
 again into a folder that also holds a person's notes replaces and removes only Hilo's own
 unchanged files. `read_markdown` reads such a folder back, including what a person added,
 and reads nothing through a symbolic link.
@@ -12,6 +16,7 @@ and reads nothing through a symbolic link.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -36,22 +41,42 @@ from app.ops.transfer.files import (
     read_own_file,
     write_file,
 )
-from app.ops.transfer.frontmatter import split_front_matter, with_front_matter
+from app.ops.transfer.frontmatter import front_matter, split_front_matter, with_front_matter
 from app.ops.transfer.manifest import ExportManifest, content_hash
+from app.ops.transfer.marked import marked_entry, read_marked
+from app.ops.transfer.memory_md import exported_memory_md
 from app.ops.transfer.records import ExportReport, Problem, TransferError, check_user
 from app.ops.transfer.user_records import (
     card_records,
     diary_records,
+    event_records,
     fact_records,
     profile_records,
+    session_records,
     task_records,
 )
 
-PROFILE_FILE = "profile.md"
+PROFILE_FILE, HISTORY_FILE, FORGOTTEN_FILE = "profile.md", "history.md", "forgotten.md"
+MEMORY_FILE = "MEMORY.md"
 FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR = "facts", "cards", "diary", "tasks"
+SESSIONS_DIR = "sessions"
 # A scheduled task's front matter: its JSON lines record without the prompt (the body).
 TASK_KEYS = ("id", "name", "schedule", "cron_expr", "source", "is_oneshot", "is_paused",
-             "is_trusted", "next_run_at", "last_run_at", "created_at", "updated_at")
+             "is_trusted", "next_run_at", "last_run_at", "created_at", "updated_at", "timezone")
+# A session's front matter, and the fields of each of its messages (their text is quoted).
+SESSION_KEYS = ("id", "title", "started_at", "last_event_at", "ended_at")
+EVENT_KEYS = ("uuid", "role", "created_at", "importance", "original_length", "tool_call_id",
+              "tool_name", "tool_calls_json", "compacted", "card", "distilled_at",
+              "consolidated_at")
+# A current fact's front matter; then, only when set, what most facts leave empty.
+FACT_KEYS = ("id", "category", "key", "source", "created_at", "updated_at", "importance")
+FACT_EXTRA_KEYS = ("source_event_uuid", "access_count", "last_accessed_at")
+# The fields of a fact version in history.md and forgotten.md (its value is quoted).
+FACT_VERSION_KEYS = FACT_KEYS + FACT_EXTRA_KEYS + (
+    "superseded_at", "superseded_by", "deleted_at", "forgotten_hash")
+CARD_KEYS = ("id", "session_id", "keywords", "level", "is_extractive", "importance",
+             "event_count", "folded_into", "created_at", "updated_at")
+CARD_EXTRA_KEYS = ("first_event_uuid", "last_event_uuid", "access_count", "last_accessed_at")
 # An imported file larger than this is skipped: Hilo's own files hold one value capped
 # at a few KB (a diary day, a few dozen entries; the profile, its keys).
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -61,12 +86,13 @@ _SLUG = re.compile(r"[^\w]+", re.UNICODE)
 _PLAIN_KEY = re.compile(r'^[^\s"`:][^:\n]*$')
 # The only files an export may remove as stale: a manifest that names anything else
 # (a path out of the folder) is not obeyed.
-_REMOVABLE = re.compile(r"^(?:facts|cards|diary|tasks)/[^/\\]+\.md$")
+_REMOVABLE = re.compile(r"^(?:(?:facts|cards|diary|tasks|sessions)/[^/\\]+\.md|MEMORY\.md)$")
+_DIRECTORIES = (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR, SESSIONS_DIR)
 
 
 def looks_like_markdown_export(folder: Path) -> bool:
     return os.path.lexists(folder / PROFILE_FILE) or any(
-        (folder / d).is_dir() for d in (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR))
+        (folder / d).is_dir() for d in _DIRECTORIES)
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -76,26 +102,57 @@ def _slug(text: str, fallback: str) -> str:
     return _SLUG.sub("-", text.casefold()).strip("-_")[:60].strip("-_") or fallback
 
 
-def _unique_name(directory: str, stem: str, taken: set[str], row_id: Any) -> str:
-    name = f"{directory}/{stem}.md"
-    if name in taken:
-        name = f"{directory}/{stem}-{row_id}.md"
-    taken.add(name)
-    return name
+def _named(directory: str, files: list[tuple[str, str, str]]) -> dict[str, str]:
+    """Relative path → content of (stem, what the record is, content) files.
+
+    Stems two records share get a hash of what each record is, never a row id: the same
+    memory gets the same names in any database, so exporting an imported memory again
+    writes the same files.
+    """
+    shared = Counter(stem for stem, _, _ in files)
+    named: dict[str, str] = {}
+    for stem, identity, content in files:
+        if shared[stem] > 1:
+            stem += "-" + hashlib.sha256(identity.encode("utf-8", "replace")).hexdigest()[:8]
+        name, n = f"{directory}/{stem}.md", 1
+        while name in named:  # two records alike in everything an import tells apart
+            n += 1
+            name = f"{directory}/{stem}-{n}.md"
+        named[name] = content
+    return named
+
+
+def _with_extras(record: dict, keys: tuple[str, ...], extras: tuple[str, ...]) -> dict:
+    """The front matter of a record: `keys`, then those of `extras` that are set."""
+    head = {k: record[k] for k in keys}
+    head.update((k, record[k]) for k in extras if record.get(k))
+    return head
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
 
 
 def _profile_markdown(user_id: str, entries: list[dict]) -> str:
     lines = ["# Profile", ""]
-    meta = {}
+    meta, deleted = {}, {}
     for entry in entries:
         key = entry["key"]
+        dates = {"source": entry["source"], "created_at": entry["created_at"],
+                 "updated_at": entry["updated_at"]}
+        if entry["source_event_uuid"]:
+            dates["source_event_uuid"] = entry["source_event_uuid"]
+        if entry["deleted_at"]:  # kept so that no worker learns the key again
+            deleted[key] = {"value": entry["value"], **dates, "deleted_at": entry["deleted_at"]}
+            continue
         shown = key if _PLAIN_KEY.match(key) else json.dumps(key, ensure_ascii=False)
         first, *rest = entry["value"].split("\n")
         lines.append(f"- {shown}: {first}")
         lines.extend(f"  {line}" if line else "" for line in rest)
-        meta[key] = {"source": entry["source"], "created_at": entry["created_at"],
-                     "updated_at": entry["updated_at"]}
+        meta[key] = dates
     head = {"hilo": "profile", "user_id": user_id, "keys": meta}
+    if deleted:
+        head["deleted"] = deleted
     return with_front_matter(head, "\n".join(lines))
 
 
@@ -111,31 +168,87 @@ def _diary_markdown(day: str, entries: list[dict]) -> str:
     return "\n".join(parts)
 
 
-def _markdown_files(con: apsw.Connection, user_id: str) -> tuple[dict[str, str], Counter]:
+def _session_markdown(session: dict, events: list[dict]) -> str:
+    title = f" — {_one_line(session['title'])}" if session["title"] else ""
+    lines = [f"# Session {_one_line(session['id'])}{title}"]
+    for event in events:
+        lines += ["", f"## {event['created_at'][:16].replace('T', ' ')} UTC · {event['role']}",
+                  *marked_entry("event", {k: event[k] for k in EVENT_KEYS}, event["content"])]
+    # Not trimmed like other files: a message's last line may end in spaces.
+    return front_matter({"hilo": "session", **{k: session[k] for k in SESSION_KEYS}}) \
+        + "\n" + "\n".join(lines) + "\n"
+
+
+def _fact_versions_markdown(title: str, intro: str, facts: list[dict]) -> str:
+    lines = [f"# {title}", "", intro]
+    for fact in facts:
+        when = fact["superseded_at"] or fact["deleted_at"]
+        lines += ["", f"## {fact['category']}/{_one_line(fact['key'])} · "
+                      f"{fact['created_at'][:10]} to {when[:10]}",
+                  *marked_entry("fact", {k: fact[k] for k in FACT_VERSION_KEYS}, fact["value"])]
+    return "\n".join(lines) + "\n"
+
+
+def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str]) -> int:
+    """facts/ (current facts), history.md (earlier versions), forgotten.md (tombstones)."""
+    current, history, forgotten = [], [], []
+    facts = list(fact_records(con, user_id))
+    for fact in facts:
+        if fact["superseded_at"]:
+            history.append(fact)
+        elif fact["deleted_at"]:
+            forgotten.append(fact)
+        else:
+            stem = f"{fact['created_at'][:10]}-{fact['category']}-{_slug(fact['key'], 'fact')}"
+            current.append((stem, f"{fact['category']}\x1f{fact['key']}", with_front_matter(
+                _with_extras(fact, FACT_KEYS, FACT_EXTRA_KEYS), fact["value"])))
+    files.update(_named(FACTS_DIR, current))
+    files[HISTORY_FILE] = _fact_versions_markdown(
+        "Fact history", "Each earlier value of a fact, from when it was stated to when "
+        "another replaced it.", history)
+    files[FORGOTTEN_FILE] = _fact_versions_markdown(
+        "Deleted and forgotten facts", "What you deleted or forgot: Hilo keeps the key, and "
+        "of a forgotten fact only a hash of its value, so that it never learns it again.",
+        forgotten)
+    return len(facts)
+
+
+def _session_files(con: apsw.Connection, user_id: str, files: dict[str, str]) -> Counter:
+    by_session: dict[str, list[dict]] = defaultdict(list)
+    written: Counter = Counter()
+    for event in event_records(con, user_id):
+        by_session[event["session_id"]].append(event)
+        written["event"] += 1
+    named = []
+    for session in session_records(con, user_id):
+        stem = f"{session['started_at'][:10]}-{_slug(session['id'], 'session')}"
+        named.append((stem, session["id"],
+                      _session_markdown(session, by_session.get(session["id"], []))))
+        written["session"] += 1
+    files.update(_named(SESSIONS_DIR, named))
+    return written
+
+
+def _markdown_files(config: Config, con: apsw.Connection,
+                    user_id: str) -> tuple[dict[str, str], Counter]:
     """Relative path → content of every file of the export."""
     files: dict[str, str] = {}
-    written: Counter = Counter()
-    profile = list(profile_records(con, user_id, live_only=True))
+    written = _session_files(con, user_id, files)
+    profile = list(profile_records(con, user_id))
     files[PROFILE_FILE] = _profile_markdown(user_id, profile)
     written["profile"] = len(profile)
+    written["fact"] = _fact_files(con, user_id, files)
 
-    taken: set[str] = set()
-    for fact in fact_records(con, user_id, current_only=True):
-        stem = f"{fact['created_at'][:10]}-{fact['category']}-{_slug(fact['key'], 'fact')}"
-        head = {k: fact[k] for k in ("id", "category", "key", "source", "created_at",
-                                     "updated_at", "importance")}
-        files[_unique_name(FACTS_DIR, stem, taken, fact["id"])] = with_front_matter(head, fact["value"])
-        written["fact"] += 1
-
+    cards = []
     for card in card_records(con, user_id):
         topic = card["keywords"].split(",")[0] if card["keywords"] else card["summary"][:40]
         stem = f"{card['created_at'][:10]}-{_slug(topic, 'card')}"
-        head = {k: card[k] for k in ("id", "session_id", "keywords", "level", "is_extractive",
-                                     "importance", "event_count", "folded_into", "created_at",
-                                     "updated_at")}
+        head = _with_extras(card, CARD_KEYS, CARD_EXTRA_KEYS)
         head["is_extractive"] = bool(head["is_extractive"])
-        files[_unique_name(CARDS_DIR, stem, taken, card["id"])] = with_front_matter(head, card["summary"])
+        cards.append((stem, f"{card['session_id']}\x1f{card['created_at']}\x1f{card['summary']}",
+                      with_front_matter(head, card["summary"])))
         written["card"] += 1
+    files.update(_named(CARDS_DIR, cards))
 
     by_day: dict[str, list[dict]] = defaultdict(list)
     for entry in diary_records(con, user_id):
@@ -144,13 +257,20 @@ def _markdown_files(con: apsw.Connection, user_id: str) -> tuple[dict[str, str],
     for day, entries in by_day.items():
         files[f"{DIARY_DIR}/{day}.md"] = _diary_markdown(day, entries)
 
+    tasks = []
     for task in task_records(con, user_id):
         head = {k: task[k] for k in TASK_KEYS}
         for flag in ("is_oneshot", "is_paused", "is_trusted"):
             head[flag] = bool(head[flag])
-        files[_unique_name(TASKS_DIR, _slug(task["name"], "task"), taken, task["id"])] = \
-            with_front_matter(head, task["prompt"])
+        tasks.append((_slug(task["name"], "task"),
+                      f"{task['name']}\x1f{task['schedule']}\x1f{task['prompt']}",
+                      with_front_matter(head, task["prompt"])))
         written["task"] += 1
+    files.update(_named(TASKS_DIR, tasks))
+    memory_md = exported_memory_md(config)
+    if memory_md is not None:
+        files[MEMORY_FILE] = memory_md
+        written["memory_md"] = 1
     return files, written
 
 
@@ -223,12 +343,12 @@ def export_markdown(config: Config, user_id: str, out_dir: Path, *,
     if out_dir.exists() and not out_dir.is_dir():
         raise TransferError(f"{out_dir} is a file: pass a folder to export markdown into")
     with snapshot(DataDir.of(config).memory_db) as con:
-        files, written = _markdown_files(con, user_id)
+        files, written = _markdown_files(config, con, user_id)
     contents = {relative: text.encode("utf-8") for relative, text in files.items()}
     manifest = ExportManifest.read(out_dir)
     to_write = _files_to_write(out_dir, contents, manifest, overwrite)
 
-    for directory in (FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR):
+    for directory in _DIRECTORIES:
         try:
             (out_dir / directory).mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -287,9 +407,14 @@ def _parse_profile(text: str, where: str) -> Iterator[dict | Problem]:
         info = meta.get(" ".join(key.split()).casefold()) or meta.get(key)
         info = info if isinstance(info, dict) else {}
         # A line a person wrote by hand, without export metadata, is the user's own edit.
-        yield {"type": "profile", "key": key, "value": "\n".join(lines).strip(),
-               "source": info.get("source", "user"), "created_at": info.get("created_at"),
-               "updated_at": info.get("updated_at"), "_where": where}
+        yield {"source": "user", **info, "type": "profile", "key": key,
+               "value": "\n".join(lines).strip(), "_where": where}
+    deleted = head.get("deleted") if isinstance(head.get("deleted"), dict) else {}
+    for key, info in deleted.items():
+        if isinstance(info, dict):
+            yield {**info, "type": "profile", "key": key, "_where": where}
+        else:
+            yield Problem(where, f"deleted key {key!r}: expected its fields")
 
 
 def _parse_diary(text: str, where: str) -> Iterator[dict | Problem]:
@@ -345,6 +470,12 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
     skipped and reported, never followed or read.
     """
     folder = Path(folder)
+    # Messages before what names them (cards, facts), facts before their history.
+    for item in _front_matter_files(folder, SESSIONS_DIR):
+        if isinstance(item, Problem):
+            yield item
+        else:
+            yield from _parse_session(item[0], item[2], item[3])
     for directory, kind in ((CARDS_DIR, "card"), (FACTS_DIR, "fact")):
         for item in _front_matter_files(folder, directory):
             if isinstance(item, Problem):
@@ -357,12 +488,20 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
             record.setdefault("updated_at", record["created_at"])
             record["value" if kind == "fact" else "summary"] = body.strip()
             yield record
-    if os.path.lexists(folder / PROFILE_FILE):
+    for name in (HISTORY_FILE, FORGOTTEN_FILE):
+        text = _top_file(folder, name)
+        if isinstance(text, Problem):
+            yield text
+        elif text is not None:
+            for item in read_marked(text, "fact", name):
+                yield item if isinstance(item, Problem) else {
+                    **item[0], "type": "fact", "value": item[1], "_where": name}
+    profile = _top_file(folder, PROFILE_FILE)
+    if isinstance(profile, Problem):
+        yield profile
+    elif profile is not None:
         try:
-            profile = read_import_file(folder / PROFILE_FILE, MAX_FILE_BYTES)
-            yield from _parse_profile(profile.text, PROFILE_FILE)
-        except SkippedFile as exc:
-            yield _problem(PROFILE_FILE, exc)
+            yield from _parse_profile(profile, PROFILE_FILE)
         except (ValueError, yaml.YAMLError) as exc:
             yield _problem(PROFILE_FILE, f"unreadable: {exc}")
     for item in _folder_files(folder, DIARY_DIR):
@@ -376,6 +515,32 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
             continue
         where, _, head, body = item
         yield {**head, "type": "task", "prompt": body.strip(), "_where": where}
+    memory_md = _top_file(folder, MEMORY_FILE)
+    if memory_md is not None:
+        yield memory_md if isinstance(memory_md, Problem) else {
+            "type": "memory_md", "text": memory_md, "_where": MEMORY_FILE}
+
+
+def _top_file(folder: Path, name: str) -> str | Problem | None:
+    """The text of a file at the top of the folder; None when there is none."""
+    if not os.path.lexists(folder / name):
+        return None
+    try:
+        return read_import_file(folder / name, MAX_FILE_BYTES).text
+    except SkippedFile as exc:
+        return _problem(name, exc)
+
+
+def _parse_session(where: str, head: dict, body: str) -> Iterator[dict | Problem]:
+    """A session file: the session, then each of its messages."""
+    if head.get("id") is None:
+        yield Problem(where, "the front-matter names no session id")
+        return
+    yield {**{k: head.get(k) for k in SESSION_KEYS}, "type": "session", "_where": where}
+    for item in read_marked(body, "event", where):
+        yield item if isinstance(item, Problem) else {
+            **item[0], "type": "event", "session_id": head["id"], "content": item[1],
+            "_where": where}
 
 
 def _front_matter_files(folder: Path, directory: str) -> Iterator[Any]:

@@ -22,7 +22,7 @@ from app.timeutil import parse_rfc3339, to_rfc3339
 
 FORMAT = "hilo-export"
 FORMAT_VERSION = 1
-RECORD_TYPES = ("session", "event", "card", "profile", "fact", "diary", "task")
+RECORD_TYPES = ("session", "event", "card", "profile", "fact", "diary", "task", "memory_md")
 KEY_LIMIT = {"profile": 100, "fact": 200}
 VALUE_LIMIT = 2000
 
@@ -35,7 +35,8 @@ class TransferError(InvalidInput):
 _NOUNS = {"session": ("session", "sessions"), "event": ("event", "events"),
           "card": ("card", "cards"), "profile": ("profile key", "profile keys"),
           "fact": ("fact", "facts"), "diary": ("diary entry", "diary entries"),
-          "task": ("scheduled task", "scheduled tasks")}
+          "task": ("scheduled task", "scheduled tasks"),
+          "memory_md": ("MEMORY.md", "MEMORY.md")}
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -85,12 +86,14 @@ class ImportReport:
     problems: list[str] = field(default_factory=list)
     # Tasks the input marked trusted, imported untrusted ("#7 disk check").
     untrusted_tasks: list[str] = field(default_factory=list)
+    # What the owner should know, though nothing was lost (where MEMORY.md went).
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"source": str(self.source), "user_id": self.user_id, "format": self.format,
                 "added": dict(self.added), "updated": dict(self.updated),
                 "unchanged": dict(self.unchanged), "problems": self.problems,
-                "untrusted_tasks": self.untrusted_tasks}
+                "untrusted_tasks": self.untrusted_tasks, "notes": self.notes}
 
     def summary(self) -> str:
         """Counts of what was added, updated and skipped, then each skip and why."""
@@ -102,6 +105,7 @@ class ImportReport:
             lines.append(f"{count} task{'s' if count != 1 else ''} imported untrusted "
                          f"({', '.join(self.untrusted_tasks)}): trust "
                          f"{'them' if count != 1 else 'it'} with `hilo tasks trust ID`.")
+        lines += self.notes
         if self.problems:
             lines.append(f"Skipped {len(self.problems)}:")
             lines += [f"  {problem}" for problem in self.problems]

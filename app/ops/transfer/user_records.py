@@ -46,22 +46,23 @@ def card_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
         yield {"type": "card", **row}
 
 
-def profile_records(con: apsw.Connection, user_id: str, *, live_only: bool) -> Iterator[dict]:
-    where = " AND p.deleted_at IS NULL" if live_only else ""
+def profile_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
+    """Every profile key, the deleted ones (tombstones) too."""
     for row in rows(con, "SELECT p.key, p.value, p.source, e.uuid AS source_event_uuid, "
                     "p.created_at, p.updated_at, p.deleted_at FROM profile p "
                     "LEFT JOIN events e ON e.id = p.source_event_id "
-                    f"WHERE p.user_id = ?{where} ORDER BY p.key", (user_id,)):
+                    "WHERE p.user_id = ? ORDER BY p.key", (user_id,)):
         yield {"type": "profile", **row}
 
 
-def fact_records(con: apsw.Connection, user_id: str, *, current_only: bool) -> Iterator[dict]:
-    where = " AND f.superseded_at IS NULL AND f.deleted_at IS NULL" if current_only else ""
+def fact_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
+    """Every fact row: current ones, earlier versions, tombstones (forgotten ones too)."""
     for row in rows(con, "SELECT f.id, f.category, f.key, f.value, f.source, "
                     "e.uuid AS source_event_uuid, f.created_at, f.updated_at, f.superseded_at, "
                     "f.superseded_by, f.deleted_at, f.importance, f.access_count, "
-                    "f.last_accessed_at FROM facts f LEFT JOIN events e ON e.id = f.source_event_id "
-                    f"WHERE f.user_id = ?{where} ORDER BY f.id", (user_id,)):
+                    "f.last_accessed_at, f.forgotten_hash FROM facts f "
+                    "LEFT JOIN events e ON e.id = f.source_event_id "
+                    "WHERE f.user_id = ? ORDER BY f.id", (user_id,)):
         yield {"type": "fact", **row}
 
 
@@ -70,7 +71,8 @@ def task_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:
     sessions `task:<id>`)."""
     for row in rows(con, "SELECT id, name, original_schedule AS schedule, cron_expr, prompt, "
                     "source, is_oneshot, is_paused, is_trusted, next_run_at, last_run_at, "
-                    "created_at, updated_at FROM scheduled_tasks WHERE user_id = ? ORDER BY id",
+                    "created_at, updated_at, timezone FROM scheduled_tasks WHERE user_id = ? "
+                    "ORDER BY id",
                     (user_id,)):
         yield {"type": "task", **row}
 
