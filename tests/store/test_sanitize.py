@@ -504,9 +504,9 @@ def test_several_echoes_of_several_secrets_are_each_redacted() -> None:
 def test_every_rule_pattern_compiles_though_each_waits_for_its_first_use() -> None:
     """Rules compile their patterns when they first run (for start-up time): a broken
     one would otherwise surface only on the first message holding its keyword."""
-    from app.sanitize import _RULES
+    from app.secret_rules import RULES
 
-    for rule in _RULES:
+    for rule in RULES:
         assert rule.pattern.compiled.pattern == rule.pattern.source
 
 
