@@ -51,10 +51,11 @@ class Planted:
 
     @property
     def pieces(self) -> tuple[str, ...]:
-        """What must be gone after redaction: each word of a secret of several words
-        (redacting its first word alone would leave the rest in clear), else the value."""
+        """What must be gone after redaction: each word of a passphrase (redacting its
+        first word alone would leave the rest in clear), else the value (a card number's
+        groups of four digits are not secrets on their own)."""
         words = self.value.split()
-        return tuple(words) if len(words) > 1 else (self.value,)
+        return tuple(words) if len(words) > 1 and all(map(str.isalpha, words)) else (self.value,)
 
 
 def _pem(m: Maker, label: str) -> tuple[str, str]:
