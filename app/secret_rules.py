@@ -173,8 +173,9 @@ def _classify_url_user_token(match: re.Match[str], secret: str) -> str | None:
 # 4-6-5) and not part of a longer run of groups (an IBAN); it must also start as an
 # issuer's numbers do and pass the Luhn check, so order numbers and timestamps pass.
 _CARD_NUMBER = _Pattern(
-    r"(?<![\w.+-])(?<!\d[ -])"
-    r"(?:\d{13,19}+|\d{4}(?P<sep>[ -])(?:\d{4}(?P=sep)\d{4}(?P=sep)\d{4}(?:(?P=sep)\d{1,3})?"
+    # Starts with the first digit, not a lookbehind, so the search skips to digits fast.
+    r"\d(?<![\w.+-]\d)(?<!\d[ -]\d)"
+    r"(?:\d{12,18}+|\d{3}(?P<sep>[ -])(?:\d{4}(?P=sep)\d{4}(?P=sep)\d{4}(?:(?P=sep)\d{1,3})?"
     r"|\d{6}(?P=sep)\d{4,5})(?!(?P=sep)\d))"
     r"(?![\w-]|[.,]\d)"
 )
@@ -274,7 +275,9 @@ _TOKEN_SHAPES: tuple[_Rule, ...] = (
     _shape("linear_key", r"lin_api_[A-Za-z0-9]{40}", "lin_api_"),
     _shape("mailchimp_key", r"[a-f0-9]{32}-us\d{1,2}", "-us"),
     _shape("mailgun_key", r"key-[a-f0-9]{32}", "key-"),
-    _shape("mailgun_signing_key", r"[a-f0-9]{32}-[a-f0-9]{8}-[a-f0-9]{8}"),
+    # No keyword to wait for: it starts with a hex digit, so the search skips to those.
+    _Rule(_Pattern(r"[a-f0-9](?<![A-Za-z0-9_][a-f0-9])[a-f0-9]{31}-[a-f0-9]{8}-[a-f0-9]{8}"
+                   r"(?![A-Za-z0-9_])"), _always("mailgun_signing_key")),
     _shape("mapbox_token", r"sk\.eyJ[A-Za-z0-9_-]{20,}+\.[A-Za-z0-9_-]{20,}+", "sk.eyj"),
     _shape("maxmind_key", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk", "_mmk"),
     _shape("new_relic_key", r"NR(?:AK|II)-[A-Za-z0-9-]{27,32}", "nrak-", "nrii-"),
@@ -336,7 +339,8 @@ _PASSPHRASE = _Pattern(
     rf"""
     (?i:
         (?<![\w-])(?:pass[ \t]?phrase|(?:seed|recovery|mnemonic)[ \t]+phrase|mnemonic
-                    |phrase[ \t]+(?:secrète|de[ \t]+passe)|frase[ \t]+(?:secreta|de[ \t]+contraseña))
+                    |phrase[ \t]+(?:secrète|de[ \t]+passe)
+                    |frase[ \t]+(?:secreta|de[ \t]+contraseña))
         (?:[ \t]+(?:for|of|de|del|du|für|pour|para)[ \t]+[^\s,.;:!?"']{{1,30}}+)?
         [ \t]*(?:(?:is|was|es|era|ist|lautet|est|était)(?![\w-])[ \t]*:?|[:=])[ \t]*
         (?!{_CLAUSE_WORDS})
@@ -424,14 +428,13 @@ def _looks_like_key_material(value: str) -> bool:
 # about one real password: its value is redacted unless it is a word that describes a
 # password ("wrong", "incorrecta"). Without either ("the password is required") the value
 # must also look like a password: a digit, a symbol or an inner capital.
+# The pattern starts at the noun, so that it is tried only where a noun could start
+# (trying a possessive first at every character cost twice as much); the possessive is
+# looked for in the few words before it. A noun may end a compound ("WLAN-Passwort").
 _PROSE_PASSWORD = _Pattern(
     r"""
     (?i:
-        (?P<owner>\b(?:my|our|your|his|her|their|mi|tu|su|nuestra|nuestro|vuestra
-                     |meine?|unsere?|deine?|seine?|ihre?|eure?|mon|ma|notre|votre|ton|ta
-                     |son|sa|leur)[ \t]+
-                  (?:[^\W\d_]{2,20}+[ \t]+)?)?
-        (?<![\w-])(?:[^\W\d_]{2,20}+-)?  # a German compound: "WLAN-Passwort"
+        (?<!\w)(?<![\d_\W]-)
         (?P<noun>pass(?:word|code|phrase)|passwd|pwd|pin|contrase[ñn]a|clave
                  |passwort|kennwort|mot[ \t]+de[ \t]+passe|mdp)
         (?:[ \t]+(?:nueva|nuevo|actual|anterior|temporal|antigua|secreta|nouveau|neues))?
@@ -496,6 +499,14 @@ def _looks_like_password(value: str) -> bool:
     return any(not c.isalpha() for c in value) or any(c.isupper() for c in value[1:])
 
 
+_OWNER_BEFORE = re.compile(
+    r"""(?i:\b(?:my|our|your|his|her|their|mi|tu|su|nuestra|nuestro|vuestra|meine?|unsere?
+              |deine?|seine?|ihre?|eure?|mon|ma|notre|votre|ton|ta|son|sa|leur)
+         [ \t]+(?:[^\W\d_]{2,20}(?:[ \t]+|-))?(?:[^\W\d_]{2,20}-)?)\Z""",
+    re.VERBOSE,
+)
+
+
 def _classify_prose_password(match: re.Match[str], value: str) -> str | None:
     if value.lower() in _DESCRIBING_WORDS or _LENGTH_WORDS.match(match.string, match.end()):
         return None
@@ -503,7 +514,8 @@ def _classify_prose_password(match: re.Match[str], value: str) -> str | None:
     if noun == "pin":
         return "password" if value.isdigit() and 4 <= len(value) <= 12 else None
     quoted = match.start("secret_quoted") != -1 or match.start("secret_guillemets") != -1
-    specific = match.group("owner") is not None or match.group("qualifier") is not None
+    owned = _OWNER_BEFORE.search(match.string, max(0, match.start() - 50), match.start())
+    specific = owned is not None or match.group("qualifier") is not None
     if quoted or (specific and noun != "clave") or _looks_like_password(value):
         return "password"
     return None
