@@ -352,9 +352,11 @@ _PASSPHRASE = _Pattern(
 
 
 def _classify_passphrase(match: re.Match[str], value: str) -> str | None:
-    # "my passphrase is too long", "… is never asked for": words that describe it.
-    words = value.lower().split()
-    if words[0] in _DESCRIBING_WORDS and (len(words) == 2 or words[1] in _DESCRIBING_WORDS):
+    # "my passphrase is too long", "… is never asked for", "… is several words long":
+    # words that describe it. "correct horse battery staple" describes nothing.
+    first, *rest = value.lower().split()
+    if first in _DESCRIBING_WORDS and (len(rest) == 1
+                                       or any(word in _DESCRIBING_WORDS for word in rest)):
         return None
     return "password"
 
@@ -463,7 +465,7 @@ _DESCRIBING_WORDS = frozenset("""
     here there below above like and or but because which who how where when why if is was
     will would should must can could longer shorter stronger weaker exactly none null nil
     unset changing generated managed visible shown displayed literally actually probably
-    definitely sent about for to of with
+    definitely sent about for to of with several many few multiple
     incorrecta incorrecto errónea erróneo mala malo inválida inválido válida válido
     correcta correcto débil fuerte segura seguro insegura inseguro muy demasiado nunca la el
     lo los las un una unos unas misma mismo distinta distinto diferente obligatoria
@@ -509,6 +511,8 @@ _OWNER_BEFORE = re.compile(
 
 def _classify_prose_password(match: re.Match[str], value: str) -> str | None:
     if value.lower() in _DESCRIBING_WORDS or _LENGTH_WORDS.match(match.string, match.end()):
+        return None
+    if PLACEHOLDER_SHAPE.fullmatch(value):  # "my password is …", "… is ****"
         return None
     noun = match.group("noun").lower()
     if noun == "pin":

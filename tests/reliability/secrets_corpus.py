@@ -315,6 +315,7 @@ PROSE = [
     ("en_passphrase_colon", "Passphrase: {}", "velvet otter sings quietly"),
     ("en_seed_phrase", "my seed phrase is {}",
      "orbit claw tundra pepper vessel ginger acoustic harbor lemon zebra mosquito crane"),
+    ("en_passphrase_classic", "my passphrase is {}", "correct horse battery staple"),
 ]
 
 
@@ -433,6 +434,9 @@ def benign(seed: str = "hilo-benign") -> dict[str, str]:
         "passphrase_too_long": "my passphrase is too long",
         "passphrase_hint": "my passphrase is the name of my first dog",
         "seed_phrase_advice": "your seed phrase is never asked for by support",
+        "passphrase_length": "a good passphrase is several words long",
+        "password_elided": "my password is … and so on",
+        "password_masked": "your password is ****",
         "identifier_40": "call loadUserPreferencesFromCache2024Backup now",
         "path_40": "open docs/Guides/Setup/Install/Windows10/Tips",
         "git_sha_in_url": f"https://github.com/me/repo/commit/{m.hex(40)}",
