@@ -153,19 +153,18 @@ def _looks_random(token: str) -> bool:
     return upper >= 2 and len(token) - upper >= 2 and len(token) >= 20
 
 
-_CONNECTION_STRING = _Pattern(
-    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s:/@]*+:"
+# Credentials in a URL: a password after its user, or a token as its user with no
+# password (a Sentry DSN's key, a token in a git remote).
+_URL_CREDENTIALS = _Pattern(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}+://"
     # Greedy up to the last "@" before the host, so "p@ss" stays whole.
-    r"(?P<secret>[^\s/?#]+)@"
-)
-
-# A token as a URL's user, with no password: a Sentry DSN's key, a token in a git remote.
-_URL_USER_TOKEN = _Pattern(
-    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}+://(?P<secret>[A-Za-z0-9_-]{16,200}+)@"
+    r"(?:[^\s:/@]*+:(?P<secret>[^\s/?#]+)|(?P<secret_user>[A-Za-z0-9_-]{16,200}+))@"
 )
 
 
-def _classify_url_user_token(match: re.Match[str], secret: str) -> str | None:
+def _classify_url_credentials(match: re.Match[str], secret: str) -> str | None:
+    if match.start("secret") != -1:
+        return "connection_string"
     return "url_token" if _looks_like_key_material(secret) else None
 
 
@@ -587,8 +586,7 @@ RULES: tuple[_Rule, ...] = (
     _Rule(_JWT, _always("jwt"), ("eyj",)),
     _Rule(_AUTHORIZATION_HEADER, _always("bearer_token"), ("authorization",)),
     _Rule(_BEARER_IN_TEXT, _classify_bearer_in_text, ("bearer",)),
-    _Rule(_CONNECTION_STRING, _always("connection_string"), ("://",)),
-    _Rule(_URL_USER_TOKEN, _classify_url_user_token, ("://",)),
+    _Rule(_URL_CREDENTIALS, _classify_url_credentials, ("://",)),
     _Rule(_CARD_NUMBER, _classify_card_number),
     _Rule(_PASSPHRASE, _classify_passphrase, ("phrase", "mnemonic")),
     _Rule(_ASSIGNMENT, _classify_assignment,
