@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from app.secret_rules import PLACEHOLDER_SHAPE, PLACEHOLDER_VALUES, RULES, Finding
+from app.secret_rules import PLACEHOLDER_SHAPE, PLACEHOLDER_VALUES, Finding, rules_for
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,8 @@ def _findings(text: str) -> tuple[Finding, ...]:
 def _scan(text: str) -> tuple[Finding, ...]:
     # Markers already in the text are claimed first, so redacting twice changes nothing.
     claimed = [Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
-    lowered = text.lower()
-    for rule in RULES:
-        if rule.applies_to(lowered):
-            claimed = _claim(claimed, rule.find(text))
+    for rule in rules_for(text.lower()):
+        claimed = _claim(claimed, rule.find(text))
     return tuple(claimed)
 
 

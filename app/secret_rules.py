@@ -56,9 +56,6 @@ class _Rule:
     classify: Callable[[re.Match[str], str], str | None]
     keywords: tuple[str, ...] = ()
 
-    def applies_to(self, lowered: str) -> bool:
-        return not self.keywords or any(word in lowered for word in self.keywords)
-
     def find(self, text: str) -> Iterator[Finding]:
         pattern = self.pattern.compiled
         # Groups named secret* hold the value; the rest of a match (a key name,
@@ -596,3 +593,21 @@ RULES: tuple[_Rule, ...] = (
           ("pass", "pwd", "pin", "contrase", "clave", "wort", "mdp")),
     _Rule(_UNLABELLED_AWS_SECRET, _classify_unlabelled_aws_secret),
 )
+
+
+# The rules waiting for each keyword: a text is searched for each keyword once, rather
+# than once per rule that waits for it (checking ninety rules' keywords one rule at a
+# time cost chat messages more than running the patterns).
+_RULES_BY_KEYWORD = {word: {i for i, rule in enumerate(RULES) if word in rule.keywords}
+                     for word in sorted({word for rule in RULES for word in rule.keywords})}
+_RULES_WITHOUT_KEYWORDS = frozenset(i for i, rule in enumerate(RULES) if not rule.keywords)
+
+
+def rules_for(lowered: str) -> list[_Rule]:
+    """The rules to run on a text (given in lower case), in priority order: those without
+    keywords, and those with one of theirs in the text (case-insensitively)."""
+    chosen = set(_RULES_WITHOUT_KEYWORDS)
+    for word, indexes in _RULES_BY_KEYWORD.items():
+        if word in lowered:
+            chosen |= indexes
+    return [RULES[i] for i in sorted(chosen)]
