@@ -2,10 +2,10 @@
 
 Each kind of secret is one rule: a compiled pattern, the group holding the secret and a
 check that tells a real credential from prose. `RULES` runs in priority order over the
-original text (private keys, then specific token shapes, then generic `name=value`
-assignments, then passwords told in prose, then unlabelled AWS secret keys); a later
-rule never touches a span an earlier one already claimed, so a value is redacted once,
-under its most specific kind.
+original text (private keys, then specific token shapes, credentials in URLs, card
+numbers, passphrases, then generic `name=value` assignments, then passwords told in
+prose, then unlabelled AWS secret keys); a later rule never touches a span an earlier
+one already claimed, so a value is redacted once, under its most specific kind.
 
 The token shapes are those of the gitleaks and detect-secrets rule sets for services
 whose credentials carry a recognisable prefix. A rule with keywords runs only when one
