@@ -1,30 +1,19 @@
 """Secrets never reach the database: every message is redacted before it is stored.
 
-Each kind of secret is one rule: a compiled pattern, the group holding the secret and a
-check that tells a real credential from prose. Rules run in priority order over the
-original text (private keys, then specific token shapes, then generic `name=value`
-assignments, then passwords told in prose, then unlabelled AWS secret keys); a later
-rule never touches a span an earlier one already claimed, so a value is redacted once,
-under its most specific kind.
-
-The token shapes are those of the gitleaks and detect-secrets rule sets for services
-whose credentials carry a recognisable prefix. A rule with keywords runs only when one
-of them occurs in the text (case-insensitively), as gitleaks does, so seventy shapes
-cost little more than one.
-
-Every pattern runs in linear time on any input (possessive quantifiers, bounded
-repeats, lookbehinds that start a match only at a word's first character), because
-this runs on every stored message, including pasted megabyte logs.
+What counts as a secret is decided in one place, `app.secret_rules`; this module applies
+its rules to a text, a named value or a JSON value, and replaces what they find.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Any, NamedTuple
+from functools import lru_cache
+from typing import Any
+
+from app.secret_rules import PLACEHOLDER_SHAPE, PLACEHOLDER_VALUES, Finding, rules_for
 
 
 @dataclass(frozen=True)
@@ -41,430 +30,6 @@ def marker(kind: str) -> str:
 
 
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
-
-
-class _Finding(NamedTuple):  # a tuple: megabyte logs can hold 100k of them
-    start: int
-    end: int
-    kind: str | None  # None: a marker already in the text, kept as it is
-
-
-class _Pattern:
-    """A rule's regular expression, compiled when it first runs: compiling all ninety
-    takes ~10 ms, which the start-up of a process that stores nothing need not pay."""
-
-    def __init__(self, source: str, flags: int = 0) -> None:
-        self.source = source
-        self.flags = flags
-
-    @cached_property
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.source, self.flags)
-
-
-@dataclass(frozen=True)
-class _Rule:
-    """One pattern; `classify(match, secret)` names the kind, or None to let it pass.
-
-    With keywords (lower case), the pattern runs only on text that contains one."""
-
-    pattern: _Pattern
-    classify: Callable[[re.Match[str], str], str | None]
-    keywords: tuple[str, ...] = ()
-
-    def applies_to(self, lowered: str) -> bool:
-        return not self.keywords or any(word in lowered for word in self.keywords)
-
-    def find(self, text: str) -> Iterator[_Finding]:
-        pattern = self.pattern.compiled
-        # Groups named secret* hold the value; the rest of a match (a key name,
-        # "Bearer", a URL's user and host) stays readable.
-        secret_groups = [name for name in pattern.groupindex if name.startswith("secret")]
-        for match in pattern.finditer(text):
-            start, end = _secret_span(match, secret_groups)
-            kind = self.classify(match, text[start:end])
-            if kind is not None:
-                yield _Finding(start, end, kind)
-
-
-def _secret_span(match: re.Match[str], secret_groups: list[str]) -> tuple[int, int]:
-    for name in secret_groups:
-        if match.start(name) != -1:
-            return match.span(name)
-    return match.span()
-
-
-def _always(kind: str) -> Callable[[re.Match[str], str], str]:
-    return lambda match, secret: kind
-
-
-_PRIVATE_KEY = _Pattern(
-    r"""
-    -----BEGIN[ ](?P<label>[A-Z0-9 ]{0,40}?)PRIVATE[ ]KEY(?P<block>(?:[ ]BLOCK)?)-----
-    (?:
-        # Stops at the next BEGIN/END line, so a stray header never scans to the end.
-        (?P<body>(?:[^-]++|-(?!----(?:BEGIN|END)[ ]))*+)
-        -----END[ ](?P=label)PRIVATE[ ]KEY(?P=block)-----
-      | # Cut before its END line: take the base64 lines that follow (newlines may be
-        # JSON-escaped, as in tool-call arguments).
-        (?P<truncated>(?:(?:\r?\n|\\r\\n|\\n|\s)[A-Za-z0-9+/=]++)*+)
-    )
-    """,
-    re.VERBOSE,
-)
-# Real key material is long base64; this keeps "keys start with -----BEGIN ..." prose.
-_KEY_MATERIAL = re.compile(r"[A-Za-z0-9+/]{32}")
-
-
-def _classify_private_key(match: re.Match[str], secret: str) -> str | None:
-    body = match.group("body") if match.group("body") is not None else match.group("truncated")
-    return "private_key" if _KEY_MATERIAL.search(body) else None
-
-
-_AWS_ACCESS_KEY_ID = _Pattern(
-    r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Za-z0-9])"
-)
-_AWS_SECRET_ACCESS_KEY = _Pattern(
-    r"(?i:(?:aws[_-]?)?secret[_-]?access[_-]?key)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?"
-    r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
-)
-_GITHUB_TOKEN = _Pattern(
-    r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)"
-)
-_GITLAB_TOKEN = _Pattern(
-    r"(?<![A-Za-z0-9_-])"
-    r"(?:gl(?:pat|dt|rt|ptt|ft|soat|ffct|oas|agent|imt|cbt)-[A-Za-z0-9_-]{20,}+|GR1348941[\w-]{20})"
-)
-_API_KEY = _Pattern(
-    r"""(?<![A-Za-z0-9_-])
-    (?: sk-[A-Za-z0-9_-]{20,}+             # OpenAI sk-/sk-proj-, Anthropic sk-ant-
-      | xox[abeoprs]-[A-Za-z0-9-]{10,}+    # Slack
-      | xapp-\d-[A-Za-z0-9-]{10,}+         # Slack app-level
-      | AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])  # Google
-    )""",
-    re.VERBOSE,
-)
-_JWT = _Pattern(
-    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"
-)
-_AUTHORIZATION_HEADER = _Pattern(
-    r"(?i:\bauthorization)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?i:bearer|basic|token|bot)[ \t]+"
-    r"(?P<secret>[^\s\"',;]++)"
-)
-_BEARER_IN_TEXT = _Pattern(
-    r"(?i:\bbearer)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{8,}+=*+)"
-)
-
-
-def _classify_bearer_in_text(match: re.Match[str], secret: str) -> str | None:
-    return "bearer_token" if _looks_random(secret) else None
-
-
-def _looks_random(token: str) -> bool:
-    # Prose words ("Bearer responsibility") are plain letters; real tokens carry
-    # digits, symbols or several capitals.
-    if any(c.isdigit() or c in "-._~+/=" for c in token):
-        return True
-    upper = sum(c.isupper() for c in token)
-    return upper >= 2 and len(token) - upper >= 2 and len(token) >= 20
-
-
-_CONNECTION_STRING = _Pattern(
-    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s:/@]*+:"
-    # Greedy up to the last "@" before the host, so "p@ss" stays whole.
-    r"(?P<secret>[^\s/?#]+)@"
-)
-
-_TOKEN_START = r"(?<![A-Za-z0-9_])"
-_TOKEN_END = r"(?![A-Za-z0-9_])"
-
-
-def _shape(kind: str, pattern: str, *keywords: str) -> _Rule:
-    """A credential recognised by its own shape (a service's prefix, a fixed length)."""
-    return _Rule(_Pattern(f"{_TOKEN_START}(?:{pattern}){_TOKEN_END}"), _always(kind), keywords)
-
-
-# From the gitleaks and detect-secrets rule sets: shapes specific enough to stand alone.
-_TOKEN_SHAPES: tuple[_Rule, ...] = (
-    _shape("onepassword_key", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})"
-           r"-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}", "a3-"),
-    _shape("onepassword_token", r"ops_eyJ[A-Za-z0-9+/]{250,}+={0,3}", "ops_eyj"),
-    _shape("adobe_secret", r"p8e-[A-Za-z0-9]{32}", "p8e-"),
-    _shape("age_secret_key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
-           "age-secret-key-1"),
-    _shape("airtable_token", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}", "pat"),
-    _shape("alibaba_key", r"LTAI[A-Za-z0-9]{20}", "ltai"),
-    _shape("artifactory_key", r"AKCp[A-Za-z0-9]{69}|cmVmd[A-Za-z0-9]{59}", "akcp", "cmvmd"),
-    _shape("aws_bedrock_key", r"ABSK[A-Za-z0-9+/]{109,269}+={0,2}", "absk"),
-    _Rule(_Pattern(r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"
-                     r"(?![A-Za-z0-9_~.-])"), _always("azure_secret"), ("q~",)),
-    _Rule(_Pattern(r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)"),
-          _always("azure_storage_key"), ("accountkey=",)),
-    _shape("atlassian_token", r"ATATT3[A-Za-z0-9_=-]{150,}+", "atatt3"),
-    _shape("clickhouse_key", r"4b1d[A-Za-z0-9]{38}", "4b1d"),
-    _shape("clojars_token", r"CLOJARS_[A-Za-z0-9]{60}", "clojars_"),
-    _shape("cloudflare_key", r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}", "v1.0-"),
-    _shape("databricks_token", r"dapi[a-f0-9]{32}(?:-\d)?", "dapi"),
-    _shape("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}", "_v1_"),
-    _shape("discord_token", r"[MNO][A-Za-z0-9]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"),
-    _Rule(_Pattern(r"discord(?:app)?\.com/api/webhooks/(?P<secret>\d{17,20}/[A-Za-z0-9_-]{60,68})"),
-          _always("discord_webhook"), ("/api/webhooks/",)),
-    _shape("doppler_token", r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}", "dp."),
-    _shape("dropbox_token", r"sl\.[A-Za-z0-9_=-]{130,}+", "sl."),
-    _shape("duffel_token", r"duffel_(?:test|live)_[A-Za-z0-9_=-]{43}", "duffel_"),
-    _shape("dynatrace_token", r"dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}", "dt0c01."),
-    _shape("easypost_key", r"EZ[AT]K[A-Za-z0-9]{54}", "ezak", "eztk"),
-    _shape("facebook_token", r"EAA[MC][A-Za-z0-9]{100,}+", "eaam", "eaac"),
-    _shape("figma_token", r"figd_[A-Za-z0-9_-]{40,}+", "figd_"),
-    _shape("flutterwave_key", r"FLWSECK(?:_TEST)?-[a-hA-H0-9]{12,32}(?:-X)?", "flwseck"),
-    _shape("flyio_token", r"fo1_[A-Za-z0-9_-]{43}|fm[12][ar]?_[A-Za-z0-9+/]{100,}+={0,3}",
-           "fo1_", "fm1", "fm2"),
-    _shape("frameio_token", r"fio-u-[A-Za-z0-9_=-]{64}", "fio-u-"),
-    _shape("google_oauth_secret", r"GOCSPX-[A-Za-z0-9_-]{28}", "gocspx-"),
-    _shape("google_oauth_token", r"ya29\.[A-Za-z0-9_-]{20,}+", "ya29."),
-    _shape("grafana_token", r"glc_[A-Za-z0-9+/]{32,400}+={0,3}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}"
-           r"|eyJrIjoi[A-Za-z0-9]{70,400}+={0,3}", "glc_", "glsa_", "eyjrijoi"),
-    _shape("groq_key", r"gsk_[A-Za-z0-9]{48,56}", "gsk_"),
-    _shape("harness_token", r"(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}",
-           "pat.", "sat."),
-    _shape("heroku_key", r"HRKU-AA[A-Za-z0-9_-]{58}", "hrku-aa"),
-    _shape("hilo_token", r"hilo_[A-Za-z0-9_-]{32,}+", "hilo_"),
-    _shape("huggingface_token", r"hf_[A-Za-z0-9]{30,}+|api_org_[A-Za-z0-9]{30,}+",
-           "hf_", "api_org_"),
-    _shape("infracost_token", r"ico-[A-Za-z0-9]{32}", "ico-"),
-    _shape("intra_secret", r"s-s4t2(?:ud|af)-[a-f0-9]{64}", "s-s4t2"),
-    _shape("linear_key", r"lin_api_[A-Za-z0-9]{40}", "lin_api_"),
-    _shape("mailchimp_key", r"[a-f0-9]{32}-us\d{1,2}", "-us"),
-    _shape("mailgun_key", r"key-[a-f0-9]{32}", "key-"),
-    _shape("mapbox_token", r"sk\.eyJ[A-Za-z0-9_-]{20,}+\.[A-Za-z0-9_-]{20,}+", "sk.eyj"),
-    _shape("maxmind_key", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk", "_mmk"),
-    _shape("new_relic_key", r"NR(?:AK|II)-[A-Za-z0-9-]{27,32}", "nrak-", "nrii-"),
-    _shape("notion_token", r"ntn_\d{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43}", "ntn_", "secret_"),
-    _shape("npm_token", r"npm_[A-Za-z0-9]{36}", "npm_"),
-    _shape("octopus_key", r"API-[A-Z0-9]{26}", "api-"),
-    _shape("openshift_token", r"sha256~[A-Za-z0-9_-]{43}", "sha256~"),
-    _shape("perplexity_key", r"pplx-[A-Za-z0-9]{48}", "pplx-"),
-    _shape("planetscale_token", r"pscale_(?:tkn|oauth|pw)_[A-Za-z0-9_=.-]{32,64}", "pscale_"),
-    _shape("postman_key", r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}", "pmak-"),
-    _shape("prefect_token", r"pnu_[A-Za-z0-9]{36}", "pnu_"),
-    _shape("pulumi_token", r"pul-[a-f0-9]{40}", "pul-"),
-    _shape("pypi_token", r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}+", "pypi-ageichlwas5vcmc"),
-    _shape("readme_token", r"rdme_[a-z0-9]{70}", "rdme_"),
-    _shape("replicate_token", r"r8_[A-Za-z0-9]{37}", "r8_"),
-    _shape("rubygems_token", r"rubygems_[a-f0-9]{48}", "rubygems_"),
-    _shape("scalingo_token", r"tk-us-[A-Za-z0-9_-]{48}", "tk-us-"),
-    _shape("sendgrid_key", r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}", "sg."),
-    _shape("sendinblue_key", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}", "xkeysib-"),
-    _shape("sentry_token", r"sntryu_[a-f0-9]{64}|sntrys_eyJ[A-Za-z0-9+/=_]{50,}+",
-           "sntryu_", "sntrys_"),
-    _shape("settlemint_token", r"sm_(?:aat|pat|sat)_[A-Za-z0-9]{16}", "sm_"),
-    _shape("shippo_token", r"shippo_(?:live|test)_[a-fA-F0-9]{40}", "shippo_"),
-    _shape("shopify_token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
-           "shpat_", "shpca_", "shppa_", "shpss_"),
-    _Rule(_Pattern(r"hooks\.slack\.com/(?:services|workflows|triggers)/"
-                     r"(?P<secret>[A-Za-z0-9+/]{43,56}+)"), _always("slack_webhook"),
-          ("hooks.slack.com",)),
-    _shape("sourcegraph_token", r"sgp_(?:[a-fA-F0-9]{16}|local)_[a-fA-F0-9]{40}", "sgp_"),
-    _shape("square_token", r"(?:EAAA|sq0atp-|sq0csp-)[A-Za-z0-9_-]{22,60}",
-           "eaaa", "sq0atp-", "sq0csp-"),
-    _shape("stripe_key", r"(?:sk|rk)_(?:test|live|prod)_[A-Za-z0-9]{10,99}|whsec_[A-Za-z0-9]{32,}+",
-           "sk_", "rk_", "whsec_"),
-    _shape("supabase_token", r"sbp_[a-f0-9]{40}", "sbp_"),
-    _shape("tailscale_key", r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}+-"
-           r"[A-Za-z0-9]{16,}+", "tskey-"),
-    _Rule(_Pattern(r"\.webhook\.office\.com/webhookb2/(?P<secret>[A-Za-z0-9@/_-]{40,400}+)"),
-          _always("teams_webhook"), ("webhookb2",)),
-    _shape("telegram_token", r"\d{8,10}:AA[A-Za-z0-9_-]{33}", ":aa"),
-    _shape("terraform_token", r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}", "atlasv1"),
-    _shape("twilio_key", r"SK[0-9a-fA-F]{32}", "sk"),
-    _shape("vault_token", r"hvs\.[A-Za-z0-9_-]{90,120}|hvb\.[A-Za-z0-9_-]{138,300}",
-           "hvs.", "hvb."),
-    _shape("xai_key", r"xai-[A-Za-z0-9]{70,90}", "xai-"),
-    # `curl -u user:password`: the part after the colon.
-    _Rule(_Pattern(r"\bcurl\b[^\n]{0,200}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']{1,100}+:"
-                     r"(?P<secret>[^\s\"']{1,200}+)"), _always("password"), ("curl",)),
-)
-
-# Key names end where the separator begins, so "max_tokens=512" and "passwordless:"
-# are not secrets while "DB_PASSWORD=", "clientSecret:" and "x-api-key:" are.
-_ASSIGNMENT = _Pattern(
-    r"""
-    (?<![/\\])  # "/etc/passwd: no such file" is a path, not an assignment
-    (?i:
-        (?P<k_password>pass(?:word|wd|phrase)|pwd|contrase[ñn]a|(?<=[_-])pass)
-      | (?P<k_api_key>api[_-]?key)
-      | (?P<k_token>token)
-      | (?P<k_secret>secret(?:[_-]?(?:access[_-]?)?key)?|private[_-]?key)
-      | (?P<k_key>(?<=[_-])key|access[_-]?key|credentials?|creds)
-    )
-    ["']?[ \t]{0,8}(?P<separator>=>|=(?![=>])|:(?![:/=]))[ \t]{0,8}
-    (?: "(?P<secret_dq>(?:[^"\\\r\n]++|\\.)++)"
-      | '(?P<secret_sq>(?:[^'\\\r\n]++|\\.)++)'
-      | ["']?(?P<secret_bare>[^\s"',;&)}\]]++)
-    )
-    """,
-    re.VERBOSE,
-)
-_ASSIGNMENT_KINDS = {
-    "k_password": "password",
-    "k_api_key": "api_key",
-    "k_token": "token",
-    "k_secret": "secret",
-    "k_key": "secret",
-}
-# Values that name a type, a variable or a mask rather than hold a secret.
-_PLACEHOLDER_VALUES = frozenset(
-    {"none", "null", "nil", "true", "false", "str", "string", "int", "bool", "bytes",
-     "undefined", "optional[str]", "secretstr"}
-)
-_PLACEHOLDER_SHAPE = re.compile(r"\$\{?[A-Z_][A-Z0-9_]*\}?|[*x•.…-]+", re.IGNORECASE)
-# "token = tokenizer.encode(text)" is code that computes a value, not a literal one.
-_CODE_EXPRESSION = re.compile(r"[A-Za-z_][\w.]*(?:\([^()\n]*\)|\[[^\[\]\n]*\])")
-
-
-def _classify_assignment(match: re.Match[str], value: str) -> str | None:
-    if value.lower() in _PLACEHOLDER_VALUES or _PLACEHOLDER_SHAPE.fullmatch(value):
-        return None
-    bare_start = match.start("secret_bare")
-    if bare_start != -1 and _CODE_EXPRESSION.match(match.string, bare_start):
-        return None
-    kind = next(kind for group, kind in _ASSIGNMENT_KINDS.items() if match.start(group) != -1)
-    # "primary_key: id", "foreign_key=user_id": a bare "key" names a secret only when its
-    # value looks like one.
-    if match.start("k_key") != -1 and not _looks_like_key_material(value):
-        return None
-    # "Token: a unit of text" is how people explain LLMs; "token=..." is never prose.
-    is_glossary_style = match.group("separator") == ":" and bare_start != -1
-    if kind == "token" and is_glossary_style and not _looks_random(value):
-        return None
-    return kind
-
-
-def _looks_like_key_material(value: str) -> bool:
-    return len(value) >= 16 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
-
-
-# "my password is hunter2", "mi contraseña es perro123", "the wifi password is 'a b c'".
-# A possessive ("my", "mi") or a qualifier ("for gmail", "del banco") makes the sentence
-# about one real password: its value is redacted unless it is a word that describes a
-# password ("wrong", "incorrecta"). Without either ("the password is required") the value
-# must also look like a password: a digit, a symbol or an inner capital.
-_PROSE_PASSWORD = _Pattern(
-    r"""
-    (?i:
-        (?P<owner>\b(?:my|our|your|his|her|their|mi|tu|su|nuestra|nuestro|vuestra)[ \t]+
-                  (?:[^\W\d_]{2,20}+[ \t]+)?)?
-        (?<![\w-])(?P<noun>pass(?:word|code|phrase)|passwd|pwd|pin|contrase[ñn]a|clave)
-        (?:[ \t]+(?:nueva|nuevo|actual|anterior|temporal|antigua|secreta))?
-        (?P<qualifier>[ \t]+(?:for|of|on|at|to|de|del|para|en)[ \t]+[^\s,.;:!?"']{1,30}+
-                      (?:[ \t]+[^\s,.;:!?"']{1,30}+)?)?
-        [ \t]*(?:(?:is|was|es|era|sigue[ \t]+siendo)(?![\w-])|'s(?![\w-]))[ \t]*:?[ \t]*
-        (?:(?:now|still|ahora|todavía)[ \t]+)?
-    )
-    (?: ["'“‘](?P<secret_quoted>[^"'”’\n]{1,100})["'”’]
-      | (?P<secret_bare>[^\s"'“‘]{0,99}[^\s"'“‘.,;:!?)\]])(?=[.,;:!?)\]]*+(?:[\s"'”’]|\Z))
-    )
-    """,
-    re.VERBOSE,
-)
-_DESCRIBING_WORDS = frozenset("""
-    a an the not no never too very so really quite pretty still also just only always
-    wrong incorrect invalid valid correct right expired expiring weak strong secure insecure
-    safe unsafe long short same different new old required mandatory optional missing empty
-    blank saved stored set changed reset locked case case-sensitive sensitive hashed
-    encrypted hidden private secret important needed necessary in on at under inside
-    written somewhere what something being been known unknown forgotten lost compromised
-    leaked stolen shared good bad easy hard simple complex complicated default temporary
-    fine ok okay done working broken my your his her their our its this that these those
-    here there below above like and or but because which who how where when why if is was
-    will would should must can could longer shorter stronger weaker exactly none null nil
-    unset changing generated managed visible shown displayed literally actually probably
-    definitely sent about for to of with
-    incorrecta incorrecto errónea erróneo mala malo inválida inválido válida válido
-    correcta correcto débil fuerte segura seguro insegura inseguro muy demasiado nunca la el
-    lo los las un una unos unas misma mismo distinta distinto diferente obligatoria
-    obligatorio necesaria necesario opcional nueva nuevo vieja viejo antigua antiguo larga
-    largo corta corto importante secreta secreto privada privado temporal caducada caducado
-    expirada expirado bloqueada bloqueado guardada guardado olvidada olvidado perdida
-    perdido robada robado fácil difícil sencilla sencillo complicada complicado igual otra
-    otro esta este esa ese aquella tu su que porque y o pero también sólo solo ahora
-    todavía aún siempre bastante súper sensible en de con para por como tan más menos cual
-    cuál qué algo nada vacía vacío requerida requerido
-""".split())
-# "my password is 12 characters long" gives a length, not the password.
-_LENGTH_WORDS = re.compile(
-    r"[ \t]+(?:characters|chars|letters|digits|symbols|caracteres|letras|dígitos|símbolos)\b",
-    re.IGNORECASE,
-)
-
-
-def _looks_like_password(value: str) -> bool:
-    return any(not c.isalpha() for c in value) or any(c.isupper() for c in value[1:])
-
-
-def _classify_prose_password(match: re.Match[str], value: str) -> str | None:
-    if value.lower() in _DESCRIBING_WORDS or _LENGTH_WORDS.match(match.string, match.end()):
-        return None
-    noun = match.group("noun").lower()
-    if noun == "pin":
-        return "password" if value.isdigit() and 4 <= len(value) <= 12 else None
-    quoted = match.start("secret_quoted") != -1
-    specific = match.group("owner") is not None or match.group("qualifier") is not None
-    if quoted or (specific and noun != "clave") or _looks_like_password(value):
-        return "password"
-    return None
-
-
-# An AWS secret access key pasted with no name: 40 characters of base64. Git SHAs (hex,
-# one case) are not; nor are identifiers and paths, made of words (half their letters in
-# runs like "Account") with few changes between case and digits. Measured on random keys
-# against made-up 40-character identifiers: 99 % of keys caught, 3 % of identifiers.
-_UNLABELLED_AWS_SECRET = _Pattern(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
-_MIN_CLASS_CHANGES = 16
-_WORDLIKE = re.compile(r"[A-Z]?[a-z]{3,}")
-_MAX_WORDLIKE_CHARS = 20
-# A base64 line this long before it: the 40 characters end a wrapped base64 block.
-_BASE64_LINE = re.compile(r"[A-Za-z0-9+/]{60,}\r?\n\Z")
-
-
-def _char_class(c: str) -> int:
-    return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
-
-
-def _classify_unlabelled_aws_secret(match: re.Match[str], value: str) -> str | None:
-    if not (any(c.islower() for c in value) and any(c.isupper() for c in value)
-            and any(c.isdigit() for c in value)):
-        return None
-    changes = sum(_char_class(a) != _char_class(b) for a, b in zip(value, value[1:]))
-    if changes < _MIN_CLASS_CHANGES:
-        return None
-    if sum(len(word) for word in _WORDLIKE.findall(value)) >= _MAX_WORDLIKE_CHARS:
-        return None
-    before = match.string[max(0, match.start() - 200):match.start()]
-    if _BASE64_LINE.search(before):
-        return None
-    return "aws_secret_key"
-
-
-# Priority order: earlier rules claim their spans first.
-_RULES: tuple[_Rule, ...] = (
-    _Rule(_PRIVATE_KEY, _classify_private_key, ("-----begin",)),
-    _Rule(_AWS_ACCESS_KEY_ID, _always("aws_access_key"), ("akia", "asia", "abia", "acca", "a3t")),
-    _Rule(_AWS_SECRET_ACCESS_KEY, _always("aws_access_key"), ("secret",)),
-    _Rule(_GITHUB_TOKEN, _always("github_token"), ("gh", "github_pat_")),
-    _Rule(_GITLAB_TOKEN, _always("gitlab_token"), ("gl", "gr1348941")),
-    _Rule(_API_KEY, _always("api_key"), ("sk-", "xox", "xapp-", "aiza")),
-    *_TOKEN_SHAPES,
-    _Rule(_JWT, _always("jwt"), ("eyj",)),
-    _Rule(_AUTHORIZATION_HEADER, _always("bearer_token"), ("authorization",)),
-    _Rule(_BEARER_IN_TEXT, _classify_bearer_in_text, ("bearer",)),
-    _Rule(_CONNECTION_STRING, _always("connection_string"), ("://",)),
-    _Rule(_ASSIGNMENT, _classify_assignment,
-          ("pass", "pwd", "contrase", "api", "token", "secret", "private", "key", "cred")),
-    _Rule(_PROSE_PASSWORD, _classify_prose_password,
-          ("pass", "pwd", "pin", "contrase", "clave")),
-    _Rule(_UNLABELLED_AWS_SECRET, _classify_unlabelled_aws_secret),
-)
 
 
 @dataclass(frozen=True)
@@ -504,18 +69,16 @@ _REMEMBERED_CHARS = 4096
 _REMEMBERED = 1024
 
 
-def _findings(text: str) -> tuple[_Finding, ...]:
+def _findings(text: str) -> tuple[Finding, ...]:
     """The secrets and markers in text, in text order."""
     return _remembered_findings(text) if len(text) <= _REMEMBERED_CHARS else _scan(text)
 
 
-def _scan(text: str) -> tuple[_Finding, ...]:
+def _scan(text: str) -> tuple[Finding, ...]:
     # Markers already in the text are claimed first, so redacting twice changes nothing.
-    claimed = [_Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
-    lowered = text.lower()
-    for rule in _RULES:
-        if rule.applies_to(lowered):
-            claimed = _claim(claimed, rule.find(text))
+    claimed = [Finding(m.start(), m.end(), None) for m in _MARKER.finditer(text)]
+    for rule in rules_for(text.lower()):
+        claimed = _claim(claimed, rule.find(text))
     return tuple(claimed)
 
 
@@ -527,7 +90,7 @@ _remembered_findings = lru_cache(maxsize=_REMEMBERED)(_scan)
 ECHO_MIN_CHARS = 10
 
 
-def _echoes(text: str, secrets: tuple[Secret, ...]) -> Iterator[_Finding]:
+def _echoes(text: str, secrets: tuple[Secret, ...]) -> Iterator[Finding]:
     """Maximal runs of text made of ECHO_MIN_CHARS-long pieces of one of the secrets."""
     pieces: dict[str, str] = {}
     for secret in secrets:
@@ -541,14 +104,14 @@ def _echoes(text: str, secrets: tuple[Secret, ...]) -> Iterator[_Finding]:
             continue
         if start > run_end:
             if run_end > run_start:
-                yield _Finding(run_start, run_end, run_kind)
+                yield Finding(run_start, run_end, run_kind)
             run_start, run_kind = start, kind
         run_end = start + ECHO_MIN_CHARS
     if run_end > run_start:
-        yield _Finding(run_start, run_end, run_kind)
+        yield Finding(run_start, run_end, run_kind)
 
 
-def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Finding]:
+def _claim(claimed: list[Finding], candidates: Iterator[Finding]) -> list[Finding]:
     """claimed plus the candidates, sorted by position. A candidate that overlaps secrets
     already claimed widens them to cover it (the first claim names the kind): no piece of
     a longer token is left in clear, to be found by the next pass. One that overlaps a
@@ -556,7 +119,7 @@ def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Fin
 
     Both inputs are sorted and non-overlapping, so one forward pass suffices.
     """
-    merged: list[_Finding] = []
+    merged: list[Finding] = []
     i = 0
     for candidate in candidates:
         while i < len(claimed) and claimed[i].end <= candidate.start:
@@ -574,13 +137,13 @@ def _claim(claimed: list[_Finding], candidates: Iterator[_Finding]) -> list[_Fin
         elif any(f.kind is None for f in overlapped):
             merged.extend(overlapped)
         else:
-            merged.append(_Finding(min(candidate.start, overlapped[0].start),
+            merged.append(Finding(min(candidate.start, overlapped[0].start),
                                    max(candidate.end, overlapped[-1].end), overlapped[0].kind))
     merged.extend(claimed[i:])
     return merged
 
 
-def _replace(text: str, findings: list[_Finding]) -> str:
+def _replace(text: str, findings: list[Finding]) -> str:
     parts: list[str] = []
     position = 0
     for finding in findings:
@@ -629,7 +192,7 @@ def redact_named_value(name: str, value: str) -> Redacted:
     match = _SECRET_NAME.search(name.strip())
     bare = value.strip()
     if (match is None or not bare or _MARKER.fullmatch(bare)
-            or bare.lower() in _PLACEHOLDER_VALUES or _PLACEHOLDER_SHAPE.fullmatch(bare)):
+            or bare.lower() in PLACEHOLDER_VALUES or PLACEHOLDER_SHAPE.fullmatch(bare)):
         return redact_secrets(value)
     kind = "password" if match.lastgroup == "password_es" else match.lastgroup
     return Redacted(text=marker(kind), kinds=(kind,))

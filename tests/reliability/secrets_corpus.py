@@ -49,10 +49,38 @@ class Planted:
     text: str
     value: str
 
+    @property
+    def pieces(self) -> tuple[str, ...]:
+        """What must be gone after redaction: each word of a passphrase (redacting its
+        first word alone would leave the rest in clear), else the value (a card number's
+        groups of four digits are not secrets on their own)."""
+        words = self.value.split()
+        return tuple(words) if len(words) > 1 and all(map(str.isalpha, words)) else (self.value,)
+
 
 def _pem(m: Maker, label: str) -> tuple[str, str]:
     lines = [m.chars(64, BASE64) for _ in range(6)]
     return f"-----BEGIN {label}-----\n" + "\n".join(lines) + f"\n-----END {label}-----", lines[2]
+
+
+def _card(m: Maker, prefix: str, length: int, separator: str) -> str:
+    """A card number that passes the Luhn check, grouped as printed on the card."""
+    body = prefix + m.digits(length - len(prefix) - 1)
+    number = body + str(luhn_check_digit(body))
+    groups = (4, 6, 5) if length == 15 else (4, 4, 4, 4)
+    parts, at = [], 0
+    for size in groups:
+        parts.append(number[at:at + size])
+        at += size
+    return separator.join(parts)
+
+
+def luhn_check_digit(body: str) -> int:
+    total = 0
+    for n, digit in enumerate(reversed(body)):
+        value = int(digit) * (2 if n % 2 == 0 else 1)
+        total += value - 9 if value > 9 else value
+    return -total % 10
 
 
 def _jwt(m: Maker) -> str:
@@ -183,6 +211,64 @@ def token_formats(m: Maker) -> list[tuple[str, str, str]]:
     for n in range(3):
         formats.append((f"aws_secret_unlabelled_{n}", m.chars(40, BASE64),
                         "the secret for the backup bucket: {} (don't share)"))
+    return formats + more_token_formats(m)
+
+
+def more_token_formats(m: Maker) -> list[tuple[str, str, str]]:
+    """Formats of issue 30, after the first ones so that their values stay the same."""
+    ec, ec_line = _pem(m, "EC PRIVATE KEY")
+    pkcs8, pkcs8_line = _pem(m, "PRIVATE KEY")
+    encrypted, encrypted_line = _pem(m, "ENCRYPTED PRIVATE KEY")
+    pgp, pgp_line = _pem(m, "PGP PRIVATE KEY BLOCK")
+    formats = [
+        ("sentry_dsn", m.hex(32),
+         f'sentry_sdk.init(dsn="https://{{}}@o{m.digits(6)}.ingest.us.sentry.io/{m.digits(7)}")'),
+        ("sentry_dsn_legacy", m.hex(32), f"SENTRY_DSN=https://{m.hex(32)}:{{}}@sentry.acme.io/4"),
+        ("azure_storage_key_short", m.chars(62, BASE64) + "==",
+         "AccountName=acme;AccountKey={};EndpointSuffix=core.windows.net"),
+        ("azure_storage_key_json", m.chars(86, BASE64) + "==", '{{"AccountKey": "{}"}}'),
+        ("azure_storage_key_cli", m.chars(86, BASE64) + "==",
+         "az storage blob list --account-name acme --account-key {} -c logs"),
+        ("azure_service_bus", m.chars(43, BASE64) + "=",
+         "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;"
+         "SharedAccessKey={}"),
+        ("azure_sas_signature", m.chars(43, ALNUM) + "%3D",
+         "https://acme.blob.core.windows.net/logs/a.txt?sv=2022-11-02&sp=r"
+         "&se=2026-01-01T00:00:00Z&sig={}"),
+        ("card_visa_spaced", _card(m, "4", 16, " "), "my card is {} exp 12/29"),
+        ("card_mastercard_dashed", _card(m, "2221", 16, "-"), "card: {}"),
+        ("card_amex", _card(m, "37", 15, " "), "Amex {} cvv 1234"),
+        ("card_discover_plain", _card(m, "6011", 16, ""), "pay with {}"),
+        ("card_visa_in_json", _card(m, "4", 16, ""), '{{"number": "{}", "exp": "09/28"}}'),
+        ("github_pat_in_url", "ghp_" + m.chars(36), "git clone https://{}@github.com/me/repo"),
+        ("basic_auth_url", m.chars(16), "https://ana:{}@jenkins.acme.io/job/build"),
+        ("gitlab_feed", "glft-" + m.chars(20, URLSAFE), "feed {}"),
+        ("slack_refresh", f"xoxe-1-{m.chars(146, ALNUM)}", "refresh {}"),
+        ("slack_workflow_webhook", m.chars(48, ALNUM),
+         "https://hooks.slack.com/workflows/{}"),
+        ("openai_service_account", "sk-svcacct-" + m.chars(100, URLSAFE), "key {}"),
+        ("anthropic_admin", "sk-ant-admin01-" + m.chars(93, URLSAFE) + "AA", "admin {}"),
+        ("pypi_test", "pypi-AgENdGVzdC5weXBpLm9yZw" + m.chars(70, URLSAFE), "test.pypi {}"),
+        ("digitalocean_oauth", "doo_v1_" + m.hex(64), "do oauth {}"),
+        ("digitalocean_refresh", "dor_v1_" + m.hex(64), "do refresh {}"),
+        ("heroku_legacy_key", str(uuid.UUID(int=m.rng.getrandbits(128), version=4)),
+         "heroku api key: {}"),
+        ("mailgun_signing_key", f"{m.hex(32)}-{m.hex(8)}-{m.hex(8)}", "mailgun signing {}"),
+        ("square_oauth_secret", "sq0csp-" + m.chars(43, URLSAFE), "square secret {}"),
+        ("shopify_custom_app", "shpca_" + m.hex(32), "shopify custom {}"),
+        ("stripe_live_restricted_long", "rk_live_" + m.chars(99), "stripe {}"),
+        ("ec_private_key", ec_line, ec.replace(ec_line, "{}")),
+        ("pkcs8_private_key", pkcs8_line, pkcs8.replace(pkcs8_line, "{}")),
+        ("encrypted_private_key", encrypted_line, encrypted.replace(encrypted_line, "{}")),
+        ("pgp_private_key", pgp_line, pgp.replace(pgp_line, "{}")),
+        ("private_key_json_escaped", pkcs8_line,
+         '{{"private_key": "' + pkcs8.replace("\n", "\\n").replace(pkcs8_line, "{}") + '"}}'),
+    ]
+    # Unlabelled AWS secret keys, in the places people paste them.
+    for n, template in enumerate(["{}", "AWS_SK={}", "AKIA" + m.chars(16, UPPER_ALNUM) + ",{}",
+                                  "keys = ['{}']", "secret\t{}\t2026-01-01",
+                                  "here you go: {}.", "{} <- rotate this", "(key {})"]):
+        formats.append((f"aws_secret_unlabelled_{n + 3}", m.chars(40, BASE64), template))
     return formats
 
 
@@ -211,6 +297,25 @@ PROSE = [
     ("es_colon", "la contraseña es: {}", "S3gur1dad"),
     ("es_without_tilde", "Mi contrasena es {}", "gatito99"),
     ("es_clave_banco", "la clave del banco es {}", "4417-Xk"),
+    # German
+    ("de_colon", "Passwort: {}", "Sonnenblume7"),
+    ("de_mein", "mein Passwort ist {}", "Kuckuck!42"),
+    ("de_plain_word", "Mein Passwort ist {}, sag es niemandem", "schmetterling"),
+    ("de_wlan_lautet", "das WLAN-Passwort lautet {}", "Brezel2024"),
+    ("de_kennwort", "Kennwort: {}", "Zugspitze-88"),
+    ("de_fuer", "das Passwort für die Bank ist {}", "Alpen#5"),
+    # French
+    ("fr_colon_space", "mot de passe : {}", "Soleil2024"),
+    ("fr_mon", "mon mot de passe est {}", "grenouille"),
+    ("fr_du_wifi", "le mot de passe du wifi est {}", "Baguette#9"),
+    ("fr_mdp", "mdp: {}", "Chateau77"),
+    ("fr_guillemets", "mon mot de passe est « {} »", "lune bleue"),
+    # Passphrases of several words
+    ("en_passphrase_words", "my passphrase is {}", "purple elephant juggles tangerines"),
+    ("en_passphrase_colon", "Passphrase: {}", "velvet otter sings quietly"),
+    ("en_seed_phrase", "my seed phrase is {}",
+     "orbit claw tundra pepper vessel ginger acoustic harbor lemon zebra mosquito crane"),
+    ("en_passphrase_classic", "my passphrase is {}", "correct horse battery staple"),
 ]
 
 
@@ -303,5 +408,48 @@ def benign(seed: str = "hilo-benign") -> dict[str, str]:
         "env_reference": "password=$DB_PASSWORD",
         "bearer_of_news": "Bearer of bad news",
         "spanish_prose": "¡Qué día! ☀️ café con leche y una contraseña segura es importante",
+        # Look-alikes of the formats of issue 30.
+        "card_failing_luhn": f"order {_failing_luhn(m, '4', 16)} shipped",
+        "card_failing_luhn_spaced": f"ref {_card_spaced(_failing_luhn(m, '5', 16))}",
+        "epoch_millis": "created at 1735689600000",
+        "isbn": "ISBN 978-0-306-40615-7",
+        "phone_us": "call +1 415 555 0132",
+        "tracking_number": f"tracking {m.digits(22)}",
+        "dates_in_a_row": "2024 2025 2026 2027",
+        "sentry_docs": "see https://docs.sentry.io/platforms/python/ for the DSN",
+        "ssh_url": "ssh://git@github.com/me/repo.git",
+        "url_user": "https://ana@example.com/profile",
+        "azure_placeholder": "AccountName=acme;AccountKey=<your-account-key>;",
+        "azure_sas_docs": "append a SAS token with sv=, sp= and sig= to the URL",
+        "sticky_note": "password: the one on the sticky note",
+        "password_colon_same": "password: same as the wifi",
+        "passwort_falsch": "das Passwort ist falsch",
+        "passwort_vergessen": "Passwort vergessen? Hier klicken.",
+        "passwort_zettel": "Passwort: steht auf dem Zettel",
+        "mein_passwort_zu_kurz": "mein Passwort ist zu kurz",
+        "mot_de_passe_oublie": "mot de passe oublié ?",
+        "mot_de_passe_incorrect": "mon mot de passe est incorrect",
+        "mot_de_passe_obligatoire": "le mot de passe est obligatoire",
+        "mot_de_passe_colon_voir": "mot de passe : voir le gestionnaire",
+        "passphrase_too_long": "my passphrase is too long",
+        "passphrase_hint": "my passphrase is the name of my first dog",
+        "seed_phrase_advice": "your seed phrase is never asked for by support",
+        "passphrase_length": "a good passphrase is several words long",
+        "password_elided": "my password is … and so on",
+        "password_masked": "your password is ****",
+        "identifier_40": "call loadUserPreferencesFromCache2024Backup now",
+        "path_40": "open docs/Guides/Setup/Install/Windows10/Tips",
+        "git_sha_in_url": f"https://github.com/me/repo/commit/{m.hex(40)}",
+        "uuid_upper": f"id {str(uuid.UUID(int=m.rng.getrandbits(128), version=4)).upper()}",
     }
     return texts
+
+
+def _failing_luhn(m: Maker, prefix: str, length: int) -> str:
+    """A number shaped like a card whose last digit fails the Luhn check."""
+    body = prefix + m.digits(length - len(prefix) - 1)
+    return body + str((luhn_check_digit(body) + 1) % 10)
+
+
+def _card_spaced(number: str) -> str:
+    return " ".join(number[i:i + 4] for i in range(0, len(number), 4))

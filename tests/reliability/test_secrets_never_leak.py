@@ -298,7 +298,8 @@ def test_no_planted_secret_is_found_anywhere(hilo_processes, config, fake_ollama
     memory_text = haystack.places[f"{config.data_dir / MEMORY_DB} (its text cells)"]
     assert b"said 0" in memory_text, "the memory database's text was not read"
 
-    sightings = {p.name: haystack.found(p.value) for p in planted}
+    sightings = {p.name: [seen for piece in p.pieces for seen in haystack.found(piece)]
+                 for p in planted}
     leaks = {name: [place for place, _ in found] for name, found in sightings.items() if found}
     print(f"planted {len(planted)} secrets through {doors}; "
           f"searched {len(haystack.places)} files and streams; leaks: {leaks}")

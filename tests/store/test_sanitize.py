@@ -504,9 +504,9 @@ def test_several_echoes_of_several_secrets_are_each_redacted() -> None:
 def test_every_rule_pattern_compiles_though_each_waits_for_its_first_use() -> None:
     """Rules compile their patterns when they first run (for start-up time): a broken
     one would otherwise surface only on the first message holding its keyword."""
-    from app.sanitize import _RULES
+    from app.secret_rules import RULES
 
-    for rule in _RULES:
+    for rule in RULES:
         assert rule.pattern.compiled.pattern == rule.pattern.source
 
 
@@ -538,3 +538,29 @@ def test_json_text_inside_a_string_is_redacted_and_left_alone_without_secrets():
         "user": "ana", "password": "[REDACTED:password]"}
     clean = '{"user":  "ana"}'  # its spacing kept: a cached prompt stays the same
     assert redact_json({"arguments": clean})["arguments"] is clean
+
+
+# -- Formats of issue 30 ---------------------------------------------------------------------
+
+
+def test_a_card_number_is_redacted_only_when_its_check_digit_is_right() -> None:
+    card = "4539 1488 0343 6467"  # a Visa test number: passes the Luhn check
+    wrong_digit = "4539 1488 0343 6468"
+
+    assert redact_secrets(f"my card is {card} exp 12/29").text == \
+        "my card is [REDACTED:card_number] exp 12/29"
+    assert redact_secrets(f"order {wrong_digit} shipped").text == f"order {wrong_digit} shipped"
+
+
+def test_a_passphrase_of_several_words_is_redacted_to_the_end_of_its_clause() -> None:
+    text = "my passphrase is purple elephant juggles tangerines and my pin is 4821"
+
+    assert redact_secrets(text).text == \
+        "my passphrase is [REDACTED:password] and my pin is [REDACTED:password]"
+
+
+def test_unlabelled_aws_secret_keys_are_redacted_whatever_their_letters() -> None:
+    # Random keys now and then hold runs of letters or no digit, as identifiers do.
+    keys = [fake("", 40, _BASE64, seed=n) for n in range(20_000)]
+    missed = [key for key in keys if key in redact_secrets(f"here: {key} thanks").text]
+    assert len(missed) <= 2, missed[:10]
