@@ -57,6 +57,14 @@ def disk_full(path: Any, exc: BaseException) -> DiskFull:
                     "stored: free space on that disk, then send it again")
 
 
+def _full_disk_behind(exc: BaseException | None) -> apsw.FullError | None:
+    """The FullError an exception was raised over, if any: a full disk that rolled the
+    transaction back surfaces as the savepoint failing to release while handling it."""
+    while exc is not None and not isinstance(exc, apsw.FullError):
+        exc = exc.__context__
+    return exc
+
+
 @dataclass
 class WriterStats:
     writes: int = 0
@@ -239,6 +247,9 @@ class Writer:
             self._con.execute("BEGIN IMMEDIATE")
             for job in batch:
                 outcomes.append(self._run_one(job))
+                if self._con.getautocommit():
+                    self._rolled_back_by(job, outcomes[-1], batch)
+                    return
             self._con.execute("COMMIT")
         except Exception as exc:
             # BEGIN or COMMIT failed (disk full, I/O error): nothing in the batch is stored.
@@ -259,11 +270,22 @@ class Writer:
                 self.stats.failed_writes += 1
             job.finish(ok, value)
 
+    def _rolled_back_by(self, job: _Job, outcome: tuple[bool, Any], batch: list[_Job]) -> None:
+        """SQLite rolled the batch's whole transaction back when `job` ran (a full disk
+        can): that write fails, and the rest of the batch runs again without it, so a
+        failing write is still rolled back alone."""
+        ok, value = outcome
+        self.stats.failed_writes += 1
+        job.finish(False, CommitFailed(f"could not commit to {self.path}: SQLite rolled the "
+                                       "transaction back") if ok else value)
+        rest = [other for other in batch if other is not job]
+        if rest:
+            self._commit(rest)
+
     def _run_one(self, job: _Job) -> tuple[bool, Any]:
         try:
             with self._con:  # a SAVEPOINT inside the batch's transaction
                 return True, job.write(self._con)
-        except apsw.FullError as exc:
-            return False, disk_full(self.path, exc)
         except Exception as exc:
-            return False, exc
+            full = _full_disk_behind(exc)
+            return False, exc if full is None else disk_full(self.path, full)

@@ -9,7 +9,8 @@ import pytest
 
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-from app.writer import Writer, WriterClosed
+
+from app.writer import DiskFull, Writer, WriterClosed
 
 INSERT = "INSERT INTO writes (producer, seq) VALUES (?, ?)"
 
@@ -162,3 +163,22 @@ def test_a_producer_waiting_for_room_is_told_when_the_writer_closes(path):
     assert len(outcome) == 1
     stored = [seq for _, seq in rows(path)]
     assert isinstance(outcome[0], WriterClosed) or "000002" in stored
+
+
+def test_a_write_that_fills_the_disk_fails_alone_and_its_batch_is_stored(path):
+    gate = threading.Event()
+    with Writer(path) as writer:
+        # The database may not grow: as a full disk, which makes SQLite roll back the
+        # whole transaction, not only the statement.
+        writer.submit(lambda con: con.execute(
+            f"PRAGMA max_page_count = {con.execute('PRAGMA page_count').fetchone()[0] + 1}"))
+        blocker = writer.submit_nowait(lambda con: gate.wait(10))
+        before = writer.submit_nowait(make_row("a", 1))
+        too_big = writer.submit_nowait(lambda con: con.execute(INSERT, ("big", "x" * 200_000)))
+        after = writer.submit_nowait(make_row("a", 2))
+        gate.set()
+        blocker.result(10)
+        assert before.result(10) and after.result(10)
+        with pytest.raises(DiskFull, match="the disk is full"):
+            too_big.result(10)
+    assert rows(path) == [("a", "000001"), ("a", "000002")]
