@@ -1,0 +1,144 @@
+"""What a turn recalls is fresh: it never repeats what the request already carries, and
+what the user forgets or corrects leaves the very next prompt, in running sessions too."""
+
+from __future__ import annotations
+
+from app.db import connect_readonly
+from app.events import append_event
+from app.memory import correct_fact, delete_profile, forget_fact, set_profile, upsert_fact
+from app.model.token_count import TokenCounter
+from app.turn.context import HEADERS, ContextRequest, build_context
+
+
+def prompt_text(ctx) -> str:
+    return "\n".join(str(m.get("content")) for m in ctx.messages)
+
+
+def quoted_lines(ctx) -> str:
+    """The past messages the prompt quotes, in the system prompt and in notes."""
+    return "\n".join(part.split("\n\n")[0] for part in prompt_text(ctx).split(HEADERS["events"])[1:])
+
+
+# -- never the request again -------------------------------------------------------------------
+
+DOG_TALK = [("user", "My dog Pixel loves the beach at Sitges in the morning"),
+            ("assistant", "Sitges is lovely for dogs early in the day"),
+            ("user", "Pixel also likes the pine woods near Garraf")]
+
+
+def stored_and_compacted(writer, config, session: str, messages):
+    events = [append_event(writer, config, "ana", session, role, text) for role, text in messages]
+    writer.submit(lambda con: con.execute(
+        "UPDATE events SET compacted = 1 WHERE session_id = ?", (session,)))
+    return events
+
+
+def test_a_clients_resent_history_is_not_quoted_back_once_compacted(writer, config, recall):
+    stored_and_compacted(writer, config, "s", DOG_TALK)
+    history = [{"role": role, "content": text} for role, text in DOG_TALK]
+    history += [{"role": "assistant", "content": "Both are good walks."},
+                {"role": "user", "content": "Where does Pixel like to walk, the beach or the woods?"}]
+    con = connect_readonly(writer.path)
+
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="s", window=[], history=history,
+        show_window=False, recall=recall))
+
+    assert ctx.explain["events"] == []
+    assert "Sitges" not in quoted_lines(ctx) and "Garraf" not in quoted_lines(ctx)
+
+
+def test_a_later_message_gets_no_note_quoting_what_the_client_resent(writer, config, recall):
+    config = config.replace(memory={"fill_first_message": False})
+    con = connect_readonly(writer.path)
+    history = [{"role": "user", "content": "hello there"}]
+    first = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "hello there", session_id="s", window=[], history=list(history),
+        show_window=False, recall=recall))
+    # The conversation goes on and the worker compacts what was said so far.
+    said = [("user", "hello there"), ("assistant", "hi"), *DOG_TALK]
+    stored_and_compacted(writer, config, "s", said)
+    history = [{"role": role, "content": text} for role, text in said]
+    history.append({"role": "user", "content": "Remind me: the beach Pixel loves, Sitges?"})
+
+    later = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="s", window=[], history=history,
+        show_window=False, plan=first.plan, recall=recall))
+
+    assert later.explain["stretch"]["turn"] == "continued"
+    assert later.explain["note"]["events"] == []
+    assert not later.messages[-1]["content"].startswith("<memory>")
+
+
+def test_a_recalled_line_the_request_already_says_is_left_out(writer, config, recall):
+    earlier = stored_and_compacted(writer, config, "old", [
+        ("user", "I moved to Lisbon in May"), ("user", "Lisbon has steep hills and trams")])
+    con = connect_readonly(writer.path)
+
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "I moved to Lisbon in May", session_id="new", window=[], recall=recall))
+
+    assert {e["id"] for e in ctx.explain["events"]} == {earlier[1].id}
+    assert "user: I moved to Lisbon in May" not in quoted_lines(ctx)
+
+
+# -- what the user takes back leaves the next prompt -------------------------------------------
+
+def turn(con, config, text: str, n: int, plan, recall):
+    """A session's turn as ChatService builds it (window mode, the plan carried on)."""
+    return build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", text, session_id="s", window=[], plan=plan, message_id=n, recall=recall))
+
+
+def seeded(writer):
+    def seed(con):
+        set_profile(con, "ana", "shell", "fish", source="user", worker="user")
+        upsert_fact(con, "ana", "preference", "editor", "uses helix, not vim",
+                    source="user", worker="user")
+    writer.submit(seed)
+    return connect_readonly(writer.path)
+
+
+def editor_fact(con) -> int:
+    return con.execute("SELECT id FROM facts WHERE key = 'editor' AND deleted_at IS NULL "
+                       "AND superseded_at IS NULL").fetchone()[0]
+
+
+def test_a_fact_forgotten_mid_session_leaves_the_next_prompt(writer, config, recall):
+    con = seeded(writer)
+    first = turn(con, config, "which editor do I use?", 1, None, recall)
+    fact_id = editor_fact(con)
+    assert "uses helix, not vim" in prompt_text(first)
+
+    writer.submit(lambda c: forget_fact(c, "ana", fact_id))
+    later = turn(con, config, "and which shell?", 3, first.plan, recall)
+
+    assert "helix" not in prompt_text(later)
+    assert fact_id not in [f["id"] for f in later.explain["facts"]]
+    assert later.explain["stretch"] == {"turn": "new", "why": "memory was forgotten or corrected"}
+
+
+def test_a_correction_or_a_deleted_profile_key_leaves_the_next_prompt(writer, config, recall):
+    con = seeded(writer)
+    first = turn(con, config, "which editor and shell do I use?", 1, None, recall)
+    assert "uses helix, not vim" in prompt_text(first) and "shell: fish" in prompt_text(first)
+
+    writer.submit(lambda c: correct_fact(c, "ana", editor_fact(c), "uses zed now"))
+    corrected = turn(con, config, "and my editor?", 3, first.plan, recall)
+    writer.submit(lambda c: delete_profile(c, "ana", "shell"))
+    deleted = turn(con, config, "and my shell?", 5, corrected.plan, recall)
+
+    assert "helix" not in prompt_text(corrected) and "uses zed now" in prompt_text(corrected)
+    assert "fish" not in prompt_text(deleted)
+
+
+def test_what_a_worker_learns_keeps_the_sessions_prompt_cache(writer, config, recall):
+    con = seeded(writer)
+    first = turn(con, config, "which editor do I use?", 1, None, recall)
+
+    writer.submit(lambda c: upsert_fact(c, "ana", "fact", "pet", "has a dog called Pixel",
+                                        source="agent", worker="distill"))
+    later = turn(con, config, "and my dog?", 3, first.plan, recall)
+
+    assert later.explain["stretch"]["turn"] == "continued"
+    assert later.messages[0] == first.messages[0]
