@@ -261,7 +261,7 @@ def search(repl: Repl, arg: str) -> None:
         repl.say("Usage: /search <words>", "yellow")
         return
     hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT,
-                         recall=repl.service.recall, embedder=repl.service.embedder)
+                         recall=repl.service.recall, embedder=repl.service.query_embedder)
     if not hits:
         repl.say(f"Nothing in memory matches {arg!r}.", "dim")
     for hit in hits:
