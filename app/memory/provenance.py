@@ -41,7 +41,7 @@ def log_deletions(con: apsw.Connection, rows: str, *, worker: str, created_at: s
 # A change that takes back or corrects what a prompt may already show: a delete or
 # forget by anyone, a restore, and any change but an addition by the user. (A worker's
 # new fact or newer value is news a later turn's recall finds; it retracts nothing.)
-_RETRACTION = ("(action IN ('delete', 'restore') OR (worker = 'user' AND action != 'insert'))")
+_RETRACTION = "(action IN ('delete', 'restore') OR (worker = 'user' AND action != 'insert'))"
 
 
 def memory_generation(con: apsw.Connection) -> int:
@@ -55,7 +55,8 @@ def retracted_since(con: apsw.Connection, user_id: str, generation: int) -> bool
     """Whether a change since `generation` took back or corrected some of the user's
     memory (a fact forgotten or corrected, a profile key deleted): a prompt built before
     it may show what is no longer true."""
-    # Only the log's rows since then are read (a range of its primary key).
+    # Only the log's rows since then are read, a range of its primary key (`+user_id`:
+    # not the owner index, which would read all of the user's rows).
     return con.execute(
-        f"SELECT 1 FROM memory_log WHERE id > ? AND user_id = ? AND {_RETRACTION} LIMIT 1",
+        f"SELECT 1 FROM memory_log WHERE id > ? AND +user_id = ? AND {_RETRACTION} LIMIT 1",
         (generation, user_id)).fetchone() is not None
