@@ -333,6 +333,30 @@ class _Carried:
         return False
 
 
+def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _Carried,
+                 facts: list[Fact], cards: list[Card]) -> tuple[list[Fact], list[Card]]:
+    """The facts and cards, less those that only repeat the request: learned from, or
+    summarising, messages of this session that it holds word for word (a client resends
+    its history; the window shows the recent messages)."""
+    sources = [f.source_event_id for f in facts if f.source_event_id is not None]
+    resent: set[int] = set()
+    if sources:
+        rows = con.execute(
+            "SELECT id, content FROM events WHERE +user_id = ? AND session_id = ? "
+            f"AND id IN ({','.join('?' * len(sources))})", (user_id, session_id, *sources))
+        resent = {event_id for event_id, content in rows if carried.holds(content)}
+    kept_cards = []
+    for card in cards:
+        if card.session_id == session_id and card.first_event_id is not None:
+            summarised = [row[0] for row in con.execute(
+                "SELECT content FROM events WHERE id BETWEEN ? AND ? AND card_id = ?",
+                (card.first_event_id, card.last_event_id, card.id))]
+            if summarised and all(carried.holds(content) for content in summarised):
+                continue
+        kept_cards.append(card)
+    return [f for f in facts if f.source_event_id not in resent], kept_cards
+
+
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                      window: list[Event], carried: _Carried,
                      budget: _Budget) -> tuple[list[Candidate], list[_PastEvent]]:
@@ -565,8 +589,10 @@ class _Turn:
         kept_window = events_as_messages(kept_events, self.api)
         reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
 
+        carried = _Carried([*([opening] if opening else []), *kept_window, *tail])
         facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
         cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
+        facts, cards = _saying_more(con, user_id, request.session_id, carried, facts, cards)
         # With bounded room, what matched comes first: the most recent facts and cards
         # (when none matched) take only what the past messages that matched leave.
         later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
@@ -583,7 +609,6 @@ class _Turn:
 
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
-        carried = _Carried([*([opening] if opening else []), *kept_window, *tail])
         event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
                                                   carried, budget)
         sections["events"], reports["events"] = budget.take_section(
@@ -697,8 +722,10 @@ class _Turn:
             candidates = search(con, query.user_id, query.text, kind, k, query=query) if k else []
             found[kind] = [c for c in matching(con, query, kind, candidates)
                            if f"{kind}:{c.id}" not in shown]
-        facts = facts_by_ids(con, query.user_id, [c.id for c in found["fact"]])
-        cards = cards_by_ids(con, query.user_id, [c.id for c in found["card"]])
+        facts, cards = _saying_more(
+            con, query.user_id, self.request.session_id, carried,
+            facts_by_ids(con, query.user_id, [c.id for c in found["fact"]]),
+            cards_by_ids(con, query.user_id, [c.id for c in found["card"]]))
         sections = {}
         sections["facts"], facts_report = budget.take_section(
             "facts", HEADERS["facts"], [_fact_line(f) for f in facts])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.db import connect_readonly
 from app.events import append_event
+from app.learn.compact import CardText, ChunkEvent, write_card
 from app.memory import correct_fact, delete_profile, forget_fact, set_profile, upsert_fact
 from app.model.token_count import TokenCounter
 from app.turn.context import HEADERS, ContextRequest, build_context
@@ -80,6 +81,60 @@ def test_a_recalled_line_the_request_already_says_is_left_out(writer, config, re
 
     assert {e["id"] for e in ctx.explain["events"]} == {earlier[1].id}
     assert "user: I moved to Lisbon in May" not in quoted_lines(ctx)
+
+
+def learned_from(writer, config, session: str, messages):
+    """The messages stored, compacted into an extractive card, and a fact learned from the
+    first; and a fact of another session."""
+    events = [append_event(writer, config, "ana", session, role, text) for role, text in messages]
+    chunk = [ChunkEvent(e.id, e.role, e.content, e.importance) for e in events]
+
+    def learn(con):
+        write_card(con, "ana", session, chunk, CardText(
+            "The user discussed: " + " ".join(e.content for e in events), "dog, beach, woods",
+            is_extractive=True))
+        upsert_fact(con, "ana", "fact", "pet", "a dog, Pixel, who loves the beach at Sitges",
+                    source="agent", worker="distill", source_event_id=events[0].id)
+        upsert_fact(con, "ana", "fact", "home", "lives near the beach in Barcelona",
+                    source="agent", worker="distill")
+    writer.submit(learn)
+
+
+def test_what_was_learned_from_the_resent_history_is_not_recalled_from_it(writer, config,
+                                                                          recall):
+    learned_from(writer, config, "s", DOG_TALK)
+    history = [{"role": role, "content": text} for role, text in DOG_TALK]
+    history.append({"role": "user", "content": "Which beach near home for Pixel, Sitges?"})
+    con = connect_readonly(writer.path)
+
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="s", window=[], history=history,
+        show_window=False, recall=recall))
+
+    system = ctx.system_prompt
+    assert "lives near the beach in Barcelona" in system  # learned elsewhere
+    assert "who loves the beach at Sitges" not in system and "The user discussed" not in system
+
+
+def test_a_note_recalls_nothing_learned_from_what_the_client_resent(writer, config, recall):
+    config = config.replace(memory={"fill_first_message": False})
+    con = connect_readonly(writer.path)
+    first = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "hello there", session_id="s", window=[], history=[
+            {"role": "user", "content": "hello there"}], show_window=False, recall=recall))
+    said = [("user", "hello there"), ("assistant", "hi"), *DOG_TALK]
+    learned_from(writer, config, "s", said)
+    history = [{"role": role, "content": text} for role, text in said]
+    history.append({"role": "user", "content": "Which beach near home for Pixel, Sitges?"})
+
+    later = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", history[-1]["content"], session_id="s", window=[], history=history,
+        show_window=False, plan=first.plan, recall=recall))
+
+    note = later.messages[-1]["content"]
+    assert later.explain["stretch"]["turn"] == "continued"
+    assert "lives near the beach in Barcelona" in note
+    assert "who loves the beach at Sitges" not in note and "The user discussed" not in note
 
 
 # -- what the user takes back leaves the next prompt -------------------------------------------
