@@ -25,7 +25,13 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
   there on later turns. So a turn reads anew only its own message and that note.
 - When the next turn would not fit, the stretch ends and a new one starts from the
   current message: one large step rather than a sliding window that changes the prompt
-  at every turn.
+  at every turn. So does a change that takes back what the prompt may show (a fact
+  forgotten or corrected, a profile key deleted, from any process: the memory
+  generation, app/memory/provenance.py): it leaves the very next prompt.
+
+Nothing recalled repeats what the prompt already says: no past message whose words its
+messages hold, and no fact or card learned from messages of this session that it holds
+word for word (a client resends its history, compacted into cards or not).
 
 A client of `hilo serve` that sends its own history gets that history instead of the
 window, as it sent it and never cut: the layers join its system prompt (or open one),
@@ -529,6 +535,11 @@ class _Turn:
     ratio: float  # characters per token
     generation: int  # the memory's, read before anything of it (app/memory/provenance.py)
 
+    def _carried(self, said: list[dict]) -> _Carried:
+        """What the prompt says besides Hilo's memory: the client's system message, and
+        `said`, the conversation it shows."""
+        return _Carried([*([self.opening] if self.opening else []), *said])
+
     def _first_message(self) -> bool:
         """Nothing said before it in this conversation: no window, no earlier reply."""
         if self.request.show_window and self.request.window:
@@ -589,7 +600,7 @@ class _Turn:
         kept_window = events_as_messages(kept_events, self.api)
         reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
 
-        carried = _Carried([*([opening] if opening else []), *kept_window, *tail])
+        carried = self._carried([*kept_window, *tail])
         facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
         cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
         facts, cards = _saying_more(con, user_id, request.session_id, carried, facts, cards)
@@ -687,7 +698,7 @@ class _Turn:
         room = min(self.config.memory.retrieved_max_tokens,
                    self.total - fixed_cost - budget.cost(_with_note("")) - 1)
         if current_key is not None and current_key not in notes and room > 0:
-            carried = _Carried([*([self.opening] if self.opening else []), *said])
+            carried = self._carried(said)
             note, note_explain, note_items, note_outside = self._note(plan.shown, window,
                                                                       carried, room)
         if note:
