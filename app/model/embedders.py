@@ -118,6 +118,8 @@ class OllamaEmbedder:
 _local_model = None
 _local_lock = threading.Lock()
 _loading: threading.Thread | None = None  # start_loading's thread, once started
+# Not _local_lock: the load holds that one for as long as it takes.
+_loading_lock = threading.Lock()
 
 
 def embedder_threads(configured: int) -> int:
@@ -182,7 +184,7 @@ def _load_in_background(threads: int) -> None:
         except Exception as exc:  # noqa: BLE001 - a broken install: keyword recall, said
             log.warning("embedder.load_failed", model=LOCAL_MODEL, error=str(exc))
 
-    with _local_lock:
+    with _loading_lock:
         if _local_model is not None or _loading is not None:
             return
         _loading = threading.Thread(target=load, name="hilo-embedder-load", daemon=True)

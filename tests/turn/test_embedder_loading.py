@@ -71,27 +71,34 @@ def test_recall_goes_by_meaning_once_the_embedder_is_ready(service):
     assert vector_ranked(context)
 
 
-def test_the_local_model_loads_in_the_background_once(monkeypatch):
+def test_a_turn_goes_on_while_the_local_model_loads_then_it_is_ready(monkeypatch, service):
     release, loads = threading.Event(), []
 
     def slow_load(threads: int):
-        loads.append(threads)
-        release.wait()
-        embedders._local_model = object()
-        return embedders._local_model
+        with embedders._local_lock:  # held for the whole load, as the real one does
+            loads.append(threads)
+            release.wait()
+            embedders._local_model = object()
+            return embedders._local_model
 
     monkeypatch.setattr(embedders, "_local_model", None)
     monkeypatch.setattr(embedders, "_loading", None)
     monkeypatch.setattr(embedders, "_load_local_model", slow_load)
-    local = embedders.LocalEmbedder(threads=1)
+    service.embedder = embedders.LocalEmbedder(threads=1)
+    service.warm_vectors()  # as hilo serve starts
+    outcomes = []
+    turn = threading.Thread(target=lambda: outcomes.append(
+        service.start_turn("default", "s", "tell me about my dog").run()))
 
-    local.start_loading()
-    local.start_loading()
-    assert not local.ready  # start_loading returned while the model loads
+    turn.start()
+    turn.join(WAIT_S)
+    answered_while_loading = not turn.is_alive() and not service.embedder.ready
     release.set()
     embedders._loading.join(WAIT_S)
+    turn.join(WAIT_S)
 
-    assert local.ready and loads == [1]
+    assert answered_while_loading and outcomes[0].reply_event is not None
+    assert service.embedder.ready and loads == [1]  # loaded once, for the start and the turn
 
 
 def test_a_local_model_that_cannot_load_leaves_recall_to_keywords(monkeypatch, service):
