@@ -17,7 +17,8 @@ def prompt_text(ctx) -> str:
 
 def quoted_lines(ctx) -> str:
     """The past messages the prompt quotes, in the system prompt and in notes."""
-    return "\n".join(part.split("\n\n")[0] for part in prompt_text(ctx).split(HEADERS["events"])[1:])
+    sections = prompt_text(ctx).split(HEADERS["events"])[1:]
+    return "\n".join(section.split("\n\n")[0] for section in sections)
 
 
 # -- never the request again -------------------------------------------------------------------
@@ -38,7 +39,7 @@ def test_a_clients_resent_history_is_not_quoted_back_once_compacted(writer, conf
     stored_and_compacted(writer, config, "s", DOG_TALK)
     history = [{"role": role, "content": text} for role, text in DOG_TALK]
     history += [{"role": "assistant", "content": "Both are good walks."},
-                {"role": "user", "content": "Where does Pixel like to walk, the beach or the woods?"}]
+                {"role": "user", "content": "Where does Pixel like to walk, beach or woods?"}]
     con = connect_readonly(writer.path)
 
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
@@ -49,24 +50,29 @@ def test_a_clients_resent_history_is_not_quoted_back_once_compacted(writer, conf
     assert "Sitges" not in quoted_lines(ctx) and "Garraf" not in quoted_lines(ctx)
 
 
-def test_a_later_message_gets_no_note_quoting_what_the_client_resent(writer, config, recall):
-    config = config.replace(memory={"fill_first_message": False})
+def second_request(writer, config, recall, learn, question: str):
+    """A client's conversation: its first request, then the worker learns from what was
+    said so far (`learn`), then the client resends it all with `question`."""
+    config = config.replace(memory={"fill_first_message": False})  # room for notes
     con = connect_readonly(writer.path)
-    history = [{"role": "user", "content": "hello there"}]
     first = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "hello there", session_id="s", window=[], history=list(history),
-        show_window=False, recall=recall))
-    # The conversation goes on and the worker compacts what was said so far.
+        "ana", "hello there", session_id="s", window=[], history=[
+            {"role": "user", "content": "hello there"}], show_window=False, recall=recall))
     said = [("user", "hello there"), ("assistant", "hi"), *DOG_TALK]
-    stored_and_compacted(writer, config, "s", said)
+    learn(writer, config, "s", said)
     history = [{"role": role, "content": text} for role, text in said]
-    history.append({"role": "user", "content": "Remind me: the beach Pixel loves, Sitges?"})
-
+    history.append({"role": "user", "content": question})
     later = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", history[-1]["content"], session_id="s", window=[], history=history,
-        show_window=False, plan=first.plan, recall=recall))
-
+        "ana", question, session_id="s", window=[], history=history, show_window=False,
+        plan=first.plan, recall=recall))
     assert later.explain["stretch"]["turn"] == "continued"
+    return later
+
+
+def test_a_later_message_gets_no_note_quoting_what_the_client_resent(writer, config, recall):
+    later = second_request(writer, config, recall, stored_and_compacted,
+                           "Remind me: the beach Pixel loves, Sitges?")
+
     assert later.explain["note"]["events"] == []
     assert not later.messages[-1]["content"].startswith("<memory>")
 
@@ -117,22 +123,10 @@ def test_what_was_learned_from_the_resent_history_is_not_recalled_from_it(writer
 
 
 def test_a_note_recalls_nothing_learned_from_what_the_client_resent(writer, config, recall):
-    config = config.replace(memory={"fill_first_message": False})
-    con = connect_readonly(writer.path)
-    first = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "hello there", session_id="s", window=[], history=[
-            {"role": "user", "content": "hello there"}], show_window=False, recall=recall))
-    said = [("user", "hello there"), ("assistant", "hi"), *DOG_TALK]
-    learned_from(writer, config, "s", said)
-    history = [{"role": role, "content": text} for role, text in said]
-    history.append({"role": "user", "content": "Which beach near home for Pixel, Sitges?"})
-
-    later = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", history[-1]["content"], session_id="s", window=[], history=history,
-        show_window=False, plan=first.plan, recall=recall))
+    later = second_request(writer, config, recall, learned_from,
+                           "Which beach near home for Pixel, Sitges?")
 
     note = later.messages[-1]["content"]
-    assert later.explain["stretch"]["turn"] == "continued"
     assert "lives near the beach in Barcelona" in note
     assert "who loves the beach at Sitges" not in note and "The user discussed" not in note
 
