@@ -133,7 +133,7 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
     in every retrieval stream and its fused score."""
     # Stored text holds no secret to find, and the query is embedded by the model server.
     hits = search_memory(service.reader(), who.user_id, redact_secrets(q).text, limit,
-                         recall=service.recall, embedder=service.embedder)
+                         recall=service.recall, embedder=service.query_embedder)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
 
 

@@ -261,7 +261,7 @@ def search(repl: Repl, arg: str) -> None:
         repl.say("Usage: /search <words>", "yellow")
         return
     hits = search_memory(repl.service.reader(), repl.user_id, arg, SEARCH_LIMIT,
-                         recall=repl.service.recall, embedder=repl.service.embedder)
+                         recall=repl.service.recall, embedder=repl.service.query_embedder)
     if not hits:
         repl.say(f"Nothing in memory matches {arg!r}.", "dim")
     for hit in hits:
@@ -297,13 +297,20 @@ def explain(repl: Repl, arg: str) -> None:
     for layer in info["layers"]:
         items = f"{layer['items']}/{layer['of']}"
         repl.say(f"  {layer['name']:<10} {layer['status']:<10} {items:>7} {layer['tokens']:>7}")
+    shown = {item["id"]: get_fact(repl.service.reader(), repl.user_id, item["id"])
+             for item in info["facts"]}
+    forgotten = {i for i, fact in shown.items() if fact is None or fact.deleted_at is not None}
     for kind in ("facts", "cards"):
         for item in info[kind]:
+            if kind == "facts" and item["id"] in forgotten:
+                continue  # it was in that prompt, and has left every prompt since
             ranks = ", ".join(f"{stream} rank {rank}" for stream, rank in
                               item.get("ranks", {}).items())
             score = f", score {item['score']}" if "score" in item else ""
             detail = f" ({ranks}{score})" if ranks or score else ""
             repl.say(f"  {kind[:-1]} #{item['id']}: {item['why']}{detail}")
+    if forgotten:
+        repl.say(f"  and {len(forgotten)} fact(s) forgotten since", "dim")
     if info["window"]:
         repl.say(f"  window: events {', '.join(f'#{i}' for i in info['window'])}")
     if info["diary"]:

@@ -145,7 +145,7 @@ class MemoryTools:
         Example: recall(query="project deadline", limit=5)
         """
         hits = search_memory(self.service.reader(), self.user(), query, limit,
-                             recall=self.service.recall, embedder=self.service.embedder)
+                             recall=self.service.recall, embedder=self.service.query_embedder)
         return {"hits": [hit.to_dict(explain) for hit in hits]}
 
     def forget(

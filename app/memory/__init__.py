@@ -76,7 +76,7 @@ from app.memory.facts import (
     upsert_fact,
 )
 from app.memory.importance import ImportanceFloors, decay_unread_importance
-from app.memory.provenance import WriteAction
+from app.memory.provenance import WriteAction, memory_generation, retracted_since
 from app.memory.profile import (
     ProfileEntry,
     clear_agent_profile,
@@ -100,8 +100,9 @@ __all__ = [
     "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
     "import_profile", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
-    "list_sessions", "merge_facts", "profile_as_of", "remember_fact", "replace_extractive_card",
-    "replace_extractive_diary", "restore_user_facts", "session_exists", "set_profile",
+    "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
+    "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",
+    "retracted_since", "session_exists", "set_profile",
     "similar_facts",
     "store_fact", "upsert_fact", "write_diary_entry",
 ]

@@ -36,3 +36,27 @@ def log_deletions(con: apsw.Connection, rows: str, *, worker: str, created_at: s
         "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
         f"worker, created_at) SELECT user_id, kind, owner_id, 'delete', old_value, NULL, ?, ? "
         f"FROM ({rows})", (worker, created_at))
+
+
+# A change that takes back or corrects what a prompt may already show: a delete or
+# forget by anyone, a restore, and any change but an addition by the user. (A worker's
+# new fact or newer value is news a later turn's recall finds; it retracts nothing.)
+_RETRACTION = "(action IN ('delete', 'restore') OR (worker = 'user' AND action != 'insert'))"
+
+
+def memory_generation(con: apsw.Connection) -> int:
+    """Where memory stands: every change bumps it, in the change's own transaction, from
+    any process. A prompt built at one generation asks `retracted_since` whether what it
+    shows still holds."""
+    return con.execute("SELECT coalesce(max(id), 0) FROM memory_log").fetchone()[0]
+
+
+def retracted_since(con: apsw.Connection, user_id: str, generation: int) -> bool:
+    """Whether a change since `generation` took back or corrected some of the user's
+    memory (a fact forgotten or corrected, a profile key deleted): a prompt built before
+    it may show what is no longer true."""
+    # Only the log's rows since then are read, a range of its primary key (`+user_id`:
+    # not the owner index, which would read all of the user's rows).
+    return con.execute(
+        f"SELECT 1 FROM memory_log WHERE id > ? AND +user_id = ? AND {_RETRACTION} LIMIT 1",
+        (generation, user_id)).fetchone() is not None

@@ -9,7 +9,10 @@ Chosen by `[embedder] kind` in config.toml:
 - `none`: no vectors; retrieval is by keywords, importance and recency only.
 
 Every embedder names its `model`: stored vectors carry it, and a query is only ever
-compared with vectors of the same model.
+compared with vectors of the same model. An embedder is `ready` when embed() answers
+without loading a model first; `start_loading()` loads it on a thread, so a chat front-
+end recalls by keywords until then instead of holding a message for the load (the local
+model: 11-18 s on 2 cores, most of it importing torch).
 
 An embedder that cannot run (its model not pulled, the local extra not installed) raises
 EmbedderUnavailable and logs so once per process: search then goes on by keywords, and
@@ -65,6 +68,15 @@ class Embedder(Protocol):
     kind: str
     model: str
 
+    @property
+    def ready(self) -> bool:
+        """Whether embed() answers now, without loading a model first."""
+        ...
+
+    def start_loading(self) -> None:
+        """Load the model on a thread, if it is not loaded or loading yet."""
+        ...
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One float32 row per text, in order: shape (len(texts), dim)."""
         ...
@@ -81,9 +93,13 @@ class OllamaEmbedder:
     """`/api/embed` on the model server, one request per batch."""
 
     kind = "ollama"
+    ready = True  # the model server loads the model, and says so if it cannot
 
     def __init__(self, client: ModelClient, model: str, batch_size: int = 32) -> None:
         self.client, self.model, self.batch_size = client, model, batch_size
+
+    def start_loading(self) -> None:
+        pass
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = [t[:MAX_EMBED_CHARS] for t in texts]
@@ -101,6 +117,9 @@ class OllamaEmbedder:
 
 _local_model = None
 _local_lock = threading.Lock()
+_loading: threading.Thread | None = None  # start_loading's thread, once started
+# Not _local_lock: the load holds that one for as long as it takes.
+_loading_lock = threading.Lock()
 
 
 def embedder_threads(configured: int) -> int:
@@ -152,6 +171,26 @@ def _load_local_model(threads: int = 1):
         return _local_model
 
 
+def _load_in_background(threads: int) -> None:
+    """The local model loaded on a thread, once per process; a failure is logged once, as
+    embed() would (search goes on by keywords)."""
+    global _loading
+
+    def load() -> None:
+        try:
+            _load_local_model(threads)
+        except EmbedderUnavailable as exc:
+            _unavailable(LOCAL_MODEL, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a broken install: keyword recall, said
+            log.warning("embedder.load_failed", model=LOCAL_MODEL, error=str(exc))
+
+    with _loading_lock:
+        if _local_model is not None or _loading is not None:
+            return
+        _loading = threading.Thread(target=load, name="hilo-embedder-load", daemon=True)
+    _loading.start()
+
+
 def _native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX). Elsewhere
     bfloat16 is emulated and slower than float32, so the local model stays in float32."""
@@ -183,6 +222,13 @@ class LocalEmbedder:
         self.threads = embedder_threads(threads)
         self.bf16: bool | None = None  # known at the first embed(), when torch is loaded
         _limit_openmp(self.threads)
+
+    @property
+    def ready(self) -> bool:
+        return _local_model is not None
+
+    def start_loading(self) -> None:
+        _load_in_background(self.threads)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

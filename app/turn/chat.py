@@ -43,7 +43,7 @@ from app.turn.context import (
 )
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-from app.model.embedders import make_embedder
+from app.model.embedders import Embedder, make_embedder
 from app.events import Event, append_events, session_events
 from app.model.client import ModelClient
 from app.model.errors import ModelError
@@ -383,10 +383,22 @@ class ChatService:
             self.model.close()
 
     def warm_vectors(self) -> None:
-        """Load the embedder's vector indexes in the background, so the first turn after
-        a start is as fast as the hundredth; front-ends call it as they start."""
+        """Load the embedder and its vector indexes in the background, so the first turn
+        after a start is as fast as the hundredth; front-ends call it as they start."""
         if self.embedder is not None:
+            self.embedder.start_loading()
             self.recall.vectors.warm(DataDir.of(self.config).memory_db, self.embedder.model)
+
+    @property
+    def query_embedder(self) -> Embedder | None:
+        """The embedder, if it can embed a question now; until then None — recall by
+        keywords — while it loads in the background: a message must not wait for a model
+        to load (app/model/embedders.py)."""
+        embedder = self.embedder
+        if embedder is None or embedder.ready:
+            return embedder
+        embedder.start_loading()
+        return None
 
     def __enter__(self) -> ChatService:
         return self
@@ -458,12 +470,13 @@ class ChatService:
         return context
 
     def _query(self, user_id: str, text: str) -> Query:
-        """The turn's retrieval query; with an embedder, the question is embedded while
-        the keyword streams run (make_query's `ahead`)."""
-        if self.embedder is None:
+        """The turn's retrieval query; with an embedder ready, the question is embedded
+        while the keyword streams run (make_query's `ahead`)."""
+        embedder = self.query_embedder
+        if embedder is None:
             return make_query(user_id, text, recall=self.recall, con=self.reader())
         started = time.perf_counter()
-        query = make_query(user_id, text, self.embedder, recall=self.recall, con=self.reader(),
+        query = make_query(user_id, text, embedder, recall=self.recall, con=self.reader(),
                            ahead=True)
         if query.embedding is not None:
             def observe(embedding: Future) -> None:

@@ -25,7 +25,13 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
   there on later turns. So a turn reads anew only its own message and that note.
 - When the next turn would not fit, the stretch ends and a new one starts from the
   current message: one large step rather than a sliding window that changes the prompt
-  at every turn.
+  at every turn. So does a change that takes back what the prompt may show (a fact
+  forgotten or corrected, a profile key deleted, from any process: the memory
+  generation, app/memory/provenance.py): it leaves the very next prompt.
+
+Nothing recalled repeats what the prompt already says: no past message whose words its
+messages hold, and no fact or card learned from messages of this session that it holds
+word for word (a client resends its history, compacted into cards or not).
 
 A client of `hilo serve` that sends its own history gets that history instead of the
 window, as it sent it and never cut: the layers join its system prompt (or open one),
@@ -51,6 +57,7 @@ from app.model.messages import (
     image_count,
     message_text,
     quotes_retrieved_documents,
+    text_to_store,
     with_text_appended,
     with_text_prepended,
 )
@@ -65,11 +72,14 @@ from app.memory import (
     list_cards,
     list_facts,
     list_profile,
+    memory_generation,
+    retracted_since,
 )
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
 from app.recall.state import Recall
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.sanitize import redact_secrets
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
@@ -138,6 +148,9 @@ class ContextPlan:
     window_start: int | None = None  # the first event the window shows (window mode)
     explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
     outside: frozenset[str] = frozenset()  # what the layers and notes show from outside
+    # The memory generation (app/memory/provenance.py) its layers and notes were read at:
+    # a fact forgotten or corrected since ends the stretch.
+    generation: int = 0
 
 
 @dataclass
@@ -306,12 +319,61 @@ def _message_cost(budget: _Budget, message: dict) -> int:
     return cost + image_count(message) * IMAGE_TOKENS
 
 
+class _Carried:
+    """What a request's messages already say, as Hilo would store it (secrets redacted,
+    whitespace squashed): a recalled line that says nothing more would only repeat it."""
+
+    def __init__(self, messages: list[dict]) -> None:
+        texts = (" ".join(redact_secrets(text_to_store(m)).text.split()) for m in messages)
+        self._text = "\n".join(t for t in texts if t)
+
+    def holds(self, content: str) -> bool:
+        """Whether `content` is said in the messages, as whole words."""
+        content = " ".join(content.split())
+        if not content:
+            return True
+        at = self._text.find(content)
+        while at >= 0:
+            end = at + len(content)
+            if not (at and self._text[at - 1].isalnum()) and not (
+                    end < len(self._text) and self._text[end].isalnum()):
+                return True
+            at = self._text.find(content, at + 1)
+        return False
+
+
+def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _Carried,
+                 facts: list[Fact], cards: list[Card]) -> tuple[list[Fact], list[Card]]:
+    """The facts and cards, less those that only repeat the request: learned from, or
+    summarising, messages of this session that it holds word for word (a client resends
+    its history; the window shows the recent messages)."""
+    sources = [f.source_event_id for f in facts if f.source_event_id is not None]
+    resent: set[int] = set()
+    if sources:
+        rows = con.execute(
+            "SELECT id, content FROM events WHERE +user_id = ? AND session_id = ? "
+            f"AND id IN ({','.join('?' * len(sources))})", (user_id, session_id, *sources))
+        resent = {event_id for event_id, content in rows if carried.holds(content)}
+    kept_cards = []
+    for card in cards:
+        if card.session_id == session_id and card.first_event_id is not None:
+            summarised = [row[0] for row in con.execute(
+                "SELECT content FROM events WHERE id BETWEEN ? AND ? AND card_id = ?",
+                (card.first_event_id, card.last_event_id, card.id))]
+            if summarised and all(carried.holds(content) for content in summarised):
+                continue
+        kept_cards.append(card)
+    return [f for f in facts if f.source_event_id not in resent], kept_cards
+
+
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
-                     window: list[Event], budget: _Budget) -> tuple[list[Candidate],
-                                                                   list[_PastEvent]]:
-    """The best-ranked past events worth quoting, best first: not in the window, and not
-    the live part of this session (its un-compacted events: the window shows the recent
-    ones, and the message being answered is among them)."""
+                     window: list[Event], carried: _Carried,
+                     budget: _Budget) -> tuple[list[Candidate], list[_PastEvent]]:
+    """The best-ranked past events worth quoting, best first: not in the window, not the
+    live part of this session (its un-compacted events: the window shows the recent
+    ones, and the message being answered is among them), and not what the request's
+    messages already say (`carried`: a client resends its history, compacted into cards
+    or not)."""
     room = budget.room(retrieved=True)
     if room < MIN_EVENT_LINE_TOKENS:
         return [], []
@@ -322,7 +384,8 @@ def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
         candidates = search(con, query.user_id, query.text, "event", depth, query=query)
         found = _past_events(con, query.user_id, [c.id for c in candidates])
         kept = [c for c in candidates if c.id in found and c.id not in in_window
-                and (found[c.id].session_id != session_id or found[c.id].compacted)]
+                and (found[c.id].session_id != session_id or found[c.id].compacted)
+                and not carried.holds(found[c.id].content)]
         wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
                                                      for c in kept)
         if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
@@ -418,15 +481,23 @@ def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
     else:
         base = (request.client_system or DEFAULT_SYSTEM_PROMPT).strip()
     key = (model, total, api, _digest(base), _digest(request.bootstrap))
-    turn = _Turn(con, config, request, query, model, api, opening, base, tail, total, ratio)
+    # Read first: whatever changes after it is checked again at the next turn.
+    generation = memory_generation(con)
+    turn = _Turn(con, config, request, query, model, api, opening, base, tail, total, ratio,
+                 generation)
     plan = request.plan
-    if plan is not None and plan.key == key:
+    if plan is None:
+        reason = "first turn"
+    elif plan.key != key:
+        reason = "the model, budget or system prompt changed"
+    elif retracted_since(con, request.user_id, plan.generation):
+        # What the stretch shows may be forgotten or corrected: it leaves the prompt now.
+        reason = "memory was forgotten or corrected"
+    else:
         built = turn.continue_stretch(plan)
         if built is not None:
             return built
         reason = "the conversation outgrew the budget"
-    else:
-        reason = "first turn" if plan is None else "the model, budget or system prompt changed"
     return turn.start_stretch(key, reason)
 
 
@@ -465,6 +536,12 @@ class _Turn:
     tail: list[dict]  # the client's messages after its system message
     total: int  # the budget: num_ctx less the reply's reserve
     ratio: float  # characters per token
+    generation: int  # the memory's, read before anything of it (app/memory/provenance.py)
+
+    def _carried(self, said: list[dict]) -> _Carried:
+        """What the prompt says besides Hilo's memory: the client's system message, and
+        `said`, the conversation it shows."""
+        return _Carried([*([self.opening] if self.opening else []), *said])
 
     def _first_message(self) -> bool:
         """Nothing said before it in this conversation: no window, no earlier reply."""
@@ -526,8 +603,10 @@ class _Turn:
         kept_window = events_as_messages(kept_events, self.api)
         reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
 
+        carried = self._carried([*kept_window, *tail])
         facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
         cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
+        facts, cards = _saying_more(con, user_id, request.session_id, carried, facts, cards)
         # With bounded room, what matched comes first: the most recent facts and cards
         # (when none matched) take only what the past messages that matched leave.
         later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
@@ -545,7 +624,7 @@ class _Turn:
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
         event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
-                                                  budget)
+                                                  carried, budget)
         sections["events"], reports["events"] = budget.take_section(
             "events", HEADERS["events"], [e.line() for e in past],
             shown_in=[(e.created_at, e.id) for e in past])
@@ -586,7 +665,8 @@ class _Turn:
         outside = layers_outside | frozenset(_outside_items("event", kept_events)
                                              + _outside_messages(request))
         explain["outside"] = sorted(outside)
-        plan = ContextPlan(key, layers, shown, (), window_start, explain, layers_outside)
+        plan = ContextPlan(key, layers, shown, (), window_start, explain, layers_outside,
+                           self.generation)
         explain["stretch"] = {"turn": "new", "why": reason}
         return BuiltContext(messages, tokens, total, explain, plan, outside)
 
@@ -621,7 +701,9 @@ class _Turn:
         room = min(self.config.memory.retrieved_max_tokens,
                    self.total - fixed_cost - budget.cost(_with_note("")) - 1)
         if current_key is not None and current_key not in notes and room > 0:
-            note, note_explain, note_items, note_outside = self._note(plan.shown, window, room)
+            carried = self._carried(said)
+            note, note_explain, note_items, note_outside = self._note(plan.shown, window,
+                                                                      carried, room)
         if note:
             said[-1] = with_text_prepended(said[-1], _with_note(note))
         messages = [system, *said]
@@ -639,10 +721,10 @@ class _Turn:
                    "note": note_explain, "outside": sorted(outside)}
         notes_now = plan.notes + (((current_key, note),) if note else ())
         next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items,
-                            outside=layers_outside)
+                            outside=layers_outside, generation=self.generation)
         return BuiltContext(messages, tokens, self.total, explain, next_plan, outside)
 
-    def _note(self, shown: frozenset[str], window: list[Event],
+    def _note(self, shown: frozenset[str], window: list[Event], carried: _Carried,
               room: int) -> tuple[str, dict, frozenset[str], frozenset[str]]:
         """What to retrieve for this message that the prompt does not show yet: facts,
         cards and past messages with evidence of relevance (words in common, or a close
@@ -654,14 +736,17 @@ class _Turn:
             candidates = search(con, query.user_id, query.text, kind, k, query=query) if k else []
             found[kind] = [c for c in matching(con, query, kind, candidates)
                            if f"{kind}:{c.id}" not in shown]
-        facts = facts_by_ids(con, query.user_id, [c.id for c in found["fact"]])
-        cards = cards_by_ids(con, query.user_id, [c.id for c in found["card"]])
+        facts, cards = _saying_more(
+            con, query.user_id, self.request.session_id, carried,
+            facts_by_ids(con, query.user_id, [c.id for c in found["fact"]]),
+            cards_by_ids(con, query.user_id, [c.id for c in found["card"]]))
         sections = {}
         sections["facts"], facts_report = budget.take_section(
             "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
         sections["cards"], cards_report = budget.take_section(
             "cards", HEADERS["cards"], [_card_line(c) for c in cards])
-        quotable, past = _quotable_events(con, query, self.request.session_id, window, budget)
+        quotable, past = _quotable_events(con, query, self.request.session_id, window, carried,
+                                          budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}
         past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
         sections["events"], events_report = budget.take_section(

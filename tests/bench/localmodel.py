@@ -31,6 +31,12 @@ worker is given time to finish what it learns from the conversation.
 
 --quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
 touched.
+
+    python -m tests.bench.localmodel --first-reply [--runs 3] [--set HILO_EMBEDDER_KIND=local]
+
+--first-reply: only the first message after `hilo serve` starts on the seeded memory,
+sent the moment /health answers: seconds from the start to /health, and from the message
+to the reply's first token (the median of --runs starts). Printed, not recorded.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from tests.bench.localmodel_script import (
 )
 from tests.bench.report import emit, parser
 from tests.bench.soak import Process, free_port
-from tests.fake_ollama import CpuSpeed, Evaluation, FakeOllama
+from tests.fake_ollama import DEFAULT_EMBEDDING_DIM, CpuSpeed, Evaluation, FakeOllama
 from tests.workers.support import REPO_ROOT
 from app.learn.compact import ChunkEvent, CardText, write_card
 from app.learn.distill import capture_turn
@@ -275,14 +281,21 @@ def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
     return time.monotonic() - started
 
 
-def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
-             pauses: dict[int, float], settings: dict[str, str]) -> Run:
+def seeded(fake: FakeOllama, root: Path) -> tuple[Config, Path]:
+    """The fake model server answering the script, and a data directory holding the seeded
+    memory: its config, and where the processes' logs go."""
     fake.reset()
     fake.responder = model_reply
     config = hilo_config(root, fake)
     seed_memory(config)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
+    return config, logs
+
+
+def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
+             pauses: dict[int, float], settings: dict[str, str]) -> Run:
+    config, logs = seeded(fake, root)
     server = Process(config, "serve", logs, free_port(), settings)
     worker = Process(config, "worker", logs, 0, settings)
     server.start()
@@ -325,6 +338,51 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         server.stop()
         worker.stop()
     return run
+
+
+# -- the first message after a start -------------------------------------------------------------
+
+
+def first_reply_after_start(fake: FakeOllama, root: Path, settings: dict[str, str]) -> dict:
+    """One start of `hilo serve` on the seeded memory, and one message the moment it is
+    up: (seconds to /health, seconds from the message to the reply's first token)."""
+    config, logs = seeded(fake, root)
+    server = Process(config, "serve", logs, free_port(), settings)
+    started = time.monotonic()
+    server.start()
+    up = time.monotonic() - started
+    try:
+        with httpx.Client(timeout=600) as client:
+            _, ttft, _, _ = send_turn(client, server.url,
+                                      [{"role": "user", "content": TURNS[0].user}])
+    finally:
+        server.stop()
+    return {"start_to_health_s": round(up, 3), "first_token_s": round(ttft, 3),
+            "start_to_first_token_s": round(up + ttft, 3)}
+
+
+def first_replies(args, settings: dict[str, str]) -> None:
+    fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps),
+                      embedding_dim=args.embedding_dim).start()
+    runs = []
+    try:
+        for _ in range(args.runs):
+            root = Path(tempfile.mkdtemp(prefix="hilo-bench-first-reply-"))
+            try:
+                runs.append(first_reply_after_start(fake, root, settings))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        fake.stop()
+    results = {"settings": settings, "runs": runs, **{
+        f"{key}_median": statistics.median(r[key] for r in runs) for key in runs[0]}}
+    args.no_write = True
+    emit(args, "localmodel-first-reply", results,
+         f"First message after `hilo serve` starts "
+         f"({', '.join(f'{k}={v}' for k, v in settings.items()) or 'defaults'}), "
+         f"median of {len(runs)}: /health after {results['start_to_health_s_median']} s, first "
+         f"token {results['first_token_s_median']} s after the message, "
+         f"{results['start_to_first_token_s_median']} s after the start.")
 
 
 # -- the report ----------------------------------------------------------------------------------
@@ -398,7 +456,8 @@ def markdown(results: dict) -> str:
         f"simulates a CPU model: prompt {speeds['prompt_tps']} tokens/s, reply "
         f"{speeds['generate_tps']} tokens/s, one request per model at a time, one KV slot per "
         "model keeping the longest common prefix (Ollama with OLLAMA_NUM_PARALLEL=1); "
-        "embeddings instant; 4 characters per token. Through Hilo: a real `hilo serve` and "
+        f"embeddings instant ({results['embedding_dim']}-dimensional hashed bags of words); "
+        "4 characters per token. Through Hilo: a real `hilo serve` and "
         "`hilo worker`, the worker on the same model server and model, the memory seeded "
         "with an earlier session."
         + (f" Settings: {', '.join(f'`{k}={v}`' for k, v in results['settings'].items())}."
@@ -466,14 +525,24 @@ def main() -> None:
     p.add_argument("--keep-logs", action="store_true", help="keep the data directory and logs")
     p.add_argument("--set", action="append", default=[], metavar="HILO_KEY=value",
                    help="a setting for serve and worker (repeatable)")
+    p.add_argument("--embedding-dim", type=int, default=DEFAULT_EMBEDDING_DIM,
+                   help="dimensions of the fake's hashed embeddings (few: unrelated texts "
+                        "collide)")
+    p.add_argument("--first-reply", action="store_true",
+                   help="only time the first message after hilo serve starts")
+    p.add_argument("--runs", type=int, default=3, help="starts timed with --first-reply")
     args = p.parse_args()
+    if args.first_reply:
+        first_replies(args, dict(item.split("=", 1) for item in args.set))
+        return
     count = args.turns or (12 if args.quick else len(TURNS))
     think = args.think if args.think is not None else (1.0 if args.quick else 3.0)
     turns = TURNS[:count]
     pause_specs = args.pause if args.pause is not None else ([] if args.quick else DEFAULT_PAUSES)
     pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
     settings = dict(item.split("=", 1) for item in args.set)
-    fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps)).start()
+    fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps),
+                      embedding_dim=args.embedding_dim).start()
     try:
         direct = direct_run(fake, turns, think, pauses)
         root = Path(tempfile.mkdtemp(prefix="hilo-bench-localmodel-"))
@@ -482,6 +551,7 @@ def main() -> None:
         fake.stop()
     results = {
         "quick": args.quick, "think_s": think, "pauses": pauses, "settings": settings,
+        "embedding_dim": args.embedding_dim,
         "speeds": {"prompt_tps": args.prompt_tps, "generate_tps": args.generate_tps},
         "direct": summary(direct), "hilo": summary(hilo),
         "direct_turns": [asdict(t) for t in direct.turns],

@@ -233,6 +233,36 @@ def test_explain_shows_layers_budget_and_fact_ranks(start_chat, writer, fake_oll
     leave(child)
 
 
+def test_a_fact_forgotten_mid_session_leaves_the_next_prompt_and_explain(start_chat, writer,
+                                                                        fake_ollama):
+    fact = writer.submit(lambda con: upsert_fact(
+        con, USER, "preference", "editor", "vim", source="user", worker="user"))
+    child = start_chat()
+    say(child, "Which editor do I use?")
+    child.expect_exact("ok: Which editor do I use?")
+    child.expect(PROMPT)
+    assert "editor: vim" in str(fake_ollama.bodies("/api/chat")[-1]["messages"])
+
+    say(child, f"/forget {fact.fact_id}")
+    child.expect_exact(f"Forgot fact #{fact.fact_id}")
+    child.expect(PROMPT)
+    say(child, "/explain")
+    child.expect("Context of the last turn")
+    child.expect_exact("1 fact(s) forgotten since")
+    assert f"fact #{fact.fact_id}:" not in child.before
+    child.expect(PROMPT)
+    say(child, "And my shell?")
+    child.expect_exact("ok: And my shell?")
+    child.expect(PROMPT)
+    assert "vim" not in str(fake_ollama.bodies("/api/chat")[-1]["messages"])
+    say(child, "/explain")
+    child.expect("Context of the last turn")
+    child.expect_exact("window: events")  # the last line but the diary's
+    assert f"fact #{fact.fact_id}" not in child.before and "forgotten" not in child.before
+    child.expect(PROMPT)
+    leave(child)
+
+
 # -- sessions -------------------------------------------------------------------------------
 
 

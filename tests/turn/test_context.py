@@ -292,7 +292,9 @@ def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, rec
 
 def test_the_live_conversation_is_not_quoted_back(writer, config, recall):
     earlier = past_events(writer, config, 3, session="s", compacted=True)
-    live = past_events(writer, config, 3, session="s", compacted=False)
+    # Other words than the earlier ones: a quoted line the window repeats is left out.
+    live = [append_event(writer, config, "ana", "s", "user", f"On with the garden, step {i}")
+            for i in range(3)]
     asked = append_event(writer, config, "ana", "s", "user", "and the garden project?")
     con = connect_readonly(writer.path)
     ctx = build_context(con, config, TokenCounter(), ContextRequest(

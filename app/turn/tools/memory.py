@@ -28,7 +28,7 @@ def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
 def recall(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
     limit = min(max(int(args.get("limit") or RECALL_LIMIT), 1), 50)
     hits = search_memory(ctx.service.reader(), ctx.user_id, args["query"], limit,
-                         recall=ctx.service.recall, embedder=ctx.service.embedder)
+                         recall=ctx.service.recall, embedder=ctx.service.query_embedder)
     if not hits:
         return f"nothing in memory matches {args['query']!r}"
     text = "\n".join(json.dumps(hit.to_dict(bool(args.get("explain"))), ensure_ascii=False)
