@@ -47,7 +47,7 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
                    "Me llamo Ana y uso neovim. Recuerda que el backup es a las 2.")
     handoff.after_reply("ana", "s1", ids)
     drain()
-    assert len(fake_ollama.bodies("/api/generate")) == cfg.queue.max_attempts
+    assert len(fake_ollama.bodies("/api/generate")) == 2  # asked, asked again once, no more
     assert query(cfg, "SELECT key, value, source FROM profile") == [("name", "Ana", "agent")]
     assert sorted(query(cfg, "SELECT category, value FROM facts")) == [
         ("fact", "el backup es a las 2"), ("preference", "uses neovim")]
