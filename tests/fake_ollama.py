@@ -350,6 +350,9 @@ class FakeOllama:
         self.responder: Callable[[dict[str, Any]], Any] | None = None
         # Which server's refusals of a JSON format to imitate (ENGINES); None accepts all.
         self.engine: str | None = None
+        # Whether replies stop where a request's limits say (num_predict, max_tokens, stop),
+        # as every real server's do; off by default, so scripted replies come back whole.
+        self.honour_limits = False
         self.embed_fn: Callable[[str], list[float]] = self.default_embedding
         self.requests: list[RecordedRequest] = []
         self.blobs: set[str] = set()
@@ -431,6 +434,7 @@ class FakeOllama:
             self.slots.clear()
         self.responder = None
         self.engine = None
+        self.honour_limits = False
         self.latency = self._initial_latency
         self.models = list(self._initial_models)
         self.embed_fn = self.default_embedding
@@ -903,7 +907,25 @@ def _answer(
         return _Answer(text, item)
     if isinstance(item, Reply):
         return _Answer(item.text, None, item.thinking, item.tool_calls, item.done_reason)
-    return _Answer(_reply_text(item))
+    text = _reply_text(item)
+    if fake.honour_limits:
+        return _Answer(*within_limits(text, body))
+    return _Answer(text)
+
+
+def within_limits(text: str, body: dict[str, Any]) -> tuple[str, None, str, tuple, str]:
+    """What a server writes of `text` under the request's limits — up to its first stop
+    sequence, and at most num_predict (Ollama) or max_tokens (OpenAI) tokens — as
+    _Answer's fields: text, no fault, no thinking, no calls, done reason."""
+    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    stops = options.get("stop", body.get("stop")) or []
+    for stop in [stops] if isinstance(stops, str) else stops:
+        if isinstance(stop, str) and stop and stop in text:
+            text = text[:text.index(stop)]
+    limit = options.get("num_predict", body.get("max_completion_tokens", body.get("max_tokens")))
+    if isinstance(limit, int) and 0 <= limit * 4 < len(text):
+        return text[:limit * 4], None, "", (), "length"  # count_tokens: 4 characters a token
+    return text, None, "", (), "stop"
 
 
 def _send_stream(
