@@ -159,7 +159,8 @@ def send_turn(client: httpx.Client, url: str, history: list[dict],
     sent = time.monotonic()
     first: float | None = None
     pieces: list[str] = []
-    with client.stream("POST", f"{url}/api/chat", json=history_request(history, fields)) as response:
+    request = history_request(history, fields)
+    with client.stream("POST", f"{url}/api/chat", json=request) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.strip():
