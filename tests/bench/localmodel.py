@@ -39,7 +39,7 @@ server honours the caps, as real ones do; --model garbage: the fake answers ever
 learning call (a request for JSON) with prose and a broken object. Besides the figures
 above, each run counts the learning calls, those that carried any of the client's reply
 limits, and the user turns that were asked about (shown as a USER line of a learning
-call that asks for facts) more than once.
+call that asks for facts) in more than one different question (a retry is the same one).
 """
 
 from __future__ import annotations
@@ -303,18 +303,19 @@ def learned(config: Config) -> dict[str, int]:
 def learning_calls(fake: FakeOllama) -> dict[str, int]:
     """The requests for JSON the model server received: how many, how many carried one of
     the client's reply limits, and how many user turns were a source line (USER: …) of
-    more than one that asked for facts."""
+    more than one different question that asked for facts."""
     with fake._lock:
         bodies = [r.body for r in fake.requests if r.method == "POST" and isinstance(r.body, dict)
                   and (r.body.get("format") or r.body.get("response_format"))]
     limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
                                         for k in CLIENT_LIMITS)]
     asked: dict[str, int] = {}
-    for body in bodies:
-        if "facts" in _schema_properties(body):
-            for line in set(_request_text(body).splitlines()):
-                if line.startswith("USER: "):
-                    asked[line] = asked.get(line, 0) + 1
+    # A retry asks the same question again: each different question counts once.
+    questions = {_request_text(body) for body in bodies if "facts" in _schema_properties(body)}
+    for question in questions:
+        for line in set(question.splitlines()):
+            if line.startswith("USER: "):
+                asked[line] = asked.get(line, 0) + 1
     return {"calls": len(bodies), "carrying_client_limits": len(limited),
             "turns_asked_twice": sum(1 for n in asked.values() if n > 1)}
 
