@@ -34,6 +34,9 @@ default), so texts sharing words have a high cosine similarity; set
 `fake.embed_fn = lambda text: [...]` to override.
 
 Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
+`fake.engine = "<name>"` (a key of ENGINES) refuses a JSON format (`format`,
+`response_format`) with the status and body that server answers; `fake.honour_limits =
+True` cuts each reply at the request's num_predict / max_tokens / stop, as servers do.
 Every request is recorded in `fake.requests` (method, path, parsed JSON body whatever
 its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
 `fake.images()` every image a chat request carried.
