@@ -61,7 +61,6 @@ from app.events import append_event
 from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
-    _request_text,
     _schema_properties,
     SEED_CARD,
     SEED_DIARY,
@@ -300,7 +299,7 @@ def learned(config: Config) -> dict[str, int]:
         con.close()
 
 
-def learning_calls(fake: FakeOllama) -> dict[str, int]:
+def learning_calls(fake: FakeOllama) -> dict[str, Any]:
     """The requests for JSON the model server received: how many, how many carried one of
     the client's reply limits, and how many user turns were a source line (USER: …) of
     more than one different question that asked for facts."""
@@ -310,14 +309,17 @@ def learning_calls(fake: FakeOllama) -> dict[str, int]:
     limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
                                         for k in CLIENT_LIMITS)]
     asked: dict[str, int] = {}
-    # A retry asks the same question again: each different question counts once.
-    questions = {_request_text(body) for body in bodies if "facts" in _schema_properties(body)}
+    # A retry asks the same question again: each different question counts once. The
+    # question is the prompt, or the last message of the chat a call continues.
+    questions = {str(body.get("prompt") or (body.get("messages") or [{}])[-1].get("content"))
+                 for body in bodies if "facts" in _schema_properties(body)}
     for question in questions:
         for line in set(question.splitlines()):
             if line.startswith("USER: "):
                 asked[line] = asked.get(line, 0) + 1
+    twice = sorted(line for line, n in asked.items() if n > 1)
     return {"calls": len(bodies), "carrying_client_limits": len(limited),
-            "turns_asked_twice": sum(1 for n in asked.values() if n > 1)}
+            "turns_asked_twice": len(twice), "asked_twice": twice}
 
 
 def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
