@@ -300,25 +300,31 @@ def learned(config: Config) -> dict[str, int]:
 
 
 def learning_calls(fake: FakeOllama) -> dict[str, Any]:
-    """The requests for JSON the model server received: how many, how many carried one of
-    the client's reply limits, and how many user turns were a source line (USER: …) of
-    more than one different question that asked for facts."""
+    """The requests for JSON the model server received: how many, how many gave way to the
+    person, how many carried one of the client's reply limits, and how many user turns
+    were a source line (USER: …) of more than one different answered question that asked
+    for facts: turns distilled twice."""
     with fake._lock:
         bodies = [r.body for r in fake.requests if r.method == "POST" and isinstance(r.body, dict)
                   and (r.body.get("format") or r.body.get("response_format"))]
+        served = [e for e in fake.evaluations if e.wants_json]
+    # A call that gave way to the person answered nothing: its turns were not distilled.
+    # Learning calls run one at a time, so the n-th request is the n-th one served.
+    answered = [b for b, e in zip(bodies, served) if not e.dropped] + bodies[len(served):]
     limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
                                         for k in CLIENT_LIMITS)]
     asked: dict[str, int] = {}
     # A retry asks the same question again: each different question counts once. The
     # question is the prompt, or the last message of the chat a call continues.
     questions = {str(body.get("prompt") or (body.get("messages") or [{}])[-1].get("content"))
-                 for body in bodies if "facts" in _schema_properties(body)}
+                 for body in answered if "facts" in _schema_properties(body)}
     for question in questions:
         for line in set(question.splitlines()):
             if line.startswith("USER: "):
                 asked[line] = asked.get(line, 0) + 1
     twice = sorted(line for line, n in asked.items() if n > 1)
-    return {"calls": len(bodies), "carrying_client_limits": len(limited),
+    return {"calls": len(bodies), "gave_way": len(bodies) - len(answered),
+            "carrying_client_limits": len(limited),
             "turns_asked_twice": len(twice), "asked_twice": twice}
 
 
@@ -499,9 +505,11 @@ def markdown(results: dict) -> str:
         f"**{'yes' if hilo.get('fact_in_new_conversation') else 'no'}**; a distilled fact "
         f"(`{hilo.get('distilled_fact')}`) {hilo.get('distilled_after_idle_s')} s after the first "
         f"conversation's last reply (target ≤ 60 s). Learned by the end: {hilo.get('learned')}.",
-        f"Learning calls: {hilo['learning_calls']['calls']}; carrying a client's reply limits: "
-        f"**{hilo['learning_calls']['carrying_client_limits']}** (target 0); user turns asked "
-        f"about in more than one: **{hilo['learning_calls']['turns_asked_twice']}** (target 0).",
+        f"Learning calls: {hilo['learning_calls']['calls']} ("
+        f"{hilo['learning_calls'].get('gave_way', 0)} gave way to the person); carrying a "
+        f"client's reply limits: **{hilo['learning_calls']['carrying_client_limits']}** "
+        f"(target 0); user turns distilled twice (in two answered learning calls): "
+        f"**{hilo['learning_calls']['turns_asked_twice']}** (target 0).",
         "",
         "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
                                 for name, ok in judged["met"].items()) + ".",
