@@ -34,6 +34,9 @@ default), so texts sharing words have a high cosine similarity; set
 `fake.embed_fn = lambda text: [...]` to override.
 
 Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
+`fake.engine = "<name>"` (a key of ENGINES) refuses a JSON format (`format`,
+`response_format`) with the status and body that server answers; `fake.honour_limits =
+True` cuts each reply at the request's num_predict / max_tokens / stop, as servers do.
 Every request is recorded in `fake.requests` (method, path, parsed JSON body whatever
 its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
 `fake.images()` every image a chat request carried.
@@ -347,6 +350,11 @@ class FakeOllama:
         self.latency = latency  # seconds added to every call, for benchmarks
         self.embed_latency = embed_latency  # seconds an embedding request takes, for benchmarks
         self.responder: Callable[[dict[str, Any]], Any] | None = None
+        # Which server's refusals of a JSON format to imitate (ENGINES); None accepts all.
+        self.engine: str | None = None
+        # Whether replies stop where a request's limits say (num_predict, max_tokens, stop),
+        # as every real server's do; off by default, so scripted replies come back whole.
+        self.honour_limits = False
         self.embed_fn: Callable[[str], list[float]] = self.default_embedding
         self.requests: list[RecordedRequest] = []
         self.blobs: set[str] = set()
@@ -427,6 +435,8 @@ class FakeOllama:
             self.evaluations.clear()
             self.slots.clear()
         self.responder = None
+        self.engine = None
+        self.honour_limits = False
         self.latency = self._initial_latency
         self.models = list(self._initial_models)
         self.embed_fn = self.default_embedding
@@ -793,6 +803,70 @@ def _openai_error(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
+# How each model server refuses a JSON format it does not take: (status, body) for a
+# request's `format` (Ollama's API) or `response_format` type (the OpenAI one), and where
+# that behaviour was learned. Set `fake.engine` to one of these names.
+ENGINES: dict[str, dict[str, tuple[int, Any]]] = {
+    # Ollama 0.5 and later: a schema as `format`, json_object and json_schema on /v1
+    # (ollama/ollama docs/api.md "structured outputs"; github.com/ollama/ollama/issues/7991).
+    "ollama": {},
+    # Ollama before 0.5: `format` is a Go string, so an object fails to unmarshal: 400
+    # (ollama/ollama#7991, ollama/ollama-python#428, with 0.3.13 and 0.4.0).
+    "ollama-0.4": {"format-object": (400, {
+        "error": "json: cannot unmarshal object into Go struct field ChatRequest.format "
+                 "of type string"})},
+    # llama.cpp's llama-server since PR ggml-org/llama.cpp#9527 takes json_schema and
+    # json_object; it never refuses either.
+    "llama.cpp": {},
+    # llama-server builds before that PR (and ik_llama.cpp until 2025-09,
+    # ikawrakow/ik_llama.cpp#778): json_object only, refused by an exception answered as 500.
+    "llama.cpp-old": {"json_schema": (500, {"error": {
+        "code": 500, "type": "server_error",
+        "message": 'response_format type must be one of "text" or "json_object", but got: '
+                   "json_schema"}})},
+    # llama-cpp-python's server: ChatCompletionRequestResponseFormat's type is
+    # Literal["text", "json_object"] (llama_cpp/llama_types.py); the validation error is
+    # caught by its RouteErrorHandler (llama_cpp/server/errors.py) and answered as a 500
+    # (ggml-org/llama.cpp#23463, with 0.3.23). A FastAPI app without that handler: 422.
+    "llama-cpp-python": {"json_schema": (500, {"error": {
+        "message": "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n"
+                   "  Input should be 'text' or 'json_object' [type=literal_error, "
+                   "input_value='json_schema', input_type=str]",
+        "type": "internal_server_error", "param": None, "code": None}})},
+    "fastapi-422": {"json_schema": (422, {"detail": [{
+        "type": "literal_error", "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]})},
+    # vLLM: response_format type text, json_object, json_schema, structural_tag
+    # (vllm/entrypoints/openai/protocol.py); it takes both of Hilo's.
+    "vllm": {},
+    # LM Studio: json_schema and text, never json_object: 400 with a string error
+    # (lmstudio-ai/lmstudio-bug-tracker#189, #307; 0.3 to 0.4.19).
+    "lmstudio": {"json_object": (400, {
+        "error": "'response_format.type' must be 'json_schema' or 'text'"})},
+    # A server that refuses every format (the plain-instruction rung's case).
+    "text-only": {"format-object": (400, {"error": "format is not supported"}),
+                  "format-json": (400, {"error": "format is not supported"}),
+                  "json_schema": (400, {"error": {"message": "response_format is not supported"}}),
+                  "json_object": (400, {"error": {"message": "response_format is not supported"}})},
+}
+
+
+def format_refusal(engine: str | None, body: Any) -> tuple[int, Any] | None:
+    """How `engine` answers a request's JSON format, when it refuses it."""
+    if engine is None or not isinstance(body, dict):
+        return None
+    refusals = ENGINES[engine]
+    fmt = body.get("format")
+    if isinstance(fmt, dict):
+        return refusals.get("format-object")
+    if fmt == "json":
+        return refusals.get("format-json")
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict):
+        return refusals.get(str(response_format.get("type")))
+    return None
+
+
 def _not_found_message(model: str) -> str:
     return f'model "{model}" not found, try pulling it first'
 
@@ -817,6 +891,10 @@ def _answer(
     fake: FakeOllama, kind: str, body: dict[str, Any], http: _Handler, error_body: Callable[[int, str], Any]
 ) -> _Answer | None:
     """Resolve the next scripted item; None when a fault has already answered."""
+    refusal = format_refusal(fake.engine, body)
+    if refusal is not None:  # refused before the model runs: no script item is used
+        http.send_json(*refusal)
+        return None
     item = fake.next_reply(kind, body)
     while isinstance(item, Fault) and item.kind == "delay":
         fake.pause(item.seconds)
@@ -831,7 +909,25 @@ def _answer(
         return _Answer(text, item)
     if isinstance(item, Reply):
         return _Answer(item.text, None, item.thinking, item.tool_calls, item.done_reason)
-    return _Answer(_reply_text(item))
+    text = _reply_text(item)
+    if fake.honour_limits:
+        return _Answer(*within_limits(text, body))
+    return _Answer(text)
+
+
+def within_limits(text: str, body: dict[str, Any]) -> tuple[str, None, str, tuple, str]:
+    """What a server writes of `text` under the request's limits — up to its first stop
+    sequence, and at most num_predict (Ollama) or max_tokens (OpenAI) tokens — as
+    _Answer's fields: text, no fault, no thinking, no calls, done reason."""
+    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    stops = options.get("stop", body.get("stop")) or []
+    for stop in [stops] if isinstance(stops, str) else stops:
+        if isinstance(stop, str) and stop and stop in text:
+            text = text[:text.index(stop)]
+    limit = options.get("num_predict", body.get("max_completion_tokens", body.get("max_tokens")))
+    if isinstance(limit, int) and 0 <= limit * 4 < len(text):
+        return text[:limit * 4], None, "", (), "length"  # count_tokens: 4 characters a token
+    return text, None, "", (), "stop"
 
 
 def _send_stream(

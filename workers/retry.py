@@ -10,10 +10,10 @@ is an unhandled exception to Huey, logged with a traceback and counted as a fail
 task is declared or enqueued, while `queue.max_attempts` is configuration; and
 `RetryTask`, which takes a delay and logs no traceback, does not consume a retry
 (seen in huey 3.5), so attempts would have to be counted here anyway. After
-`queue.max_attempts` attempts (or at once, for an error retrying cannot fix) the job
-writes its fallback, logs `job.degraded` and records the failure in Huey's result
-store under the task's id (`workers.queue.failed_jobs()`): visible, never silent, and
-without a traceback for what is an expected outcome. Other exceptions (bugs, a database
+`queue.max_attempts` attempts (2 for unusable output; at once, for an error retrying
+cannot fix) the job writes its fallback, logs `job.degraded` and records the failure in
+Huey's result store under the task's id (`workers.queue.failed_jobs()`): visible, never
+silent, and without a traceback for what is an expected outcome. Other exceptions (bugs, a database
 that cannot be written) propagate untouched: Huey logs and records them, and the
 reconcile sweep redoes the work later.
 """
@@ -33,6 +33,7 @@ from app.learn.model_output import InvalidOutput
 log = get_logger(__name__)
 
 MAX_DELAY_SECONDS = 300.0
+UNUSABLE_OUTPUT_ATTEMPTS = 2
 
 
 class JobDegraded(HiloError):
@@ -55,6 +56,15 @@ def is_model_failure(exc: BaseException) -> bool:
     """Failures of the model (or its output) that the retry policy handles; any other
     exception is a bug or a database problem and propagates."""
     return isinstance(exc, (ModelError, InvalidOutput)) or bool(getattr(exc, "retryable", False))
+
+
+def _attempts_for(exc: BaseException, config: Config) -> int:
+    """Attempts a job makes: an unusable answer is asked again once, not max_attempts
+    times — each ask is a whole generation, and a model that wrote nothing usable twice
+    will most likely write the same."""
+    if isinstance(exc, InvalidOutput):
+        return min(UNUSABLE_OUTPUT_ATTEMPTS, config.queue.max_attempts)
+    return config.queue.max_attempts
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -87,7 +97,7 @@ def attempt_job(
     except Exception as exc:
         if not is_model_failure(exc):
             raise
-        if is_retryable(exc) and attempt < config.queue.max_attempts:
+        if is_retryable(exc) and attempt < _attempts_for(exc, config):
             delay = backoff_delay(config.queue.backoff_base_seconds, attempt)
             bound.warning("job.retry", error=str(exc), retry_in_seconds=round(delay, 3))
             retry(delay)

@@ -26,6 +26,7 @@ from app.config import Config
 from app.db import Durability
 from app.model.embedders import Embedder, make_embedder
 from app.model.client import ModelClient
+from app.model.json_modes import JsonModes
 from app.log import get_logger
 from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
@@ -58,7 +59,7 @@ from workers.queue import (
 )
 from app.learn.reading import reading
 from workers.reconcile import find_undone_work
-from workers.retry import attempt_job
+from workers.retry import JobDegraded, attempt_job
 from workers.scheduler import scheduler_tick
 
 log = get_logger(__name__)
@@ -94,11 +95,14 @@ class JobRunner:
         self.config = config
         self.queue = queue
         self.writer = Writer.from_config(config, Durability.NORMAL)
-        self.model = ModelClient.from_config(config)
+        # How each server and model takes a request for JSON, kept in the memory database.
+        json_modes = JsonModes(self.writer)
+        self.model = ModelClient.from_config(config, json_modes=json_modes)
         # What learns (distill, cards, diary, consolidation): [llm] distill_url's server,
         # else the chat's, whose person it then waits for (workers/chat_activity.py).
         separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
-        self.learner = (ModelClient.from_config(config, url=config.llm.distill_url)
+        self.learner = (ModelClient.from_config(config, url=config.llm.distill_url,
+                                                json_modes=json_modes)
                         if separate else self.model)
         self.chat_server: str | None = None if separate else config.llm.url
         # None with [embedder] kind = "none".
@@ -235,7 +239,14 @@ class JobRunner:
             return
         learned = outcome.value
         log.info("learn.done", calls=learned.calls, cards=learned.cards, facts=learned.facts,
-                 events=learned.events, stopped=learned.stopped, **ids)
+                 events=learned.events, stopped=learned.stopped, fell_back=learned.fell_back,
+                 **ids)
+        if learned.fell_back:  # visible, never silent: logged and kept with the failures
+            error = JobDegraded(f"{job.func.__name__} ({user_id}/{session_id}) had two unusable "
+                                f"answers in a row and wrote its fallback instead (what was "
+                                f"left, learned by rule): {learned.unusable[-1]}")
+            log.error("learn.fell_back", error=str(error), **ids)
+            _policy(task)["record_failure"](error)
         if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,
                                                          **ids):
             # The person came back and is already gone again: the rest now.

@@ -168,8 +168,15 @@ def needs_compaction(con: apsw.Connection, config: Config, user_id: str, session
 # -- the model's part ----------------------------------------------------------------------
 
 
-def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "") -> str:
-    """The instructions (with `also` asked besides), then the turns, one labelled line each."""
+# How an event already learned from is shown beside new ones: as context, never a source.
+LEARNED_LABEL = "EARLIER (already learned, context only)"
+LEARNED_NOTE = "EARLIER lines were learned from before: never take a fact from them.\n"
+
+
+def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "",
+                 learned: frozenset[int] = frozenset()) -> str:
+    """The instructions (with `also` asked besides), then the turns, one labelled line each;
+    the `learned` events' sources are labelled as context (their facts are stored)."""
     lines = []
     budget = MAX_PROMPT_CHARS
     for event in events:
@@ -178,6 +185,8 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
             continue
         if event.role == "tool" and event.tool_name:
             label = f"{label} ({event.tool_name})"
+        if event.id in learned and event.role in voices.sources:
+            label = f"{LEARNED_LABEL} {label}"
         text = event.text[:MAX_EVENT_CHARS]
         if len(text) > budget:
             text = text[:budget]
@@ -186,6 +195,8 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
         if budget <= 0:
             break
     instructions = voices.instructions
+    if any(e.id in learned and e.role in voices.sources for e in events):
+        also = LEARNED_NOTE + also
     if also:
         instructions = instructions.rstrip("\n") + "\n" + also.rstrip("\n") + "\n\n"
     return instructions + "\n".join(lines)
@@ -205,11 +216,16 @@ def _grounded(text: str, source_words: set[str], context_words: set[str]) -> boo
 
 
 def keep_grounded(extraction: Extraction, events: list[TurnEvent],
-                  voices: Voices = CONVERSATION) -> tuple[Extraction, int]:
-    source = set().union(*(terms(e.content, min_length=3) for e in events
-                           if e.role in voices.sources))
+                  voices: Voices = CONVERSATION,
+                  learned: frozenset[int] = frozenset()) -> tuple[Extraction, int]:
+    """Drop what is worded from the context and not from a source; an event in `learned`
+    is context too (what it said is stored already)."""
+    def is_source(e: TurnEvent) -> bool:
+        return e.role in voices.sources and e.id not in learned
+
+    source = set().union(*(terms(e.content, min_length=3) for e in events if is_source(e)))
     context = set().union(*(terms(e.content, min_length=3) for e in events
-                            if e.role in voices.context))
+                            if e.role in voices.context or e.id in learned))
     kept = Extraction(
         profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, context)},
         facts=[f for f in extraction.facts if _grounded(f[2], source, context)],

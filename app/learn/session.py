@@ -17,6 +17,13 @@ So a conversation costs about one call per chunk (default 8 events: four turns),
 one for its tail each time it goes idle. A chunk's facts, its events' distilled marks,
 its card and its events' compacted marks commit in one transaction, which re-checks
 that neither was done by another run (distill.store_extraction, compact.write_card).
+A chunk that holds turns an earlier call already learned from (the tail of an earlier
+idle gap) shows them as context only, so no turn's facts are asked for twice.
+
+An answer with nothing usable is asked again once, at once; a second unusable answer
+ends the run's model calls — the model is not writing usable JSON now — and what is left
+of the session gets the fallback (learn_by_rules: explicit statements by rule, cards that
+quote their chunk), so no later job asks the same again.
 
 Before each call, `go_on()` is asked whether to make it (the person may be back), and
 a call in progress gives way the moment it says no: the run stops where it is, and what
@@ -25,8 +32,8 @@ is left is the next run's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
 
 import apsw
 
@@ -61,8 +68,10 @@ from app.learn.distill import (
     undistilled_in_session,
     voices_of,
 )
-from app.learn.model_output import ChunkOutput, ask_json, parse_output
+from app.learn.model_output import ChunkOutput, InvalidOutput, ask_json, parse_output
 from app.learn.reading import reading
+
+T = TypeVar("T")
 
 CHUNK_SCHEMA: dict[str, Any] = ChunkOutput.format_schema()
 CARD_ALSO = """\
@@ -78,6 +87,8 @@ class LearnResult:
     facts: int = 0  # facts written (inserted or updated)
     events: int = 0  # events marked distilled
     stopped: bool = False  # go_on() said no before the work was done
+    unusable: list[str] = field(default_factory=list)  # why answers could not be used
+    fell_back: bool = False  # two unusable answers in a row: the rest learned by rule
 
 
 def waiting_since(con: apsw.Connection, config: Config, user_id: str,
@@ -99,10 +110,11 @@ def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: s
                   interrupted: Callable[[], bool] | None = None,
                   after: SentChat | None = None) -> LearnResult:
     """Learn what the session has not: its latest turns' facts, then its chunks (facts and
-    card in one call each), then anything still undistilled. Raises ModelError / InvalidOutput to be retried; what was written
-    before stays written. With `after` (the session's last chat, still in the model
-    server's cache), each question is asked as the next message of that chat: the model
-    reads only the question anew, and the chat's cache is still there for the person.
+    card in one call each), then anything still undistilled. Raises ModelError to be
+    retried; what was written before stays written; unusable answers: see the module.
+    With `after` (the session's last chat, still in the model server's cache), each
+    question is asked as the next message of that chat: the model reads only the question
+    anew, and the chat's cache is still there for the person.
 
     `go_on()`, when given, is asked before each call; `interrupted()` (by default: not
     go_on()) is watched during it, and a call in progress when it says yes gives way at
@@ -113,6 +125,11 @@ def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: s
         _learn(writer, config, user_id, session_id, steps)
     except ModelCallYielded:
         result.stopped = True
+    if result.fell_back:
+        fallback = learn_by_rules(writer, config, user_id, session_id)
+        result.cards += fallback.cards
+        result.events += fallback.events
+        result.facts += fallback.facts
     return result
 
 
@@ -138,6 +155,21 @@ class _Steps:
             return self.interrupted
         return lambda: not go_on()
 
+    def answer(self, ask: Callable[[], T]) -> T | None:
+        """ask() the model, and once more if its answer is unusable; None after a second
+        unusable one, when the run falls back (LearnResult.fell_back)."""
+        for _ in range(2):
+            try:
+                answered = ask()
+            except InvalidOutput as exc:
+                self.result.calls += 1
+                self.result.unusable.append(str(exc))
+                continue
+            self.result.calls += 1  # calls answered; one given way is not counted
+            return answered
+        self.result.fell_back = True
+        return None
+
 
 def _learn(writer: Writer, config: Config, user_id: str, session_id: str, steps: _Steps) -> None:
     result = steps.result
@@ -154,6 +186,8 @@ def _learn(writer: Writer, config: Config, user_id: str, session_id: str, steps:
         if not steps.may_go_on():
             return
         _learn_chunk(writer, config, user_id, session_id, chunk, steps)
+        if steps.result.fell_back:
+            return
     with reading(writer) as con:
         rest = undistilled_in_session(con, user_id, session_id)
     if rest:
@@ -182,9 +216,15 @@ def _distill(writer: Writer, config: Config, user_id: str, session_id: str,
     with reading(writer) as con:
         sources = [e for e in turn_events(con, user_id, session_id, event_ids)
                    if e.role in voices_of(session_id).sources]
-    _count(steps.result, distill_turn(writer, steps.model, config, user_id, session_id,
-                                      event_ids, steps.after, steps.yield_to()))
-    steps.result.calls += bool(sources)
+
+    def ask() -> DistillResult:
+        return distill_turn(writer, steps.model, config, user_id, session_id, event_ids,
+                            steps.after, steps.yield_to())
+
+    learned = steps.answer(ask) if sources else ask()  # no source: marked, no call
+    if learned is None:
+        return False
+    _count(steps.result, learned)
     return True
 
 
@@ -197,18 +237,30 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
                                                  undistilled_only=True)}
         events = turn_events(con, user_id, session_id, ids)
     voices = voices_of(session_id)
+    # Turns an earlier call learned from are context: their facts are stored already.
+    known = frozenset(e.id for e in events if e.id not in undistilled)
     extraction, dropped = Extraction(), 0
     if any(e.role in voices.sources and e.id in undistilled for e in events):
-        raw, text = ask_json(model, WORKER, build_prompt(events, voices, also=CARD_ALSO),
-                             CHUNK_SCHEMA, SYSTEM, after, steps.yield_to())
-        output = parse_output(ChunkOutput, WORKER, raw, text)
+        prompt = build_prompt(events, voices, also=CARD_ALSO, learned=known)
+
+        def ask() -> ChunkOutput:
+            raw, text = ask_json(model, WORKER, prompt, CHUNK_SCHEMA, SYSTEM, after,
+                                 steps.yield_to())
+            return parse_output(ChunkOutput, WORKER, raw, text)
+
+        output = steps.answer(ask)
+        if output is None:
+            return
         extraction, dropped = keep_grounded(
             Extraction(profile=output.profile,
-                       facts=[(f.category, f.key, f.value) for f in output.facts]), events, voices)
+                       facts=[(f.category, f.key, f.value) for f in output.facts]),
+            events, voices, known)
         card = CardText(output.summary, ", ".join(output.keywords))
     else:
-        card = summarise(model, chunk, after, steps.yield_to())
-    result.calls += 1
+        answered = steps.answer(lambda: summarise(model, chunk, after, steps.yield_to()))
+        if answered is None:
+            return
+        card = answered
     sources = [e.id for e in events if e.role in voices.sources]
     source_event_id = sources[-1] if sources else None
     similarity = config.memory.dedupe_similarity

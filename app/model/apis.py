@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Generator, Mapping, Sequence
 
+from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
 from app.model.messages import Message, ReplyRecord, ToolSpec, tool_calls_of
 from app.model.stream import ACCEPTED, ChatReply
 from app.model.transport import Transport, frame_field
-
-JsonSchema = Mapping[str, Any] | str  # a JSON schema, or "json" for any JSON value
 
 
 class OllamaAPI:
@@ -71,9 +70,11 @@ class OllamaAPI:
 
     def generate_json(
         self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
-        yield_to: Callable[[], bool] | None = None,
+        yield_to: Callable[[], bool] | None = None, mode: str = "schema",
     ) -> str:
-        fields: dict[str, Any] = {"prompt": prompt, "format": schema, "stream": False}
+        """The reply to `prompt`, JSON asked for as `mode` (app/model/json_modes.py) says."""
+        fields: dict[str, Any] = {"prompt": with_schema(prompt, schema, mode),
+                                  **ollama_format(schema, mode), "stream": False}
         if system is not None:
             fields["system"] = system
         data = self._transport.post_json(
@@ -196,17 +197,14 @@ class OpenAIAPI:
 
     def generate_json(
         self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
-        yield_to: Callable[[], bool] | None = None,
+        yield_to: Callable[[], bool] | None = None, mode: str = "schema",
     ) -> str:
+        """The reply to `prompt`, JSON asked for as `mode` (app/model/json_modes.py) says."""
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
-            {"role": "user", "content": prompt}
+            {"role": "user", "content": with_schema(prompt, schema, mode)}
         ]
-        if isinstance(schema, str):
-            response_format: dict[str, Any] = {"type": "json_object"}
-        else:
-            response_format = {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
         reply = self.chat(model, messages, {"temperature": temperature}, yield_to,
-                          response_format=response_format)
+                          **openai_format(schema, mode))
         return reply.text
 
     @property

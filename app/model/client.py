@@ -14,8 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from app.model.apis import JsonSchema, OllamaAPI, OpenAIAPI
-from app.model.errors import ModelError, ModelNotFound
+from app.model.apis import OllamaAPI, OpenAIAPI
+from app.model.errors import ModelError, ModelHTTPError, ModelNotFound
+from app.model.json_modes import (
+    JsonModes,
+    JsonSchema,
+    ollama_format,
+    openai_format,
+    with_schema,
+)
 from app.model.messages import Message, ReplyRecord, SentChat, ToolSpec
 from app.model.relay import relayed_chat, translated_chat
 from app.model.stream import ChatReply, ChatStream
@@ -26,10 +33,16 @@ if TYPE_CHECKING:
 
 PROVIDERS = ("ollama", "openai")
 
-# Fields of a chat request that a JSON question asked after it leaves out: they shape
-# only how the answer comes back, not the prompt the server's cache holds.
-_NOT_CONTINUED = frozenset({"stream", "stream_options", "think", "tool_choice", "format",
-                            "response_format", "n", "logprobs", "top_logprobs", "messages"})
+# What a learning call continues of the chat it follows (ModelClient.continue_json): what
+# the server's prompt cache is keyed on — the model, the messages (added separately), the
+# tools a chat template renders into the prompt, the template's own arguments, llama.cpp's
+# slot — and what would reload the model if it changed: keep_alive, and the Ollama options
+# fixed when a model is loaded (num_ctx and its neighbours). Nothing that shapes only the
+# reply reaches it: no limits (max_tokens, num_predict), stops, sampling, penalties,
+# seeds, formats, streaming or thinking — a client's `max_tokens: 24` would cut the JSON off.
+_CONTINUED_FIELDS = ("model", "tools", "chat_template_kwargs", "id_slot", "keep_alive")
+_CONTINUED_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap",
+                      "use_mlock", "numa", "low_vram")
 
 
 class ModelClient:
@@ -51,9 +64,12 @@ class ModelClient:
         connect_timeout_seconds: float,
         api_key: str | None = None,
         activity: ModelActivity | None = None,
+        json_modes: JsonModes | None = None,
     ) -> None:
         """`activity`, when given, is told when each request that makes the model work
-        starts and ends (a front-end's client; the worker's has none)."""
+        starts and ends (a front-end's client; the worker's has none). `json_modes`: how
+        each server and model takes a request for JSON (app/model/json_modes.py); by
+        default learned afresh by this client."""
         if provider not in PROVIDERS:
             raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
         if not url.startswith(("http://", "https://")):
@@ -67,6 +83,7 @@ class ModelClient:
         self.keep_alive = keep_alive
         self.timeout_seconds = timeout_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
+        self.json_modes = json_modes or JsonModes()
         self._transport = Transport(
             url=self.url,
             provider=provider,
@@ -89,7 +106,7 @@ class ModelClient:
 
     @classmethod
     def from_config(cls, cfg: Config, *, activity: ModelActivity | None = None,
-                    url: str | None = None) -> ModelClient:
+                    url: str | None = None, json_modes: JsonModes | None = None) -> ModelClient:
         """Build from the program's Config (its `llm` and `embedder` sections); `url`
         replaces [llm] url (the workers' own model server, [llm] distill_url)."""
         settings = cfg.llm
@@ -105,6 +122,7 @@ class ModelClient:
             connect_timeout_seconds=settings.connect_timeout_seconds,
             api_key=settings.api_key or None,
             activity=activity,
+            json_modes=json_modes,
         )
 
     def chat_stream(
@@ -139,40 +157,58 @@ class ModelClient:
         The text is returned unparsed because local models still break JSON now and
         then, and the caller decides whether to retry or fall back. With `yield_to`, the
         call gives way (ModelCallYielded) the moment yield_to() says a person needs the
-        model.
+        model. JSON is asked for as this server and model take it (app/model/json_modes.py).
         """
-        return self._api.generate_json(model or self.distill_model, prompt, schema, system,
-                                       temperature, yield_to)
+        model = model or self.distill_model
+        return self._in_json_mode(model, lambda mode: self._api.generate_json(
+            model, prompt, schema, system, temperature, yield_to, mode))
 
     def continue_json(self, after: SentChat, instruction: str, schema: JsonSchema, *,
                       temperature: float = 0.1,
                       yield_to: Callable[[], bool] | None = None) -> str:
         """The model's raw JSON text for `instruction`, asked as the next message of the
-        chat `after`: the same request, its reply, then the instruction, so a server
-        whose KV cache still holds that chat reads only the instruction anew. The
-        request keeps every field that shapes the prompt or the loaded model (tools,
-        options, keep_alive); it does not stream and does not think. `yield_to` as for
+        chat `after`: the same messages, its reply, then the instruction, so a server
+        whose KV cache still holds that chat reads only the instruction anew. Of the
+        chat's request only what keeps that cache (_CONTINUED_FIELDS, _CONTINUED_OPTIONS)
+        is sent again; the reply's shape is the learning call's own. `yield_to` as for
         generate_json."""
-        body = {k: v for k, v in after.body.items() if k not in _NOT_CONTINUED}
-        body["messages"] = [*after.body.get("messages", []),
-                            {"role": "assistant", "content": after.reply},
-                            {"role": "user", "content": instruction}]
-        body["stream"] = False
-        if after.path == "/api/chat":
-            body["format"] = schema
-            body["options"] = {**(after.body.get("options") or {}), "temperature": temperature}
-            data = self._transport.post_json(after.path, body, yield_to)
-            text = frame_field(data, "message", "content")
-        else:
-            body["response_format"] = (
-                {"type": "json_object"} if isinstance(schema, str) else
-                {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}})
-            body["temperature"] = temperature
-            data = self._transport.post_json(after.path, body, yield_to)
-            text = frame_field(data, "choices", 0, "message", "content")
-        if not isinstance(text, str):
-            raise self._transport.malformed(f"POST {after.path}", "no message content in the reply")
-        return text
+        body = {k: after.body[k] for k in _CONTINUED_FIELDS if k in after.body}
+        model = str(body.get("model") or self.distill_model)
+        options = after.body.get("options")
+        kept = ({k: v for k, v in options.items() if k in _CONTINUED_OPTIONS}
+                if isinstance(options, Mapping) else {})
+
+        def ask(mode: str) -> str:
+            question = {"role": "user", "content": with_schema(instruction, schema, mode)}
+            request = {**body, "stream": False,
+                       "messages": [*after.body.get("messages", []),
+                                    {"role": "assistant", "content": after.reply}, question]}
+            if after.path == "/api/chat":
+                request.update(ollama_format(schema, mode),
+                               options={**kept, "temperature": temperature})
+                text = frame_field(self._transport.post_json(after.path, request, yield_to),
+                                   "message", "content")
+            else:
+                request.update(openai_format(schema, mode), temperature=temperature)
+                text = frame_field(self._transport.post_json(after.path, request, yield_to),
+                                   "choices", 0, "message", "content")
+            if not isinstance(text, str):
+                raise self._transport.malformed(f"POST {after.path}",
+                                                "no message content in the reply")
+            return text
+
+        return self._in_json_mode(model, ask)
+
+    def _in_json_mode(self, model: str, ask: Callable[[str], str]) -> str:
+        """ask(mode) on the rung this server and model are on; a refusal of that rung
+        moves them down and asks again (a refused request generated nothing)."""
+        while True:
+            mode = self.json_modes.mode(self.url, model)
+            try:
+                return ask(mode)
+            except ModelHTTPError as exc:
+                if not self.json_modes.refused(self.url, model, mode, exc):
+                    raise
 
     def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         """One vector per text, in order, from a single batched request."""

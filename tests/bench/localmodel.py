@@ -37,6 +37,15 @@ touched.
 --first-reply: only the first message after `hilo serve` starts on the seeded memory,
 sent the moment /health answers: seconds from the start to /health, and from the message
 to the reply's first token (the median of --runs starts). Printed, not recorded.
+
+Two harder conditions, alone or together (BENCHMARKS.md is then not touched either):
+--client capped: the client caps every reply (`options.num_predict` 24 and a stop
+sequence, and `max_tokens` 24, as a capped client of the issue sent) and the fake model
+server honours the caps, as real ones do; --model garbage: the fake answers every
+learning call (a request for JSON) with prose and a broken object. Besides the figures
+above, each run counts the learning calls, those that carried any of the client's reply
+limits, and the user turns that were asked about (shown as a USER line of a learning
+call that asks for facts) in more than one different question (a retry is the same one).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from app.events import append_event
 from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
+    _schema_properties,
     SEED_CARD,
     SEED_DIARY,
     SEED_FACTS,
@@ -83,6 +93,32 @@ SEED_SESSION_ID = "earlier"
 TARGETS = {"new_prompt_ratio": 2.5, "ttft_ratio": 1.5, "background_per_turn": 0.5,
            "overlaps": 0, "distilled_within_s": 60.0}
 FOLLOW_UP_DELAY_S = 3.0
+# What a capped client adds to each request (--client capped): the issue's max_tokens 24.
+CAPPED_FIELDS = {"options": {"num_predict": 24, "stop": ["\nUser:"]}, "max_tokens": 24}
+CLIENT_LIMITS = ("num_predict", "max_tokens", "max_completion_tokens", "stop")
+# What a model that cannot write JSON answers every learning call (--model garbage).
+GARBAGE = 'Here is what I learned about the user: {"profile": {name: Dana, "facts": ['
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The client's extra request fields and the fake model's answers."""
+
+    client_fields: dict = field(default_factory=dict)
+    garbage: bool = False
+
+    def responder(self, body: dict) -> Any:
+        if self.garbage and _schema_properties(body):
+            return GARBAGE
+        return model_reply(body)
+
+    def prepare(self, fake: FakeOllama) -> None:
+        """The fake back to its start, answering as this setup says, honouring limits."""
+        fake.reset()
+        fake.responder = self.responder
+        fake.honour_limits = True
+
+
 # A longer pause mid-conversation (turn: seconds): longer than [queue] chat_idle_seconds,
 # so the worker learns while the conversation is still going.
 DEFAULT_PAUSES = ["20:45"]
@@ -119,17 +155,19 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def history_request(history: list[dict]) -> dict:
+def history_request(history: list[dict], fields: dict | None = None) -> dict:
     return {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM_PROMPT}, *history],
-            "stream": True}
+            "stream": True, **(fields or {})}
 
 
-def send_turn(client: httpx.Client, url: str, history: list[dict]) -> tuple[float, float, float, str]:
+def send_turn(client: httpx.Client, url: str, history: list[dict],
+              fields: dict | None = None) -> tuple[float, float, float, str]:
     """Stream one reply: (sent at, time to first token, ended at, reply text)."""
     sent = time.monotonic()
     first: float | None = None
     pieces: list[str] = []
-    with client.stream("POST", f"{url}/api/chat", json=history_request(history)) as response:
+    request = history_request(history, fields)
+    with client.stream("POST", f"{url}/api/chat", json=request) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.strip():
@@ -144,12 +182,12 @@ def send_turn(client: httpx.Client, url: str, history: list[dict]) -> tuple[floa
 
 
 def converse(url: str, turns: list[Turn], think: float, run: Run,
-             pauses: dict[int, float]) -> None:
+             pauses: dict[int, float], fields: dict | None = None) -> None:
     history: list[dict] = []
     with httpx.Client(timeout=600) as client:
         for index, turn in enumerate(turns, 1):
             history.append({"role": "user", "content": turn.user})
-            sent, ttft, ended, reply = send_turn(client, url, history)
+            sent, ttft, ended, reply = send_turn(client, url, history, fields)
             history.append({"role": "assistant", "content": reply})
             run.turns.append(TurnResult(index, sent, ttft, ended))
             if index < len(turns):
@@ -201,11 +239,11 @@ def overlaps(run: Run) -> dict[str, Any]:
 # -- the memory-less client ----------------------------------------------------------------------
 
 
-def direct_run(fake: FakeOllama, turns: list[Turn], think: float, pauses: dict[int, float]) -> Run:
-    fake.reset()
-    fake.responder = model_reply
+def direct_run(fake: FakeOllama, turns: list[Turn], think: float, pauses: dict[int, float],
+               setup: Setup) -> Run:
+    setup.prepare(fake)
     run = Run("direct")
-    converse(fake.url, turns, think, run, pauses)
+    converse(fake.url, turns, think, run, pauses, setup.client_fields)
     attribute(fake, run, until=time.monotonic())
     return run
 
@@ -262,10 +300,40 @@ def learned(config: Config) -> dict[str, int]:
                 "uncompacted": count("SELECT count(*) FROM events WHERE compacted = 0"),
                 "facts": count("SELECT count(*) FROM facts WHERE superseded_at IS NULL "
                                "AND deleted_at IS NULL"),
+                "superseded": count("SELECT count(*) FROM facts WHERE superseded_at IS NOT NULL"),
                 "cards": count("SELECT count(*) FROM context_cards"),
                 "diary": count("SELECT count(*) FROM diary")}
     finally:
         con.close()
+
+
+def learning_calls(fake: FakeOllama) -> dict[str, Any]:
+    """The requests for JSON the model server received: how many, how many gave way to the
+    person, how many carried one of the client's reply limits, and how many user turns
+    were a source line (USER: …) of more than one different answered question that asked
+    for facts: turns distilled twice."""
+    with fake._lock:
+        bodies = [r.body for r in fake.requests if r.method == "POST" and isinstance(r.body, dict)
+                  and (r.body.get("format") or r.body.get("response_format"))]
+        served = [e for e in fake.evaluations if e.wants_json]
+    # A call that gave way to the person answered nothing: its turns were not distilled.
+    # Learning calls run one at a time, so the n-th request is the n-th one served.
+    answered = [b for b, e in zip(bodies, served) if not e.dropped] + bodies[len(served):]
+    limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
+                                        for k in CLIENT_LIMITS)]
+    asked: dict[str, int] = {}
+    # A retry asks the same question again: each different question counts once. The
+    # question is the prompt, or the last message of the chat a call continues.
+    questions = {str(body.get("prompt") or (body.get("messages") or [{}])[-1].get("content"))
+                 for body in answered if "facts" in _schema_properties(body)}
+    for question in questions:
+        for line in set(question.splitlines()):
+            if line.startswith("USER: "):
+                asked[line] = asked.get(line, 0) + 1
+    twice = sorted(line for line, n in asked.items() if n > 1)
+    return {"calls": len(bodies), "gave_way": len(bodies) - len(answered),
+            "carrying_client_limits": len(limited),
+            "turns_asked_twice": len(twice), "asked_twice": twice}
 
 
 def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
@@ -281,11 +349,10 @@ def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
     return time.monotonic() - started
 
 
-def seeded(fake: FakeOllama, root: Path) -> tuple[Config, Path]:
-    """The fake model server answering the script, and a data directory holding the seeded
-    memory: its config, and where the processes' logs go."""
-    fake.reset()
-    fake.responder = model_reply
+def seeded(fake: FakeOllama, root: Path, setup: Setup | None = None) -> tuple[Config, Path]:
+    """The fake model server answering as `setup` says, and a data directory holding the
+    seeded memory: its config, and where the processes' logs go."""
+    (setup or Setup()).prepare(fake)
     config = hilo_config(root, fake)
     seed_memory(config)
     logs = root / "logs"
@@ -294,24 +361,24 @@ def seeded(fake: FakeOllama, root: Path) -> tuple[Config, Path]:
 
 
 def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
-             pauses: dict[int, float], settings: dict[str, str]) -> Run:
-    config, logs = seeded(fake, root)
+             pauses: dict[int, float], settings: dict[str, str], setup: Setup) -> Run:
+    config, logs = seeded(fake, root, setup)
     server = Process(config, "serve", logs, free_port(), settings)
     worker = Process(config, "worker", logs, 0, settings)
     server.start()
     worker.start()
     run = Run("hilo")
     try:
-        fake.reset()  # what the start-up checks asked is not part of the conversation
-        fake.responder = model_reply
-        converse(server.url, turns, think, run, pauses)
+        setup.prepare(fake)  # what the start-up checks asked is not part of the conversation
+        converse(server.url, turns, think, run, pauses, setup.client_fields)
         idle_at = run.turns[-1].ended_at
         follow_up = follow_up_for(turns)
         run.extra["follow_up"] = follow_up.question
         time.sleep(max(0.0, idle_at + FOLLOW_UP_DELAY_S - time.monotonic()))
         with httpx.Client(timeout=600) as client:
             before = len(fake.bodies("/api/chat"))
-            send_turn(client, server.url, [{"role": "user", "content": follow_up.question}])
+            send_turn(client, server.url, [{"role": "user", "content": follow_up.question}],
+                      setup.client_fields)
             prompts = [b for b in fake.bodies("/api/chat")[before:] if not b.get("format")]
         asked = "\n".join(str(m.get("content")) for m in prompts[0]["messages"]) if prompts else ""
         run.extra["fact_in_new_conversation"] = follow_up.words in asked
@@ -323,6 +390,7 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         run.extra["distilled_after_idle_s"] = round(time.monotonic() - idle_at, 1) if found else None
         run.extra["quiet_after_s"] = round(wait_quiet(fake, QUIET_S, QUIET_CAP_S), 1)
         run.extra["learned"] = learned(config)
+        run.extra["learning_calls"] = learning_calls(fake)
         # The follow-up conversation is not part of the measured one.
         attribute(fake, run, until=time.monotonic())
         with fake._lock:
@@ -441,6 +509,9 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
                          and over["chats_that_waited_for_background"] == 0),
             "fact_in_new_conversation": bool(hilo.get("fact_in_new_conversation")),
             "distilled_within_s": distilled is not None and distilled <= TARGETS["distilled_within_s"],
+            "no_client_limits_in_learning_calls":
+                hilo["learning_calls"]["carrying_client_limits"] == 0,
+            "no_turn_asked_twice": hilo["learning_calls"]["turns_asked_twice"] == 0,
         },
     }
 
@@ -495,6 +566,11 @@ def markdown(results: dict) -> str:
         f"**{'yes' if hilo.get('fact_in_new_conversation') else 'no'}**; a distilled fact "
         f"(`{hilo.get('distilled_fact')}`) {hilo.get('distilled_after_idle_s')} s after the first "
         f"conversation's last reply (target ≤ 60 s). Learned by the end: {hilo.get('learned')}.",
+        f"Learning calls: {hilo['learning_calls']['calls']} ("
+        f"{hilo['learning_calls'].get('gave_way', 0)} gave way to the person); carrying a "
+        f"client's reply limits: **{hilo['learning_calls']['carrying_client_limits']}** "
+        f"(target 0); user turns distilled twice (in two answered learning calls): "
+        f"**{hilo['learning_calls']['turns_asked_twice']}** (target 0).",
         "",
         "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
                                 for name, ok in judged["met"].items()) + ".",
@@ -531,6 +607,10 @@ def main() -> None:
     p.add_argument("--first-reply", action="store_true",
                    help="only time the first message after hilo serve starts")
     p.add_argument("--runs", type=int, default=3, help="starts timed with --first-reply")
+    p.add_argument("--client", choices=("plain", "capped"), default="plain",
+                   help="capped: every request caps the reply (num_predict, max_tokens, stop)")
+    p.add_argument("--model", choices=("scripted", "garbage"), default="scripted",
+                   help="garbage: every learning call is answered with unusable JSON")
     args = p.parse_args()
     if args.first_reply:
         first_replies(args, dict(item.split("=", 1) for item in args.set))
@@ -541,17 +621,21 @@ def main() -> None:
     pause_specs = args.pause if args.pause is not None else ([] if args.quick else DEFAULT_PAUSES)
     pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
     settings = dict(item.split("=", 1) for item in args.set)
+    setup = Setup(CAPPED_FIELDS if args.client == "capped" else {}, args.model == "garbage")
+    if setup != Setup():
+        args.no_write = True  # BENCHMARKS.md records the plain run; these are reported
     fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps),
                       embedding_dim=args.embedding_dim).start()
     try:
-        direct = direct_run(fake, turns, think, pauses)
+        direct = direct_run(fake, turns, think, pauses, setup)
         root = Path(tempfile.mkdtemp(prefix="hilo-bench-localmodel-"))
-        hilo = hilo_run(fake, root, turns, think, pauses, settings)
+        hilo = hilo_run(fake, root, turns, think, pauses, settings, setup)
     finally:
         fake.stop()
     results = {
         "quick": args.quick, "think_s": think, "pauses": pauses, "settings": settings,
         "embedding_dim": args.embedding_dim,
+        "client": args.client, "model": args.model,
         "speeds": {"prompt_tps": args.prompt_tps, "generate_tps": args.generate_tps},
         "direct": summary(direct), "hilo": summary(hilo),
         "direct_turns": [asdict(t) for t in direct.turns],

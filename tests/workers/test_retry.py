@@ -47,7 +47,7 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
                    "Me llamo Ana y uso neovim. Recuerda que el backup es a las 2.")
     handoff.after_reply("ana", "s1", ids)
     drain()
-    assert len(fake_ollama.bodies("/api/generate")) == cfg.queue.max_attempts
+    assert len(fake_ollama.bodies("/api/generate")) == 2  # asked, asked again once, no more
     assert query(cfg, "SELECT key, value, source FROM profile") == [("name", "Ana", "agent")]
     assert sorted(query(cfg, "SELECT category, value FROM facts")) == [
         ("fact", "el backup es a las 2"), ("preference", "uses neovim")]
@@ -57,6 +57,19 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
     [failure] = failed_jobs()
     assert "JobDegraded" in failure.error and "distill" in failure.error
     assert "fallback" in failure.error and "not usable" in failure.error
+
+
+def test_a_diary_the_model_cannot_write_is_asked_twice_then_quoted(cfg, writer, fake_ollama):
+    fake_ollama.responder = lambda body: (
+        "Dear diary, {entry" if "entry" in body["format"]["properties"] else scripted_model(body))
+    add_turn(writer, cfg, "ana", "s1", "Remember code alpha1")
+    drain()
+    handoff.session_ended("ana", "s1")
+    drain()
+    diaries = [b for b in fake_ollama.bodies("/api/generate")
+               if "entry" in b["format"]["properties"]]
+    assert len(diaries) == 2  # not max_attempts: a second unusable answer ends the asking
+    assert query(cfg, "SELECT is_extractive FROM diary") == [(1,)]
 
 
 def test_a_model_that_is_not_pulled_degrades_without_retrying(cfg, writer, fake_ollama):

@@ -1,0 +1,149 @@
+"""A learning call asks only for what learning needs, in a JSON format the server takes:
+the client's reply limits never reach it, and each server's refusal of a format moves
+that server and model down the ladder once, for good."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.model.client import ModelClient
+from app.model.errors import ModelHTTPError
+from app.model.json_modes import JsonModes
+from app.model.messages import SentChat
+from tests.fake_ollama import FakeOllama
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I am Ana"}]
+TOOLS = [{"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}}]
+
+
+def client_for(fake: FakeOllama, provider: str, json_modes: JsonModes | None = None,
+               url: str | None = None) -> ModelClient:
+    return ModelClient(provider=provider, url=url or fake.url, chat_model="gemma3:4b",
+                       distill_model="gemma3:4b", embed_model="nomic-embed-text",
+                       num_ctx=4096, keep_alive="5m", timeout_seconds=5.0,
+                       connect_timeout_seconds=2.0, json_modes=json_modes)
+
+
+def capped_chat(provider: str) -> SentChat:
+    """A chat as a capped client sent it: every field that shapes the reply set."""
+    if provider == "ollama":
+        body = {"model": "gemma3:4b", "messages": HISTORY, "tools": TOOLS, "stream": True,
+                "keep_alive": "10m", "think": True, "format": "json",
+                "options": {"num_ctx": 8192, "num_predict": 24, "stop": ["\n"],
+                            "temperature": 0.9, "top_p": 0.5, "top_k": 3, "seed": 7,
+                            "repeat_penalty": 1.3, "min_p": 0.2}}
+        return SentChat("/api/chat", body, "Hello Ana.")
+    body = {"model": "gemma3:4b", "messages": HISTORY, "tools": TOOLS, "stream": True,
+            "max_tokens": 24, "max_completion_tokens": 24, "stop": ["\n"], "temperature": 0.9,
+            "top_p": 0.5, "seed": 7, "presence_penalty": 1.0, "frequency_penalty": 1.0,
+            "logit_bias": {"50256": -100}, "n": 2, "logprobs": True,
+            "response_format": {"type": "text"}, "id_slot": 0}
+    return SentChat("/v1/chat/completions", body, "Hello Ana.")
+
+
+def test_a_learning_call_after_a_capped_ollama_chat_sends_none_of_its_reply_limits(fake_ollama):
+    fake_ollama.script_chat({"name": "Ana"})
+    with client_for(fake_ollama, "ollama") as client:
+        text = client.continue_json(capped_chat("ollama"), "Who is the user?", SCHEMA)
+
+    assert json.loads(text) == {"name": "Ana"}
+    (sent,) = fake_ollama.bodies("/api/chat")
+    assert sent["options"] == {"num_ctx": 8192, "temperature": 0.1}
+    assert sent["messages"][:2] == HISTORY  # the cached prefix, unchanged
+    assert sent["messages"][2:] == [{"role": "assistant", "content": "Hello Ana."},
+                                    {"role": "user", "content": "Who is the user?"}]
+    assert sent["tools"] == TOOLS and sent["keep_alive"] == "10m"
+    assert sent["format"] == SCHEMA and sent["stream"] is False and "think" not in sent
+
+
+def test_a_learning_call_after_a_capped_openai_chat_sends_none_of_its_reply_limits(fake_ollama):
+    fake_ollama.script_chat({"name": "Ana"})
+    with client_for(fake_ollama, "openai") as client:
+        client.continue_json(capped_chat("openai"), "Who is the user?", SCHEMA)
+
+    (sent,) = fake_ollama.bodies("/v1/chat/completions")
+    assert set(sent) == {"model", "messages", "tools", "id_slot", "stream", "temperature",
+                         "response_format"}
+    assert sent["temperature"] == 0.1 and sent["response_format"]["type"] == "json_schema"
+    assert sent["messages"][:2] == HISTORY
+
+
+# Each server's first rung it does not refuse, asked through each API (fake_ollama.ENGINES).
+LADDER_CASES = [
+    ("ollama", "ollama", "schema"),
+    ("ollama-0.4", "ollama", "object"),
+    ("ollama", "openai", "schema"),
+    ("llama.cpp", "openai", "schema"),
+    ("llama.cpp-old", "openai", "object"),
+    ("llama-cpp-python", "openai", "object"),
+    ("fastapi-422", "openai", "object"),
+    ("vllm", "openai", "schema"),
+    ("lmstudio", "openai", "schema"),
+    ("text-only", "openai", "instruction"),
+    ("text-only", "ollama", "instruction"),
+]
+
+
+def format_of(body: dict) -> str:
+    """The rung a request asked on."""
+    fmt = body.get("format", (body.get("response_format") or {}).get("type"))
+    if fmt is None:
+        return "instruction"
+    return "object" if fmt in ("json", "json_object") else "schema"
+
+
+@pytest.mark.parametrize("engine,provider,rung", LADDER_CASES)
+def test_each_server_gets_json_in_the_first_format_it_takes_and_only_once_refused(
+        fake_ollama, engine, provider, rung):
+    fake_ollama.engine = engine
+    fake_ollama.responder = lambda body: 'Sure! {"name": "Ana"}' if body.get("stream") is False \
+        else None
+    path = "/api/chat" if provider == "ollama" else "/v1/chat/completions"
+    after = SentChat(path, {"model": "gemma3:4b", "messages": HISTORY}, "Hello Ana.")
+    with client_for(fake_ollama, provider) as client:
+        first = client.continue_json(after, "Who is the user?", SCHEMA)
+        second = client.generate_json("Who is the user?", SCHEMA)
+
+    assert '{"name": "Ana"}' in first and '{"name": "Ana"}' in second
+    asked = [format_of(r.body) for r in fake_ollama.requests if r.method == "POST"]
+    ladder = ["schema", "object", "instruction"]
+    refused = ladder[:ladder.index(rung)]
+    assert asked == [*refused, rung, rung]  # the second call starts where the first ended
+    last = fake_ollama.requests[-1].body
+    question = last.get("prompt") or last["messages"][-1]["content"]
+    assert ('"required":["name"]' in question) == (rung != "schema")  # the schema, in words
+
+
+def test_a_refusal_that_is_not_about_the_format_is_an_error_not_a_step_down(fake_ollama):
+    from tests.fake_ollama import Fault
+
+    fake_ollama.script_chat(Fault.http_error(400, "the prompt is longer than the context"))
+    with client_for(fake_ollama, "openai") as client:
+        with pytest.raises(ModelHTTPError):
+            client.generate_json("Who is the user?", SCHEMA)
+        assert client.json_modes.mode(fake_ollama.url, "gemma3:4b") == "schema"
+
+
+def test_a_learned_format_is_remembered_by_the_next_worker(fake_ollama, writer):
+    fake_ollama.engine = "llama-cpp-python"
+    with client_for(fake_ollama, "openai", JsonModes(writer)) as client:
+        client.generate_json("Who is the user?", SCHEMA)
+    fake_ollama.requests.clear()
+
+    with client_for(fake_ollama, "openai", JsonModes(writer)) as restarted:
+        restarted.generate_json("Who is the user?", SCHEMA)
+
+    assert [format_of(r.body) for r in fake_ollama.requests] == ["object"]
+
+
+def test_a_servers_password_in_its_url_is_not_kept_with_its_format(fake_ollama, writer):
+    fake_ollama.engine = "lmstudio"
+    url = fake_ollama.url.replace("http://", "http://ana:hunter2@")
+    with client_for(fake_ollama, "openai", JsonModes(writer), url) as client:
+        client.generate_json("Anything?", "json")  # json_object, which LM Studio refuses
+    assert JsonModes(writer).mode(url, "gemma3:4b") == "instruction"
+    rows = list(writer.submit(lambda con: list(con.execute("SELECT * FROM model_json_modes"))))
+    assert rows and "hunter2" not in repr(rows)
