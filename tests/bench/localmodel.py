@@ -28,6 +28,7 @@ worker is given time to finish what it learns from the conversation.
     python -m tests.bench.localmodel [--quick] [--json] [--no-write]
         [--prompt-tps 60] [--generate-tps 15] [--think 3] [--pause 20:45] [--turns 40] [--keep-logs]
         [--set HILO_KEY=value ...]
+    python -m tests.bench.localmodel --engine llama.cpp ...  # on llama-server: tests/bench/engine.py
 
 --quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
 touched.
@@ -466,7 +467,13 @@ def main() -> None:
     p.add_argument("--keep-logs", action="store_true", help="keep the data directory and logs")
     p.add_argument("--set", action="append", default=[], metavar="HILO_KEY=value",
                    help="a setting for serve and worker (repeatable)")
+    p.add_argument("--engine", choices=["llama.cpp"],
+                   help="a real engine instead of the fake model server (tests/bench/engine.py)")
     args = p.parse_args()
+    if args.engine:
+        from tests.bench.engine import main as on_engine  # it imports this module
+
+        return on_engine(args)
     count = args.turns or (12 if args.quick else len(TURNS))
     think = args.think if args.think is not None else (1.0 if args.quick else 3.0)
     turns = TURNS[:count]
