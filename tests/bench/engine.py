@@ -3,14 +3,17 @@ random-weight model with a real tokenizer (tests/bench/engine_model.py), and the
 scripted conversation as tests/bench/localmodel.py.
 
     python -m tests.bench.localmodel --engine llama.cpp [--quick] [--json] [--no-write]
-        [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs] [--set HILO_KEY=value]
+        [--engine-shape 256x4] [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs]
+        [--set HILO_KEY=value]
 
 The engine: llama-server built from the llama.cpp source that the `llama-cpp-python`
 sdist on PyPI vendors (`pip download`, then cmake, only the `llama-server` target, under
 `nice -n 19`), cached in .cache/engine/ (git-ignored) and reused; the first build takes
 a while on two cores and prints its progress. One slot (`-np 1`, as Ollama with
 OLLAMA_NUM_PARALLEL=1), a 4,096-token context, temperature 0 and a fixed seed, a fresh
-engine for every run (its prompt caches empty).
+engine for every run (its prompt caches empty). `--engine-shape` makes the model wider
+and deeper (2048x8 reads prompts at roughly a 4B model's speed on a CPU; the default
+is thousands of tokens a second, so there time to first token is mostly Hilo's own).
 
 Every request to the engine passes a counting proxy on loopback, which records who sent
 it (the bench's client, `hilo serve` or `hilo worker`, by the process owning the
@@ -50,9 +53,13 @@ from tests.bench.localmodel import (
     DEFAULT_PAUSES,
     QUIET_CAP_S,
     QUIET_S,
+    Run,
+    TurnResult,
+    converse,
     learned,
     mean,
     seed_memory,
+    steady,
 )
 from tests.bench.localmodel_script import SYSTEM_PROMPT, TURNS, Turn
 from tests.bench.report import REPO_ROOT, emit
@@ -89,20 +96,30 @@ def log(message: str) -> None:
 
 def llama_server() -> Path:
     """The cached llama-server binary; built from the sdist's vendored llama.cpp first."""
-    if BINARY.exists():
-        return BINARY
-    started = time.monotonic()
-    download = CACHE / "download"
-    log(f"no cached llama-server: fetching the {SDIST} sdist with pip")
-    subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps",
-                    "--no-binary", ":all:", "-d", str(download)], check=True)
-    sdist = next(download.glob("llama_cpp_python-*.tar.gz"))
-    source = CACHE / "src"
-    shutil.rmtree(source, ignore_errors=True)
-    with tarfile.open(sdist) as archive:
-        archive.extractall(source, filter="data")
-    llama_cpp = next(source.glob("llama_cpp_python-*/vendor/llama.cpp"))
-    build = CACHE / "build"
+    if not BINARY.exists():
+        started = time.monotonic()
+        built = build_server(vendored_llama_cpp(CACHE), CACHE / "build")
+        BINARY.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built, BINARY)
+        log(f"llama-server built in {time.monotonic() - started:.0f} s, cached at {BINARY}")
+    return BINARY
+
+
+def vendored_llama_cpp(cache: Path) -> Path:
+    """llama.cpp's source as the llama-cpp-python sdist vendors it, fetched with pip."""
+    download, source = cache / "download", cache / "src"
+    if not list(source.glob("llama_cpp_python-*/vendor/llama.cpp")):
+        log(f"no cached llama-server: fetching the {SDIST} sdist with pip")
+        subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps",
+                        "--no-binary", ":all:", "-d", str(download)], check=True)
+        with tarfile.open(next(download.glob("llama_cpp_python-*.tar.gz"))) as archive:
+            archive.extractall(source, filter="data")
+    return next(source.glob("llama_cpp_python-*/vendor/llama.cpp"))
+
+
+def build_server(llama_cpp: Path, build: Path) -> Path:
+    """Only the llama-server target, CPU only, static, niced: the machine is shared.
+    An interrupted build resumes where it stopped."""
     niced = ["nice", "-n", "19"]
     log("configuring (cmake)")
     subprocess.run([*niced, "cmake", "-S", str(llama_cpp), "-B", str(build),
@@ -113,7 +130,9 @@ def llama_server() -> Path:
                     "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
                     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"],
                    check=True, stdout=subprocess.DEVNULL)
-    log("building llama-server under nice -n 19 (two jobs; tens of minutes on two cores)")
+    log("building llama-server under nice -n 19 (two jobs; up to an hour or more on two "
+        "busy cores)")
+    started = time.monotonic()
     with subprocess.Popen([*niced, "cmake", "--build", str(build), "--target", "llama-server",
                            "-j2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as make:
@@ -125,10 +144,7 @@ def llama_server() -> Path:
                 log(f"{time.monotonic() - started:6.0f} s {line.split(' ', 1)[0]}")
     if make.returncode != 0:
         raise RuntimeError("llama-server did not build:\n" + "".join(tail))
-    BINARY.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(build / "bin" / "llama-server", BINARY)
-    log(f"llama-server built in {time.monotonic() - started:.0f} s, cached at {BINARY}")
-    return BINARY
+    return build / "bin" / "llama-server"
 
 
 def model_file(shape: Shape) -> Path:
@@ -275,6 +291,7 @@ class CountingProxy:
         self.lock = threading.Lock()
         self.upstream = ""
         self.callers: dict[int, str] = {}  # pid → "client", "serve", "worker"
+        self.peers: dict[int, str] = {}  # a connection's port → its caller
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -327,7 +344,14 @@ class CountingProxy:
             self.calls.append(call)
 
     def caller_of(self, peer_port: int) -> str:
-        """Who holds the connection's other end: the process, or its nearest named parent."""
+        """Who holds the connection's other end: the process, or its nearest named parent
+        (remembered per connection once named: clients keep theirs alive)."""
+        caller = self.peers.get(peer_port) or self._owner(peer_port)
+        if caller != "other":
+            self.peers[peer_port] = caller
+        return caller
+
+    def _owner(self, peer_port: int) -> str:
         port = self.server.server_address[1]
         for connection in psutil.net_connections(kind="tcp4"):
             if (connection.laddr and connection.laddr.port == peer_port and connection.raddr
@@ -342,6 +366,7 @@ class CountingProxy:
     def reset(self, upstream: str) -> None:
         with self.lock:
             self.calls = []
+        self.peers = {}
         self.upstream = upstream
 
     def snapshot(self) -> list[Call]:
@@ -354,17 +379,6 @@ class CountingProxy:
 
 
 # -- the client ------------------------------------------------------------------------------
-
-
-@dataclass
-class EngineTurn:
-    turn: int
-    sent_at: float
-    ttft_s: float
-    ended_at: float
-    new_tokens: int = 0
-    cached_tokens: int = 0
-    background_calls: int = 0
 
 
 def send_turn(client: httpx.Client, url: str, history: list[dict],
@@ -390,19 +404,13 @@ def send_turn(client: httpx.Client, url: str, history: list[dict],
     return sent, (first or ended) - sent, ended, "".join(pieces)
 
 
-def converse(url: str, turns: list[Turn], limits: dict, think: float,
-             pauses: dict[int, float]) -> list[EngineTurn]:
-    history: list[dict] = []
-    results = []
-    with httpx.Client(timeout=600) as client:
-        for index, turn in enumerate(turns, 1):
-            history.append({"role": "user", "content": turn.user})
-            sent, ttft, ended, reply = send_turn(client, url, history, limits)
-            history.append({"role": "assistant", "content": reply})
-            results.append(EngineTurn(index, sent, ttft, ended))
-            if index < len(turns):
-                time.sleep(pauses.get(index, think))
-    return results
+def conversation(url: str, turns: list[Turn], limits: dict, think: float,
+                 pauses: dict[int, float]) -> list[TurnResult]:
+    """The scripted conversation, each reply streamed from /v1/chat/completions."""
+    run = Run("engine")
+    converse(url, turns, think, run, pauses,
+             send=lambda client, url, history: send_turn(client, url, history, limits))
+    return run.turns
 
 
 def wait_quiet(proxy: CountingProxy, quiet: float, cap: float) -> float:
@@ -424,10 +432,11 @@ def wait_quiet(proxy: CountingProxy, quiet: float, cap: float) -> float:
 class EngineRun:
     name: str
     variant: str
-    turns: list[EngineTurn] = field(default_factory=list)
+    turns: list[TurnResult] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     metrics_prompt_tokens: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    turn_chats: list[Call | None] = field(default_factory=list)
 
     @property
     def chats(self) -> list[Call]:
@@ -440,13 +449,18 @@ class EngineRun:
         return [c for c in self.calls if c.is_chat and c not in self.chats]
 
     def attribute(self) -> None:
+        """Each turn's chat request (prompt tokens evaluated anew, by the engine's count)
+        and the background generations that arrived before the next turn."""
+        self.turn_chats = []
+        chats, background = self.chats, self.background
         for i, turn in enumerate(self.turns):
-            chat = next((c for c in self.chats if c.arrived >= turn.sent_at), None)
-            if chat is not None:
-                turn.new_tokens, turn.cached_tokens = chat.new_tokens, chat.cached_tokens
+            chat = next((c for c in chats if c.arrived >= turn.sent_at), None)
+            self.turn_chats.append(chat)
+            turn.new_tokens = chat.new_tokens if chat else 0
             end = self.turns[i + 1].sent_at if i + 1 < len(self.turns) else float("inf")
-            turn.background_calls = sum(1 for b in self.background
-                                        if turn.sent_at <= b.arrived < end)
+            started_here = [b for b in background if turn.sent_at <= b.arrived < end]
+            turn.background_calls = len(started_here)
+            turn.background_new_tokens = sum(b.new_tokens for b in started_here)
 
 
 def direct_run(engine: Engine, proxy: CountingProxy, variant: str, turns: list[Turn],
@@ -457,7 +471,7 @@ def direct_run(engine: Engine, proxy: CountingProxy, variant: str, turns: list[T
         proxy.callers = {os.getpid(): "client"}
         before = engine.prompt_tokens_total()
         run = EngineRun("direct", variant)
-        run.turns = converse(proxy.url, turns, VARIANTS[variant], think, pauses)
+        run.turns = conversation(proxy.url, turns, VARIANTS[variant], think, pauses)
         run.metrics_prompt_tokens = engine.prompt_tokens_total() - before
         run.calls = proxy.snapshot()
     finally:
@@ -502,7 +516,7 @@ def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
         run.extra["serve_ready_s"] = round(ready - started, 2)
         conversation_began = time.monotonic()
         before = engine.prompt_tokens_total()
-        run.turns = converse(server.url, turns, VARIANTS[variant], think, pauses)
+        run.turns = conversation(server.url, turns, VARIANTS[variant], think, pauses)
         run.extra["first_reply_after_start_s"] = round(run.turns[0].ended_at - started, 2)
         run.extra["first_reply_after_ready_s"] = round(run.turns[0].ended_at - ready, 2)
         run.extra["quiet_after_s"] = round(wait_quiet(proxy, QUIET_S, QUIET_CAP_S), 1)
@@ -522,10 +536,6 @@ def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
 # -- the report ------------------------------------------------------------------------------
 
 
-def steady(run: EngineRun) -> list[EngineTurn]:
-    return run.turns[len(run.turns) // 4:]
-
-
 def summary(run: EngineRun) -> dict[str, Any]:
     turns = steady(run)
     background = run.background
@@ -535,7 +545,8 @@ def summary(run: EngineRun) -> dict[str, Any]:
         "turns": len(run.turns),
         "steady_turns": f"{turns[0].turn}-{turns[-1].turn}" if turns else "",
         "new_tokens_mean": round(mean([t.new_tokens for t in turns]), 1),
-        "cached_tokens_mean": round(mean([t.cached_tokens for t in turns]), 1),
+        "cached_tokens_mean": round(mean([c.cached_tokens for c in
+                                          run.turn_chats[len(run.turns) - len(turns):] if c]), 1),
         "ttft_mean_s": round(mean([t.ttft_s for t in turns]), 3),
         "ttft_max_s": round(max(t.ttft_s for t in turns), 3) if turns else None,
         "engine_prompt_tokens_per_s": round(mean(speeds), 1) if speeds else None,
@@ -667,7 +678,9 @@ def main(args: Any) -> None:
     pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
     settings = dict(item.split("=", 1) for item in args.set)
     soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, PROCESS_READY_S)
-    shape = Shape()
+    width, layers = (int(n) for n in args.engine_shape.split("x"))
+    shape = Shape(embedding=width, layers=layers, feed_forward=3 * width,
+                  heads=max(4, width // 64), kv_heads=max(4, width // 64))
     binary = llama_server()
     model = model_file(shape)
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-"))

@@ -146,8 +146,9 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
         writer.add_tensor(f"{block}.attn_v.weight", normal(kv, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_output.weight", into_residual(n, n))
         writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(n, dtype=np.float32))
-        writer.add_tensor(f"{block}.ffn_gate.weight", normal(shape.feed_forward, n, std=1 / np.sqrt(n)))
-        writer.add_tensor(f"{block}.ffn_up.weight", normal(shape.feed_forward, n, std=1 / np.sqrt(n)))
+        for name in ("ffn_gate", "ffn_up"):
+            writer.add_tensor(f"{block}.{name}.weight",
+                              normal(shape.feed_forward, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.ffn_down.weight", into_residual(n, shape.feed_forward))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -28,7 +28,7 @@ worker is given time to finish what it learns from the conversation.
     python -m tests.bench.localmodel [--quick] [--json] [--no-write]
         [--prompt-tps 60] [--generate-tps 15] [--think 3] [--pause 20:45] [--turns 40] [--keep-logs]
         [--set HILO_KEY=value ...]
-    python -m tests.bench.localmodel --engine llama.cpp ...  # on llama-server: tests/bench/engine.py
+    python -m tests.bench.localmodel --engine llama.cpp ...  # llama-server: tests/bench/engine.py
 
 --quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
 touched.
@@ -139,12 +139,13 @@ def send_turn(client: httpx.Client, url: str, history: list[dict]) -> tuple[floa
 
 
 def converse(url: str, turns: list[Turn], think: float, run: Run,
-             pauses: dict[int, float]) -> None:
+             pauses: dict[int, float], send: Any = send_turn) -> None:
+    """The conversation; `send` streams one reply (send_turn: Ollama's /api/chat)."""
     history: list[dict] = []
     with httpx.Client(timeout=600) as client:
         for index, turn in enumerate(turns, 1):
             history.append({"role": "user", "content": turn.user})
-            sent, ttft, ended, reply = send_turn(client, url, history)
+            sent, ttft, ended, reply = send(client, url, history)
             history.append({"role": "assistant", "content": reply})
             run.turns.append(TurnResult(index, sent, ttft, ended))
             if index < len(turns):
@@ -469,6 +470,8 @@ def main() -> None:
                    help="a setting for serve and worker (repeatable)")
     p.add_argument("--engine", choices=["llama.cpp"],
                    help="a real engine instead of the fake model server (tests/bench/engine.py)")
+    p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS",
+                   help="the random model's embedding width and layers (--engine only)")
     args = p.parse_args()
     if args.engine:
         from tests.bench.engine import main as on_engine  # it imports this module
