@@ -12,8 +12,8 @@ sdist on PyPI vendors (`pip download`, then cmake, only the `llama-server` targe
 a while on two cores and prints its progress. One slot (`-np 1`, as Ollama with
 OLLAMA_NUM_PARALLEL=1), a 4,096-token context, temperature 0 and a fixed seed, a fresh
 engine for every run (its prompt caches empty). `--engine-shape` makes the model wider
-and deeper (2048x8 reads prompts at roughly a 4B model's speed on a CPU; the default
-is thousands of tokens a second, so there time to first token is mostly Hilo's own).
+and deeper, so that it reads prompts nearer a real model's speed on a CPU: the default
+reads thousands of tokens a second, and its time to first token is mostly Hilo's own.
 
 Every request to the engine passes a counting proxy on loopback, which records who sent
 it (the bench's client, `hilo serve` or `hilo worker`, by the process owning the
@@ -48,7 +48,7 @@ import httpx
 import psutil
 
 from app.config import Config, load_config
-from tests.bench.engine_model import Shape, write_model
+from tests.bench.engine_model import REVISION, Shape, write_model
 from tests.bench.localmodel import (
     DEFAULT_PAUSES,
     QUIET_CAP_S,
@@ -148,7 +148,8 @@ def build_server(llama_cpp: Path, build: Path) -> Path:
 
 
 def model_file(shape: Shape) -> Path:
-    path = CACHE / f"{MODEL}-{shape.embedding}x{shape.layers}-seed{shape.seed}.gguf"
+    path = CACHE / (f"{MODEL}-{shape.embedding}x{shape.layers}-seed{shape.seed}"
+                    f"-r{REVISION}.gguf")
     if not path.exists():
         log(f"writing the model {path.name}")
         write_model(path.with_suffix(".tmp"), shape).rename(path)
@@ -224,6 +225,7 @@ class Call:
     first_byte: float | None = None
     ended: float | None = None
     status: int = 0
+    abandoned: bool = False  # the caller hung up before the reply was whole
     text: str = ""
     finish_reason: str | None = None
     timings: dict = field(default_factory=dict)
@@ -326,17 +328,23 @@ class CountingProxy:
         with self.client.stream(handler.command, self.upstream + handler.path, content=body,
                                 headers=headers) as response:
             call.status = response.status_code
-            handler.send_response(response.status_code)
-            handler.send_header("Content-Type", response.headers.get("content-type", ""))
-            handler.send_header("Transfer-Encoding", "chunked")
-            handler.end_headers()
-            for chunk in response.iter_raw():
-                call.first_byte = call.first_byte or time.monotonic()
-                received.append(chunk)
-                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            try:
+                handler.send_response(response.status_code)
+                handler.send_header("Content-Type", response.headers.get("content-type", ""))
+                handler.send_header("Transfer-Encoding", "chunked")
+                handler.end_headers()
+                for chunk in response.iter_raw():
+                    call.first_byte = call.first_byte or time.monotonic()
+                    received.append(chunk)
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
                 handler.wfile.flush()
-            handler.wfile.write(b"0\r\n\r\n")
-            handler.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                # The caller hung up (a worker giving way to the person): the engine's
+                # request ends with the connection to it, and the call still counts.
+                call.abandoned = True
+                handler.close_connection = True
         call.ended = time.monotonic()
         call.read_response(b"".join(received))
         call.caller = self.caller_of(handler.client_address[1])
@@ -423,6 +431,18 @@ def wait_quiet(proxy: CountingProxy, quiet: float, cap: float) -> float:
             break
         time.sleep(0.2)
     return time.monotonic() - started
+
+
+def wait_learned(config: Config, proxy: CountingProxy) -> float:
+    """Wait until the worker has distilled every event of the conversation (it starts
+    `[queue] chat_idle_seconds` after the last reply) and then left the engine alone for
+    QUIET_S, or QUIET_CAP_S have passed; the time waited."""
+    started = time.monotonic()
+    while (learned(config)["undistilled"] > 0
+           and time.monotonic() - started < QUIET_CAP_S):
+        time.sleep(0.5)
+    return time.monotonic() - started + wait_quiet(
+        proxy, QUIET_S, max(0.0, QUIET_CAP_S - (time.monotonic() - started)))
 
 
 # -- the runs --------------------------------------------------------------------------------
@@ -519,10 +539,16 @@ def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
         run.turns = conversation(server.url, turns, VARIANTS[variant], think, pauses)
         run.extra["first_reply_after_start_s"] = round(run.turns[0].ended_at - started, 2)
         run.extra["first_reply_after_ready_s"] = round(run.turns[0].ended_at - ready, 2)
-        run.extra["quiet_after_s"] = round(wait_quiet(proxy, QUIET_S, QUIET_CAP_S), 1)
+        run.extra["quiet_after_s"] = round(wait_learned(config, proxy), 1)
         run.metrics_prompt_tokens = engine.prompt_tokens_total() - before
         run.calls = [c for c in proxy.snapshot() if c.arrived >= conversation_began]
         run.extra["learned"] = learned(config)
+        run.extra["background"] = [  # every learning call, seconds after the first turn
+            {"at_s": round(c.arrived - conversation_began, 1), "caller": c.caller,
+             "new_tokens": c.new_tokens, "cached_tokens": c.cached_tokens,
+             "finish_reason": c.finish_reason, "abandoned": c.abandoned,
+             "limits": {k: c.request[k] for k in ("max_tokens", "stop") if k in c.request}}
+            for c in run.background]
     finally:
         server.stop()
         worker.stop()
@@ -552,11 +578,13 @@ def summary(run: EngineRun) -> dict[str, Any]:
         "engine_prompt_tokens_per_s": round(mean(speeds), 1) if speeds else None,
         "engine_new_prompt_tokens_total": run.metrics_prompt_tokens,
         "proxy_new_prompt_tokens_total": sum(c.new_tokens for c in run.calls if c.is_chat),
+        "cached_tokens_by_turn": [c.cached_tokens if c else None for c in run.turn_chats],
         "background_calls": len(background),
         "background_per_turn": round(len(background) / max(1, len(run.turns)), 3),
         "background_real_output": sum(1 for b in background if b.real_output),
         "background_cut_by_length": sum(1 for b in background if b.finish_reason == "length"),
         "background_failed": sum(1 for b in background if b.status != 200),
+        "background_abandoned": sum(1 for b in background if b.abandoned),
         "background_with_client_limits": sum(1 for b in background
                                              if b.carries_client_limits),
         "background_new_tokens_per_turn": round(
@@ -640,7 +668,8 @@ def markdown(results: dict) -> str:
             f"{hilo['background_during_conversation']} during the conversation; "
             f"{hilo['background_real_output']} ended with a whole JSON object, "
             f"{hilo['background_cut_by_length']} were cut by a length limit, "
-            f"{hilo['background_failed']} failed; "
+            f"{hilo['background_failed']} failed, {hilo['background_abandoned']} abandoned by "
+            "the worker; "
             f"{hilo['background_new_tokens_per_turn']} prompt tokens evaluated anew per user "
             f"turn. Learning calls carrying the client's limits: "
             f"**{hilo['background_with_client_limits']}** (target 0). "

@@ -13,6 +13,7 @@ ends here". So a reply runs about twenty tokens, then `" }` and the end, and und
 JSON grammar each string ends within about twenty tokens and the object soon after, well
 before the generation cap. Control and unused tokens ([CLS], [unused0], …) are never
 generated. Everything else the layers compute from the whole context, so replies differ.
+The shape, seed and REVISION are in the file's name: a model is written once and reused.
 """
 
 from __future__ import annotations
@@ -23,15 +24,19 @@ from pathlib import Path
 import numpy as np
 
 # The chat template: plain "role: content" lines; the model does not care, the token
-# counts are those of a real prompt.
+# counts are those of a real prompt. No generation prompt: llama-server reads one back
+# through the tokenizer in front of a JSON reply, and WordPiece's pieces (" assistant",
+# " :") do not spell what the template wrote, so every JSON reply would fail to parse.
 CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
-                 "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+                 "{% endfor %}")
 SPECIAL = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
 CLS, SEP, UNK, PAD, MASK = 101, 102, 100, 0, 103
 # Residual dimensions with a meaning (see the module's docstring).
 CONSTANT_DIM, QUOTE_NEXT_DIM, CLOSE_NEXT_DIM, END_NEXT_DIM = 0, 1, 2, 3
 MEANT = [CONSTANT_DIM, QUOTE_NEXT_DIM, CLOSE_NEXT_DIM, END_NEXT_DIM]
 QUOTE_AFTER_SHARE = 0.05
+# Part of the cached file's name: a change to how the model is made changes it.
+REVISION = 3
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,16 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
         return (rng.standard_normal(dims) * std).astype(np.float16)
 
     def into_residual(*dims: int) -> np.ndarray:
-        """A layer's output projection: it adds to every dimension but the meant ones."""
-        weights = normal(*dims, std=1 / np.sqrt(dims[1]))
+        """A layer's output projection: it adds to every dimension but the meant ones,
+        less than the token's own embedding holds."""
+        weights = normal(*dims, std=0.5 / np.sqrt(dims[1]))
         weights[MEANT, :] = 0
         return weights
+
+    # The layers read every dimension but the meant ones: those are the same for most
+    # tokens and would make every position's output alike.
+    layer_norm = np.ones(n, dtype=np.float32)
+    layer_norm[MEANT] = 0.0
 
     quotes = [i for i, t in enumerate(tokens) if t in ('"', '\u2581"')]
     closers = [i for i, t in enumerate(tokens) if t in ("}", "]", "\u2581}", "\u2581]")]
@@ -140,12 +151,12 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     writer.add_tensor("output.weight", output.astype(np.float16))
     for layer in range(shape.layers):
         block = f"blk.{layer}"
-        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(n, dtype=np.float32))
+        writer.add_tensor(f"{block}.attn_norm.weight", layer_norm)
         writer.add_tensor(f"{block}.attn_q.weight", normal(n, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_k.weight", normal(kv, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_v.weight", normal(kv, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_output.weight", into_residual(n, n))
-        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(n, dtype=np.float32))
+        writer.add_tensor(f"{block}.ffn_norm.weight", layer_norm)
         for name in ("ffn_gate", "ffn_up"):
             writer.add_tensor(f"{block}.{name}.weight",
                               normal(shape.feed_forward, n, std=1 / np.sqrt(n)))
