@@ -202,12 +202,8 @@ class Engine:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
+            self.process.terminate()  # llama-server ends at once on SIGTERM
+            self.process.wait(timeout=30)
 
 
 # -- the counting proxy ----------------------------------------------------------------------
@@ -395,21 +391,17 @@ def send_turn(client: httpx.Client, url: str, history: list[dict],
     body = {"model": MODEL, "stream": True, "temperature": 0, "seed": SEED, **limits,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT}, *history]}
     sent = time.monotonic()
-    first: float | None = None
-    pieces: list[str] = []
+    stamped: list[tuple[float, str]] = []  # each piece of the reply, when it came
     with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             data = line[5:].strip() if line.startswith("data:") else ""
-            if not data or data == "[DONE]":
-                continue
-            for choice in json.loads(data).get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content") or ""
-                if piece and first is None:
-                    first = time.monotonic()
-                pieces.append(piece)
+            if data and data != "[DONE]":
+                stamped += [(time.monotonic(), (c.get("delta") or {}).get("content") or "")
+                            for c in json.loads(data).get("choices") or []]
     ended = time.monotonic()
-    return sent, (first or ended) - sent, ended, "".join(pieces)
+    first = next((at for at, piece in stamped if piece), ended)
+    return sent, first - sent, ended, "".join(piece for _, piece in stamped)
 
 
 def conversation(url: str, turns: list[Turn], limits: dict, think: float,
@@ -654,8 +646,9 @@ def markdown(results: dict) -> str:
             f"| time to first token, mean (max) | {direct['ttft_mean_s']} s "
             f"({direct['ttft_max_s']}) | {hilo['ttft_mean_s']} s ({hilo['ttft_max_s']}) | "
             f"{judged['ttft_ratio']}× | ≤ 1.15× |",
-            f"| engine prompt speed, tokens/s | {direct['engine_prompt_tokens_per_s']} | "
-            f"{hilo['engine_prompt_tokens_per_s']} | | |",
+            f"| engine prompt speed, tokens/s (prompts of 50 tokens anew or more) | "
+            f"{direct['engine_prompt_tokens_per_s'] or '–'} | "
+            f"{hilo['engine_prompt_tokens_per_s'] or '–'} | | |",
             f"| new prompt tokens, whole run: /metrics (proxy) | "
             f"{direct['engine_new_prompt_tokens_total']:g} "
             f"({direct['proxy_new_prompt_tokens_total']}) | "
