@@ -28,6 +28,7 @@ worker is given time to finish what it learns from the conversation.
     python -m tests.bench.localmodel [--quick] [--json] [--no-write]
         [--prompt-tps 60] [--generate-tps 15] [--think 3] [--pause 20:45] [--turns 40] [--keep-logs]
         [--set HILO_KEY=value ...]
+    python -m tests.bench.localmodel --engine llama.cpp ...  # llama-server: tests/bench/engine.py
 
 --quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
 touched.
@@ -182,12 +183,16 @@ def send_turn(client: httpx.Client, url: str, history: list[dict],
 
 
 def converse(url: str, turns: list[Turn], think: float, run: Run,
-             pauses: dict[int, float], fields: dict | None = None) -> None:
+             pauses: dict[int, float], fields: dict | None = None,
+             send: Any = None) -> None:
+    """The conversation; `send` streams one reply (by default send_turn: Ollama's
+    /api/chat, with the client's extra request `fields`)."""
+    send = send or (lambda client, url, history: send_turn(client, url, history, fields))
     history: list[dict] = []
     with httpx.Client(timeout=600) as client:
         for index, turn in enumerate(turns, 1):
             history.append({"role": "user", "content": turn.user})
-            sent, ttft, ended, reply = send_turn(client, url, history, fields)
+            sent, ttft, ended, reply = send(client, url, history)
             history.append({"role": "assistant", "content": reply})
             run.turns.append(TurnResult(index, sent, ttft, ended))
             if index < len(turns):
@@ -611,10 +616,18 @@ def main() -> None:
                    help="capped: every request caps the reply (num_predict, max_tokens, stop)")
     p.add_argument("--model", choices=("scripted", "garbage"), default="scripted",
                    help="garbage: every learning call is answered with unusable JSON")
+    p.add_argument("--engine", choices=["llama.cpp"],
+                   help="a real engine instead of the fake model server (tests/bench/engine.py)")
+    p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS",
+                   help="the random model's embedding width and layers (--engine only)")
     args = p.parse_args()
     if args.first_reply:
         first_replies(args, dict(item.split("=", 1) for item in args.set))
         return
+    if args.engine:
+        from tests.bench.engine import main as on_engine  # it imports this module
+
+        return on_engine(args)
     count = args.turns or (12 if args.quick else len(TURNS))
     think = args.think if args.think is not None else (1.0 if args.quick else 3.0)
     turns = TURNS[:count]

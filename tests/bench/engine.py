@@ -1,0 +1,733 @@
+"""The localmodel bench on a real engine: llama.cpp's own `llama-server`, a tiny
+random-weight model with a real tokenizer (tests/bench/engine_model.py), and the same
+scripted conversation as tests/bench/localmodel.py.
+
+    python -m tests.bench.localmodel --engine llama.cpp [--quick] [--json] [--no-write]
+        [--engine-shape 256x4] [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs]
+        [--set HILO_KEY=value]
+
+The engine: llama-server built from the llama.cpp source that the `llama-cpp-python`
+sdist on PyPI vendors (`pip download`, then cmake, only the `llama-server` target, under
+`nice -n 19`), cached in .cache/engine/ (git-ignored) and reused; the first build takes
+a while on two cores and prints its progress. One slot (`-np 1`, as Ollama with
+OLLAMA_NUM_PARALLEL=1), a 4,096-token context, temperature 0 and a fixed seed, a fresh
+engine for every run (its prompt caches empty). `--engine-shape` makes the model wider
+and deeper, so that it reads prompts nearer a real model's speed on a CPU: the default
+reads thousands of tokens a second, and its time to first token is mostly Hilo's own.
+
+Every request to the engine passes a counting proxy on loopback, which records who sent
+it (the bench's client, `hilo serve` or `hilo worker`, by the process owning the
+connection), the limits it carried, and what the engine's own counters said of it
+(`timings.prompt_n`: prompt tokens evaluated anew; `cache_n`: found in the KV cache);
+the engine's /metrics total is read before and after as a cross-check. Runs, for a
+client that caps its replies (`max_tokens`, `stop`) and for one that does not:
+
+- the memory-less client, straight to the engine (through the proxy);
+- the same client through a real `hilo serve` (`[llm] provider = "openai"`, the local
+  embedder), with a real `hilo worker` learning on the same engine, the memory seeded
+  with an earlier session, as in tests/bench/localmodel.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from app.config import Config, load_config
+from tests.bench.engine_model import REVISION, Shape, write_model
+from tests.bench.localmodel import (
+    DEFAULT_PAUSES,
+    QUIET_CAP_S,
+    QUIET_S,
+    Run,
+    TurnResult,
+    converse,
+    learned,
+    mean,
+    seed_memory,
+    steady,
+)
+from tests.bench.localmodel_script import SYSTEM_PROMPT, TURNS, Turn
+from tests.bench.report import REPO_ROOT, emit
+from tests.bench import soak
+from tests.bench.soak import Process, free_port
+
+ENGINE = "llama.cpp"
+SDIST = "llama-cpp-python==0.3.36"
+CACHE = REPO_ROOT / ".cache" / "engine"
+BINARY = CACHE / "bin" / "llama-server"
+MODEL = "hilo-bench-random"
+CONTEXT = 4096
+# The engine's own cap on a reply when the request names none; a safety net: replies
+# and JSON end on their own long before (engine_model.py).
+ENGINE_N_PREDICT = 256
+SEED = 27
+# The capping client's limits, as chat front-ends send them.
+CLIENT_LIMITS = {"max_tokens": 16, "stop": ["\nuser:"]}
+VARIANTS = {"capped": CLIENT_LIMITS, "uncapped": {}}
+TARGETS = {"new_prompt_ratio": 1.15, "ttft_ratio": 1.15, "background_per_turn": 0.5,
+           "learning_calls_with_client_limits": 0, "first_reply_overhead_s": 1.0}
+ENGINE_READY_S = 120.0
+# `hilo serve` and `hilo worker` load the local embedder while the engine and the other
+# process start beside them on two cores: give them longer than the soak bench does.
+PROCESS_READY_S = 120.0
+
+
+def log(message: str) -> None:
+    print(f"[engine] {message}", file=sys.stderr, flush=True)
+
+
+# -- building llama-server -------------------------------------------------------------------
+
+
+def llama_server() -> Path:
+    """The cached llama-server binary; built from the sdist's vendored llama.cpp first."""
+    if not BINARY.exists():
+        started = time.monotonic()
+        built = build_server(vendored_llama_cpp(CACHE), CACHE / "build")
+        BINARY.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built, BINARY)
+        log(f"llama-server built in {time.monotonic() - started:.0f} s, cached at {BINARY}")
+    return BINARY
+
+
+def vendored_llama_cpp(cache: Path) -> Path:
+    """llama.cpp's source as the llama-cpp-python sdist vendors it, fetched with pip."""
+    download, source = cache / "download", cache / "src"
+    if not list(source.glob("llama_cpp_python-*/vendor/llama.cpp")):
+        log(f"no cached llama-server: fetching the {SDIST} sdist with pip")
+        subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps",
+                        "--no-binary", ":all:", "-d", str(download)], check=True)
+        with tarfile.open(next(download.glob("llama_cpp_python-*.tar.gz"))) as archive:
+            archive.extractall(source, filter="data")
+    return next(source.glob("llama_cpp_python-*/vendor/llama.cpp"))
+
+
+def build_server(llama_cpp: Path, build: Path) -> Path:
+    """Only the llama-server target, CPU only, static, niced: the machine is shared.
+    An interrupted build resumes where it stopped."""
+    niced = ["nice", "-n", "19"]
+    log("configuring (cmake)")
+    subprocess.run([*niced, "cmake", "-S", str(llama_cpp), "-B", str(build),
+                    *(["-G", "Ninja"] if shutil.which("ninja") else []),
+                    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+                    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+                    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
+                    "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"],
+                   check=True, stdout=subprocess.DEVNULL)
+    log("building llama-server under nice -n 19 (two jobs; up to an hour or more on two "
+        "busy cores)")
+    started = time.monotonic()
+    with subprocess.Popen([*niced, "cmake", "--build", str(build), "--target", "llama-server",
+                           "-j2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as make:
+        assert make.stdout is not None
+        tail: list[str] = []
+        for line in make.stdout:
+            tail = (tail + [line])[-20:]
+            if line.startswith("["):  # "[12/206] Building …": one line of progress each
+                log(f"{time.monotonic() - started:6.0f} s {line.split(' ', 1)[0]}")
+    if make.returncode != 0:
+        raise RuntimeError("llama-server did not build:\n" + "".join(tail))
+    return build / "bin" / "llama-server"
+
+
+def model_file(shape: Shape) -> Path:
+    path = CACHE / (f"{MODEL}-{shape.embedding}x{shape.layers}-seed{shape.seed}"
+                    f"-r{REVISION}.gguf")
+    if not path.exists():
+        log(f"writing the model {path.name}")
+        write_model(path.with_suffix(".tmp"), shape).rename(path)
+    return path
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+class Engine:
+    """llama-server on a free loopback port, a fresh KV cache each start."""
+
+    def __init__(self, binary: Path, model: Path, logs: Path) -> None:
+        self.binary, self.model, self.logs = binary, model, logs
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.starts += 1
+        self.port = free_port()
+        argv = [str(self.binary), "-m", str(self.model), "--alias", MODEL,
+                "--host", "127.0.0.1", "--port", str(self.port), "-c", str(CONTEXT),
+                "-np", "1", "-n", str(ENGINE_N_PREDICT), "--temp", "0", "--seed", str(SEED),
+                "--threads", str(os.cpu_count() or 2), "--metrics", "--slots", "--jinja",
+                "--no-webui"]
+        out = (self.logs / f"engine-{self.starts}.log").open("wb")
+        self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + ENGINE_READY_S
+        while True:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server did not start; see {out.name}")
+            time.sleep(0.1)
+
+    def prompt_tokens_total(self) -> float:
+        """The engine's own count of prompt tokens evaluated anew (cached ones excluded)."""
+        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith("llamacpp:prompt_tokens_total"):
+                return float(line.split()[-1])
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()  # llama-server ends at once on SIGTERM
+            self.process.wait(timeout=30)
+
+
+# -- the counting proxy ----------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One request to the engine, as the proxy saw it."""
+
+    method: str
+    path: str
+    arrived: float
+    request: dict = field(default_factory=dict)
+    caller: str = "other"
+    first_byte: float | None = None
+    ended: float | None = None
+    status: int = 0
+    abandoned: bool = False  # the caller hung up before the reply was whole
+    text: str = ""
+    finish_reason: str | None = None
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def is_chat(self) -> bool:
+        return self.method == "POST" and self.path.endswith("/chat/completions")
+
+    @property
+    def wants_json(self) -> bool:
+        return "response_format" in self.request
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.timings.get("prompt_n") or 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.timings.get("cache_n") or 0)
+
+    @property
+    def model_s(self) -> float:
+        return (float(self.timings.get("prompt_ms") or 0)
+                + float(self.timings.get("predicted_ms") or 0)) / 1000
+
+    @property
+    def carries_client_limits(self) -> bool:
+        return any(key in self.request and self.request[key] == value
+                   for key, value in CLIENT_LIMITS.items())
+
+    @property
+    def real_output(self) -> bool:
+        """A whole JSON object the engine finished on its own (not cut by a limit)."""
+        try:
+            return self.finish_reason == "stop" and isinstance(json.loads(self.text), dict)
+        except ValueError:
+            return False
+
+    def read_response(self, body: bytes) -> None:
+        """The reply's text, finish reason and timings, streamed (SSE) or not."""
+        text = body.decode("utf-8", "replace")
+        frames = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+        try:
+            documents = ([json.loads(f) for f in frames if f != "[DONE]"] if frames
+                         else [json.loads(text)])
+        except ValueError:
+            return
+        pieces = []
+        for document in documents:
+            if not isinstance(document, dict):
+                continue
+            self.timings = document.get("timings") or self.timings
+            for choice in document.get("choices") or []:
+                part = choice.get("delta") or choice.get("message") or {}
+                pieces.append(part.get("content") or "")
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        self.text = "".join(pieces)
+
+
+class CountingProxy:
+    """Relays loopback HTTP to the engine, recording every request as a `Call`."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.lock = threading.Lock()
+        self.upstream = ""
+        self.callers: dict[int, str] = {}  # pid → "client", "serve", "worker"
+        self.peers: dict[int, str] = {}  # a connection's port → its caller
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+                proxy.relay(self, b"")
+
+            def do_POST(self) -> None:  # noqa: N802
+                proxy.relay(self, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.client = httpx.Client(timeout=600)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def relay(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        call = Call(handler.command, handler.path, time.monotonic())
+        try:
+            call.request = json.loads(body) if body else {}
+        except ValueError:
+            pass
+        received: list[bytes] = []
+        headers = {"Content-Type": handler.headers.get("Content-Type") or "application/json"}
+        with self.client.stream(handler.command, self.upstream + handler.path, content=body,
+                                headers=headers) as response:
+            call.status = response.status_code
+            try:
+                handler.send_response(response.status_code)
+                handler.send_header("Content-Type", response.headers.get("content-type", ""))
+                handler.send_header("Transfer-Encoding", "chunked")
+                handler.end_headers()
+                for chunk in response.iter_raw():
+                    call.first_byte = call.first_byte or time.monotonic()
+                    received.append(chunk)
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
+                handler.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                # The caller hung up (a worker giving way to the person): the engine's
+                # request ends with the connection to it, and the call still counts.
+                call.abandoned = True
+                handler.close_connection = True
+        call.ended = time.monotonic()
+        call.read_response(b"".join(received))
+        call.caller = self.caller_of(handler.client_address[1])
+        with self.lock:
+            self.calls.append(call)
+
+    def caller_of(self, peer_port: int) -> str:
+        """Who holds the connection's other end: the process, or its nearest named parent
+        (remembered per connection once named: clients keep theirs alive)."""
+        caller = self.peers.get(peer_port) or self._owner(peer_port)
+        if caller != "other":
+            self.peers[peer_port] = caller
+        return caller
+
+    def _owner(self, peer_port: int) -> str:
+        port = self.server.server_address[1]
+        for connection in psutil.net_connections(kind="tcp4"):
+            if (connection.laddr and connection.laddr.port == peer_port and connection.raddr
+                    and connection.raddr.port == port and connection.pid):
+                process: psutil.Process | None = psutil.Process(connection.pid)
+                while process is not None:
+                    if process.pid in self.callers:
+                        return self.callers[process.pid]
+                    process = process.parent()
+        return "other"
+
+    def reset(self, upstream: str) -> None:
+        with self.lock:
+            self.calls = []
+        self.peers = {}
+        self.upstream = upstream
+
+    def snapshot(self) -> list[Call]:
+        with self.lock:
+            return list(self.calls)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.client.close()
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+def send_turn(client: httpx.Client, url: str, history: list[dict],
+              limits: dict) -> tuple[float, float, float, str]:
+    """Stream one reply from /v1/chat/completions: (sent, time to first token, ended, text)."""
+    body = {"model": MODEL, "stream": True, "temperature": 0, "seed": SEED, **limits,
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT}, *history]}
+    sent = time.monotonic()
+    stamped: list[tuple[float, str]] = []  # each piece of the reply, when it came
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            data = line[5:].strip() if line.startswith("data:") else ""
+            if data and data != "[DONE]":
+                stamped += [(time.monotonic(), (c.get("delta") or {}).get("content") or "")
+                            for c in json.loads(data).get("choices") or []]
+    ended = time.monotonic()
+    first = next((at for at, piece in stamped if piece), ended)
+    return sent, first - sent, ended, "".join(piece for _, piece in stamped)
+
+
+def conversation(url: str, turns: list[Turn], limits: dict, think: float,
+                 pauses: dict[int, float]) -> list[TurnResult]:
+    """The scripted conversation, each reply streamed from /v1/chat/completions."""
+    run = Run("engine")
+    converse(url, turns, think, run, pauses,
+             send=lambda client, url, history: send_turn(client, url, history, limits))
+    return run.turns
+
+
+def wait_quiet(proxy: CountingProxy, quiet: float, cap: float) -> float:
+    """Wait until the engine has served nothing for `quiet` seconds; the time waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < cap:
+        calls = proxy.snapshot()
+        last = max((c.ended or time.monotonic() for c in calls), default=started)
+        if time.monotonic() - max(last, started) >= quiet:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def wait_learned(config: Config, proxy: CountingProxy) -> float:
+    """Wait until the worker has distilled every event of the conversation (it starts
+    `[queue] chat_idle_seconds` after the last reply) and then left the engine alone for
+    QUIET_S, or QUIET_CAP_S have passed; the time waited."""
+    started = time.monotonic()
+    while (learned(config)["undistilled"] > 0
+           and time.monotonic() - started < QUIET_CAP_S):
+        time.sleep(0.5)
+    return time.monotonic() - started + wait_quiet(
+        proxy, QUIET_S, max(0.0, QUIET_CAP_S - (time.monotonic() - started)))
+
+
+# -- the runs --------------------------------------------------------------------------------
+
+
+@dataclass
+class EngineRun:
+    name: str
+    variant: str
+    turns: list[TurnResult] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    metrics_prompt_tokens: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    turn_chats: list[Call | None] = field(default_factory=list)
+
+    @property
+    def chats(self) -> list[Call]:
+        return [c for c in self.calls if c.is_chat and c.caller in ("client", "serve")
+                and not c.wants_json]
+
+    @property
+    def background(self) -> list[Call]:
+        """The engine's generations nobody asked for: the worker's, and any JSON call."""
+        return [c for c in self.calls if c.is_chat and c not in self.chats]
+
+    def attribute(self) -> None:
+        """Each turn's chat request (prompt tokens evaluated anew, by the engine's count)
+        and the background generations that arrived before the next turn."""
+        self.turn_chats = []
+        chats, background = self.chats, self.background
+        for i, turn in enumerate(self.turns):
+            chat = next((c for c in chats if c.arrived >= turn.sent_at), None)
+            self.turn_chats.append(chat)
+            turn.new_tokens = chat.new_tokens if chat else 0
+            end = self.turns[i + 1].sent_at if i + 1 < len(self.turns) else float("inf")
+            started_here = [b for b in background if turn.sent_at <= b.arrived < end]
+            turn.background_calls = len(started_here)
+            turn.background_new_tokens = sum(b.new_tokens for b in started_here)
+
+
+def direct_run(engine: Engine, proxy: CountingProxy, variant: str, turns: list[Turn],
+               think: float, pauses: dict[int, float]) -> EngineRun:
+    engine.start()
+    try:
+        proxy.reset(engine.url)
+        proxy.callers = {os.getpid(): "client"}
+        before = engine.prompt_tokens_total()
+        run = EngineRun("direct", variant)
+        run.turns = conversation(proxy.url, turns, VARIANTS[variant], think, pauses)
+        run.metrics_prompt_tokens = engine.prompt_tokens_total() - before
+        run.calls = proxy.snapshot()
+    finally:
+        engine.stop()
+    run.attribute()
+    return run
+
+
+def engine_config(root: Path, proxy: CountingProxy) -> tuple[Config, dict[str, str]]:
+    """Hilo's config on the engine, and the settings serve and worker get beside it."""
+    config = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=root / "data").replace(
+        llm={"url": proxy.url, "provider": "openai", "chat_model": MODEL,
+             "distill_model": MODEL, "num_ctx": CONTEXT, "timeout_seconds": 600.0},
+        embedder={"kind": "local"}, logging={"level": "info", "format": "json"})
+    settings = {"HILO_LLM_PROVIDER": "openai", "HILO_LLM_CHAT_MODEL": MODEL,
+                "HILO_LLM_DISTILL_MODEL": MODEL, "HILO_LLM_NUM_CTX": str(CONTEXT),
+                "HILO_EMBEDDER_KIND": "local"}
+    return config, settings
+
+
+def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
+             turns: list[Turn], think: float, pauses: dict[int, float],
+             extra_settings: dict[str, str]) -> EngineRun:
+    config, settings = engine_config(root / variant, proxy)
+    settings.update(extra_settings)
+    seed_memory(config)
+    logs = root / variant / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    engine.start()
+    server = Process(config, "serve", logs, free_port(), settings)
+    worker = Process(config, "worker", logs, 0, settings)
+    run = EngineRun("hilo", variant)
+    try:
+        proxy.reset(engine.url)
+        worker.start()
+        started = time.monotonic()
+        server.start()
+        assert server.process is not None and worker.process is not None
+        proxy.callers = {os.getpid(): "client", server.process.pid: "serve",
+                         worker.process.pid: "worker"}
+        ready = time.monotonic()
+        run.extra["serve_ready_s"] = round(ready - started, 2)
+        conversation_began = time.monotonic()
+        before = engine.prompt_tokens_total()
+        run.turns = conversation(server.url, turns, VARIANTS[variant], think, pauses)
+        run.extra["first_reply_after_start_s"] = round(run.turns[0].ended_at - started, 2)
+        run.extra["first_reply_after_ready_s"] = round(run.turns[0].ended_at - ready, 2)
+        run.extra["quiet_after_s"] = round(wait_learned(config, proxy), 1)
+        run.metrics_prompt_tokens = engine.prompt_tokens_total() - before
+        run.calls = [c for c in proxy.snapshot() if c.arrived >= conversation_began]
+        run.extra["learned"] = learned(config)
+        run.extra["background"] = [  # every learning call, seconds after the first turn
+            {"at_s": round(c.arrived - conversation_began, 1), "caller": c.caller,
+             "new_tokens": c.new_tokens, "cached_tokens": c.cached_tokens,
+             "finish_reason": c.finish_reason, "abandoned": c.abandoned,
+             "limits": {k: c.request[k] for k in ("max_tokens", "stop") if k in c.request}}
+            for c in run.background]
+    finally:
+        server.stop()
+        worker.stop()
+        engine.stop()
+    run.attribute()
+    first = run.chats[0] if run.chats else None
+    run.extra["first_reply_model_s"] = round(first.model_s, 2) if first else None
+    return run
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def summary(run: EngineRun) -> dict[str, Any]:
+    turns = steady(run)
+    background = run.background
+    speeds = [float(c.timings["prompt_per_second"]) for c in run.chats
+              if c.timings.get("prompt_per_second") and c.new_tokens >= 50]
+    return {
+        "turns": len(run.turns),
+        "steady_turns": f"{turns[0].turn}-{turns[-1].turn}" if turns else "",
+        "new_tokens_mean": round(mean([t.new_tokens for t in turns]), 1),
+        "cached_tokens_mean": round(mean([c.cached_tokens for c in
+                                          run.turn_chats[len(run.turns) - len(turns):] if c]), 1),
+        "ttft_mean_s": round(mean([t.ttft_s for t in turns]), 3),
+        "ttft_max_s": round(max(t.ttft_s for t in turns), 3) if turns else None,
+        "engine_prompt_tokens_per_s": round(mean(speeds), 1) if speeds else None,
+        "engine_new_prompt_tokens_total": run.metrics_prompt_tokens,
+        "proxy_new_prompt_tokens_total": sum(c.new_tokens for c in run.calls if c.is_chat),
+        "cached_tokens_by_turn": [c.cached_tokens if c else None for c in run.turn_chats],
+        "background_calls": len(background),
+        "background_per_turn": round(len(background) / max(1, len(run.turns)), 3),
+        "background_real_output": sum(1 for b in background if b.real_output),
+        "background_cut_by_length": sum(1 for b in background if b.finish_reason == "length"),
+        "background_failed": sum(1 for b in background if b.status != 200),
+        "background_abandoned": sum(1 for b in background if b.abandoned),
+        "background_with_client_limits": sum(1 for b in background
+                                             if b.carries_client_limits),
+        "background_new_tokens_per_turn": round(
+            sum(b.new_tokens for b in background) / max(1, len(run.turns)), 1),
+        "background_during_conversation": sum(1 for b in background if run.turns
+                                               and b.arrived < run.turns[-1].ended_at),
+        **run.extra,
+    }
+
+
+def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
+    new_ratio = hilo["new_tokens_mean"] / max(1e-9, direct["new_tokens_mean"])
+    ttft_ratio = hilo["ttft_mean_s"] / max(1e-9, direct["ttft_mean_s"])
+    real_per_turn = hilo["background_real_output"] / max(1, hilo["turns"])
+    overhead = None
+    if hilo.get("first_reply_model_s") is not None:
+        overhead = round(hilo["first_reply_after_start_s"] - hilo["first_reply_model_s"], 2)
+    return {
+        "new_prompt_ratio": round(new_ratio, 2),
+        "ttft_ratio": round(ttft_ratio, 2),
+        "first_reply_overhead_s": overhead,
+        "met": {
+            "new_prompt_ratio": new_ratio <= TARGETS["new_prompt_ratio"],
+            "ttft_ratio": ttft_ratio <= TARGETS["ttft_ratio"],
+            "background_per_turn": (hilo["background_per_turn"] <= TARGETS["background_per_turn"]
+                                    and hilo["background_calls"] > 0
+                                    and real_per_turn == hilo["background_per_turn"]),
+            "learning_calls_with_client_limits": (hilo["background_with_client_limits"]
+                                                  <= TARGETS["learning_calls_with_client_limits"]),
+            "first_reply_overhead_s": (overhead is not None
+                                       and overhead <= TARGETS["first_reply_overhead_s"]),
+        },
+    }
+
+
+def markdown(results: dict) -> str:
+    shape = results["model"]
+    lines = [
+        f"The *localmodel* conversation ({results['turns']} turns, {results['think_s']} s "
+        "between a reply and the next message"
+        + "".join(f", {s:g} s after turn {t}" for t, s in results["pauses"].items())
+        + f") on a real engine: llama.cpp's `llama-server` ({SDIST}'s vendored source, "
+        f"built here), one slot, {CONTEXT}-token context, temperature 0, seed {SEED}; "
+        f"a random-weight LLaMA model ({shape['embedding']} wide, {shape['layers']} layers, "
+        f"{shape['heads']} heads) with all-MiniLM-L6-v2's WordPiece tokenizer (junk text, "
+        "real tokens and KV cache). Prompt tokens evaluated anew are the engine's own "
+        "`timings.prompt_n` per request, cross-checked with /metrics. Through Hilo: a real "
+        "`hilo serve` (`[llm] provider = \"openai\"`, local embedder) and `hilo worker` "
+        "on the same engine, the memory seeded with an earlier session. The capped client "
+        f"sends `max_tokens` {CLIENT_LIMITS['max_tokens']} and `stop` "
+        f"{json.dumps(CLIENT_LIMITS['stop'])}; the uncapped one neither (the engine's "
+        f"default cap, {ENGINE_N_PREDICT}, is never reached).",
+        "",
+    ]
+    for variant in VARIANTS:
+        direct, hilo = results[variant]["direct"], results[variant]["hilo"]
+        judged = results[variant]["verdict"]
+        lines += [
+            f"**{variant} client**, steady state (turns {hilo['steady_turns']}), per turn:",
+            "",
+            "| | memory-less client | through Hilo | ratio | target |",
+            "|---|---:|---:|---:|---|",
+            f"| prompt tokens evaluated anew (mean) | {direct['new_tokens_mean']} | "
+            f"{hilo['new_tokens_mean']} | {judged['new_prompt_ratio']}× | ≤ 1.15× |",
+            f"| prompt tokens found in the KV cache (mean) | {direct['cached_tokens_mean']} | "
+            f"{hilo['cached_tokens_mean']} | | |",
+            f"| time to first token, mean (max) | {direct['ttft_mean_s']} s "
+            f"({direct['ttft_max_s']}) | {hilo['ttft_mean_s']} s ({hilo['ttft_max_s']}) | "
+            f"{judged['ttft_ratio']}× | ≤ 1.15× |",
+            f"| engine prompt speed, tokens/s (prompts of 50 tokens anew or more) | "
+            f"{direct['engine_prompt_tokens_per_s'] or '–'} | "
+            f"{hilo['engine_prompt_tokens_per_s'] or '–'} | | |",
+            f"| new prompt tokens, whole run: /metrics (proxy) | "
+            f"{direct['engine_new_prompt_tokens_total']:g} "
+            f"({direct['proxy_new_prompt_tokens_total']}) | "
+            f"{hilo['engine_new_prompt_tokens_total']:g} "
+            f"({hilo['proxy_new_prompt_tokens_total']}) | | |",
+            "",
+            f"Background generations (the worker's, the conversation and what it learned "
+            f"afterwards): {hilo['background_calls']} for {hilo['turns']} user turns = "
+            f"**{hilo['background_per_turn']} per turn** (target ≤ 0.5 with real output), "
+            f"{hilo['background_during_conversation']} during the conversation; "
+            f"{hilo['background_real_output']} ended with a whole JSON object, "
+            f"{hilo['background_cut_by_length']} were cut by a length limit, "
+            f"{hilo['background_failed']} failed, {hilo['background_abandoned']} abandoned by "
+            "the worker; "
+            f"{hilo['background_new_tokens_per_turn']} prompt tokens evaluated anew per user "
+            f"turn. Learning calls carrying the client's limits: "
+            f"**{hilo['background_with_client_limits']}** (target 0). "
+            f"First reply after `hilo serve` started: {hilo['first_reply_after_start_s']} s, "
+            f"of which the model's own {hilo['first_reply_model_s']} s: "
+            f"**{judged['first_reply_overhead_s']} s** more (target ≤ 1 s; /health answered "
+            f"after {hilo['serve_ready_s']} s). Learned by the end: {hilo['learned']}.",
+            "",
+            "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
+                                    for name, ok in judged["met"].items()) + ".",
+            "",
+        ]
+    lines += ["Per turn, new prompt tokens through Hilo (memory-less client in brackets), "
+              "capped and uncapped client, and the background generations that started "
+              "before the next turn:", "",
+              "| turn | capped | bg | TTFT s | uncapped | bg | TTFT s |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = zip(*(zip(results[v]["hilo_turns"], results[v]["direct_turns"]) for v in VARIANTS))
+    for pairs in rows:
+        cells = []
+        for hilo, direct in pairs:
+            cells += [f"{hilo['new_tokens']} ({direct['new_tokens']})",
+                      str(hilo["background_calls"]),
+                      f"{hilo['ttft_s']:.3f} ({direct['ttft_s']:.3f})"]
+        lines.append(f"| {pairs[0][0]['turn']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(args: Any) -> None:
+    """`python -m tests.bench.localmodel --engine llama.cpp`, its arguments parsed there."""
+    count = args.turns or (12 if args.quick else len(TURNS))
+    think = args.think if args.think is not None else (1.0 if args.quick else 3.0)
+    turns = TURNS[:count]
+    pause_specs = args.pause if args.pause is not None else ([] if args.quick else DEFAULT_PAUSES)
+    pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
+    settings = dict(item.split("=", 1) for item in args.set)
+    soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, PROCESS_READY_S)
+    width, layers = (int(n) for n in args.engine_shape.split("x"))
+    shape = Shape(embedding=width, layers=layers, feed_forward=3 * width,
+                  heads=max(4, width // 64), kv_heads=max(4, width // 64))
+    binary = llama_server()
+    model = model_file(shape)
+    root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-"))
+    engine = Engine(binary, model, root)
+    proxy = CountingProxy()
+    results: dict[str, Any] = {"engine": ENGINE, "model": asdict(shape), "turns": count,
+                               "think_s": think, "pauses": pauses,
+                               "client_limits": CLIENT_LIMITS,
+                               "settings": settings}
+    try:
+        for variant in VARIANTS:
+            log(f"{variant} client, directly to the engine")
+            direct = direct_run(engine, proxy, variant, turns, think, pauses)
+            log(f"{variant} client, through hilo serve and hilo worker")
+            hilo = hilo_run(engine, proxy, variant, root, turns, think, pauses, settings)
+            results[variant] = {"direct": summary(direct), "hilo": summary(hilo),
+                                "direct_turns": [asdict(t) for t in direct.turns],
+                                "hilo_turns": [asdict(t) for t in hilo.turns]}
+            results[variant]["verdict"] = verdict(results[variant]["direct"],
+                                                  results[variant]["hilo"])
+    finally:
+        proxy.stop()
+        engine.stop()
+    if args.keep_logs:
+        results["data_dir"] = str(root)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    emit(args, "localmodel-engine", results, markdown(results))

