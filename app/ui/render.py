@@ -35,6 +35,13 @@ NAV = (("/ui", "Overview"), ("/ui/profile", "Profile"), ("/ui/facts", "Facts"),
        ("/ui/sessions", "Sessions"), ("/ui/search", "Search"), ("/ui/turns", "Turns"),
        ("/ui/tasks", "Tasks"), ("/ui/queue", "Queue"))
 
+# Only Hilo's own assets, never inside another site's frame (a hidden "Forget" button
+# under a decoy), forms only to Hilo: a second wall behind the escaping.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+
 # Autoescaped everywhere: memory holds other people's words (web pages, tool results).
 templates = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=True,
                         trim_blocks=True, lstrip_blocks=True)
@@ -55,7 +62,7 @@ def page(request: Request, who: Caller | None, template: str, *, status: int = 2
     html = templates.get_template(template).render(
         nav=NAV, user=who.user_id if who else None, flash=flash,
         signed_in=TOKEN_COOKIE in request.cookies, path=request.url.path, **context)
-    response = HTMLResponse(html, status_code=status)
+    response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
     if flash is not None:
         response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
     return response
@@ -97,7 +104,8 @@ class PageRoute(APIRoute):
                 return error_page(request, exc.http_status, exc.message)
             except RequestValidationError as exc:
                 fields = ", ".join(str(e.get("loc", ("?",))[-1]) for e in exc.errors())
-                return error_page(request, 400, f"the form is missing or has a bad {fields}")
+                return error_page(request, 400,
+                                  f"a bad or missing {fields} in this address or form")
 
         return answer
 

@@ -8,9 +8,9 @@ from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 from tests.ui.support import browser, text
 
 
-def add_fact(hilo: HiloServer, category: str, key: str, value: str, user: str | None = None) -> dict:
-    response = hilo.client(user).post("/memory/facts", json={"category": category, "key": key,
-                                                             "value": value})
+def add_fact(hilo: HiloServer, category: str, key: str, value: str) -> dict:
+    response = hilo.client().post("/memory/facts", json={"category": category, "key": key,
+                                                         "value": value})
     assert response.status_code == 201, response.text
     return response.json()["fact"]
 
@@ -45,6 +45,12 @@ def test_every_asset_is_served_by_hilo(hilo: HiloServer) -> None:
     assert css.status_code == 200 and "text/css" in css.headers["content-type"]
     assert "http://" not in page.replace(hilo.url, "") and "https://" not in page
     assert "@import" not in css.text and "url(" not in css.text
+
+
+def test_pages_load_only_hilos_assets_and_refuse_to_be_framed(hilo: HiloServer) -> None:
+    policy = browser(hilo).get("/ui/facts").headers["content-security-policy"]
+
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
 
 
 def test_memory_text_is_shown_escaped(hilo: HiloServer) -> None:
