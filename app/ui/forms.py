@@ -51,7 +51,7 @@ def save_profile_key(who: Who, service: Service, key: Text, value: Text) -> Redi
     return done("/ui/profile", f"{ACTION_WORDS.get(action, action)}: {key.strip()}")
 
 
-@router.post("/profile/{key}/delete")
+@router.post("/profile/{key:path}/delete")
 def delete_profile_key(key: str, who: Who, service: Service) -> RedirectResponse:
     if not service.edit(lambda con: delete_profile(con, who.user_id, key, worker="user")):
         raise ApiError(404, f"no profile key {key!r}", "not_found")
