@@ -46,11 +46,9 @@ class OllamaAPI:
         with self._transport.open_stream("/api/chat", body, received, sent) as lines:
             yield ACCEPTED
             for line in lines:
-                if not line.strip():
+                frame = _ollama_frame(self._transport, line, "POST /api/chat", received)
+                if frame is None:
                     continue
-                frame = self._transport.decode_line(line, "POST /api/chat")
-                if "error" in frame:
-                    raise self._transport.interrupted(received, f"server error: {frame['error']}")
                 piece = frame_field(frame, "message", "content") or ""
                 if piece:
                     received.append(piece)
@@ -74,15 +72,11 @@ class OllamaAPI:
     ) -> str:
         """The reply to `prompt`, JSON asked for as `mode` (app/model/json_modes.py) says."""
         fields: dict[str, Any] = {"prompt": with_schema(prompt, schema, mode),
-                                  **ollama_format(schema, mode), "stream": False}
+                                  **ollama_format(schema, mode)}
         if system is not None:
             fields["system"] = system
-        data = self._transport.post_json(
-            "/api/generate", self._body(model, {"temperature": temperature}, **fields), yield_to)
-        text = frame_field(data, "response")
-        if not isinstance(text, str):
-            raise self._transport.malformed("POST /api/generate", "no response text in the reply")
-        return text
+        return json_reply_text(self._transport, "/api/generate",
+                               self._body(model, {"temperature": temperature}, **fields), yield_to)
 
     embed_endpoint = "POST /api/embed"
 
@@ -159,17 +153,13 @@ class OpenAIAPI:
         with self._transport.open_stream(self._chat_path, body, received, sent) as lines:
             yield ACCEPTED
             for line in lines:
-                if not line.startswith("data:"):
-                    continue  # blank separators, SSE comments and event names
-                data = line[len("data:"):].strip()
-                if data == "[DONE]":
+                frame = _openai_frame(self._transport, line, f"POST {self._chat_path}", received)
+                if frame is None:
+                    continue
+                if frame is _DONE:
                     calls.end_of_openai_stream()
                     return _openai_reply(usage, "".join(received), model, finish_reason,
                                          calls.tool_calls)
-                frame = self._transport.decode_line(data, f"POST {self._chat_path}")
-                if "error" in frame:
-                    reason = frame_field(frame, "error", "message") or frame["error"]
-                    raise self._transport.interrupted(received, f"server error: {reason}")
                 usage = frame.get("usage") or usage
                 calls.read_openai(frame)
                 for choice in frame.get("choices") or []:
@@ -185,11 +175,10 @@ class OpenAIAPI:
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
-        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None,
-        yield_to: Callable[[], bool] | None = None, **fields: Any
+        self, model: str, messages: Sequence[Message], options: Mapping[str, Any] | None
     ) -> ChatReply:
-        body = self._body(model, messages, options, stream=False, **fields)
-        data = self._transport.post_json(self._chat_path, body, yield_to)
+        body = self._body(model, messages, options, stream=False)
+        data = self._transport.post_json(self._chat_path, body)
         text = frame_field(data, "choices", 0, "message", "content")
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
@@ -203,9 +192,9 @@ class OpenAIAPI:
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
             {"role": "user", "content": with_schema(prompt, schema, mode)}
         ]
-        reply = self.chat(model, messages, {"temperature": temperature}, yield_to,
+        body = self._body(model, messages, {"temperature": temperature},
                           **openai_format(schema, mode))
-        return reply.text
+        return json_reply_text(self._transport, self._chat_path, body, yield_to)
 
     @property
     def embed_endpoint(self) -> str:
@@ -236,3 +225,73 @@ def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason
         done_reason=finish_reason,
         tool_calls=tuple(tool_calls),
     )
+
+
+def _ollama_frame(transport: Transport, line: str, endpoint: str,
+                  received: list[str]) -> dict[str, Any] | None:
+    """A line of Ollama's NDJSON stream: its frame, None for a blank line; a server's
+    error in the stream is raised."""
+    if not line.strip():
+        return None
+    frame = transport.decode_line(line, endpoint)
+    if "error" in frame:
+        raise transport.interrupted(received, f"server error: {frame['error']}")
+    return frame
+
+
+# The frame of the `data: [DONE]` line that ends an OpenAI stream.
+_DONE: dict[str, Any] = {}
+
+
+def _openai_frame(transport: Transport, line: str, endpoint: str,
+                  received: list[str]) -> dict[str, Any] | None:
+    """A line of an OpenAI server-sent event stream: its frame, _DONE at its end, None for
+    blank separators, comments and event names; a server's error in the stream is raised."""
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:"):].strip()
+    if data == "[DONE]":
+        return _DONE
+    frame = transport.decode_line(data, endpoint)
+    if "error" in frame:
+        reason = frame_field(frame, "error", "message") or frame["error"]
+        raise transport.interrupted(received, f"server error: {reason}")
+    return frame
+
+
+def json_reply_text(transport: Transport, path: str, body: Mapping[str, Any],
+                    yield_to: Callable[[], bool] | None) -> str:
+    """The text of a learning call's reply, in either API (by `path`).
+
+    A call that must give way to a person (`yield_to`) is streamed: llama.cpp's server
+    looks for a gone client at every streamed token, but for a whole reply only once a
+    second, so a cut non-streamed call would hold the engine that long."""
+    ollama = path.endswith(("/api/chat", "/api/generate"))
+    field = (("response",) if path.endswith("/api/generate")
+             else ("message", "content") if ollama else ("choices", 0, "message", "content"))
+    endpoint = f"POST {path}"
+    if yield_to is None:
+        text = frame_field(transport.post_json(path, {**body, "stream": False}), *field)
+        if not isinstance(text, str):
+            raise transport.malformed(endpoint, "no message content in the reply")
+        return text
+    received: list[str] = []
+    with transport.open_stream(path, {**body, "stream": True}, received,
+                               yield_to=yield_to) as lines:
+        for line in lines:
+            frame = (_ollama_frame(transport, line, endpoint, received) if ollama
+                     else _openai_frame(transport, line, endpoint, received))
+            if frame is None:
+                continue
+            if ollama:
+                received.append(frame_field(frame, *field) or "")
+                if frame.get("done"):
+                    return "".join(received)
+            elif frame is _DONE:
+                return "".join(received)
+            else:
+                choice = frame_field(frame, "choices", 0) or {}
+                received.append(frame_field(choice, "delta", "content") or "")
+                if frame_field(choice, "finish_reason"):
+                    return "".join(received)
+    raise transport.interrupted(received, "the stream ended before the reply did")

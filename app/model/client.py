@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from app.model.apis import OllamaAPI, OpenAIAPI
+from app.model.apis import OllamaAPI, OpenAIAPI, json_reply_text
 from app.model.errors import ModelError, ModelHTTPError, ModelNotFound
 from app.model.json_modes import (
     JsonModes,
@@ -26,7 +26,7 @@ from app.model.json_modes import (
 from app.model.messages import Message, ReplyRecord, SentChat, ToolSpec
 from app.model.relay import relayed_chat, translated_chat
 from app.model.stream import ChatReply, ChatStream
-from app.model.transport import ModelActivity, Relayed, Transport, frame_field
+from app.model.transport import ModelActivity, Relayed, Transport
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -180,22 +180,15 @@ class ModelClient:
 
         def ask(mode: str) -> str:
             question = {"role": "user", "content": with_schema(instruction, schema, mode)}
-            request = {**body, "stream": False,
+            request = {**body,
                        "messages": [*after.body.get("messages", []),
                                     {"role": "assistant", "content": after.reply}, question]}
             if after.path == "/api/chat":
                 request.update(ollama_format(schema, mode),
                                options={**kept, "temperature": temperature})
-                text = frame_field(self._transport.post_json(after.path, request, yield_to),
-                                   "message", "content")
             else:
                 request.update(openai_format(schema, mode), temperature=temperature)
-                text = frame_field(self._transport.post_json(after.path, request, yield_to),
-                                   "choices", 0, "message", "content")
-            if not isinstance(text, str):
-                raise self._transport.malformed(f"POST {after.path}",
-                                                "no message content in the reply")
-            return text
+            return json_reply_text(self._transport, after.path, request, yield_to)
 
         return self._in_json_mode(model, ask)
 

@@ -119,12 +119,8 @@ class Transport:
         self._raise_for_status(response, f"GET {path}", model="")
         return self._decode(response, f"GET {path}")
 
-    def post_json(self, path: str, body: Mapping[str, Any],
-                  yield_to: Callable[[], bool] | None = None) -> Any:
-        """POST and decode the JSON answer; with `yield_to`, on a connection of its own
-        that is cut the moment yield_to() says so (ModelCallYielded)."""
-        if yield_to is not None:
-            return self._post_yielding(path, body, yield_to)
+    def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST and decode the JSON answer."""
         try:
             with self.working(path):
                 response = self._http.post(path, json=body)
@@ -133,10 +129,14 @@ class Transport:
         self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
         return self._decode(response, f"POST {path}")
 
-    def _post_yielding(self, path: str, body: Mapping[str, Any],
-                       yield_to: Callable[[], bool]) -> Any:
-        # Shutting the socket down (not closing it) wakes the read blocked on it, and the
-        # server sees its client go: Ollama and llama.cpp then stop the request.
+    @contextmanager
+    def _giving_way(self, yield_to: Callable[[], bool]) -> Iterator[tuple[httpx.Client, dict,
+                                                                          threading.Event]]:
+        """A client of its own whose connection is cut the moment yield_to() says so; gives
+        the client, the request extensions that let it be cut, and the event set once it is.
+
+        Shutting the socket down (not closing it) wakes the read blocked on it, and the
+        server sees its client go: Ollama and llama.cpp then stop the request."""
         sockets: list[socket.socket] = []
 
         def trace(event: str, info: dict) -> None:
@@ -163,28 +163,45 @@ class Transport:
                           timeout=self._http.timeout) as client:
             watcher.start()
             try:
-                response = client.post(path, json=body, extensions={"trace": trace})
-                response.read()
-            except httpx.HTTPError as exc:
-                if yielded.is_set():
-                    raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
-                raise self._translate(exc, "") from exc
+                yield client, {"trace": trace}, yielded
             finally:
                 answered.set()
                 watcher.join()
-        self._raise_for_status(response, f"POST {path}", model=str(body.get("model", "")))
-        return self._decode(response, f"POST {path}")
 
     @contextmanager
     def open_stream(self, path: str, body: Mapping[str, Any], received: list[str],
-                    sent: dict[str, Any] | None = None) -> Iterator[Iterator[str]]:
+                    sent: dict[str, Any] | None = None,
+                    yield_to: Callable[[], bool] | None = None) -> Iterator[Iterator[str]]:
         """Send the request, check the status, and give the response's lines.
 
         `received` is the caller's list of text pieces so far, reported if the
-        connection breaks mid-stream; `sent`, if given, gets the path and body sent.
+        connection breaks mid-stream; `sent`, if given, gets the path and body sent. With
+        `yield_to`, a background call: on a connection of its own, cut the moment
+        yield_to() says a person needs the model (ModelCallYielded).
         """
+        if yield_to is not None:
+            with self._streaming_until(yield_to, path, body, received) as response:
+                yield response.iter_lines()
+            return
         with self.open_response(path, body, received, sent) as response:
             yield response.iter_lines()
+
+    @contextmanager
+    def _streaming_until(self, yield_to: Callable[[], bool], path: str, body: Mapping[str, Any],
+                         received: list[str]) -> Iterator[httpx.Response]:
+        with self._giving_way(yield_to) as (client, extensions, yielded):
+            try:
+                with client.stream("POST", path, json=body, extensions=extensions) as response:
+                    self._raise_for_status(response, f"POST {path}",
+                                           model=str(body.get("model", "")))
+                    yield response
+            except (httpx.HTTPError, ModelError) as exc:
+                # A cut connection reads as a broken or short stream: it gave way.
+                if yielded.is_set():
+                    raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
+                if isinstance(exc, ModelError):
+                    raise
+                raise self._translate(exc, "".join(received)) from exc
 
     @contextmanager
     def open_response(self, path: str, body: Mapping[str, Any], received: list[str],

@@ -5,14 +5,16 @@ that server and model down the ladder once, for good."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
 from app.model.client import ModelClient
-from app.model.errors import ModelHTTPError
+from app.model.errors import ModelCallYielded, ModelHTTPError
 from app.model.json_modes import JsonModes
 from app.model.messages import SentChat
-from tests.fake_ollama import FakeOllama
+from tests.fake_ollama import CpuSpeed, FakeOllama
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I am Ana"}]
@@ -147,3 +149,40 @@ def test_a_servers_password_in_its_url_is_not_kept_with_its_format(fake_ollama, 
     assert JsonModes(writer).mode(url, "gemma3:4b") == "instruction"
     rows = list(writer.submit(lambda con: list(con.execute("SELECT * FROM model_json_modes"))))
     assert rows and "hunter2" not in repr(rows)
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_learning_call_that_gives_way_stops_the_model_at_its_next_token(provider):
+    """A background call cut for a person is streamed, so the server sees its client go
+    at the next token and the person's chat is not left waiting behind the rest of the
+    reply (llama.cpp looks for a gone client of a whole reply only once a second)."""
+    reply = {"name": "x" * 2000}  # ~500 tokens: 25 s at this pace, were it not cut
+    fake = FakeOllama(cpu=CpuSpeed(prompt_tokens_per_second=5000,
+                                   generate_tokens_per_second=20)).start()
+    fake.script_chat(reply)
+    person_came = threading.Event()
+
+    def watch_for_the_first_token() -> None:
+        wait_for(lambda: fake.evaluations and fake.evaluations[0].first_token is not None)
+        person_came.set()
+
+    try:
+        threading.Thread(target=watch_for_the_first_token, daemon=True).start()
+        with client_for(fake, provider) as client:
+            with pytest.raises(ModelCallYielded):
+                client.continue_json(capped_chat(provider), "Who is the user?", SCHEMA,
+                                     yield_to=person_came.is_set)
+        wait_for(lambda: fake.evaluations[0].ended is not None)
+        (served,) = fake.evaluations
+        assert served.dropped and served.generated_chars < len(json.dumps(reply)) // 4
+        (sent,) = [r.body for r in fake.requests if r.path.endswith(("/api/chat", "/completions"))]
+        assert sent["stream"] is True
+    finally:
+        fake.stop()
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
