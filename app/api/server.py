@@ -15,6 +15,7 @@ from typing import AsyncIterator
 
 import uvicorn
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from app.api import health, memory, ollama, openai, tasks
@@ -37,6 +38,8 @@ from workers.handoff import queue_handoff
 
 log = get_logger(__name__)
 
+# Where /docs and /redoc find Swagger UI's and ReDoc's scripts (fastapi-offline ships them).
+DOCS_ASSETS = "/docs-assets"
 # Whole conversations are resent every turn: 100 turns of 32k characters fit.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -59,8 +62,9 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         if owned:
             await run_in_threadpool(app.state.service.close)
 
-    app = FastAPI(
-        title="Hilo", version=VERSION, lifespan=lifespan,
+    # /docs and /redoc from assets in the package: offline, Hilo's home, a CDN is unreachable.
+    app = FastAPIOffline(
+        title="Hilo", version=VERSION, lifespan=lifespan, static_url=DOCS_ASSETS,
         description="Persistent, layered memory for chat agents on local models. Point an "
                     "Ollama or OpenAI client here instead of at the model server.")
     app.state.config = config
