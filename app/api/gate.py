@@ -11,7 +11,9 @@ In order:
 - Token: with `[server] token`, or once any per-user token exists (app/access.py), every
   route but /health needs `Authorization: Bearer <token>`. A per-user token fixes the
   user (deps.identify reads it from the scope, for the routes and /mcp alike); the
-  shared token lets the header choose.
+  shared token lets the header choose. The memory page (/ui, app/ui) sends the same
+  token from a cookie, which is read on its paths only; a browser there without a token
+  is sent to /ui/login instead of answered 401.
 - Body: at most `max_body` bytes, chunked bodies included.
 
 A pure ASGI middleware, so streamed replies pass through untouched.
@@ -24,7 +26,7 @@ import hmac
 import ipaddress
 import threading
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import apsw
 
@@ -35,7 +37,12 @@ from app.datadir import DataDir
 from app.db import connect_readonly, corrupt_memory
 
 # Routes open without the token.
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ui/login"})
+# The memory page's paths: the token may come from its cookie; the stylesheet is public.
+PAGE_PREFIX = "/ui"
+OPEN_PREFIX = "/ui/static/"
+# The cookie the memory page keeps the token in (HttpOnly, SameSite=Strict, Path=/ui).
+TOKEN_COOKIE = "hilo_token"
 # Where the gate leaves the user a per-user token belongs to (read by deps.caller).
 TOKEN_USER = "hilo.token_user"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -98,11 +105,15 @@ class Gate:
             await error_response(path, 403, refusal, "forbidden")(scope, receive, send)
             return
         try:
-            allowed = path in OPEN_PATHS or self._authenticate(scope, headers)
+            allowed = (path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
+                       or self._authenticate(scope, headers))
         except apsw.Error as exc:  # the token table cannot be read: a damaged database
             error = corrupt_memory(self.db_path, f"cannot be read ({exc})")
             await error_response(path, error.http_status, str(error), error.code)(
                 scope, receive, send)
+            return
+        if not allowed and _is_page(scope, headers):
+            await _sign_in_first(scope, receive, send)
             return
         if not allowed:
             why = ("[server] token is set" if self.token
@@ -186,6 +197,8 @@ class Gate:
         """True when the request may go on; a per-user token's user goes in the scope."""
         scheme, _, presented = headers.get(b"authorization", b"").partition(b" ")
         presented = presented.strip() if scheme.lower() == b"bearer" else b""
+        if not presented and _under(scope["path"], PAGE_PREFIX):
+            presented = _cookie(headers, TOKEN_COOKIE)
         if self.token and presented and hmac.compare_digest(presented, self.token):
             return True
         if presented.startswith(TOKEN_PREFIX.encode()):
@@ -209,6 +222,35 @@ class Gate:
         message = (f"the request body is {size_text}; Hilo accepts at most "
                    f"{self.max_body} bytes — send less history or shorter messages")
         await error_response(scope["path"], 413, message, "body_too_large")(scope, receive, send)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def _is_page(scope: dict, headers: dict[bytes, bytes]) -> bool:
+    """A browser asking for the memory page (or for / with HTML, which leads there)."""
+    return scope["method"] in SAFE_METHODS and (
+        _under(scope["path"], PAGE_PREFIX)
+        or (scope["path"] == "/" and b"text/html" in headers.get(b"accept", b"")))
+
+
+def _cookie(headers: dict[bytes, bytes], name: str) -> bytes:
+    """A cookie's value; the memory page percent-encodes the token it stores."""
+    for pair in headers.get(b"cookie", b"").split(b";"):
+        key, _, value = pair.strip().partition(b"=")
+        if key == name.encode():
+            return unquote_to_bytes(value.strip())
+    return b""
+
+
+async def _sign_in_first(scope: dict, receive: Any, send: Any) -> None:
+    """To the sign-in page; `refused` when the cookie's token is no longer accepted."""
+    refused = bool(_cookie(dict(scope["headers"]), TOKEN_COOKIE))
+    location = "/ui/login" + ("?refused=1" if refused else "")
+    await send({"type": "http.response.start", "status": 303,
+                "headers": [(b"location", location.encode()), (b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -31,7 +31,7 @@ from app.memory import (
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
-from app.recall.fusion import search_memory
+from app.recall.fusion import SearchHit, search_memory
 from app.sanitize import clean_text, redact_secrets
 
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.
@@ -131,10 +131,16 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
            limit: Annotated[int, Query(ge=1, le=100)] = 10, explain: bool = False) -> dict:
     """Facts, then cards, then raw events matching `q`; with `explain`, each hit's rank
     in every retrieval stream and its fused score."""
-    # Stored text holds no secret to find, and the query is embedded by the model server.
-    hits = search_memory(service.reader(), who.user_id, redact_secrets(q).text, limit,
-                         recall=service.recall, embedder=service.query_embedder)
+    hits = search_hits(service, who.user_id, q, limit)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
+
+
+def search_hits(service: ChatService, user_id: str, q: str, limit: int) -> list[SearchHit]:
+    """The user's memory searched for `q` as the chat recalls it (this route and the
+    memory page)."""
+    # Stored text holds no secret to find, and the query is embedded by the model server.
+    return search_memory(service.reader(), user_id, redact_secrets(q).text, limit,
+                         recall=service.recall, embedder=service.query_embedder)
 
 
 @router.get("/profile", summary="List profile keys")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from app.api.deps import JsonBody, Service, Tools, Who
 from app.api.errors import ApiError
@@ -49,6 +49,8 @@ def _speaks_ollama(request: Request) -> bool:
 @router.get("/", summary="Whether the server runs (Ollama's \"Ollama is running\")")
 @router.head("/", summary="Whether the server runs, headers only")
 async def root(request: Request) -> Response:
+    if "text/html" in request.headers.get("accept", ""):
+        return RedirectResponse("/ui", status_code=303)  # a browser: the memory page
     if _speaks_ollama(request):
         return await relay_request(request)
     return PlainTextResponse("Ollama is running")

@@ -33,6 +33,7 @@ from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.log import get_logger
 from app.mcp.server import http_endpoint
+from app import ui
 from app.model.probe import announce_models
 from workers.handoff import queue_handoff
 
@@ -75,6 +76,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     for routes in (ollama, openai, tasks, memory, health):
         app.include_router(routes.router)
     app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
+    ui.install(app)  # the memory page at /ui (app/ui)
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
     log_paths_without_queries()
     return app
@@ -105,7 +107,8 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3,
         **timeout_settings()))
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
-             openai_api=f"http://{host}:{port}/v1", auth=bool(config.server.token))
+             openai_api=f"http://{host}:{port}/v1", memory_page=f"http://{host}:{port}/ui",
+             auth=bool(config.server.token))
     announce_models(config)
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a

@@ -1,0 +1,106 @@
+"""The corrections a person makes on the memory page — profile keys, facts (add, edit,
+forget) and MEMORY.md — through the same functions as the JSON memory routes, the CLI
+and MCP (app/memory/edits.py and friends), on the front-end's writer. Each form answers
+with a redirect to a page that says what was done."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import apsw
+from fastapi import APIRouter, Depends, Form, Path
+from fastapi.responses import RedirectResponse
+
+from app.api.deps import Service, Who
+from app.api.errors import ApiError
+from app.api.memory import MAX_ROW_ID
+from app.datadir import DataDir
+from app.memory import (
+    FactNotFound,
+    correct_fact,
+    delete_profile,
+    forget_fact,
+    get_fact,
+    remember_fact,
+    set_profile,
+)
+from app.memory.bootstrap import write_bootstrap
+from app.memory.facts import Fact, Forgotten
+from app.ui.render import PageRoute, done, same_origin
+
+router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
+                   dependencies=[Depends(same_origin)])
+
+FactId = Annotated[int, Path(ge=1, le=MAX_ROW_ID)]
+Text = Annotated[str, Form()]
+SHOWN_CHARS = 120  # of a value, in the message that says what was done
+
+ACTION_WORDS = {"insert": "Added", "update": "Updated", "unchanged": "Already known",
+                "supersede": "Updated (the old value is kept as history)"}
+
+
+def _shown(fact: Fact) -> str:
+    value = fact.value if len(fact.value) <= SHOWN_CHARS else fact.value[:SHOWN_CHARS] + "…"
+    return f"#{fact.id} {fact.category} · {fact.key}: {value}"
+
+
+@router.post("/profile")
+def save_profile_key(who: Who, service: Service, key: Text, value: Text) -> RedirectResponse:
+    action = service.edit(lambda con: set_profile(con, who.user_id, key, value,
+                                                  source="user", worker="user"))
+    return done("/ui/profile", f"{ACTION_WORDS.get(action, action)}: {key.strip()}")
+
+
+@router.post("/profile/{key}/delete")
+def delete_profile_key(key: str, who: Who, service: Service) -> RedirectResponse:
+    if not service.edit(lambda con: delete_profile(con, who.user_id, key, worker="user")):
+        raise ApiError(404, f"no profile key {key!r}", "not_found")
+    return done("/ui/profile", f"Deleted the profile key {key.strip()!r}: no worker will "
+                               "learn it again")
+
+
+@router.post("/facts")
+def add_fact(who: Who, service: Service, category: Text, key: Text,
+             value: Text) -> RedirectResponse:
+    edited = service.edit(lambda con: remember_fact(
+        con, who.user_id, category, key, value,
+        similarity=service.config.memory.dedupe_similarity))
+    if edited.fact is None:
+        return done("/ui/facts", f"Nothing stored: you forgot {category} · {key} before, and "
+                                 "a forgotten fact stays forgotten", ok=False)
+    return done(f"/ui/facts/{edited.fact.id}",
+                f"{ACTION_WORDS.get(edited.action, edited.action)}: {_shown(edited.fact)}")
+
+
+@router.post("/facts/{fact_id}/edit")
+def edit_fact(fact_id: FactId, who: Who, service: Service, value: Text) -> RedirectResponse:
+    edited = service.edit(lambda con: correct_fact(con, who.user_id, fact_id, value))
+    return done(f"/ui/facts/{edited.fact.id}",
+                f"{ACTION_WORDS.get(edited.action, edited.action)}: {_shown(edited.fact)}")
+
+
+@router.post("/facts/{fact_id}/forget")
+def forget(fact_id: FactId, who: Who, service: Service,
+           with_sources: Annotated[bool, Form()] = False) -> RedirectResponse:
+    def forget_current(con: apsw.Connection) -> tuple[Fact | None, Forgotten | None]:
+        # Read in the forget's own transaction, to say what was removed.
+        return get_fact(con, who.user_id, fact_id), forget_fact(
+            con, who.user_id, fact_id, worker="user", with_sources=with_sources)
+
+    fact, gone = service.edit(forget_current)
+    if gone is None:
+        raise FactNotFound(fact_id)
+    return done("/ui/facts", f"Forgot {_shown(fact)} — {gone.versions} version(s)"
+                + (f" and {gone.events} source message(s)" if with_sources else "")
+                + "; no worker will learn it again")
+
+
+@router.post("/memory-md")
+def save_memory_md(who: Who, service: Service,
+                   text: Annotated[str, Form()] = "") -> RedirectResponse:
+    if who.token_user is not None:
+        raise ApiError(403, "MEMORY.md is the owner's: every user's conversations read it, "
+                       "so it is edited at the machine or with the [server] token",
+                       "owner_only")
+    write_bootstrap(DataDir.of(service.config).bootstrap, text)
+    return done("/ui/memory-md", "Saved MEMORY.md: the next turn reads it")
