@@ -15,12 +15,12 @@ from typing import AsyncIterator
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from app.api import health, memory, ollama, openai, tasks
 from app.api.access_log import log_paths_without_queries
 from app.api.deps import identify
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.gate import TOKEN_USER, Gate, is_loopback
 from app.api.health import VERSION
@@ -39,8 +39,6 @@ from workers.handoff import queue_handoff
 
 log = get_logger(__name__)
 
-# Where /docs and /redoc find Swagger UI's and ReDoc's scripts (fastapi-offline ships them).
-DOCS_ASSETS = "/docs-assets"
 # Whole conversations are resent every turn: 100 turns of 32k characters fit.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -63,9 +61,8 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         if owned:
             await run_in_threadpool(app.state.service.close)
 
-    # /docs and /redoc from assets in the package: offline, Hilo's home, a CDN is unreachable.
-    app = FastAPIOffline(
-        title="Hilo", version=VERSION, lifespan=lifespan, static_url=DOCS_ASSETS,
+    app = FastAPI(
+        title="Hilo", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="Persistent, layered memory for chat agents on local models. Point an "
                     "Ollama or OpenAI client here instead of at the model server.")
     app.state.config = config
@@ -73,6 +70,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
+    install_docs(app)  # /docs and /redoc, offline
     for routes in (ollama, openai, tasks, memory, health):
         app.include_router(routes.router)
     app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
