@@ -108,6 +108,9 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
              openai_api=f"http://{host}:{port}/v1", memory_page=f"http://{host}:{port}/ui",
              auth=bool(config.server.token))
     announce_models(config)
+    # Said plainly, beside the log: the address a person opens (`make run` shows it).
+    print(f"hilo serve: the memory page is at http://{host}:{port}/ui", file=sys.stderr,
+          flush=True)
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a
         # quiet handler underneath makes that a clean exit (status 0 under honcho).

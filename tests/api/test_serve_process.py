@@ -44,6 +44,8 @@ def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_di
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=10) == 0
         assert not (data_dir / f"serve.{server.pid}.pid").exists()
+        said = server.stderr.read().decode()
+        assert f"the memory page is at http://127.0.0.1:{port}/ui" in said
     finally:
         if server.poll() is None:
             server.kill()
