@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from app.api import health, memory, ollama, openai, tasks
 from app.api.access_log import log_paths_without_queries
 from app.api.deps import identify
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.gate import TOKEN_USER, Gate, is_loopback
 from app.api.health import VERSION
@@ -61,7 +62,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
             await run_in_threadpool(app.state.service.close)
 
     app = FastAPI(
-        title="Hilo", version=VERSION, lifespan=lifespan,
+        title="Hilo", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="Persistent, layered memory for chat agents on local models. Point an "
                     "Ollama or OpenAI client here instead of at the model server.")
     app.state.config = config
@@ -69,6 +70,7 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
+    install_docs(app)  # /docs and /redoc, offline
     for routes in (ollama, openai, tasks, memory, health):
         app.include_router(routes.router)
     app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)

@@ -11,7 +11,7 @@ import re
 from typing import Any, Callable, Generator, Mapping, Sequence
 
 from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
-from app.model.messages import Message, ReplyRecord, ToolSpec, tool_calls_of
+from app.model.messages import Message, ReplyRecord, ToolSpec, cached_tokens, tool_calls_of
 from app.model.stream import ACCEPTED, ChatReply
 from app.model.transport import Transport, frame_field
 
@@ -101,6 +101,7 @@ def _ollama_reply(frame: Mapping[str, Any], text: str, model: str,
         eval_count=frame.get("eval_count"),
         done_reason=frame.get("done_reason"),
         tool_calls=tuple(tool_calls),
+        prompt_cached_count=frame.get("prompt_eval_cached_count"),
     )
 
 
@@ -224,6 +225,7 @@ def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason
         eval_count=usage.get("completion_tokens"),
         done_reason=finish_reason,
         tool_calls=tuple(tool_calls),
+        prompt_cached_count=cached_tokens(usage),
     )
 
 

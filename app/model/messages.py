@@ -270,6 +270,12 @@ class ClientChat:
 # ----------------------------------------------------------------------------- replies
 
 
+def cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    """Of an OpenAI `usage`, the prompt tokens the server found in its cache."""
+    details = usage.get("prompt_tokens_details")
+    return details.get("cached_tokens") if isinstance(details, Mapping) else None
+
+
 @dataclass
 class ReplyRecord:
     """What Hilo keeps of a reply it relays, gathered from the frames as they pass."""
@@ -279,6 +285,7 @@ class ReplyRecord:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     done_reason: str | None = None
     prompt_eval_count: int | None = None
+    prompt_cached_count: int | None = None
     eval_count: int | None = None
     finished: bool = False
     media_type: str = "application/json"
@@ -305,6 +312,7 @@ class ReplyRecord:
             self.finished = True
             self.done_reason = frame.get("done_reason") or self.done_reason
             self.prompt_eval_count = frame.get("prompt_eval_count")
+            self.prompt_cached_count = frame.get("prompt_eval_cached_count")
             self.eval_count = frame.get("eval_count")
 
     def read_openai(self, frame: Mapping[str, Any]) -> None:
@@ -312,6 +320,7 @@ class ReplyRecord:
         usage = frame.get("usage")
         if isinstance(usage, Mapping):
             self.prompt_eval_count = usage.get("prompt_tokens")
+            self.prompt_cached_count = cached_tokens(usage)
             self.eval_count = usage.get("completion_tokens")
         for choice in frame.get("choices") or []:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:

@@ -37,7 +37,8 @@ def _sse_data(line: bytes) -> bytes | None:
 
 def _relay_reply(record: ReplyRecord, model: str) -> ChatReply:
     return ChatReply(text=record.text, model=model, prompt_eval_count=record.prompt_eval_count,
-                     eval_count=record.eval_count, done_reason=record.done_reason)
+                     eval_count=record.eval_count, done_reason=record.done_reason,
+                     prompt_cached_count=record.prompt_cached_count)
 
 
 def relayed_chat(transport: Transport, path: str, body: dict[str, Any], api: str,

@@ -17,6 +17,8 @@ class ChatReply:
     done_reason: str | None = None
     # The tools the model called, in app.model.messages' neutral shape ({"id", "name", "arguments"}).
     tool_calls: tuple[dict[str, Any], ...] = ()
+    # Of the prompt's tokens, those the server found in its cache (None if unreported).
+    prompt_cached_count: int | None = None
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

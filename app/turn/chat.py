@@ -51,6 +51,7 @@ from app.model.stream import ChatReply, ChatStream
 from app.model.transport import ModelActivity
 from app.memory import end_session
 from app.turn import metrics
+from app.turn.records import record_turn
 from app.recall.query import Query, make_query
 from app.recall.state import Recall
 from app.sanitize import Secret, find_secrets
@@ -326,6 +327,8 @@ class Turn:
                 from_outside=self.outcome.context.outside_content)
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
+        record_turn(self.service.writer, self.outcome.context, self.outcome.user_event,
+                    self.outcome.reply_event, self._stream.reply, self.outcome.error)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)
@@ -549,6 +552,7 @@ class ChatService:
         except ModelError as exc:
             metrics.MODEL_ERRORS.labels("chat", type(exc).__name__).inc()
             outcome.error = exc
+            record_turn(self.writer, context, user_event, None, None, exc)
             self.handoff.after_reply(user_id, session_id,
                                      sorted({e.id for e in stored} | {user_event.id}))
             raise

@@ -698,12 +698,13 @@ class _Turn:
             return None
         note, note_explain, note_items = "", {name: [] for name in RETRIEVED}, frozenset()
         note_outside: frozenset[str] = frozenset()
+        note_why: list[dict] = []
         room = min(self.config.memory.retrieved_max_tokens,
                    self.total - fixed_cost - budget.cost(_with_note("")) - 1)
         if current_key is not None and current_key not in notes and room > 0:
             carried = self._carried(said)
-            note, note_explain, note_items, note_outside = self._note(plan.shown, window,
-                                                                      carried, room)
+            note, note_explain, note_items, note_outside, note_why = self._note(
+                plan.shown, window, carried, room)
         if note:
             said[-1] = with_text_prepended(said[-1], _with_note(note))
         messages = [system, *said]
@@ -718,17 +719,17 @@ class _Turn:
                    "client_messages": None if request.history is None else len(request.history),
                    "window": [e.id for e in shown],
                    "stretch": {"turn": "continued", "notes": len(plan.notes) + bool(note)},
-                   "note": note_explain, "outside": sorted(outside)}
+                   "note": note_explain, "note_why": note_why, "outside": sorted(outside)}
         notes_now = plan.notes + (((current_key, note),) if note else ())
         next_plan = replace(plan, notes=notes_now, shown=plan.shown | note_items,
                             outside=layers_outside, generation=self.generation)
         return BuiltContext(messages, tokens, self.total, explain, next_plan, outside)
 
     def _note(self, shown: frozenset[str], window: list[Event], carried: _Carried,
-              room: int) -> tuple[str, dict, frozenset[str], frozenset[str]]:
+              room: int) -> tuple[str, dict, frozenset[str], frozenset[str], list[dict]]:
         """What to retrieve for this message that the prompt does not show yet: facts,
         cards and past messages with evidence of relevance (words in common, or a close
-        meaning), best first, within `room` tokens."""
+        meaning), best first, within `room` tokens; last, each one's ranks (explain)."""
         con, query, mem = self.con, self.query, self.config.memory
         budget = _Budget(self.ratio, room)
         found: dict[str, list[Candidate]] = {}
@@ -758,8 +759,10 @@ class _Turn:
         items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
         outside = frozenset(name for kind, found in chosen.items()
                             for name in _outside_items(kind[:-1], found))
+        why = [c.explain() for c in (*found["fact"], *found["card"], *quotable)
+               if f"{c.kind}:{c.id}" in items]
         return ("".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items,
-                outside)
+                outside, why)
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,

@@ -13,6 +13,8 @@ lets the page's token arrive in a cookie.
                 MEMORY.md, sessions and their events, search
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
     ops.py      scheduled tasks and the job queue
+    turns.py    the turn inspector (inspector.py reads a turn's record as the memory is
+                now), and its JSON under /memory/turns
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.ui import auth, forms, memory, ops
+from app.ui import auth, forms, memory, ops, turns
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -31,4 +33,6 @@ def install(app: FastAPI) -> None:
     """Put the memory page's routes and its stylesheet on `app`."""
     for pages in (auth, memory, forms, ops):
         app.include_router(pages.router)
+    app.include_router(turns.pages)
+    app.include_router(turns.api)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")

@@ -1,0 +1,170 @@
+"""The turn inspector's view of one stored turn: its record (app/turn/records.py) with
+every id looked up as the memory is now, and the background jobs the turn caused.
+
+A recalled item forgotten or corrected since shows as such, never with its old words.
+The jobs are read from where their work lands — an event distilled, summarised into a
+card, embedded — and, for work not done yet, from the queue: pending, or failed with
+its error (retried from the queue page).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from app.config import Config
+from app.events import Event, events_by_ids
+from app.log import get_logger
+from app.memory import cards_by_ids, get_fact
+from app.turn.records import TurnRecord
+from workers.inspection import QueueError, QueueView
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Recalled:
+    """One item recalled into the prompt, as the memory holds it now."""
+
+    kind: str  # "fact", "card" or "event"
+    id: int
+    where: str  # "layers" (the system prompt), "stretch" (an earlier turn's), "note"
+    why: str
+    ranks: dict[str, int]
+    score: float | None
+    text: str | None  # None when it is gone
+    state: str  # "current", "corrected since", "forgotten", "gone"
+
+
+@dataclass
+class TurnJob:
+    """A background job the turn caused, and how far it got."""
+
+    name: str  # "distill", "compact", "embed"
+    state: str  # "done", "pending", "failed", "not queued"
+    detail: str
+    job_id: str | None = None  # a failed job's, to retry it
+
+
+@dataclass
+class TurnView:
+    record: TurnRecord
+    message: Event | None
+    reply: Event | None
+    window: list[Event]
+    recalled: list[Recalled]
+    jobs: list[TurnJob] = field(default_factory=list)
+
+    @property
+    def layers(self) -> list[dict]:
+        return self.record.record["layers"]
+
+    def to_dict(self) -> dict[str, Any]:
+        def event(e: Event | None) -> dict | None:
+            return None if e is None else {"id": e.id, "role": e.role, "content": e.content,
+                                           "created_at": e.created_at}
+        return {**self.record.to_dict(), "message": event(self.message),
+                "reply": event(self.reply), "window": [event(e) for e in self.window],
+                "recalled": [r.__dict__ for r in self.recalled],
+                "jobs": [j.__dict__ for j in self.jobs]}
+
+
+def _fact_now(con: apsw.Connection, user_id: str, fact_id: int) -> tuple[str | None, str]:
+    fact = get_fact(con, user_id, fact_id)
+    if fact is None or fact.deleted_at is not None:
+        return None, "forgotten"
+    text = f"({fact.category}) {fact.key}: {fact.value}"
+    return text, "corrected since" if fact.superseded_at else "current"
+
+
+def recalled_now(con: apsw.Connection, user_id: str, record: TurnRecord) -> list[Recalled]:
+    """The record's recalled items, each looked up as the memory holds it now."""
+    items = record.record.get("recalled", [])
+    cards = {c.id: c for c in cards_by_ids(con, user_id, [i["id"] for i in items
+                                                          if i["kind"] == "card"])}
+    events = {e.id: e for e in events_by_ids(con, user_id, [i["id"] for i in items
+                                                             if i["kind"] == "event"])}
+    found = []
+    for item in items:
+        kind, item_id = item["kind"], item["id"]
+        if kind == "fact":
+            text, state = _fact_now(con, user_id, item_id)
+        elif kind == "card":
+            card = cards.get(item_id)
+            text, state = (card.summary, "current") if card else (None, "gone")
+        else:
+            past = events.get(item_id)
+            text, state = ((f"{past.role}: {past.content}", "current") if past
+                           else (None, "gone"))
+        found.append(Recalled(kind, item_id, item["where"], item["why"], item["ranks"],
+                              item.get("score"), text, state))
+    return found
+
+
+def _queued(config: Config, event_ids: set[int]) -> tuple[list[TurnJob], bool]:
+    """The queue's jobs about these events: pending, scheduled or failed; and whether
+    the queue could be read."""
+    try:
+        view = QueueView(config)
+        if not view.exists:
+            return [], True
+        kv = view.key_values()
+        jobs, failures = [*view.pending(kv), *view.scheduled(kv)], kv.failures
+    except QueueError as exc:
+        log.warning("inspector.queue_unreadable", error=str(exc))
+        return [], False
+
+    def about(args: tuple) -> bool:
+        return any(isinstance(a, list) and event_ids & set(a) for a in args)
+
+    found = [TurnJob(job.name, "pending", f"queued as {job.id}") for job in jobs
+             if about(job.args)]
+    found += [TurnJob(f.name, "failed", f.error, f.id) for f in failures if about(f.args)]
+    return found, True
+
+
+def turn_jobs(con: apsw.Connection, config: Config, record: TurnRecord) -> list[TurnJob]:
+    """What the turn's events set off, from the database first and the queue after."""
+    ids = [i for i in (record.event_id, record.reply_event_id) if i is not None]
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = list(con.execute(f"SELECT id, distilled_at, card_id FROM events WHERE id IN ({marks})",
+                            ids))
+    jobs: list[TurnJob] = []
+    distilled = [at for _, at, _ in rows if at]
+    queued, readable = _queued(config, set(ids))
+    if rows and len(distilled) == len(rows):
+        learned = con.execute(
+            f"SELECT count(*) FROM memory_log WHERE source_event_id IN ({marks})",
+            ids).fetchone()[0]
+        jobs.append(TurnJob("distill", "done", f"at {max(distilled)}; {learned} change(s) "
+                                               "to the memory learned from this turn"))
+    elif not any(j.name == "distill" for j in queued):
+        jobs.append(TurnJob("distill", "not queued",
+                            "the worker's reconcile sweep will pick it up" if readable
+                            else "the queue could not be read"))
+    jobs += queued
+    cards = sorted({card for _, _, card in rows if card})
+    if cards:
+        jobs.append(TurnJob("compact", "done",
+                            "summarised into card " + ", ".join(f"#{c}" for c in cards)))
+    embedded = con.execute(
+        f"SELECT count(DISTINCT owner_id) FROM embeddings WHERE owner_kind = 'event' "
+        f"AND owner_id IN ({marks})", ids).fetchone()[0]
+    if embedded:
+        jobs.append(TurnJob("embed", "done", f"{embedded} of {len(rows)} message(s) embedded"))
+    return jobs
+
+
+def inspect_turn(con: apsw.Connection, config: Config, user_id: str,
+                 record: TurnRecord) -> TurnView:
+    ids = [record.event_id, *([record.reply_event_id] if record.reply_event_id else []),
+           *record.record.get("window", [])]
+    events = {e.id: e for e in events_by_ids(con, user_id, ids)}
+    window = [events[i] for i in record.record.get("window", []) if i in events]
+    return TurnView(record, events.get(record.event_id),
+                    events.get(record.reply_event_id) if record.reply_event_id else None,
+                    window, recalled_now(con, user_id, record), turn_jobs(con, config, record))
