@@ -8,6 +8,7 @@ those that left loopback (aborted, so a test that misses one fails rather than w
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -26,8 +27,13 @@ from tests.api.test_serve_process import free_port
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import FakeOllama
 
-playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Elsewhere a machine without the browser skips these; CI installs it (.ci/run sets
+# CI), so there a missing browser fails the run instead of passing it silently.
+if os.environ.get("CI") and CHROMIUM is None:
+    raise RuntimeError("CI is set but chromium is not on PATH: .ci/run installs it")
+playwright_api = (importlib.import_module("playwright.sync_api") if os.environ.get("CI")
+                  else pytest.importorskip("playwright.sync_api"))
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH "
                                 "(apt-get install chromium; .ci/run does)")
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
