@@ -117,6 +117,7 @@ class Question:
     text: str
     category: int
     evidence: frozenset[str]  # dia_ids
+    answer: str = ""
 
 
 @dataclass
@@ -185,7 +186,8 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
             if not evidence:
                 c.skipped_questions += 1
                 continue
-            c.questions.append(Question(qa["question"], qa["category"], frozenset(evidence)))
+            c.questions.append(Question(qa["question"], qa["category"], frozenset(evidence),
+                                        str(qa.get("answer", ""))))
         conversations.append(c)
     return conversations
 
@@ -266,10 +268,41 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _told(messages: list[dict]) -> str:
+    return "\n".join(_flat(m["content"]) for m in messages)
+
+
 def context_recall(messages: list[dict], evidence_texts: list[str]) -> float:
     """The share of the evidence turns whose whole text is in the messages."""
-    told = "\n".join(_flat(m["content"]) for m in messages)
+    told = _told(messages)
     return sum(_flat(text) in told for text in evidence_texts) / len(evidence_texts)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_WORD = re.compile(r"[a-z0-9]+")
+_NOT_CONTENT = frozenset(
+    "the and for with that this was were are has have had her his she him they them their "
+    "you your not but from about what when where who how yes its it's also".split())
+
+
+def _content_words(text: str) -> set[str]:
+    """Lower-case words of three letters or more, less a few function words and a plural s."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w
+            for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _NOT_CONTENT}
+
+
+def answer_recall(messages: list[dict], evidence_texts: list[str], answer: str) -> float:
+    """The share of the evidence turns that the messages show whole, or whose every
+    sentence holding a word of the gold answer they show (a quote of the sentences that
+    answer). A turn none of whose sentences holds a word of the answer ("7 May 2023",
+    said as "yesterday") counts only whole."""
+    told, wanted = _told(messages), _content_words(answer)
+    shown = 0
+    for text in evidence_texts:
+        flat = _flat(text)
+        answering = [s for s in _SENTENCE_END.split(flat) if wanted & _content_words(s)]
+        shown += flat in told or (bool(answering) and all(s in told for s in answering))
+    return shown / len(evidence_texts)
 
 
 @dataclass
@@ -351,6 +384,8 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
             run.latency[name].append(_ms(began) + focus_ms)
             run.add(name, q.category, "context recall",
                     context_recall(built.messages, evidence_texts))
+            run.add(name, q.category, "answer recall",
+                    answer_recall(built.messages, evidence_texts, q.answer))
             run.add(name, q.category, "tokens", built.tokens)
             run.add(name, q.category, "events quoted", len(built.explain["events"]))
         for name, variant in (variants or {}).items():
