@@ -71,7 +71,7 @@ BM25_ROW_BUDGET = 500
 # A common word's row count is estimated from the newest this-many rows of a bigger table.
 COUNT_SAMPLE_ROWS = 50 * BM25_ROW_BUDGET
 # The tokenizer of every *_fts table (migrations/0001_initial.sql) and bm25()'s constants.
-_TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
+TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 _K1, _B = 1.2, 0.75
 # Cached row counts are redone once the table has grown by this share.
 _RECOUNT_GROWTH = 0.1
@@ -177,7 +177,7 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
     (negative: lower is better), from the owner's text."""
     if not words or not owner_ids or not rows:
         return {}
-    tokenizer = con.fts5_tokenizer(*_TOKENIZER)
+    tokenizer = con.fts5_tokenizer(*TOKENIZER)
 
     def tokenize(text: str) -> list[str]:
         return tokenizer(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,

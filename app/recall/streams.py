@@ -13,7 +13,6 @@ session's), and each is a few SQL statements and a ranking.
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ import apsw
 
 from app.recall.bm25 import bm25_stream
 from app.recall.owners import CURRENT_ONLY, OwnerKind, current
+from app.recall.sentences import sentences
 
 if TYPE_CHECKING:
     from app.recall.query import Query
@@ -180,15 +180,14 @@ def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
     return found
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 # +user_id: the ids pick the rows; an index on user_id would read all the user's events.
 _CONTENT_SQL = "SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks})"
 
 
 def asking_share(text: str) -> float:
     """The share of the text's sentences that are questions (0 for no sentence)."""
-    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
-    return sum(s.endswith("?") for s in sentences) / len(sentences) if sentences else 0.0
+    said = sentences(text)
+    return sum(s.endswith("?") for s in said) / len(said) if said else 0.0
 
 
 def _own_weights(con: apsw.Connection, user_id: str, event_ids: list[int]) -> dict[int, float]:

@@ -77,6 +77,7 @@ from app.memory import (
 )
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
+from app.recall.sentences import WordsHeld, sentences
 from app.recall.state import Recall
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.sanitize import redact_secrets
@@ -203,6 +204,9 @@ QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
 LOOK_DEEPER_BELOW = 0.75
 # Less room than this many tokens holds no quoted line worth having (date, role, words).
 MIN_EVENT_LINE_TOKENS = 12
+# A message quoted in part keeps this many sentences after each that holds the
+# question's words: "I adopted a dog last week. His name is Buddy."
+QUOTE_AFTER = 1
 
 
 @dataclass(frozen=True)
@@ -215,11 +219,44 @@ class _PastEvent:
     compacted: bool
     from_outside: bool = False
 
-    def line(self) -> str:
-        content = " ".join(self.content.split())
+    def quote(self, held: WordsHeld) -> _Quote:
+        """The message as a line of the prompt: whole, or, when some of its sentences hold
+        the question's words and others do not, those sentences (and QUOTE_AFTER after
+        each) with "…" where the rest was: a long message then costs what its answer
+        costs. A message none of whose sentences holds a word (found by meaning, or
+        beside a match) is quoted whole: nothing says which part answers."""
+        said = sentences(self.content)
+        kept = {i + after for i, sentence in enumerate(said) if held.words_in(sentence)
+                for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
+        if not kept or len(kept) == len(said):
+            kept = set(range(len(said)))
+        parts, last = [], -1
+        for i in sorted(kept):
+            if i > last + 1:
+                parts.append("…")
+            parts.append(said[i])
+            last = i
+        if last < len(said) - 1:
+            parts.append("…")
+        content = " ".join(parts)
         if len(content) > EVENT_LINE_CHARS:
             content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-        return f"- [{self.created_at[:10]}] {self.role}: {content}"
+        return _Quote(self, f"- [{self.created_at[:10]}] {self.role}: {content}",
+                      len(kept), len(said))
+
+
+@dataclass(frozen=True)
+class _Quote:
+    """A past message as the prompt quotes it: `sentences` of its `of`."""
+
+    event: _PastEvent
+    line: str
+    sentences: int
+    of: int
+
+    def explain(self) -> dict:
+        return {} if self.sentences == self.of else {"quoted": f"{self.sentences} of "
+                                                               f"{self.of} sentences"}
 
 
 def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
@@ -368,29 +405,31 @@ def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _
 
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                      window: list[Event], carried: _Carried,
-                     budget: _Budget) -> tuple[list[Candidate], list[_PastEvent]]:
-    """The best-ranked past events worth quoting, best first: not in the window, not the
-    live part of this session (its un-compacted events: the window shows the recent
-    ones, and the message being answered is among them), and not what the request's
-    messages already say (`carried`: a client resends its history, compacted into cards
-    or not)."""
+                     budget: _Budget) -> tuple[list[Candidate], list[_Quote]]:
+    """The best-ranked past events worth quoting, best first, as quoted (whole, or the
+    sentences that hold the question's words): not in the window, not the live part of
+    this session (its un-compacted events: the window shows the recent ones, and the
+    message being answered is among them), and not what the request's messages already
+    say (`carried`: a client resends its history, compacted into cards or not)."""
     room = budget.room(retrieved=True)
     if room < MIN_EVENT_LINE_TOKENS:
         return [], []
     in_window = {e.id for e in window}
+    held = WordsHeld(con, query.searched)
     kept: list[Candidate] = []
-    found: dict[int, _PastEvent] = {}
+    quotes: dict[int, _Quote] = {}
     for depth in QUOTE_DEPTHS:
         candidates = search(con, query.user_id, query.text, "event", depth, query=query)
         found = _past_events(con, query.user_id, [c.id for c in candidates])
         kept = [c for c in candidates if c.id in found and c.id not in in_window
                 and (found[c.id].session_id != session_id or found[c.id].compacted)
                 and not carried.holds(found[c.id].content)]
-        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
-                                                     for c in kept)
+        quotes = {c.id: quotes.get(c.id) or found[c.id].quote(held) for c in kept}
+        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(q.line + "\n")
+                                                     for q in quotes.values())
         if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
             break
-    return kept, [found[c.id] for c in kept]
+    return kept, [quotes[c.id] for c in kept]
 
 
 def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
@@ -625,9 +664,7 @@ class _Turn:
         # included), best-ranked first, shown in the order they were said.
         event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
                                                   carried, budget)
-        sections["events"], reports["events"] = budget.take_section(
-            "events", HEADERS["events"], [e.line() for e in past],
-            shown_in=[(e.created_at, e.id) for e in past])
+        sections["events"], reports["events"] = _take_quotes(budget, past)
         for name in sorted(later):
             sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
 
@@ -647,7 +684,7 @@ class _Turn:
             "layers": [reports[name].to_dict() for name in PRIORITY],
             "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
             "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
-            "events": [c.explain() for c in reports["events"].chosen(event_candidates)],
+            "events": _explain_quotes(reports["events"], event_candidates, past),
             "window": [e.id for e in kept_events],
             "diary": [d.session_id for d in reports["diary"].chosen(diary)],
         }
@@ -661,7 +698,7 @@ class _Turn:
             + _outside_items("fact", reports["facts"].chosen(facts))
             + _outside_items("card", reports["cards"].chosen(cards))
             + _outside_items("diary", reports["diary"].chosen(diary))
-            + _outside_items("event", reports["events"].chosen(past)))
+            + _outside_items("event", [q.event for q in reports["events"].chosen(past)]))
         outside = layers_outside | frozenset(_outside_items("event", kept_events)
                                              + _outside_messages(request))
         explain["outside"] = sorted(outside)
@@ -748,18 +785,28 @@ class _Turn:
         quotable, past = _quotable_events(con, query, self.request.session_id, window, carried,
                                           budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}
-        past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
-        sections["events"], events_report = budget.take_section(
-            "events", HEADERS["events"], [e.line() for e in past],
-            shown_in=[(e.created_at, e.id) for e in past])
+        past = [q for q in past if q.event.id in evident and f"event:{q.event.id}" not in shown]
+        sections["events"], events_report = _take_quotes(budget, past)
         chosen = {"facts": facts_report.chosen(facts), "cards": cards_report.chosen(cards),
-                  "events": events_report.chosen(past)}
+                  "events": [q.event for q in events_report.chosen(past)]}
         kept = {kind: [item.id for item in items] for kind, items in chosen.items()}
         items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
         outside = frozenset(name for kind, found in chosen.items()
                             for name in _outside_items(kind[:-1], found))
         return ("".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items,
                 outside)
+
+
+def _take_quotes(budget: _Budget, quotes: list[_Quote]) -> tuple[str, LayerReport]:
+    """The past messages that fit, best first, shown in the order they were said."""
+    return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
+                               shown_in=[(q.event.created_at, q.event.id) for q in quotes])
+
+
+def _explain_quotes(report: LayerReport, candidates: list[Candidate],
+                    quotes: list[_Quote]) -> list[dict]:
+    """Each quoted message's ranks and score, and how much of it was quoted when not all."""
+    return [{**candidates[i].explain(), **quotes[i].explain()} for i in report.kept]
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,
