@@ -161,6 +161,17 @@ def rows_holding(con: apsw.Connection, term_counts: TermCounts, kind: OwnerKind,
     return rows, term_counts.counts(con, part, words, rows)
 
 
+def indexed_texts(con: apsw.Connection, kind: OwnerKind, owner_ids: list[int]) -> dict[int, str]:
+    """The text the full-text index holds for each owner (a fact's key and value, a
+    card's summary and keywords, an event's content)."""
+    if not owner_ids:
+        return {}
+    part = _FTS_PARTS[kind]
+    marks = ",".join("?" * len(owner_ids))
+    return dict(con.execute(f"SELECT id, {part.text} FROM {part.content} WHERE id IN ({marks})",
+                            owner_ids))
+
+
 def _idf(rows: int, holding: int) -> float:
     """bm25()'s inverse document frequency of a word held by `holding` of `rows` rows.
 

@@ -117,6 +117,7 @@ class LayerReport:
     included: int  # items that fit
     tokens: int
     kept: list[int] = field(default_factory=list)  # which ones, by their place in the offer
+    shortened: set[int] = field(default_factory=set)  # of those, the ones in a shorter form
 
     def chosen(self, items: list) -> list:
         """The offered items that went in, best first."""
@@ -220,16 +221,20 @@ class _PastEvent:
     from_outside: bool = False
 
     def quote(self, held: WordsHeld) -> _Quote:
-        """The message as a line of the prompt: whole, or, when some of its sentences hold
-        the question's words and others do not, those sentences (and QUOTE_AFTER after
-        each) with "…" where the rest was: a long message then costs what its answer
-        costs. A message none of whose sentences holds a word (found by meaning, or
-        beside a match) is quoted whole: nothing says which part answers."""
+        """The message as the prompt may quote it: whole, and, when some of its sentences
+        hold the question's words and others do not, in part: those sentences (and
+        QUOTE_AFTER after each) with "…" where the rest was. The part goes in when the
+        whole would be cut (over EVENT_LINE_CHARS) or does not fit the room left: a long
+        message then costs what its answer costs instead of being skipped. A message
+        none of whose sentences holds a word (found by meaning, or beside a match) has
+        no part: nothing says which part answers. Whole is preferred otherwise: on
+        LoCoMo the answer is often in a sentence beside the words asked about."""
         said = sentences(self.content)
         kept = {i + after for i, sentence in enumerate(said) if held.words_in(sentence)
                 for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
+        whole = self._line(" ".join(said))
         if not kept or len(kept) == len(said):
-            kept = set(range(len(said)))
+            return _Quote(self, whole, None, len(said), len(said))
         parts, last = [], -1
         for i in sorted(kept):
             if i > last + 1:
@@ -238,25 +243,31 @@ class _PastEvent:
             last = i
         if last < len(said) - 1:
             parts.append("…")
-        content = " ".join(parts)
+        part = self._line(" ".join(parts))
+        if len(" ".join(said)) > EVENT_LINE_CHARS:
+            return _Quote(self, part, None, len(kept), len(said))
+        return _Quote(self, whole, part, len(kept), len(said))
+
+    def _line(self, content: str) -> str:
         if len(content) > EVENT_LINE_CHARS:
             content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-        return _Quote(self, f"- [{self.created_at[:10]}] {self.role}: {content}",
-                      len(kept), len(said))
+        return f"- [{self.created_at[:10]}] {self.role}: {content}"
 
 
 @dataclass(frozen=True)
 class _Quote:
-    """A past message as the prompt quotes it: `sentences` of its `of`."""
+    """A past message as the prompt quotes it: `line`, or `part` (`sentences` of its
+    `of`) when the line does not fit."""
 
     event: _PastEvent
     line: str
+    part: str | None
     sentences: int
     of: int
 
-    def explain(self) -> dict:
-        return {} if self.sentences == self.of else {"quoted": f"{self.sentences} of "
-                                                               f"{self.of} sentences"}
+    def explain(self, shortened: bool) -> dict:
+        in_part = shortened or (self.part is None and self.sentences < self.of)
+        return {"quoted": f"{self.sentences} of {self.of} sentences"} if in_part else {}
 
 
 def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
@@ -299,7 +310,8 @@ class _Budget:
         return self.left
 
     def take_section(self, name: str, header: str, lines: list[str], *,
-                     shown_in: list | None = None) -> tuple[str, LayerReport]:
+                     shown_in: list | None = None,
+                     shorter: list[str | None] | None = None) -> tuple[str, LayerReport]:
         """As many lines as fit under the header; nothing at all if not even one does.
 
         Lines are taken in the order given (best first); with `shown_in` (one sort key
@@ -307,7 +319,8 @@ class _Budget:
         or that tells a story (bootstrap, profile, diary) stops at the first line that
         does not fit; a retrieved one passes over it for the shorter ones below: with a
         few hundred tokens of room, one long message would otherwise keep out every
-        match ranked after it."""
+        match ranked after it. A retrieved line that does not fit may give way to its
+        `shorter` form (a message quoted in part)."""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -315,8 +328,15 @@ class _Budget:
         block = f"\n\n{header}\n"
         spent = self.cost(block)
         kept: list[int] = []
+        shown = list(lines)
         for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
+            short = shorter[i] if shorter and name in RETRIEVED else None
+            if spent + line_cost > room and short:
+                short_cost = self.cost(short + "\n")
+                if spent + short_cost <= room:
+                    shown[i], line_cost = short, short_cost
+                    report.shortened.add(i)
             if spent + line_cost > room:
                 if name in RETRIEVED:
                     continue
@@ -331,7 +351,7 @@ class _Budget:
         report.included, report.tokens, report.kept = len(kept), spent, kept
         if shown_in is not None:
             kept = sorted(kept, key=lambda i: shown_in[i])
-        return block + "".join(lines[i] + "\n" for i in kept), report
+        return block + "".join(shown[i] + "\n" for i in kept), report
 
 
 def _outside_items(kind: str, items: list) -> list[str]:
@@ -800,13 +820,15 @@ class _Turn:
 def _take_quotes(budget: _Budget, quotes: list[_Quote]) -> tuple[str, LayerReport]:
     """The past messages that fit, best first, shown in the order they were said."""
     return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
-                               shown_in=[(q.event.created_at, q.event.id) for q in quotes])
+                               shown_in=[(q.event.created_at, q.event.id) for q in quotes],
+                               shorter=[q.part for q in quotes])
 
 
 def _explain_quotes(report: LayerReport, candidates: list[Candidate],
                     quotes: list[_Quote]) -> list[dict]:
     """Each quoted message's ranks and score, and how much of it was quoted when not all."""
-    return [{**candidates[i].explain(), **quotes[i].explain()} for i in report.kept]
+    return [{**candidates[i].explain(), **quotes[i].explain(i in report.shortened)}
+            for i in report.kept]
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,

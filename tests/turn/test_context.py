@@ -297,6 +297,22 @@ def test_a_long_message_gives_the_sentence_that_answers_to_a_small_budget(writer
     assert ctx.explain["events"][0]["quoted"] == "2 of 42 sentences"
 
 
+def test_a_message_too_long_for_the_room_left_is_quoted_in_part_not_skipped(writer, config,
+                                                                            recall):
+    config = config.replace(memory={"retrieved_max_tokens": 50})
+    message = ("We walked for hours and the weather kept changing all afternoon long. "
+               "The ferry to the island was cancelled. Then we ate at the harbour. "
+               "Everyone was tired but happy and we slept early that night.")
+    append_event(writer, config, "ana", "old", "user", message)
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "was the ferry cancelled?", session_id="new", window=[], recall=recall))
+    assert ("user: … The ferry to the island was cancelled. Then we ate at the harbour. …"
+            in ctx.system_prompt)
+    assert ctx.explain["events"][0]["quoted"] == "2 of 4 sentences"
+
+
 def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, recall):
     past_events(writer, config, 10)
     con = connect_readonly(writer.path)
