@@ -77,9 +77,10 @@ from app.memory import (
 )
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
-from app.recall.sentences import WordsHeld, sentences
+from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 from app.sanitize import redact_secrets
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -104,7 +105,6 @@ HEADERS = {
     "events": "## Earlier messages that may be related (oldest first)",
     "diary": "## The previous session",
 }
-TRUNCATION_MARKER = " […]"
 # What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,
 # gemma3 as 256): the layers must leave it room.
 IMAGE_TOKENS = 576
@@ -192,9 +192,6 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-# A message quoted from the past is cut to this many characters: one pasted log must not
-# take the room of a dozen messages (LoCoMo's turns: 99 % under 340 characters).
-EVENT_LINE_CHARS = 500
 # How deep the past messages are searched for quoting: first the fusion's own depth, so
 # the search shares the BM25 and vector reads of the session stream; twice that only
 # when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
@@ -205,79 +202,6 @@ QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
 LOOK_DEEPER_BELOW = 0.75
 # Less room than this many tokens holds no quoted line worth having (date, role, words).
 MIN_EVENT_LINE_TOKENS = 12
-# A message quoted in part keeps this many sentences after each that holds the
-# question's words: "I adopted a dog last week. His name is Buddy."
-QUOTE_AFTER = 1
-
-
-@dataclass(frozen=True)
-class _PastEvent:
-    id: int
-    session_id: str
-    created_at: str
-    role: str
-    content: str
-    compacted: bool
-    from_outside: bool = False
-
-    def quote(self, held: WordsHeld) -> _Quote:
-        """The message as the prompt may quote it: whole, and, when some of its sentences
-        hold the question's words and others do not, in part: those sentences (and
-        QUOTE_AFTER after each) with "…" where the rest was. The part goes in when the
-        whole would be cut (over EVENT_LINE_CHARS) or does not fit the room left: a long
-        message then costs what its answer costs instead of being skipped. A message
-        none of whose sentences holds a word (found by meaning, or beside a match) has
-        no part: nothing says which part answers. Whole is preferred otherwise: on
-        LoCoMo the answer is often in a sentence beside the words asked about."""
-        said = sentences(self.content)
-        kept = {i + after for i, sentence in enumerate(said) if held.words_in(sentence)
-                for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
-        whole = self._line(" ".join(said))
-        if not kept or len(kept) == len(said):
-            return _Quote(self, whole, None, len(said), len(said))
-        parts, last = [], -1
-        for i in sorted(kept):
-            if i > last + 1:
-                parts.append("…")
-            parts.append(said[i])
-            last = i
-        if last < len(said) - 1:
-            parts.append("…")
-        part = self._line(" ".join(parts))
-        if len(" ".join(said)) > EVENT_LINE_CHARS:
-            return _Quote(self, part, None, len(kept), len(said))
-        return _Quote(self, whole, part, len(kept), len(said))
-
-    def _line(self, content: str) -> str:
-        if len(content) > EVENT_LINE_CHARS:
-            content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-        return f"- [{self.created_at[:10]}] {self.role}: {content}"
-
-
-@dataclass(frozen=True)
-class _Quote:
-    """A past message as the prompt quotes it: `line`, or `part` (`sentences` of its
-    `of`) when the line does not fit."""
-
-    event: _PastEvent
-    line: str
-    part: str | None
-    sentences: int
-    of: int
-
-    def explain(self, shortened: bool) -> dict:
-        in_part = shortened or (self.part is None and self.sentences < self.of)
-        return {"quoted": f"{self.sentences} of {self.of} sentences"} if in_part else {}
-
-
-def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
-    if not ids:
-        return {}
-    rows = con.execute(
-        "SELECT id, session_id, created_at, role, content, compacted, from_outside FROM events "
-        f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
-    return {row[0]: _PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
-
 
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
     """Top-k relevant items, or the k most recent when nothing matches."""
@@ -425,7 +349,7 @@ def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _
 
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                      window: list[Event], carried: _Carried,
-                     budget: _Budget) -> tuple[list[Candidate], list[_Quote]]:
+                     budget: _Budget) -> tuple[list[Candidate], list[Quote]]:
     """The best-ranked past events worth quoting, best first, as quoted (whole, or the
     sentences that hold the question's words): not in the window, not the live part of
     this session (its un-compacted events: the window shows the recent ones, and the
@@ -437,10 +361,10 @@ def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
     in_window = {e.id for e in window}
     held = WordsHeld(con, query.searched)
     kept: list[Candidate] = []
-    quotes: dict[int, _Quote] = {}
+    quotes: dict[int, Quote] = {}
     for depth in QUOTE_DEPTHS:
         candidates = search(con, query.user_id, query.text, "event", depth, query=query)
-        found = _past_events(con, query.user_id, [c.id for c in candidates])
+        found = past_events(con, query.user_id, [c.id for c in candidates])
         kept = [c for c in candidates if c.id in found and c.id not in in_window
                 and (found[c.id].session_id != session_id or found[c.id].compacted)
                 and not carried.holds(found[c.id].content)]
@@ -817,7 +741,7 @@ class _Turn:
                 outside)
 
 
-def _take_quotes(budget: _Budget, quotes: list[_Quote]) -> tuple[str, LayerReport]:
+def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport]:
     """The past messages that fit, best first, shown in the order they were said."""
     return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
                                shown_in=[(q.event.created_at, q.event.id) for q in quotes],
@@ -825,7 +749,7 @@ def _take_quotes(budget: _Budget, quotes: list[_Quote]) -> tuple[str, LayerRepor
 
 
 def _explain_quotes(report: LayerReport, candidates: list[Candidate],
-                    quotes: list[_Quote]) -> list[dict]:
+                    quotes: list[Quote]) -> list[dict]:
     """Each quoted message's ranks and score, and how much of it was quoted when not all."""
     return [{**candidates[i].explain(), **quotes[i].explain(i in report.shortened)}
             for i in report.kept]
