@@ -180,7 +180,7 @@ class Why:
     when: tuple[str, ...] = ()
     cosine: float | None = None
     beside: int | None = None  # the event id of that match
-    link: str | None = None  # how: "reply", "question" or "named" (app/recall/streams.py)
+    link: str | None = None  # how: "reply" or "question" (app/recall/streams.py, reach)
 
     def __bool__(self) -> bool:
         return bool(self.words or self.when or self.cosine is not None or self.beside)
@@ -206,8 +206,7 @@ class Why:
 
 
 # How an event without evidence of its own is said beside one that has it.
-_LINKS = {"reply": "the reply to event #{}", "question": "the question event #{} answers",
-          "named": "what event #{} asks about"}
+_LINKS = {"reply": "the reply to event #{}", "question": "the question event #{} answers"}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ EVENT_LINE_CHARS = 500
 # A message quoted in part keeps this many sentences after each that holds the
 # question's words: "I adopted a dog last week. His name is Buddy."
 QUOTE_AFTER = 1
+# A message shorter than this is quoted whole or not at all.
+PART_FROM_CHARS = 0
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class PastEvent:
         kept = {i + after for i, sentence in enumerate(said) if held.words_in(sentence)
                 for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
         whole = self._line(" ".join(said))
-        if not kept or len(kept) == len(said):
+        if not kept or len(kept) == len(said) or len(self.content) < PART_FROM_CHARS:
             return Quote(self, whole, None, len(said), len(said))
         parts, last = [], -1
         for i in sorted(kept):
