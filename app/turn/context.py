@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import apsw
 
@@ -235,7 +236,8 @@ class _Budget:
 
     def take_section(self, name: str, header: str, lines: list[str], *,
                      shown_in: list | None = None,
-                     shorter: list[str | None] | None = None) -> tuple[str, LayerReport]:
+                     shorter: Callable[[int], str | None] | None = None
+                     ) -> tuple[str, LayerReport]:
         """As many lines as fit under the header; nothing at all if not even one does.
 
         Lines are taken in the order given (best first); with `shown_in` (one sort key
@@ -244,7 +246,7 @@ class _Budget:
         does not fit; a retrieved one passes over it for the shorter ones below: with a
         few hundred tokens of room, one long message would otherwise keep out every
         match ranked after it. A retrieved line that does not fit may give way to its
-        `shorter` form (a message quoted in part)."""
+        shorter form, `shorter(i)` (a message quoted in part)."""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -255,8 +257,9 @@ class _Budget:
         shown = list(lines)
         for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
-            short = shorter[i] if shorter and name in RETRIEVED else None
-            if spent + line_cost > room and short:
+            fits = spent + line_cost <= room
+            short = shorter(i) if shorter and name in RETRIEVED and not fits else None
+            if short:
                 short_cost = self.cost(short + "\n")
                 if spent + short_cost <= room:
                     shown[i], line_cost = short, short_cost
@@ -745,7 +748,7 @@ def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport
     """The past messages that fit, best first, shown in the order they were said."""
     return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
                                shown_in=[(q.event.created_at, q.event.id) for q in quotes],
-                               shorter=[q.part for q in quotes])
+                               shorter=lambda i: quotes[i].part)
 
 
 def _explain_quotes(report: LayerReport, candidates: list[Candidate],

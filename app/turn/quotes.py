@@ -4,6 +4,7 @@ the sentences that hold the question's words (app/turn/context.py chooses which)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import apsw
 
@@ -31,53 +32,70 @@ class PastEvent:
     from_outside: bool = False
 
     def quote(self, held: WordsHeld) -> Quote:
-        """The message as the prompt may quote it: whole, and, when some of its sentences
-        hold the question's words and others do not, in part: those sentences (and
-        QUOTE_AFTER after each) with "…" where the rest was. The part goes in when the
-        whole would be cut (over EVENT_LINE_CHARS) or does not fit the room left: a long
-        message then costs what its answer costs instead of being skipped. A message
-        none of whose sentences holds a word (found by meaning, or beside a match) has
-        no part: nothing says which part answers. Whole is preferred otherwise: on
-        LoCoMo the answer is often in a sentence beside the words asked about."""
-        said = sentences(self.content)
-        kept = {i + after for i, sentence in enumerate(said) if held.words_in(sentence)
+        """The message as the prompt may quote it (Quote)."""
+        return Quote(self, held)
+
+
+class Quote:
+    """A past message as the prompt may quote it: whole (`line`), and, when some of its
+    sentences hold the question's words and others do not, in part (`part`): those
+    sentences (and QUOTE_AFTER after each) with "…" where the rest was. The part goes
+    in when the whole would be cut (over EVENT_LINE_CHARS) or does not fit the room
+    left: a long message then costs what its answer costs instead of being skipped. A
+    message none of whose sentences holds a word (found by meaning, or beside a match)
+    has no part: nothing says which part answers. Whole is preferred otherwise: on
+    LoCoMo the answer is often in a sentence beside the words asked about. The part is
+    read only when asked for (a build considers a hundred messages and cuts a few)."""
+
+    def __init__(self, event: PastEvent, held: WordsHeld) -> None:
+        self.event, self._held = event, held
+        content = " ".join(event.content.split())
+        self.long = len(content) > EVENT_LINE_CHARS
+        self._whole = _line(event, content)
+
+    @property
+    def line(self) -> str:
+        """What the prompt shows when it has the room."""
+        return (self.part or self._whole) if self.long else self._whole
+
+    @cached_property
+    def _kept(self) -> tuple[list[str], list[int]]:
+        """The message's sentences, and which of them its part shows."""
+        said = sentences(self.event.content)
+        if len(self.event.content) < PART_FROM_CHARS:
+            return said, list(range(len(said)))
+        kept = {i + after for i, sentence in enumerate(said) if self._held.words_in(sentence)
                 for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
-        whole = self._line(" ".join(said))
-        if not kept or len(kept) == len(said) or len(self.content) < PART_FROM_CHARS:
-            return Quote(self, whole, None, len(said), len(said))
+        return said, sorted(kept) if kept else list(range(len(said)))
+
+    @cached_property
+    def part(self) -> str | None:
+        """The sentences that hold the question's words; None when that is all or none."""
+        said, kept = self._kept
+        if len(kept) == len(said):
+            return None
         parts, last = [], -1
-        for i in sorted(kept):
+        for i in kept:
             if i > last + 1:
                 parts.append("…")
             parts.append(said[i])
             last = i
         if last < len(said) - 1:
             parts.append("…")
-        part = self._line(" ".join(parts))
-        if len(" ".join(said)) > EVENT_LINE_CHARS:
-            return Quote(self, part, None, len(kept), len(said))
-        return Quote(self, whole, part, len(kept), len(said))
-
-    def _line(self, content: str) -> str:
-        if len(content) > EVENT_LINE_CHARS:
-            content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-        return f"- [{self.created_at[:10]}] {self.role}: {content}"
-
-
-@dataclass(frozen=True)
-class Quote:
-    """A past message as the prompt quotes it: `line`, or `part` (`sentences` of its
-    `of`) when the line does not fit."""
-
-    event: PastEvent
-    line: str
-    part: str | None
-    sentences: int
-    of: int
+        return _line(self.event, " ".join(parts))
 
     def explain(self, shortened: bool) -> dict:
-        in_part = shortened or (self.part is None and self.sentences < self.of)
-        return {"quoted": f"{self.sentences} of {self.of} sentences"} if in_part else {}
+        """How much of the message the prompt shows, when not all of it."""
+        if not (shortened or (self.long and self.part)):
+            return {}
+        said, kept = self._kept
+        return {"quoted": f"{len(kept)} of {len(said)} sentences"}
+
+
+def _line(event: PastEvent, content: str) -> str:
+    if len(content) > EVENT_LINE_CHARS:
+        content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
+    return f"- [{event.created_at[:10]}] {event.role}: {content}"
 
 
 def past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, PastEvent]:
