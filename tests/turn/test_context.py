@@ -299,10 +299,11 @@ def test_a_long_message_gives_the_sentence_that_answers_to_a_small_budget(writer
 
 def test_a_message_too_long_for_the_room_left_is_quoted_in_part_not_skipped(writer, config,
                                                                             recall):
-    config = config.replace(memory={"retrieved_max_tokens": 50})
+    config = config.replace(memory={"retrieved_max_tokens": 60})
     message = ("We walked for hours and the weather kept changing all afternoon long. "
                "The ferry to the island was cancelled. Then we ate at the harbour. "
-               "Everyone was tired but happy and we slept early that night.")
+               "Everyone was tired but happy and we slept early that night, because the "
+               "next morning we had to be up at six to catch the first bus to the city.")
     append_event(writer, config, "ana", "old", "user", message)
     writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
     con = connect_readonly(writer.path)
