@@ -129,8 +129,10 @@ def get_context(body: ContextRequest, who: Who, service: Service) -> dict:
 @router.get("/search", summary="Search facts, context cards and events")
 def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
            limit: Annotated[int, Query(ge=1, le=100)] = 10, explain: bool = False) -> dict:
-    """Facts, then cards, then raw events matching `q`; with `explain`, each hit's rank
-    in every retrieval stream and its fused score."""
+    """Facts, then cards, then raw events matching `q`, ranked as a chat turn ranks them,
+    each with `why` it matches (words, the time asked about, a close meaning, or the
+    question or reply beside a match); with `explain`, each hit's rank in every retrieval
+    stream and its fused score."""
     hits = search_hits(service, who.user_id, q, limit)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
 

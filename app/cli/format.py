@@ -85,6 +85,7 @@ def as_of_text(moment: str, profile: dict[str, str], facts: list[Fact]) -> str:
 
 def hit_row(hit: SearchHit, explain: bool = False) -> str:
     row = f"{hit.kind} #{hit.id} [{hit.created_at[:10]}] {hit.text[:HIT_ROW_CHARS]}"
+    row += f"\n    ({hit.why.text()})"
     if explain:
         row += f"  ranks={hit.candidate.ranks} score={hit.candidate.score:.4f}"
     return row

@@ -311,6 +311,9 @@ def explain(repl: Repl, arg: str) -> None:
             repl.say(f"  {kind[:-1]} #{item['id']}: {item['why']}{detail}")
     if forgotten:
         repl.say(f"  and {len(forgotten)} fact(s) forgotten since", "dim")
+    for item in info.get("events", []):
+        part = f", {item['quoted']} quoted" if "quoted" in item else ""
+        repl.say(f"  past message #{item['id']} (score {item['score']}{part})")
     if info["window"]:
         repl.say(f"  window: events {', '.join(f'#{i}' for i in info['window'])}")
     if info["diary"]:

@@ -3,7 +3,8 @@
     query.py        reading the question: Query, make_query, focus_question
     bm25.py         the full-text stream: FTS5 BM25 at a bounded cost, cached word counts
     streams.py      the other streams: vectors, importance, recency, session, labels
-    fusion.py       weighted RRF over the streams: search, search_memory, matching
+    fusion.py       weighted RRF over the streams: search, search_memory (what matches, and why)
+    sentences.py    sentences, and which of the searched words each holds
     owners.py       what a search may return: the user's own, current owners
     state.py        Recall: the process's vector index, word counts and embedding threads
     event_labels.py who said an event and when, indexed beside its text

@@ -71,7 +71,7 @@ BM25_ROW_BUDGET = 500
 # A common word's row count is estimated from the newest this-many rows of a bigger table.
 COUNT_SAMPLE_ROWS = 50 * BM25_ROW_BUDGET
 # The tokenizer of every *_fts table (migrations/0001_initial.sql) and bm25()'s constants.
-_TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
+TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 _K1, _B = 1.2, 0.75
 # Cached row counts are redone once the table has grown by this share.
 _RECOUNT_GROWTH = 0.1
@@ -161,6 +161,17 @@ def rows_holding(con: apsw.Connection, term_counts: TermCounts, kind: OwnerKind,
     return rows, term_counts.counts(con, part, words, rows)
 
 
+def indexed_texts(con: apsw.Connection, kind: OwnerKind, owner_ids: list[int]) -> dict[int, str]:
+    """The text the full-text index holds for each owner (a fact's key and value, a
+    card's summary and keywords, an event's content)."""
+    if not owner_ids:
+        return {}
+    part = _FTS_PARTS[kind]
+    marks = ",".join("?" * len(owner_ids))
+    return dict(con.execute(f"SELECT id, {part.text} FROM {part.content} WHERE id IN ({marks})",
+                            owner_ids))
+
+
 def _idf(rows: int, holding: int) -> float:
     """bm25()'s inverse document frequency of a word held by `holding` of `rows` rows.
 
@@ -177,7 +188,7 @@ def _common_share(con: apsw.Connection, part: _FullText, words: list[str],
     (negative: lower is better), from the owner's text."""
     if not words or not owner_ids or not rows:
         return {}
-    tokenizer = con.fts5_tokenizer(*_TOKENIZER)
+    tokenizer = con.fts5_tokenizer(*TOKENIZER)
 
     def tokenize(text: str) -> list[str]:
         return tokenizer(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,

@@ -13,15 +13,18 @@ the most recent items. The question itself is read first (app/recall/query.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Callable, Mapping
 
 import apsw
 
-from app.recall.bm25 import bm25_stream
+from app.recall.bm25 import bm25_stream, indexed_texts
 from app.recall.owners import OwnerKind
 from app.recall.query import Query, make_query
-from app.recall.streams import (importance_stream, labels_stream, nearest, recency_stream,
-                                session_stream, vector_search_ahead, vector_stream)
+from app.recall.sentences import WordsHeld
+from app.recall.streams import (event_labels, importance_stream, labels_stream, nearest, reach,
+                                recency_stream, session_stream, vector_search_ahead,
+                                vector_stream)
 
 if TYPE_CHECKING:
     from app.model.embedders import Embedder
@@ -166,8 +169,50 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
 
 
 @dataclass(frozen=True)
+class Why:
+    """Why an owner counts as a match for a question: the question's words it holds (as
+    the full-text index reads them), the times the question names that it was said at,
+    its cosine to the question when at least SEARCH_MIN_SIMILARITY, or, for an event
+    with none of these, the match it was said beside (a question and its reply:
+    app/recall/streams.py, reach)."""
+
+    words: tuple[str, ...] = ()
+    when: tuple[str, ...] = ()
+    cosine: float | None = None
+    beside: int | None = None  # the event id of that match
+    link: str | None = None  # how: "reply" or "question" (app/recall/streams.py, reach)
+
+    def __bool__(self) -> bool:
+        return bool(self.words or self.when or self.cosine is not None or self.beside)
+
+    def to_dict(self) -> dict:
+        return {name: value for name, value in (
+            ("words", list(self.words)), ("when", list(self.when)), ("cosine", self.cosine),
+            ("beside", self.beside), ("link", self.link)) if value}
+
+    def text(self) -> str:
+        """One line for people: "words: dog, named; said in may 2023"."""
+        parts = []
+        if self.words:
+            parts.append("words: " + ", ".join(self.words))
+        if self.when:
+            parts.append("said in " + " or ".join(self.when))
+        if self.cosine is not None:
+            parts.append(f"close in meaning ({self.cosine:.2f})")
+        if self.beside:
+            parts.append(_LINKS.get(self.link or "", "said beside event #{}").format(self.beside)
+                         + ", which matches")
+        return "; ".join(parts)
+
+
+# How an event without evidence of its own is said beside one that has it.
+_LINKS = {"reply": "the reply to event #{}", "question": "the question event #{} answers"}
+
+
+@dataclass(frozen=True)
 class SearchHit:
-    """One search result for people (the REPL's /search, the API, the CLI)."""
+    """One search result for people (the REPL's /search, the API, the CLI): what
+    matched, and why."""
 
     kind: OwnerKind
     id: int
@@ -175,10 +220,11 @@ class SearchHit:
     created_at: str
     candidate: Candidate
     from_outside: bool = False  # content from outside, or learned from it
+    why: Why = Why()
 
     def to_dict(self, explain: bool = False) -> dict:
         hit = {"kind": self.kind, "id": self.id, "text": self.text, "created_at": self.created_at,
-               "from_outside": self.from_outside}
+               "from_outside": self.from_outside, "why": self.why.to_dict()}
         if explain:
             hit["explain"] = self.candidate.explain()
         return hit
@@ -194,40 +240,76 @@ _TEXT_SQL = {
 }
 
 
-# A search a person typed shows what matches: the nearest vectors always exist, so one
-# found only by meaning must be at least this close (cosine) to count as a match.
+# The nearest vectors always exist: one found only by meaning must be at least this
+# close (cosine) to count as a match.
 SEARCH_MIN_SIMILARITY = 0.6
 
 
 def search_memory(con: apsw.Connection, user_id: str, text: str, limit: int = 10, *,
-                  recall: Recall, embedder: Embedder | None = None) -> list[SearchHit]:
-    """Facts, then cards, then raw events (compacted ones included) matching the text: a
-    keyword match, or a meaning at least SEARCH_MIN_SIMILARITY close; no match, no hits.
-    Searched through `recall` (a ChatService's, or the caller's own Recall())."""
+                  recall: Recall, embedder: Embedder | None = None,
+                  now: datetime | None = None) -> list[SearchHit]:
+    """What in memory matches the text, ranked as a chat turn ranks it (the same query,
+    time labels and fusion): facts, then cards, then raw events (compacted ones
+    included), each with why it matches (`Why`); no match, no hits. Searched through
+    `recall` (a ChatService's, or the caller's own Recall()); `now` is when the text is
+    asked ("yesterday" counts from it)."""
     hits: list[SearchHit] = []
-    query = make_query(user_id, text, embedder, recall=recall, con=con)
+    query = make_query(user_id, text, embedder, recall=recall, con=con, now=now)
     for kind in ("fact", "card", "event"):
-        found = search(con, user_id, text, kind, limit - len(hits), query=query)
-        for candidate in matching(con, query, kind, found):
+        found = search(con, user_id, text, kind, _stream_depth(limit), query=query)
+        whys = why_matched(con, query, kind, found)
+        for candidate in found:
+            if len(hits) >= limit:
+                return hits
+            if candidate.id not in whys:
+                continue
             row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
             if row:
                 hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate,
-                                      bool(row[2])))
-        if len(hits) >= limit:
-            break
+                                      bool(row[2]), whys[candidate.id]))
     return hits
+
+
+def why_matched(con: apsw.Connection, query: Query, kind: OwnerKind,
+                found: list[Candidate]) -> dict[int, Why]:
+    """Of `found`, those that match the question, with why: evidence of their own (words,
+    a time it names, a close meaning), or, for events, a place within the reach of an
+    event that has it as a question and its reply. What only a distant vector, a prior,
+    or a place near a match brought is left out."""
+    close: dict[int, float] = {}
+    if query.model is not None and query.vector_now() is not None:
+        close = {owner_id: cosine for owner_id, cosine in nearest(
+            con, query, kind, 2 * max(len(found), STREAM_DEPTH))
+            if cosine >= SEARCH_MIN_SIMILARITY}
+    held = WordsHeld(con, query.searched)
+    texts = indexed_texts(con, kind, [c.id for c in found if "bm25" in c.ranks]) if held else {}
+    times = query.labels.times if query.labels is not None else ()
+    labels = (event_labels(con, [c.id for c in found if "labels" in c.ranks])
+              if kind == "event" and times else {})
+    whys: dict[int, Why] = {}
+    for c in found:
+        words = tuple(held.words_in(texts[c.id])) if c.id in texts else ()
+        when = tuple(" ".join(sorted(t, key=lambda w: (w.isdigit(), w))) for t in times
+                     if c.id in labels and t <= labels[c.id])
+        cosine = close.get(c.id)
+        why = Why(words, when, None if cosine is None else round(cosine, 3))
+        if why:
+            whys[c.id] = why
+    if kind == "event" and whys:
+        # A question and its reply: what only sits near a match is not shown as one.
+        spreads, _ = reach(con, query.user_id, list(whys))
+        reached: dict[int, Why] = {}
+        for c in found:  # best first: a neighbour is beside the best match reaching it
+            for spread in spreads.get(c.id, []) if c.id in whys else []:
+                if spread.link != "near":
+                    reached.setdefault(spread.neighbour, Why(beside=c.id, link=spread.link))
+        whys.update((c.id, reached[c.id]) for c in found
+                    if c.id not in whys and c.id in reached)
+    return whys
 
 
 def matching(con: apsw.Connection, query: Query, kind: OwnerKind,
              found: list[Candidate]) -> list[Candidate]:
-    """`found` when some of it matches by keyword or by close meaning; then without what
-    only a distant vector brought. Session neighbours stay beside a match."""
-    close: set[int] = set()
-    if query.model is not None and query.vector_now() is not None:
-        close = {owner_id for owner_id, cosine in nearest(
-            con, query, kind, 2 * max(len(found), STREAM_DEPTH))
-            if cosine >= SEARCH_MIN_SIMILARITY}
-    evident = {c.id for c in found if "bm25" in c.ranks or c.id in close}
-    if not evident:
-        return []
-    return [c for c in found if c.id in evident or "session" in c.ranks]
+    """`found` less what does not match the question (why_matched), in its order."""
+    whys = why_matched(con, query, kind, found)
+    return [c for c in found if c.id in whys]

@@ -2,6 +2,7 @@
 
     chat.py         ChatService: store the message, build the context, stream the reply
     context.py      the messages a model receives for one turn, always within budget
+    quotes.py       past messages as a prompt quotes them: whole, or the sentences that answer
     agent.py        Hilo's own agent: a turn in which the model may call tools
     tools/          the tools that agent may call, and their registry
     macros.py       tool chains learned from what the agent did

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import apsw
 
@@ -77,8 +78,10 @@ from app.memory import (
 )
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
+from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 from app.sanitize import redact_secrets
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -103,7 +106,6 @@ HEADERS = {
     "events": "## Earlier messages that may be related (oldest first)",
     "diary": "## The previous session",
 }
-TRUNCATION_MARKER = " […]"
 # What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,
 # gemma3 as 256): the layers must leave it room.
 IMAGE_TOKENS = 576
@@ -116,6 +118,7 @@ class LayerReport:
     included: int  # items that fit
     tokens: int
     kept: list[int] = field(default_factory=list)  # which ones, by their place in the offer
+    shortened: set[int] = field(default_factory=set)  # of those, the ones in a shorter form
 
     def chosen(self, items: list) -> list:
         """The offered items that went in, best first."""
@@ -190,9 +193,6 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-# A message quoted from the past is cut to this many characters: one pasted log must not
-# take the room of a dozen messages (LoCoMo's turns: 99 % under 340 characters).
-EVENT_LINE_CHARS = 500
 # How deep the past messages are searched for quoting: first the fusion's own depth, so
 # the search shares the BM25 and vector reads of the session stream; twice that only
 # when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
@@ -203,33 +203,6 @@ QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
 LOOK_DEEPER_BELOW = 0.75
 # Less room than this many tokens holds no quoted line worth having (date, role, words).
 MIN_EVENT_LINE_TOKENS = 12
-
-
-@dataclass(frozen=True)
-class _PastEvent:
-    id: int
-    session_id: str
-    created_at: str
-    role: str
-    content: str
-    compacted: bool
-    from_outside: bool = False
-
-    def line(self) -> str:
-        content = " ".join(self.content.split())
-        if len(content) > EVENT_LINE_CHARS:
-            content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-        return f"- [{self.created_at[:10]}] {self.role}: {content}"
-
-
-def _past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, _PastEvent]:
-    if not ids:
-        return {}
-    rows = con.execute(
-        "SELECT id, session_id, created_at, role, content, compacted, from_outside FROM events "
-        f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
-    return {row[0]: _PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
-
 
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
     """Top-k relevant items, or the k most recent when nothing matches."""
@@ -262,7 +235,9 @@ class _Budget:
         return self.left
 
     def take_section(self, name: str, header: str, lines: list[str], *,
-                     shown_in: list | None = None) -> tuple[str, LayerReport]:
+                     shown_in: list | None = None,
+                     shorter: Callable[[int], str | None] | None = None
+                     ) -> tuple[str, LayerReport]:
         """As many lines as fit under the header; nothing at all if not even one does.
 
         Lines are taken in the order given (best first); with `shown_in` (one sort key
@@ -270,7 +245,8 @@ class _Budget:
         or that tells a story (bootstrap, profile, diary) stops at the first line that
         does not fit; a retrieved one passes over it for the shorter ones below: with a
         few hundred tokens of room, one long message would otherwise keep out every
-        match ranked after it."""
+        match ranked after it. A retrieved line that does not fit may give way to its
+        shorter form, `shorter(i)` (a message quoted in part)."""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -278,8 +254,16 @@ class _Budget:
         block = f"\n\n{header}\n"
         spent = self.cost(block)
         kept: list[int] = []
+        shown = list(lines)
         for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
+            fits = spent + line_cost <= room
+            short = shorter(i) if shorter and name in RETRIEVED and not fits else None
+            if short:
+                short_cost = self.cost(short + "\n")
+                if spent + short_cost <= room:
+                    shown[i], line_cost = short, short_cost
+                    report.shortened.add(i)
             if spent + line_cost > room:
                 if name in RETRIEVED:
                     continue
@@ -294,7 +278,7 @@ class _Budget:
         report.included, report.tokens, report.kept = len(kept), spent, kept
         if shown_in is not None:
             kept = sorted(kept, key=lambda i: shown_in[i])
-        return block + "".join(lines[i] + "\n" for i in kept), report
+        return block + "".join(shown[i] + "\n" for i in kept), report
 
 
 def _outside_items(kind: str, items: list) -> list[str]:
@@ -368,29 +352,31 @@ def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _
 
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                      window: list[Event], carried: _Carried,
-                     budget: _Budget) -> tuple[list[Candidate], list[_PastEvent]]:
-    """The best-ranked past events worth quoting, best first: not in the window, not the
-    live part of this session (its un-compacted events: the window shows the recent
-    ones, and the message being answered is among them), and not what the request's
-    messages already say (`carried`: a client resends its history, compacted into cards
-    or not)."""
+                     budget: _Budget) -> tuple[list[Candidate], list[Quote]]:
+    """The best-ranked past events worth quoting, best first, as quoted (whole, or the
+    sentences that hold the question's words): not in the window, not the live part of
+    this session (its un-compacted events: the window shows the recent ones, and the
+    message being answered is among them), and not what the request's messages already
+    say (`carried`: a client resends its history, compacted into cards or not)."""
     room = budget.room(retrieved=True)
     if room < MIN_EVENT_LINE_TOKENS:
         return [], []
     in_window = {e.id for e in window}
+    held = WordsHeld(con, query.searched)
     kept: list[Candidate] = []
-    found: dict[int, _PastEvent] = {}
+    quotes: dict[int, Quote] = {}
     for depth in QUOTE_DEPTHS:
         candidates = search(con, query.user_id, query.text, "event", depth, query=query)
-        found = _past_events(con, query.user_id, [c.id for c in candidates])
+        found = past_events(con, query.user_id, [c.id for c in candidates])
         kept = [c for c in candidates if c.id in found and c.id not in in_window
                 and (found[c.id].session_id != session_id or found[c.id].compacted)
                 and not carried.holds(found[c.id].content)]
-        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(found[c.id].line() + "\n")
-                                                     for c in kept)
+        quotes = {c.id: quotes.get(c.id) or found[c.id].quote(held) for c in kept}
+        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(q.line + "\n")
+                                                     for q in quotes.values())
         if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
             break
-    return kept, [found[c.id] for c in kept]
+    return kept, [quotes[c.id] for c in kept]
 
 
 def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
@@ -625,9 +611,7 @@ class _Turn:
         # included), best-ranked first, shown in the order they were said.
         event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
                                                   carried, budget)
-        sections["events"], reports["events"] = budget.take_section(
-            "events", HEADERS["events"], [e.line() for e in past],
-            shown_in=[(e.created_at, e.id) for e in past])
+        sections["events"], reports["events"] = _take_quotes(budget, past)
         for name in sorted(later):
             sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
 
@@ -647,7 +631,7 @@ class _Turn:
             "layers": [reports[name].to_dict() for name in PRIORITY],
             "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
             "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
-            "events": [c.explain() for c in reports["events"].chosen(event_candidates)],
+            "events": _explain_quotes(reports["events"], event_candidates, past),
             "window": [e.id for e in kept_events],
             "diary": [d.session_id for d in reports["diary"].chosen(diary)],
         }
@@ -661,7 +645,7 @@ class _Turn:
             + _outside_items("fact", reports["facts"].chosen(facts))
             + _outside_items("card", reports["cards"].chosen(cards))
             + _outside_items("diary", reports["diary"].chosen(diary))
-            + _outside_items("event", reports["events"].chosen(past)))
+            + _outside_items("event", [q.event for q in reports["events"].chosen(past)]))
         outside = layers_outside | frozenset(_outside_items("event", kept_events)
                                              + _outside_messages(request))
         explain["outside"] = sorted(outside)
@@ -749,12 +733,10 @@ class _Turn:
         quotable, past = _quotable_events(con, query, self.request.session_id, window, carried,
                                           budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}
-        past = [e for e in past if e.id in evident and f"event:{e.id}" not in shown]
-        sections["events"], events_report = budget.take_section(
-            "events", HEADERS["events"], [e.line() for e in past],
-            shown_in=[(e.created_at, e.id) for e in past])
+        past = [q for q in past if q.event.id in evident and f"event:{q.event.id}" not in shown]
+        sections["events"], events_report = _take_quotes(budget, past)
         chosen = {"facts": facts_report.chosen(facts), "cards": cards_report.chosen(cards),
-                  "events": events_report.chosen(past)}
+                  "events": [q.event for q in events_report.chosen(past)]}
         kept = {kind: [item.id for item in items] for kind, items in chosen.items()}
         items = frozenset(f"{kind[:-1]}:{i}" for kind, ids in kept.items() for i in ids)
         outside = frozenset(name for kind, found in chosen.items()
@@ -763,6 +745,20 @@ class _Turn:
                if f"{c.kind}:{c.id}" in items]
         return ("".join(sections[name] for name in RETRIEVED).strip("\n"), kept, items,
                 outside, why)
+
+
+def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport]:
+    """The past messages that fit, best first, shown in the order they were said."""
+    return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
+                               shown_in=[(q.event.created_at, q.event.id) for q in quotes],
+                               shorter=lambda i: quotes[i].part)
+
+
+def _explain_quotes(report: LayerReport, candidates: list[Candidate],
+                    quotes: list[Quote]) -> list[dict]:
+    """Each quoted message's ranks and score, and how much of it was quoted when not all."""
+    return [{**candidates[i].explain(), **quotes[i].explain(i in report.shortened)}
+            for i in report.kept]
 
 
 def _explain_items(items, candidates: list[Candidate], fallback: bool,

@@ -105,6 +105,19 @@ def test_search_finds_facts_and_events_and_explains_ranks(hilo: HiloServer) -> N
     assert "explain" not in plain[0]
 
 
+def test_search_shows_only_what_matches_and_why(hilo: HiloServer) -> None:
+    api = hilo.client()
+    api.post("/memory/events", json={"session_id": "s1", "events": [
+        {"role": "user", "content": "my Brompton has a flat tyre"},
+        {"role": "assistant", "content": "Patch kits are cheap."},
+        {"role": "user", "content": "We cooked pasta on Friday"}]})
+
+    hits = api.get("/memory/search", params={"q": "flat tyre"}).json()["hits"]
+
+    assert [(h["text"], h["why"]) for h in hits] == [
+        ("user: my Brompton has a flat tyre", {"words": ["flat", "tyre"]})]
+
+
 def test_context_shows_what_the_model_would_get_and_why(hilo: HiloServer) -> None:
     api = hilo.client()
     api.put("/memory/profile/name", json={"value": "Ana"})

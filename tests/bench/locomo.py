@@ -15,8 +15,10 @@ embedded with the local embedder (all-MiniLM-L6-v2) by the embed job.
 For each question (categories 1-4):
   context  the context `build_context` gives the model (default num_ctx and budget, the
            question as the new user message of a new session): context recall is the
-           share of the question's evidence turns whose whole text is in it; also the
-           tokens it used and its build time. "context, no embedder" is the same with
+           share of the question's evidence turns whose whole text is in it; answer
+           recall also counts a turn quoted in part when the part shows every sentence
+           of it holding a word of the gold answer; also the tokens it used and its
+           build time. "context, no embedder" is the same with
            the vector stream silent (an embedder that is down or not configured);
            "context, budget filled" gives the first message as much memory as the
            budget holds (`[memory] fill_first_message`, a GPU's choice) instead of
@@ -120,6 +122,7 @@ class Question:
     text: str
     category: int
     evidence: frozenset[str]  # dia_ids
+    answer: str = ""
 
 
 @dataclass
@@ -188,7 +191,8 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
             if not evidence:
                 c.skipped_questions += 1
                 continue
-            c.questions.append(Question(qa["question"], qa["category"], frozenset(evidence)))
+            c.questions.append(Question(qa["question"], qa["category"], frozenset(evidence),
+                                        str(qa.get("answer", ""))))
         conversations.append(c)
     return conversations
 
@@ -269,10 +273,41 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _told(messages: list[dict]) -> str:
+    return "\n".join(_flat(m["content"]) for m in messages)
+
+
 def context_recall(messages: list[dict], evidence_texts: list[str]) -> float:
     """The share of the evidence turns whose whole text is in the messages."""
-    told = "\n".join(_flat(m["content"]) for m in messages)
+    told = _told(messages)
     return sum(_flat(text) in told for text in evidence_texts) / len(evidence_texts)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_WORD = re.compile(r"[a-z0-9]+")
+_NOT_CONTENT = frozenset(
+    "the and for with that this was were are has have had her his she him they them their "
+    "you your not but from about what when where who how yes its it's also".split())
+
+
+def _content_words(text: str) -> set[str]:
+    """Lower-case words of three letters or more, less a few function words and a plural s."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w
+            for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _NOT_CONTENT}
+
+
+def answer_recall(messages: list[dict], evidence_texts: list[str], answer: str) -> float:
+    """The share of the evidence turns that the messages show whole, or whose every
+    sentence holding a word of the gold answer they show (a quote of the sentences that
+    answer). A turn none of whose sentences holds a word of the answer ("7 May 2023",
+    said as "yesterday") counts only whole."""
+    told, wanted = _told(messages), _content_words(answer)
+    shown = 0
+    for text in evidence_texts:
+        flat = _flat(text)
+        answering = [s for s in _SENTENCE_END.split(flat) if wanted & _content_words(s)]
+        shown += flat in told or (bool(answering) and all(s in told for s in answering))
+    return shown / len(evidence_texts)
 
 
 @dataclass
@@ -355,6 +390,8 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
             run.latency[name].append(_ms(began) + focus_ms)
             run.add(name, q.category, "context recall",
                     context_recall(built.messages, evidence_texts))
+            run.add(name, q.category, "answer recall",
+                    answer_recall(built.messages, evidence_texts, q.answer))
             run.add(name, q.category, "tokens", built.tokens)
             run.add(name, q.category, "events quoted", len(built.explain["events"]))
         for name, variant in (variants or {}).items():
@@ -435,7 +472,8 @@ def markdown(results: dict) -> str:
         "separately).",
         f"RRF k = {results['rrf_k']}; fusion weights: {results['weights']}; session "
         f"spread: {results['session_spread']}; a message's own evidence where it asks: "
-        f"{results['asking_weight']}.",
+        f"{results['asking_weight']}; between a question and its reply: "
+        f"{results['answer_spread']}.",
         "Development conversations are where everything was chosen; the held-out figures "
         "come from one run made after the choices, and nothing was changed after it.",
         "",
@@ -467,9 +505,11 @@ def markdown(results: dict) -> str:
                      f"question embedding p50 {r['query_embedding_ms_p50']} ms.\n")
         parts.append(_table(
             ["context", "recall", *[f"{name} recall" for name in CATEGORIES.values()],
-             "tokens (mean)", "events quoted (mean)", "build p50 ms", "build p95 ms"],
+             "answer recall", "tokens (mean)", "events quoted (mean)", "build p50 ms",
+             "build p95 ms"],
             [[name, s["overall"]["context recall"],
               *[s["categories"][c]["context recall"] for c in CATEGORIES.values()],
+              s["overall"]["answer recall"],
               s["overall"]["tokens"], s["overall"]["events quoted"],
               s["latency_ms_p50"], s["latency_ms_p95"]]
              for name, s in r["contexts"].items()]))
@@ -495,19 +535,23 @@ def tuning_variants() -> dict[str, Variant]:
     variants: dict[str, Variant] = {
         name: (lambda con, query, w=weights: retrieve(con, "fusion", query, w))
         for name, weights in grid.items()}
-    for asking in (1.0, 0.0):
-        variants[f"messages that ask weigh {asking}"] = (
-            lambda con, query, a=asking: _with_asking_weight(a, con, query))
+    settings = [(f"messages that ask weigh {a}", "ASKING_WEIGHT", a) for a in (1.0, 0.0)]
+    settings += [(f"question and reply spread {a}", "ANSWER_SPREAD", a) for a in (0.4, 0.6)]
+    for name, setting, value in settings:
+        variants[name] = (lambda con, query, s=setting, v=value:
+                          _with_stream_setting(s, v, con, query))
     return variants
 
 
-def _with_asking_weight(weight: float, con: apsw.Connection, query: Query) -> list[int]:
-    chosen = recall_streams.ASKING_WEIGHT
-    recall_streams.ASKING_WEIGHT = weight
+def _with_stream_setting(name: str, value: float, con: apsw.Connection,
+                         query: Query) -> list[int]:
+    """The fusion with one of app.recall.streams' settings changed."""
+    chosen = getattr(recall_streams, name)
+    setattr(recall_streams, name, value)
     try:
         return retrieve(con, "fusion", query)
     finally:
-        recall_streams.ASKING_WEIGHT = chosen
+        setattr(recall_streams, name, chosen)
 
 
 def main() -> None:
@@ -550,7 +594,8 @@ def main() -> None:
                "num_ctx": config.llm.num_ctx,
                "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
                "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
-               "asking_weight": recall_streams.ASKING_WEIGHT, "splits": {}}
+               "asking_weight": recall_streams.ASKING_WEIGHT,
+               "answer_spread": recall_streams.ANSWER_SPREAD, "splits": {}}
     for name, (ids, role) in splits.items():
         with tempfile.TemporaryDirectory() as tmp:
             variants = tuning_variants() if args.tune and role == "development" else None

@@ -38,3 +38,42 @@ def test_a_search_still_finds_by_keyword_and_by_close_meaning(seeded, recall):
     assert hits[0].text == "user: We cooked pasta for dinner on Friday"
     assert any("puppy" in h.text
                for h in search_memory(con, "ana", "dog", 10, embedder=embedder, recall=recall))
+
+
+def test_a_search_shows_only_what_matches_with_the_words_it_matched(seeded, recall):
+    con, embedder = seeded
+    hits = search_memory(con, "ana", "pasta dinner", 10, embedder=embedder, recall=recall)
+    # Its session neighbours (the parrot, the flight) match nothing: not shown.
+    assert [h.text for h in hits] == ["user: We cooked pasta for dinner on Friday"]
+    assert hits[0].why.words == ("pasta", "dinner")
+
+
+def test_a_search_finds_what_was_said_at_the_time_it_names(writer, config, recall):
+    said = append_event(writer, config, "ana", "s1", "user", "Finally booked the ferry tickets",
+                        created_at="2026-05-14T10:00:00Z")
+    append_event(writer, config, "ana", "s2", "user", "Booked nothing",
+                 created_at="2026-08-02T10:00:00Z")
+    con = connect_readonly(writer.path)
+    hits = search_memory(con, "ana", "what happened in May 2026?", 10, recall=recall)
+    assert [(h.id, h.why.when) for h in hits] == [(said.id, ("may 2026",))]
+
+
+def test_a_search_shows_the_reply_to_a_question_that_matches(writer, config, recall):
+    asked = append_event(writer, config, "ana", "s1", "assistant", "What's the pup's name?")
+    reply = append_event(writer, config, "ana", "s1", "user", "Buddy, after my grandfather!")
+    con = connect_readonly(writer.path)
+    hits = search_memory(con, "ana", "pup name", 10, recall=recall)
+    why = {h.id: h.why.text() for h in hits}
+    assert why == {asked.id: "words: pup, name",
+                   reply.id: f"the reply to event #{asked.id}, which matches"}
+
+
+def test_hilo_memory_search_prints_each_hit_with_why(writer, config, data_dir, capsys):
+    from app.cli import main
+
+    append_event(writer, config, "ana", "s1", "user", "We cooked pasta for dinner on Friday")
+    append_event(writer, config, "ana", "s1", "user", "The flight to Lisbon was delayed")
+    assert main(["memory", "search", "pasta", "--user", "ana", "--data-dir", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "pasta for dinner" in out and "(words: pasta)" in out
+    assert "Lisbon" not in out

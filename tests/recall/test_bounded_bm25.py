@@ -30,7 +30,7 @@ FACTS = [("editor", "uses helix, alpha build"), ("alpha host", "db2 runs beta po
 
 
 def _tokens(con, text: str) -> list[str]:
-    tokenizer = con.fts5_tokenizer(*bm25._TOKENIZER)
+    tokenizer = con.fts5_tokenizer(*bm25.TOKENIZER)
     return tokenizer(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,
                      include_offsets=False, include_colocated=False)
 

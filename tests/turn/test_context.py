@@ -280,6 +280,40 @@ def test_a_long_match_does_not_keep_out_the_shorter_ones_ranked_after_it(writer,
     assert layers["events"]["items"] == 3 and layers["events"]["of"] == 4
 
 
+def test_a_long_message_gives_the_sentence_that_answers_to_a_small_budget(writer, config,
+                                                                         recall):
+    config = config.replace(memory={"retrieved_max_tokens": 60})
+    chatter = " ".join(f"Day {i} of the trip was grey and we mostly stayed in." for i in range(20))
+    answer = "My sister Lucia moved to Porto in March."
+    long = append_event(writer, config, "ana", "old", "user",
+                        f"{chatter} {answer} She loves it there. {chatter}")
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "where did my sister move to?", session_id="new", window=[], recall=recall))
+    assert f"user: … {answer} She loves it there. …" in ctx.system_prompt
+    assert "Day 3 of the trip" not in ctx.system_prompt
+    assert ctx.explain["events"][0]["id"] == long.id
+    assert ctx.explain["events"][0]["quoted"] == "2 of 42 sentences"
+
+
+def test_a_message_too_long_for_the_room_left_is_quoted_in_part_not_skipped(writer, config,
+                                                                            recall):
+    config = config.replace(memory={"retrieved_max_tokens": 60})
+    message = ("We walked for hours and the weather kept changing all afternoon long. "
+               "The ferry to the island was cancelled. Then we ate at the harbour. "
+               "Everyone was tired but happy and we slept early that night, because the "
+               "next morning we had to be up at six to catch the first bus to the city.")
+    append_event(writer, config, "ana", "old", "user", message)
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "was the ferry cancelled?", session_id="new", window=[], recall=recall))
+    assert ("user: … The ferry to the island was cancelled. Then we ate at the harbour. …"
+            in ctx.system_prompt)
+    assert ctx.explain["events"][0]["quoted"] == "2 of 4 sentences"
+
+
 def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, recall):
     past_events(writer, config, 10)
     con = connect_readonly(writer.path)
