@@ -169,4 +169,4 @@ def search(request: Request, who: Who, service: Service,
     hits = []
     if q.strip():
         hits = search_hits(service, who.user_id, q, SEARCH_HITS)
-    return page(request, who, "search.html", q=q, hits=hits, stream_words=STREAM_WORDS)
+    return page(request, who, "search.html", q=q, hits=hits)

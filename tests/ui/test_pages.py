@@ -108,7 +108,7 @@ def test_search_ranks_as_the_chat_does_and_says_why_each_hit_matched(hilo: HiloS
 
     shown = text(page)
     assert f"fact #{fact['id']}" in shown and "Postgres" not in shown
-    assert "Matched by its words (#1 by bm25)" in shown
+    assert "Why: words: neovim" in shown and "#1 by bm25" in shown
     assert [h["id"] for h in api["hits"]] == [fact["id"]]
     assert "Nothing matches" in text(browser(hilo).get("/ui/search", params={"q": "zebra"}))
 
