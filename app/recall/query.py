@@ -23,7 +23,7 @@ from app.errors import EmbedderUnavailable
 from app.fts import build_match_query, terms
 from app.log import get_logger
 from app.recall.bm25 import rows_holding
-from app.recall.event_labels import LabelQuery, read_question
+from app.recall.event_labels import LabelQuery, month_first, read_question
 from app.sanitize import redact_secrets
 
 if TYPE_CHECKING:
@@ -160,8 +160,10 @@ COMMON_SHARE = 0.1
 # ... and never a word in fewer events than this: a small memory has no common words.
 COMMON_MIN_ROWS = 50
 
-_NAME_SQL = ("SELECT value FROM profile WHERE user_id = ? AND key = 'name' "
-             "AND deleted_at IS NULL")
+# The profile keys that say how the user writes: their name, and their locale (numeric
+# dates month first in a US one: app/recall/event_labels.py, month_first).
+_PROFILE_SQL = ("SELECT key, value FROM profile WHERE user_id = ? AND key IN ('name', 'locale') "
+                "AND deleted_at IS NULL")
 
 
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
@@ -178,8 +180,10 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
                    recall: Recall) -> tuple[str, LabelQuery | None]:
     """The words of the question worth searching for, and its labels (the words' counts
     cached in `recall`)."""
-    row = con.execute(_NAME_SQL, (user_id,)).fetchone()
-    read = read_question(text, now or datetime.now(timezone.utc), [row[0]] if row else [])
+    profile = dict(con.execute(_PROFILE_SQL, (user_id,)).fetchall())
+    read = read_question(text, now or datetime.now(timezone.utc),
+                         [profile["name"]] if "name" in profile else [],
+                         month_first=month_first(profile.get("locale")))
     labels = read.labels
     searched = _without(text, list(read.name_spans)) if read.name_spans else text
     words = terms(searched)

@@ -385,3 +385,27 @@ def test_relative_times_count_from_when_the_question_is_asked(writer, config, re
     query = make_query("ana", "Where did I have dinner yesterday?", recall=recall, con=con,
                        now=asked)
     assert search(con, "ana", query.text, "event", 2, query=query)[0].id == ids[1]
+
+
+def test_a_numeric_date_finds_the_events_of_that_day(writer, config, recall):
+    ids = conversation(writer, config, [
+        ("user", "Went to the dentist, then the pottery class", "2024-01-21T10:00:00Z"),
+        ("user", "Painted the kitchen walls", "2024-01-22T10:00:00Z"),
+        ("user", "Read a novel all afternoon", "2024-06-21T10:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    found = search(con, "ana", "What did I do on 21.01.2024?", "event", 3, recall=recall)
+    assert [c.id for c in found] == [ids[0]]
+
+
+def test_the_users_locale_decides_how_a_numeric_date_is_read(writer, config, recall):
+    ids = conversation(writer, config, [
+        ("user", "Planted the tomatoes", "2023-04-03T10:00:00Z"),
+        ("user", "Planted the basil", "2023-03-04T10:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    question = "What did I plant on 03/04/2023?"
+    assert search(con, "ana", question, "event", 1, recall=recall)[0].id == ids[0]
+    writer.submit(lambda c: set_profile(c, "ana", "locale", "en-US", source="user",
+                                        worker="user"))
+    assert search(con, "ana", question, "event", 1, recall=recall)[0].id == ids[1]
