@@ -24,6 +24,7 @@ from app.fts import build_match_query, terms
 from app.log import get_logger
 from app.recall.bm25 import rows_holding
 from app.recall.event_labels import LabelQuery, month_first, read_question
+from app.recall.speakers import names_the_assistant
 from app.sanitize import redact_secrets
 
 if TYPE_CHECKING:
@@ -175,6 +176,20 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
     return " ".join("".join(kept).split())
 
 
+def _speaker_labels(con: apsw.Connection, user_id: str, labels: LabelQuery | None,
+                    names: list[str]) -> LabelQuery | None:
+    """The labels of a question that names someone common in the memory besides the user:
+    the assistant when it is the name the user calls the assistant by (and the question
+    does not name the user too); anyone else, or both speakers: no speaker."""
+    times = labels.times if labels is not None else ()
+    role = labels.role if labels is not None else None
+    if role is None and any(names_the_assistant(con, user_id, name) for name in names):
+        return LabelQuery(times, "assistant")
+    # Someone the user talks with or about: a question naming them as well as the user
+    # is about both, not only what the user said.
+    return LabelQuery(times) if times else None
+
+
 def focus_question(con: apsw.Connection, user_id: str, text: str,
                    now: datetime | None = None, *,
                    recall: Recall) -> tuple[str, LabelQuery | None]:
@@ -198,10 +213,8 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
         names = [m for m in pattern.finditer(searched)
                  if m.group()[0].isupper() and m.start() > 0]
         searched = _without(searched, [m.span() for m in names])
-        # Someone the user talks with or about: a question naming them as well as the
-        # user is about both, not only what the user said.
-        if names and labels is not None and labels.role is not None:
-            labels = LabelQuery(labels.times) if labels.times else None
+        if names:
+            labels = _speaker_labels(con, user_id, labels, [m.group() for m in names])
     if not terms(searched):  # nothing left to search for: better the words than none
         searched = text
     return searched, labels

@@ -409,3 +409,17 @@ def test_the_users_locale_decides_how_a_numeric_date_is_read(writer, config, rec
     writer.submit(lambda c: set_profile(c, "ana", "locale", "en-US", source="user",
                                         worker="user"))
     assert search(con, "ana", question, "event", 1, recall=recall)[0].id == ids[1]
+
+
+def test_a_question_naming_the_assistant_finds_what_the_assistant_said(writer, config, recall):
+    # The user calls the assistant Mel; the assistant never writes that name.
+    turns = [("user", f"Thanks, Mel! Talk soon about item {i}", f"2023-05-01T10:{i:02d}:00Z")
+             for i in range(60)]
+    turns += [("user", "I painted the fence, painted it twice", "2023-05-02T10:00:00Z"),
+              ("assistant", "I painted a sunset over the lake last year",
+               "2023-05-02T10:01:00Z")]
+    ids = conversation(writer, config, turns)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Mel paint?", con=con, recall=recall)
+    assert query.labels is not None and query.labels.role == "assistant"
+    assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
