@@ -24,7 +24,7 @@ from app.fts import build_match_query, terms
 from app.log import get_logger
 from app.recall.bm25 import rows_holding
 from app.recall.event_labels import LabelQuery, month_first, read_question
-from app.recall.speakers import names_the_assistant
+from app.recall.speakers import names_in
 from app.sanitize import redact_secrets
 
 if TYPE_CHECKING:
@@ -176,14 +176,14 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
     return " ".join("".join(kept).split())
 
 
-def _speaker_labels(con: apsw.Connection, user_id: str, labels: LabelQuery | None,
-                    names: list[str]) -> LabelQuery | None:
-    """The labels of a question that names someone common in the memory besides the user:
-    the assistant when it is the name the user calls the assistant by (and the question
-    does not name the user too); anyone else, or both speakers: no speaker."""
+def _speaker_labels(labels: LabelQuery | None, assistant: bool,
+                    others: bool) -> LabelQuery | None:
+    """The labels of a question that names the assistant (by the name the user calls it)
+    or someone common in the memory besides the user: the assistant's words when it names
+    only the assistant; no speaker when it names someone else, or both speakers."""
     times = labels.times if labels is not None else ()
     role = labels.role if labels is not None else None
-    if role is None and any(names_the_assistant(con, user_id, name) for name in names):
+    if assistant and role is None and not others:
         return LabelQuery(times, "assistant")
     # Someone the user talks with or about: a question naming them as well as the user
     # is about both, not only what the user said.
@@ -200,9 +200,17 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
                          [profile["name"]] if "name" in profile else [],
                          month_first=month_first(profile.get("locale")))
     labels = read.labels
-    searched = _without(text, list(read.name_spans)) if read.name_spans else text
+    # The assistant's name, as the user's: said all the time, it would find greetings.
+    candidates = [m for m in names_in(text)
+                  if not any(start <= m.start() < end for start, end in read.name_spans)]
+    rows = rows_holding(con, recall.term_counts, "event", [])[0] if candidates else 0
+    assistant = [m.span() for m in candidates
+                 if recall.address_book.names_the_assistant(con, user_id, m.group(), rows)]
+    spans = [*read.name_spans, *assistant]
+    searched = _without(text, spans) if spans else text
     words = terms(searched)
     common: list[str] = []
+    names: list[re.Match] = []
     if words:
         rows, counts = rows_holding(con, recall.term_counts, "event", words)
         floor = max(COMMON_MIN_ROWS, COMMON_SHARE * rows)
@@ -213,8 +221,8 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
         names = [m for m in pattern.finditer(searched)
                  if m.group()[0].isupper() and m.start() > 0]
         searched = _without(searched, [m.span() for m in names])
-        if names:
-            labels = _speaker_labels(con, user_id, labels, [m.group() for m in names])
+    if assistant or names:
+        labels = _speaker_labels(labels, bool(assistant), bool(names))
     if not terms(searched):  # nothing left to search for: better the words than none
         searched = text
     return searched, labels

@@ -143,7 +143,8 @@ def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, m
     query = make_query("ana", "my dog", embedder, recall=recall)
     found = search(con, "ana", query.text, "event", 3, query=query)
     assert ids[PUPPY] in [c.id for c in matching(con, query, "event", found)]
-    assert searched == ["event"]
+    # Events once; facts and cards (the learned stream reads them) once each as well.
+    assert sorted(searched) == ["card", "event", "fact"]
 
 
 def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config, recall):
@@ -423,3 +424,13 @@ def test_a_question_naming_the_assistant_finds_what_the_assistant_said(writer, c
     query = make_query("ana", "What did Mel paint?", con=con, recall=recall)
     assert query.labels is not None and query.labels.role == "assistant"
     assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
+
+
+def test_someone_the_user_only_talks_about_is_not_taken_for_the_assistant(writer, config,
+                                                                         recall):
+    conversation(writer, config, [
+        ("user", f"Anna loved the cake I made, number {i}", f"2023-05-01T10:{i:02d}:00Z")
+        for i in range(60)])
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Anna bake?", con=con, recall=recall)
+    assert query.labels is None or query.labels.role is None
