@@ -84,11 +84,10 @@ STREAMS: dict[str, Stream] = {
 # feedback from the top 3-5 events, as BM25 terms (-0.009 to +0.007) or as a vector
 # (+0.004 to +0.006, recall@2 -0.003 to -0.005), and leaving the time words out of the
 # words searched (-0.003).
-# The learned stream (app/recall/learned.py) weighs as the labels stream: a matching fact
-# is as good a sign of its message as a matching label; LoCoMo stores no facts or cards
-# (they need a model), so that weight is a choice, not a measurement.
+# The learned stream (app/recall/learned.py) weighs half: measured with LoCoMo's
+# observations stored as facts (its own has none), at 1 it crowded out direct matches.
 WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,
-                             "learned": 1.0, "importance": 0.25, "recency": 0.1}
+                             "learned": 0.5, "importance": 0.25, "recency": 0.1}
 # Streams that judge the question itself; the others are priors over every owner.
 MATCH_STREAMS = frozenset({"bm25", "vector", "session", "labels", "learned"})
 
