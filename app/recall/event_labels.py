@@ -17,6 +17,10 @@ ReadQuestion, with where in the question they were named): the
 label words an event must carry, which retrieval checks against its candidates and
 searches `event_labels_fts` with. Relative times ("yesterday", "last summer") are
 resolved against the time the question is asked, and only when it names no date.
+Numeric dates are day first unless the user's locale writes the month first
+(`month_first`). Read with the patterns below, not a date library: dateparser takes
+0.9 s to import and 7 ms a question, and dateutil finds one date a text, with no span
+and no Spanish (BENCHMARKS.md, issue 28).
 """
 
 from __future__ import annotations
