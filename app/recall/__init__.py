@@ -3,6 +3,7 @@
     query.py        reading the question: Query, make_query, focus_question
     bm25.py         the full-text stream: FTS5 BM25 at a bounded cost, cached word counts
     streams.py      the other streams: vectors, importance, recency, session, labels
+    learned.py      the messages that the matching facts and cards were learned from
     fusion.py       weighted RRF over the streams: search, search_memory (what matches, and why)
     sentences.py    sentences, and which of the searched words each holds
     owners.py       what a search may return: the user's own, current owners

@@ -74,7 +74,7 @@ COUNT_SAMPLE_ROWS = 50 * BM25_ROW_BUDGET
 TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 _K1, _B = 1.2, 0.75
 # Cached row counts are redone once the table has grown by this share.
-_RECOUNT_GROWTH = 0.1
+RECOUNT_GROWTH = 0.1
 
 
 # FTS5's totals, read through its documented auxiliary-function API (xRowCount,
@@ -144,7 +144,7 @@ class TermCounts:
         with self._lock:
             cached = self._tables.get(key)
             if (cached is None or not con.filename  # an in-memory database: nothing to key on
-                    or rows < cached.rows or rows > cached.rows * (1 + _RECOUNT_GROWTH)):
+                    or rows < cached.rows or rows > cached.rows * (1 + RECOUNT_GROWTH)):
                 cached = self._tables[key] = _TableCounts(rows)
             known = {w: cached.words[w] for w in words if w in cached.words}
         missing = {w: _count_rows(con, part, w, rows) for w in words if w not in known}

@@ -17,6 +17,10 @@ ReadQuestion, with where in the question they were named): the
 label words an event must carry, which retrieval checks against its candidates and
 searches `event_labels_fts` with. Relative times ("yesterday", "last summer") are
 resolved against the time the question is asked, and only when it names no date.
+Numeric dates are day first unless the user's locale writes the month first
+(`month_first`). Read with the patterns below, not a date library: dateparser takes
+0.9 s to import and 7 ms a question, and dateutil finds one date a text, with no span
+and no Spanish (BENCHMARKS.md, issue 28).
 """
 
 from __future__ import annotations
@@ -125,9 +129,19 @@ _FULL_DATES = [
     # October 13, 2023; October 13th
     re.compile(r"\b" + _MONTH.format("month") + r"\s+" + _DAY.format("day")
                + r"(?:,?\s+" + _YEAR.format("year") + r")?\b(?!:)"),
-    # 2023-10-13
-    re.compile(r"\b" + _YEAR.format("year") + r"-(?P<month>[01]\d)-(?P<day>[0-3]\d)\b"),
+    # 2023-10-13, 2023/10/13, 2023.10.13: the year first is always year, month, day
+    re.compile(r"(?<![\d./-])" + _YEAR.format("year") + r"(?P<sep>[-/.])(?P<month>[01]?\d)"
+               r"(?P=sep)(?P<day>[0-3]?\d)(?![\d/-]|\.\d)"),
 ]
+# 21.01.2024, 21/01/24, 21-1-2024: day first, or month first in a month-first locale
+# (read_question's `month_first`); one that is only a date the other way round is read
+# that way (13/04 is the 13th of April anywhere). Written dates, not arithmetic: the
+# same separator twice, and a number may not run on.
+_NUMERIC_DATE = re.compile(r"(?<![\d./-])(?P<first>[0-3]?\d)(?P<sep>[-/.])(?P<second>[0-3]?\d)"
+                           r"(?P=sep)(?P<year>(?:19|20)?\d\d)(?![\d/-]|\.\d)")
+# 21/01 without a year, only after a word that introduces a date: "1/2" alone is a half.
+_NUMERIC_DAY = re.compile(r"\b(?:on|since|until|by|before|after|el|del|desde|hasta|antes"
+                          r"\s+del?)\s+(?P<first>[0-3]?\d)/(?P<second>[0-3]?\d)(?![\d/])")
 _MONTH_YEAR = re.compile(r"\b" + _MONTH.format("month") + r",?\s+(?:de\s+|del\s+)?"
                          + _YEAR.format("year") + r"\b")
 # A month name on its own: "may" and "march" are words too, so they count only in a
@@ -141,15 +155,19 @@ _YEAR_ALONE = re.compile(r"(?<![\d-])" + _YEAR.format("year") + r"(?![\d-])")
 _SEASON = re.compile(r"\b(?:(?P<lead>in|the|this|last|next|el|este|en|pasado)\s+)?"
                      r"(?P<season>winter|spring|summer|autumn|fall|invierno|primavera"
                      r"|verano|otono)\b(?:\s+(?P<after>pasado|of|de|del)\b)?")
-_WEEKDAY = re.compile(r"\b(?P<weekday>monday|tuesday|wednesday|thursday|friday|saturday"
-                      r"|sunday|lunes|martes|miercoles|jueves|viernes|sabado|domingo)s?\b")
+_WEEKDAY_WORDS = ("monday|tuesday|wednesday|thursday|friday|saturday|sunday|lunes|martes"
+                  "|miercoles|jueves|viernes|sabado|domingo")
+_WEEKDAY = re.compile(r"\b(?P<weekday>" + _WEEKDAY_WORDS + r")s?\b")
 _WEEKEND = re.compile(r"\b(?:weekend|fin de semana|finde)\b")
 _PART = re.compile(r"\b(?P<part>morning|afternoon|evening|night|tonight)s?\b")
 _SPANISH_PART_RE = re.compile(r"\b(?:por|a|en|esta|de)\s+la\s+(?P<part>manana|tarde|noche)\b"
                               r"|\besta\s+(?P<this>manana|tarde|noche)\b")
 
 _RELATIVE = re.compile(
-    r"\b(?P<what>yesterday|ayer|anteayer|today|hoy|last night|anoche"
+    r"\b(?:last|(?:el|the)\s+(?:previous|past))\s+(?P<last_weekday>" + _WEEKDAY_WORDS
+    + r")\b|\bel\s+(?P<pasado_weekday>" + _WEEKDAY_WORDS + r")\s+pasado\b"
+    r"|\b(?P<what>the day before yesterday|yesterday|ayer|anteayer|today|hoy|last night|anoche"
+    r"|this week|esta semana|this month|este mes|this year|este ano"
     r"|this morning|esta manana"
     r"|last week|la semana pasada|last weekend|el fin de semana pasado"
     r"|last month|el mes pasado|last year|el ano pasado"
@@ -161,6 +179,21 @@ _RELATIVE = re.compile(
     r"(?P<hunit>d[ií]as?|semanas?|mes|meses|anos?)\b")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "un": 1, "una": 1, "two": 2, "dos": 2, "three": 3,
             "tres": 3, "four": 4, "cuatro": 4, "five": 5, "cinco": 5, "six": 6, "seis": 6}
+
+
+# Regions that write the month first (CLDR: the United States and a few that follow it).
+MONTH_FIRST_REGIONS = frozenset({"us", "ph", "fm", "mh", "pw", "um", "as", "gu", "mp", "pr",
+                                 "vi"})
+
+
+def month_first(locale: str | None) -> bool:
+    """Whether a locale ("en-US", "en_US.UTF-8", "US") writes numeric dates month first;
+    none given: day first, as most of the world does."""
+    if not locale:
+        return False
+    tag = re.split(r"[.@]", locale.strip())[0]
+    region = re.split(r"[-_]", tag)[-1].casefold()
+    return region in MONTH_FIRST_REGIONS
 
 
 def _fold(text: str) -> str:
@@ -206,17 +239,28 @@ def _shift_month(year: int, month: int, back: int) -> tuple[int, int]:
 
 
 def _relative(match: re.Match, today: date) -> list[frozenset[str]]:
+    weekday = match.group("last_weekday") or match.group("pasado_weekday")
+    if weekday is not None:  # "last Tuesday": the latest Tuesday before today
+        number = [w[0] for w in WEEKDAYS].index(_WEEKDAY_LABEL[weekday])  # 0 is Sunday
+        back = (today.weekday() + 1 - number) % 7 or 7
+        return [_day_labels(today - timedelta(days=back))]
     what = match.group("what")
     if what is not None:
         what = " ".join(what.split())
         if what in ("yesterday", "ayer", "last night", "anoche"):
             return [_day_labels(today - timedelta(days=1))]
-        if what == "anteayer":
+        if what in ("anteayer", "the day before yesterday"):
             return [_day_labels(today - timedelta(days=2))]
         if what in ("today", "hoy", "this morning", "esta manana"):
             return [_day_labels(today)]
         if what in ("last week", "la semana pasada"):
             return _days(today - timedelta(days=today.weekday() + 7), 7)
+        if what in ("this week", "esta semana"):  # from Monday to today
+            return _days(today - timedelta(days=today.weekday()), today.weekday() + 1)
+        if what in ("this month", "este mes"):
+            return [_month_labels(today.year, today.month)]
+        if what in ("this year", "este ano"):
+            return [frozenset({str(today.year)})]
         if what in ("last weekend", "el fin de semana pasado"):
             saturday = today - timedelta(days=(today.weekday() - 5) % 7 or 7)
             return _days(saturday, 2)
@@ -260,8 +304,28 @@ class ReadQuestion:
     name_spans: tuple[tuple[int, int], ...] = ()
 
 
-def read_question(text: str, now: datetime, user_names: list[str] = ()) -> ReadQuestion:
-    """The times and the user a question names, as a LabelQuery (None if neither)."""
+def _numeric_day(match: re.Match, month_first: bool, today: date) -> frozenset[str] | None:
+    """The labels of the day a numeric date names, read in the locale's order, or the
+    other order when only that one is a date; None when neither is."""
+    first, second = int(match.group("first")), int(match.group("second"))
+    year_text = match.groupdict().get("year")
+    year = int(year_text) if year_text else 2000  # a leap year: 29/02 is a day
+    if year_text and len(year_text) == 2:  # "21.01.24": this century unless that is ahead
+        year += 2000 if 2000 + year <= today.year + 1 else 1900
+    orders = [(second, first), (first, second)]  # (month, day), the locale's first
+    for month, day in orders[::-1] if month_first else orders:
+        try:
+            labels = _day_labels(date(year, month, day))
+        except ValueError:
+            continue
+        return labels if year_text else labels - {str(year)}
+    return None
+
+
+def read_question(text: str, now: datetime, user_names: list[str] = (), *,
+                  month_first: bool = False) -> ReadQuestion:
+    """The times and the user a question names, as a LabelQuery (None if neither).
+    `month_first`: numeric dates are written month first (a US locale: see month_first)."""
     folded = _fold(text)
     if len(folded) != len(text):  # folding changed offsets: spans would be wrong
         folded = text.lower()
@@ -290,6 +354,12 @@ def read_question(text: str, now: datetime, user_names: list[str] = ()) -> ReadQ
             if m.group("year"):
                 words.add(m.group("year"))
             times.append(frozenset(words))
+    today = now.date()
+    for pattern in (_NUMERIC_DATE, _NUMERIC_DAY):
+        for m in pattern.finditer(folded):
+            labels = _numeric_day(m, month_first, today)
+            if labels is not None and take(m):
+                times.append(labels)
     for m in _MONTH_YEAR.finditer(folded):
         if take(m):
             times.append(_month_labels(int(m.group("year")), _MONTH_NUMBER[m.group("month")]))
@@ -303,7 +373,6 @@ def read_question(text: str, now: datetime, user_names: list[str] = ()) -> ReadQ
     for m in _YEAR_ALONE.finditer(folded):
         if take(m):
             years.append(int(m.group("year")))
-    today = now.date()
     relative: list[frozenset[str]] = []
     if not times and not months:
         for m in _RELATIVE.finditer(folded):

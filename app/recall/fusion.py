@@ -2,8 +2,8 @@
 
 Each stream returns ranked owner ids for one user; the streams are fused by
 Reciprocal Rank Fusion (`RRF_K`), so no stream needs calibrated scores. The streams in
-`STREAMS`: full text (FTS5 BM25: app/recall/bm25.py), and vectors, session, labels,
-importance and recency (app/recall/streams.py). Each stream has a weight in the fusion
+`STREAMS`: full text (FTS5 BM25: app/recall/bm25.py), vectors, session, labels,
+importance and recency (app/recall/streams.py), and learned (app/recall/learned.py). Each stream has a weight in the fusion
 (`WEIGHTS`): importance and recency are priors that re-rank what the other streams
 found (importance lifts what was marked important, recency only breaks ties), not
 evidence of relevance in themselves. When nothing matches, the caller falls back to
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import apsw
 
 from app.recall.bm25 import bm25_stream, indexed_texts
+from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
@@ -65,6 +66,7 @@ STREAMS: dict[str, Stream] = {
     "vector": vector_stream,
     "session": session_stream,
     "labels": labels_stream,
+    "learned": learned_stream,
     "importance": importance_stream,
     "recency": recency_stream,
 }
@@ -85,10 +87,12 @@ STREAMS: dict[str, Stream] = {
 # feedback from the top 3-5 events, as BM25 terms (-0.009 to +0.007) or as a vector
 # (+0.004 to +0.006, recall@2 -0.003 to -0.005), and leaving the time words out of the
 # words searched (-0.003).
+# The learned stream (app/recall/learned.py) weighs half: measured with LoCoMo's
+# observations stored as facts (its own has none), at 1 it crowded out direct matches.
 WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,
-                             "importance": 0.25, "recency": 0.1}
+                             "learned": 0.5, "importance": 0.25, "recency": 0.1}
 # Streams that judge the question itself; the others are priors over every owner.
-MATCH_STREAMS = frozenset({"bm25", "vector", "session", "labels"})
+MATCH_STREAMS = frozenset({"bm25", "vector", "session", "labels", "learned"})
 
 
 def fuse(ranked: dict[str, list[int | None]], kind: OwnerKind,

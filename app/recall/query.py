@@ -23,7 +23,8 @@ from app.errors import EmbedderUnavailable
 from app.fts import build_match_query, terms
 from app.log import get_logger
 from app.recall.bm25 import rows_holding
-from app.recall.event_labels import LabelQuery, read_question
+from app.recall.event_labels import LabelQuery, month_first, read_question
+from app.recall.speakers import names_in
 from app.sanitize import redact_secrets
 
 if TYPE_CHECKING:
@@ -160,8 +161,10 @@ COMMON_SHARE = 0.1
 # ... and never a word in fewer events than this: a small memory has no common words.
 COMMON_MIN_ROWS = 50
 
-_NAME_SQL = ("SELECT value FROM profile WHERE user_id = ? AND key = 'name' "
-             "AND deleted_at IS NULL")
+# The profile keys that say how the user writes: their name, and their locale (numeric
+# dates month first in a US one: app/recall/event_labels.py, month_first).
+_PROFILE_SQL = ("SELECT key, value FROM profile WHERE user_id = ? AND key IN ('name', 'locale') "
+                "AND deleted_at IS NULL")
 
 
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
@@ -173,17 +176,41 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
     return " ".join("".join(kept).split())
 
 
+def _speaker_labels(labels: LabelQuery | None, assistant: bool,
+                    others: bool) -> LabelQuery | None:
+    """The labels of a question that names the assistant (by the name the user calls it)
+    or someone common in the memory besides the user: the assistant's words when it names
+    only the assistant; no speaker when it names someone else, or both speakers."""
+    times = labels.times if labels is not None else ()
+    role = labels.role if labels is not None else None
+    if assistant and role is None and not others:
+        return LabelQuery(times, "assistant")
+    # Someone the user talks with or about: a question naming them as well as the user
+    # is about both, not only what the user said.
+    return LabelQuery(times) if times else None
+
+
 def focus_question(con: apsw.Connection, user_id: str, text: str,
                    now: datetime | None = None, *,
                    recall: Recall) -> tuple[str, LabelQuery | None]:
     """The words of the question worth searching for, and its labels (the words' counts
     cached in `recall`)."""
-    row = con.execute(_NAME_SQL, (user_id,)).fetchone()
-    read = read_question(text, now or datetime.now(timezone.utc), [row[0]] if row else [])
+    profile = dict(con.execute(_PROFILE_SQL, (user_id,)).fetchall())
+    read = read_question(text, now or datetime.now(timezone.utc),
+                         [profile["name"]] if "name" in profile else [],
+                         month_first=month_first(profile.get("locale")))
     labels = read.labels
-    searched = _without(text, list(read.name_spans)) if read.name_spans else text
+    # The assistant's name, as the user's: said all the time, it would find greetings.
+    candidates = [m for m in names_in(text)
+                  if not any(start <= m.start() < end for start, end in read.name_spans)]
+    rows = rows_holding(con, recall.term_counts, "event", [])[0] if candidates else 0
+    assistant = [m.span() for m in candidates
+                 if recall.address_book.names_the_assistant(con, user_id, m.group(), rows)]
+    spans = [*read.name_spans, *assistant]
+    searched = _without(text, spans) if spans else text
     words = terms(searched)
     common: list[str] = []
+    names: list[re.Match] = []
     if words:
         rows, counts = rows_holding(con, recall.term_counts, "event", words)
         floor = max(COMMON_MIN_ROWS, COMMON_SHARE * rows)
@@ -194,10 +221,8 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
         names = [m for m in pattern.finditer(searched)
                  if m.group()[0].isupper() and m.start() > 0]
         searched = _without(searched, [m.span() for m in names])
-        # Someone the user talks with or about: a question naming them as well as the
-        # user is about both, not only what the user said.
-        if names and labels is not None and labels.role is not None:
-            labels = LabelQuery(labels.times) if labels.times else None
+    if assistant or names:
+        labels = _speaker_labels(labels, bool(assistant), bool(names))
     if not terms(searched):  # nothing left to search for: better the words than none
         searched = text
     return searched, labels

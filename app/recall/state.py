@@ -1,7 +1,8 @@
 """Recall: what the recall wing keeps from one question to the next, for one process.
 
 It holds the vector index (app/recall/vectors.py, with its search and fold threads), the
-full-text word counts (app/recall/bm25.py) and the threads that embed questions ahead.
+full-text word counts (app/recall/bm25.py), the name the user calls the assistant
+(app/recall/speakers.py) and the threads that embed questions ahead.
 Who owns it: the ChatService (app/turn/chat.py) makes one and every search of its
 process goes through it, so the front-ends, the agent's tools and the turns share it
 (`service.recall`). A process with no service — `hilo memory search`, a test, a
@@ -15,6 +16,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from app.recall.bm25 import TermCounts
+from app.recall.speakers import AddressBook
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,7 @@ class Recall:
         `searches_vectors`: make the index now, as the process starts, not in its first
         search (its code takes a while to load)."""
         self.term_counts = TermCounts()
+        self.address_book = AddressBook()  # the name the user calls the assistant
         self._ann_threshold = ann_threshold
         self._vectors: VectorIndex | None = None
         self._embedding_threads: ThreadPoolExecutor | None = None

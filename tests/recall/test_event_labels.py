@@ -9,7 +9,8 @@ import pytest
 
 from app import db
 from app.db import connect, migrate
-from app.recall.event_labels import CALENDAR_WORDS, LabelQuery, event_labels, read_question
+from app.recall.event_labels import (CALENDAR_WORDS, LabelQuery, event_labels, month_first,
+                                     read_question)
 from app.events import insert_event, prepare_event
 
 ASKED = datetime(2023, 10, 20, 12, 0, tzinfo=timezone.utc)  # a Friday
@@ -167,7 +168,34 @@ def test_relative_times_count_from_when_the_question_is_asked(question, expected
     assert times(question) == expected
 
 
+@pytest.mark.parametrize("question, expected", [
+    ("What did I do on 21.01.2024?", {frozenset({"21", "january", "2024"})}),
+    ("Notes from 21/01/24", {frozenset({"21", "january", "2024"})}),
+    ("What happened on 3-4-2023?", {frozenset({"3", "april", "2023"})}),
+    ("Anything on 2024/01/21?", {frozenset({"21", "january", "2024"})}),
+    ("¿Qué hice el 21/01?", {frozenset({"21", "january"})}),
+    ("What did I say on 04/13/2023?", {frozenset({"13", "april", "2023"})}),
+    ("What did I do last Tuesday?", {frozenset({"17", "october", "2023"})}),
+    ("¿Qué hice el martes pasado?", {frozenset({"17", "october", "2023"})}),
+    ("What did I do the day before yesterday?", {frozenset({"18", "october", "2023"})}),
+    ("What did we decide this month?", {frozenset({"october", "2023"})}),
+])
+def test_numeric_dates_and_more_relative_times_are_read_as_days(question, expected):
+    assert times(question) == expected
+
+
+def test_a_numeric_date_is_read_month_first_only_in_a_month_first_locale():
+    question = "What did I do on 03/04/2023?"
+    assert read_question(question, ASKED).labels.times == (
+        frozenset({"3", "april", "2023"}),)
+    assert read_question(question, ASKED, month_first=True).labels.times == (
+        frozenset({"4", "march", "2023"}),)
+    assert [month_first(locale) for locale in ("en-US", "en_US.UTF-8", "en-GB", "es", None)] \
+        == [True, True, False, False, False]
+
+
 @pytest.mark.parametrize("question", [
+    "I ate 1/2 of the cake", "Is version 1.2.3 out?", "It costs 10.50 now",
     "May I ask you something?", "What is the time?", "Did I fall off the bike?",
     "Shall we march on?", "Tell me about spring rolls", "Where is the 2023-style logo?",
 ])

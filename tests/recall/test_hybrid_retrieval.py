@@ -143,7 +143,8 @@ def test_a_search_and_its_evidence_check_read_the_vectors_once(writer, config, m
     query = make_query("ana", "my dog", embedder, recall=recall)
     found = search(con, "ana", query.text, "event", 3, query=query)
     assert ids[PUPPY] in [c.id for c in matching(con, query, "event", found)]
-    assert searched == ["event"]
+    # Events once; facts and cards (the learned stream reads them) once each as well.
+    assert sorted(searched) == ["card", "event", "fact"]
 
 
 def test_an_exact_name_is_found_by_keywords_and_missed_by_vectors(writer, config, recall):
@@ -385,3 +386,51 @@ def test_relative_times_count_from_when_the_question_is_asked(writer, config, re
     query = make_query("ana", "Where did I have dinner yesterday?", recall=recall, con=con,
                        now=asked)
     assert search(con, "ana", query.text, "event", 2, query=query)[0].id == ids[1]
+
+
+def test_a_numeric_date_finds_the_events_of_that_day(writer, config, recall):
+    ids = conversation(writer, config, [
+        ("user", "Went to the dentist, then the pottery class", "2024-01-21T10:00:00Z"),
+        ("user", "Painted the kitchen walls", "2024-01-22T10:00:00Z"),
+        ("user", "Read a novel all afternoon", "2024-06-21T10:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    found = search(con, "ana", "What did I do on 21.01.2024?", "event", 3, recall=recall)
+    assert [c.id for c in found] == [ids[0]]
+
+
+def test_the_users_locale_decides_how_a_numeric_date_is_read(writer, config, recall):
+    ids = conversation(writer, config, [
+        ("user", "Planted the tomatoes", "2023-04-03T10:00:00Z"),
+        ("user", "Planted the basil", "2023-03-04T10:00:00Z"),
+    ])
+    con = connect_readonly(writer.path)
+    question = "What did I plant on 03/04/2023?"
+    assert search(con, "ana", question, "event", 1, recall=recall)[0].id == ids[0]
+    writer.submit(lambda c: set_profile(c, "ana", "locale", "en-US", source="user",
+                                        worker="user"))
+    assert search(con, "ana", question, "event", 1, recall=recall)[0].id == ids[1]
+
+
+def test_a_question_naming_the_assistant_finds_what_the_assistant_said(writer, config, recall):
+    # The user calls the assistant Mel; the assistant never writes that name.
+    turns = [("user", f"Thanks, Mel! Talk soon about item {i}", f"2023-05-01T10:{i:02d}:00Z")
+             for i in range(60)]
+    turns += [("user", "I painted the fence, painted it twice", "2023-05-02T10:00:00Z"),
+              ("assistant", "I painted a sunset over the lake last year",
+               "2023-05-02T10:01:00Z")]
+    ids = conversation(writer, config, turns)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Mel paint?", con=con, recall=recall)
+    assert query.labels is not None and query.labels.role == "assistant"
+    assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
+
+
+def test_someone_the_user_only_talks_about_is_not_taken_for_the_assistant(writer, config,
+                                                                         recall):
+    conversation(writer, config, [
+        ("user", f"Anna loved the cake I made, number {i}", f"2023-05-01T10:{i:02d}:00Z")
+        for i in range(60)])
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Anna bake?", con=con, recall=recall)
+    assert query.labels is None or query.labels.role is None
