@@ -3,8 +3,8 @@
 Each stream returns ranked owner ids for one user; the streams are fused by
 Reciprocal Rank Fusion (`RRF_K`), so no stream needs calibrated scores. The streams in
 `STREAMS`: full text (FTS5 BM25: app/recall/bm25.py), vectors, session, labels,
-importance and recency (app/recall/streams.py), and learned (app/recall/learned.py). Each stream has a weight in the fusion
-(`WEIGHTS`): importance and recency are priors that re-rank what the other streams
+importance and recency (app/recall/streams.py), and learned (app/recall/learned.py).
+Each stream has a weight in the fusion (`WEIGHTS`): importance and recency are priors that re-rank what the other streams
 found (importance lifts what was marked important, recency only breaks ties), not
 evidence of relevance in themselves. When nothing matches, the caller falls back to
 the most recent items. The question itself is read first (app/recall/query.py).

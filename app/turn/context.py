@@ -39,8 +39,9 @@ notes go into its messages as they do in the window, and the layers take what ro
 history leaves. Its `num_ctx`, when it names one, sets the budget.
 
 A built context says which of what it shows is content from outside (`outside`: a page,
-a client's tool result, an import, or memory learned from one — the trust rules), from the items' own provenance, so the turn knows it may not act on it
-unasked (app/turn/agent.py).
+a client's tool result, an import, or memory learned from one — the trust rules), from
+the items' own provenance, so the turn knows it may not act on it unasked
+(app/turn/agent.py).
 """
 
 from __future__ import annotations
