@@ -35,6 +35,20 @@ def _sse_data(line: bytes) -> bytes | None:
     return line[len(b"data:"):].strip() if line.startswith(b"data:") else None
 
 
+def _with_usage(body: dict[str, Any], api: str) -> tuple[dict[str, Any], bool]:
+    """The request with an OpenAI stream's usage asked for, and whether Hilo added that.
+
+    The server's prompt count calibrates Hilo's token estimates (app/model/token_count.py):
+    without it they stay a guess, and a stretch of the prompt may end long before the
+    budget is really full. The usage event the client did not ask for is not passed on."""
+    options = body.get("stream_options")
+    if api != "openai" or not body.get("stream") or (
+            isinstance(options, Mapping) and options.get("include_usage")):
+        return body, False
+    options = dict(options) if isinstance(options, Mapping) else {}
+    return {**body, "stream_options": {**options, "include_usage": True}}, True
+
+
 def _relay_reply(record: ReplyRecord, model: str) -> ChatReply:
     return ChatReply(text=record.text, model=model, prompt_eval_count=record.prompt_eval_count,
                      eval_count=record.eval_count, done_reason=record.done_reason,
@@ -48,6 +62,7 @@ def relayed_chat(transport: Transport, path: str, body: dict[str, Any], api: str
     arrives, each frame read into `record` on the way."""
     endpoint = f"POST {path}"
     read = record.read_ollama if api == "ollama" else record.read_openai
+    body, added_usage = _with_usage(body, api)
     with transport.open_response(path, body, record.text_parts, sent) as response:
         record.media_type = media_type(response)
         yield b""
@@ -57,6 +72,7 @@ def relayed_chat(transport: Transport, path: str, body: dict[str, Any], api: str
             record.finished = True
             yield data
             return _relay_reply(record, model)
+        unasked = False  # within the usage event the client did not ask for
         for lines in _lines(response.iter_bytes()):
             passed = bytearray()
             for line in lines:
@@ -71,6 +87,10 @@ def relayed_chat(transport: Transport, path: str, body: dict[str, Any], api: str
                         raise transport.interrupted(record.text_parts,
                                                     f"server error: {_error_text(frame)}")
                     read(frame)
+                    unasked = added_usage and not frame.get("choices") and "usage" in frame
+                if unasked:
+                    unasked = bool(line.strip())  # its blank separator goes with it
+                    continue
                 passed += line
             if passed:
                 yield bytes(passed)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from app.api import server as api_server
-from tests.fake_ollama import Fault, unused_loopback_url
+from tests.fake_ollama import Fault, prompt_tokens, unused_loopback_url
 from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
 
 MODEL = "gemma3:4b"
@@ -98,6 +98,21 @@ def test_openai_stream_without_include_usage_has_no_usage_chunk(hilo: HiloServer
 
     assert all(c.choices for c in chunks)
     assert all(c.usage is None for c in chunks)
+
+
+def test_a_stream_without_usage_still_gives_hilo_the_servers_prompt_count(
+        hilo: HiloServer) -> None:
+    """Hilo asks for the usage the client did not (and keeps it from the client): the
+    server's count calibrates Hilo's token estimates, which otherwise stay a guess and
+    end a long chat's prompt stretch long before the context is really full."""
+    chunks = list(openai_client(hilo, "s1").chat.completions.create(
+        model=MODEL, messages=[user("hello")], stream=True))
+
+    assert all(c.usage is None for c in chunks) and all(c.choices for c in chunks)
+    hilo.app.state.service.writer.submit(lambda con: None)  # the turn's record is committed
+    (turn,) = hilo.client().get("/memory/turns").json()["turns"]
+    (sent,) = hilo.fake.bodies("/v1/chat/completions")
+    assert turn["prompt_tokens"] == prompt_tokens(sent["messages"])
 
 
 def test_the_model_server_gets_memory_and_the_clients_history(hilo: HiloServer) -> None:
