@@ -13,6 +13,7 @@ import threading
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
+import anyio
 import uvicorn
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -24,6 +25,7 @@ from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.gate import TOKEN_USER, Gate, is_loopback
 from app.api.health import VERSION
+from app.api.mcp_route import McpOnDemand
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
 from app.turn.agent import Agent
@@ -32,7 +34,6 @@ from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.log import get_logger
-from app.mcp.server import http_endpoint
 from app import ui
 from app.model.probe import announce_models
 from workers.handoff import queue_handoff
@@ -50,14 +51,21 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
-    mcp = http_endpoint(service, lambda request: identify(
-        config, request.scope.get(TOKEN_USER), request.headers).user_id)
+    def build_mcp():
+        from app.mcp.server import http_endpoint  # on first use: the MCP SDK is slow to import
+
+        return http_endpoint(service, lambda request: identify(
+            config, request.scope.get(TOKEN_USER), request.headers).user_id)
+
+    mcp = McpOnDemand(build_mcp)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.warm_vectors()
-        async with mcp.running():
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(mcp.serve)
             yield
+            tasks.cancel_scope.cancel()
         if owned:
             await run_in_threadpool(app.state.service.close)
 
