@@ -52,7 +52,8 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         service = ChatService(config, handoff=queue_handoff(config))
 
     def build_mcp():
-        from app.mcp.server import http_endpoint  # on first use: the MCP SDK is slow to import
+        # start-up: the MCP SDK takes a second to import; /mcp builds on its first request
+        from app.mcp.server import http_endpoint
 
         return http_endpoint(service, lambda request: identify(
             config, request.scope.get(TOKEN_USER), request.headers).user_id)
