@@ -392,3 +392,16 @@ def test_every_readme_url_snippet_answers_on_hilo_serve(hilo: HiloServer):
         transport = streamable_http_client(
             f"{hilo.url}{parts.path}", http_client=httpx2.AsyncClient(headers=headers, timeout=60))
         assert run(tool_names, transport) == TOOLS
+
+
+def test_hilo_serve_loads_the_mcp_sdk_only_when_mcp_is_first_called():
+    """Importing the MCP SDK is about a second of `hilo serve`'s start; /mcp builds its
+    server on its first request (the tests above call it after a cold start)."""
+    import subprocess
+
+    probe = ("import sys, app.api.server; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'app')"
+             " and (m == 'mcp' or m.startswith(('mcp.', 'app.mcp')))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
