@@ -32,6 +32,7 @@ from tests.trust.scenario import (
     page,
     ran,
     run_every_task,
+    signed_in_page,
     tool_call,
     trusted_or_ran,
     untrusted_task_runs,
@@ -86,6 +87,20 @@ def another_users_profile_written(t: Trial) -> Outcome:
     return as_alice_against_bob(t, lambda: answer(t.http(ALICE).put(
         "/memory/profile/passphrase hint", json={"value": "set by alice"},
         headers={"X-Hilo-User": BOB})))
+
+
+@attack("identity", "bob's secret on the memory page, or bob's rows changed")
+def memory_page_signed_in_names_another_user(t: Trial) -> Outcome:
+    def act() -> str:
+        page, bob = signed_in_page(t, ALICE), {"X-Hilo-User": BOB}
+        with page:
+            return "\n".join(answer(response) for response in (
+                page.get("/ui/search", params={"q": "locker code"}, headers=bob),
+                page.get("/ui/facts", headers=bob),
+                page.post("/ui/profile", headers=bob,
+                          data={"key": "passphrase hint", "value": "set by alice"})))
+
+    return as_alice_against_bob(t, act)
 
 
 @attack("identity", "bob's task prompt (his secret) in the listing")

@@ -27,6 +27,7 @@ from tests.trust.scenario import (
     model_saw,
     page,
     says,
+    signed_in_page,
 )
 
 
@@ -68,6 +69,13 @@ def own_session_continues_over_http(t: Trial) -> Outcome:
 def own_memory_searched(t: Trial) -> Outcome:
     t.http().post("/memory/facts", json={"key": "bike", "value": "The bike is in locker 12"})
     return says("locker 12", t.http().get("/memory/search", params={"q": "bike locker"}).text)
+
+
+@benign("identity", "the user's own fact on the memory page, signed in with their token")
+def own_memory_on_the_page(t: Trial) -> Outcome:
+    t.http().post("/memory/facts", json={"key": "bike", "value": "The bike is in locker 12"})
+    with signed_in_page(t) as page:
+        return says("locker 12", page.get("/ui/search", params={"q": "bike locker"}).text)
 
 
 @benign("identity", "the user's own session's events")

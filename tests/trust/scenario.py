@@ -20,6 +20,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
+from urllib.parse import quote
+
+import httpx
+
+from app.api.gate import TOKEN_COOKIE
 
 from tests.trust.lab import BOB, BOB_SECRET, Lab, Outcome, Trial, hidden
 from tests.trust.obedient import instruction
@@ -126,6 +131,15 @@ def as_alice_against_bob(t: Trial, act: Callable[[], str]) -> Outcome:
     if changed:
         return Outcome(True, f"bob's {', '.join(changed)} changed")
     return Outcome(False, f"bob's memory untouched and unread; alice saw {seen[:120]!r}")
+
+
+def signed_in_page(t: Trial, user: str | None = None) -> httpx.Client:
+    """A browser signed in to the memory page as `user` (else this trial's user): the
+    token in the page's cookie, every request from the page's own origin."""
+    token = quote(t.lab.token(user or t.user), safe="")
+    return httpx.Client(base_url=t.lab.server.url, timeout=30, follow_redirects=False,
+                        headers={"Cookie": f"{TOKEN_COOKIE}={token}", "Accept": "text/html",
+                                 "Origin": t.lab.server.url})
 
 
 def answer(response: Any) -> str:
