@@ -18,7 +18,7 @@ $(VENV)/.run-installed: pyproject.toml | $(PYTHON)
 	$(PIP) -e .
 	touch $@
 
-# The tests also use the local embedder (all-MiniLM-L6-v2 on CPU torch), a Redis client,
+# The tests also use the local embedder (all-MiniLM-L6-v2 on ONNX Runtime), a Redis client,
 # and the real ollama and openai client packages.
 $(VENV)/.test-installed: pyproject.toml | $(PYTHON)
 	$(PIP) -e '.[dev,redis,local]'

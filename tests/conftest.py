@@ -19,6 +19,10 @@ from tests.fake_ollama import FakeOllama
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Derived files every test shares, as a person's processes do: the local embedder's ONNX
+# export (app/model/minilm.py), made once per checkout instead of once per test. Set for
+# the whole session: session fixtures load the model before any test's own environment.
+os.environ["XDG_CACHE_HOME"] = str(REPO_ROOT / ".cache")
 
 
 @pytest.fixture
@@ -34,7 +38,8 @@ def fake_ollama() -> Iterator[FakeOllama]:
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's HILO_* variables, config, home directory or time zone."""
+    """No test reads the developer's HILO_* variables, config, home directory or time zone
+    (the cache is the checkout's own)."""
     for var in list(os.environ):
         if var.startswith("HILO_"):
             monkeypatch.delenv(var)

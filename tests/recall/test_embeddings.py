@@ -7,7 +7,7 @@ import pytest
 
 from app.config import Config
 from app.db import connect_readonly
-from app.model.embedders import LOCAL_DIM, OllamaEmbedder, _load_local_model, make_embedder
+from app.model.embedders import LOCAL_DIM, OllamaEmbedder, make_embedder
 from app.events import append_event
 from app.model.client import ModelClient
 from app.memory import upsert_fact
@@ -53,19 +53,6 @@ def test_local_embedder_makes_384_dimensional_vectors_from_shipped_weights_offli
     assert vectors.shape == (2, LOCAL_DIM) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert float(vectors[0] @ vectors[1]) > 0.5  # a real sentence model, not noise
-
-
-def test_local_embedder_speedups_keep_the_float32_models_vectors(local_embedder):
-    # Sorted passes of LOCAL_PASS_SIZE and, on CPUs with native bfloat16, bfloat16
-    # products: the vectors stay those of the plain float32 model, in the caller's order.
-    texts = [f"turn {i}: " + "we talked about the garden " * (i % 7) for i in range(40)]
-    vectors = local_embedder.embed(texts)
-    reference = _load_local_model().encode(texts, batch_size=1, normalize_embeddings=True,
-                                           convert_to_numpy=True)
-    assert vectors.shape == (40, LOCAL_DIM) and vectors.dtype == np.float32
-    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert float(np.min(np.sum(vectors * reference, axis=1))) > 0.999
-    assert local_embedder.embed([]).shape == (0, LOCAL_DIM)
 
 
 def test_config_chooses_the_embedder(config):
