@@ -36,7 +36,7 @@ from app.errors import Misconfigured
 from app.log import get_logger
 from app import ui
 from app.model.probe import announce_models
-from workers.handoff import queue_handoff
+from workers.huey_loader import load_huey
 
 log = get_logger(__name__)
 
@@ -48,6 +48,11 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     """The ASGI app. Without a service, it makes one (and closes it on shutdown)."""
     owned = service is None
     if service is None:
+        # start-up: Huey loads here, once the queue's backend is known, so that a SQLite
+        # queue never loads the Redis client (workers/huey_loader.py)
+        load_huey(config.queue.backend)
+        from workers.handoff import queue_handoff
+
         DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
