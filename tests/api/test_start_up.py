@@ -16,13 +16,17 @@ from tests.fake_ollama import FakeOllama
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Builds the app as `hilo serve` does, then sends each request; prints, as JSON, the
-# status of each and the modules loaded after importing the server, after building the
-# app and after each request.
+# Builds the app as `hilo serve` does, then sends each request and probes the models once
+# more; prints, as JSON, the status of each request, the modules loaded after importing
+# the server, after building the app and after each request, and how many times the CA
+# certificates were read.
 PROBE = """
-import json, sys
+import json, ssl, sys
 steps = json.loads(sys.argv[1])
 loaded = {}
+ca_reads = []
+read_cas = ssl.SSLContext.load_verify_locations
+ssl.SSLContext.load_verify_locations = lambda *a, **k: ca_reads.append(1) or read_cas(*a, **k)
 import app.api.server
 loaded["import"] = sorted(sys.modules)
 from app.config import load_config
@@ -39,14 +43,16 @@ with TestClient(app, base_url="http://127.0.0.1") as client:
                                   follow_redirects=False)
         statuses.append(response.status_code)
         loaded[f"{method} {path}"] = sorted(sys.modules)
-print(json.dumps({"statuses": statuses, "loaded": loaded}))
+    from app.model.probe import probe_models
+    probe_models(config)  # as `hilo serve` does at start, and /health every 15 s
+print(json.dumps({"statuses": statuses, "loaded": loaded, "ca_reads": len(ca_reads)}))
 """
 
 
 def start(fake: FakeOllama, data_dir: Path, *steps: tuple[str, str],
-          **env: str) -> tuple[list[int], dict[str, set[str]]]:
-    """(each request's status, the modules loaded after each step) in a fresh `hilo
-    serve`-like process."""
+          **env: str) -> tuple[list[int], dict[str, set[str]], int]:
+    """(each request's status, the modules loaded after each step, the CA certificates'
+    reads) in a fresh `hilo serve`-like process."""
     out = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(steps)], cwd=REPO, capture_output=True,
         text=True, timeout=120,
@@ -54,7 +60,8 @@ def start(fake: FakeOllama, data_dir: Path, *steps: tuple[str, str],
              "HILO_LLM_URL": fake.url, **env})
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
-    return result["statuses"], {step: set(names) for step, names in result["loaded"].items()}
+    loaded = {step: set(names) for step, names in result["loaded"].items()}
+    return result["statuses"], loaded, result["ca_reads"]
 
 
 def of(package: str, modules: set[str]) -> set[str]:
@@ -67,7 +74,7 @@ HEALTH = ("GET", "/health")
 
 def test_the_memory_page_is_loaded_on_its_first_request_not_at_start(
         fake_ollama: FakeOllama, tmp_path: Path) -> None:
-    statuses, loaded = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/ui"),
+    statuses, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/ui"),
                              ("GET", "/ui/static/hilo.css"))
 
     assert statuses == [200, 200, 200, 200]
@@ -78,7 +85,7 @@ def test_the_memory_page_is_loaded_on_its_first_request_not_at_start(
 
 def test_a_sqlite_queue_never_loads_the_redis_client(fake_ollama: FakeOllama,
                                                      tmp_path: Path) -> None:
-    statuses, loaded = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/metrics"))
+    statuses, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/metrics"))
 
     assert statuses == [200, 200, 200]
     assert of("huey", loaded["import"]) == set()  # bound to the configured queue first
@@ -88,8 +95,17 @@ def test_a_sqlite_queue_never_loads_the_redis_client(fake_ollama: FakeOllama,
 
 def test_the_queue_metrics_are_loaded_on_the_first_scrape(fake_ollama: FakeOllama,
                                                           tmp_path: Path) -> None:
-    _, loaded = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/metrics"))
+    _, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT, ("GET", "/metrics"))
 
     assert "workers.queue_metrics" not in loaded["POST /api/chat"]
     assert "workers.inspection" not in loaded["POST /api/chat"]
     assert "workers.queue_metrics" in loaded["GET /metrics"]
+
+
+def test_the_ca_certificates_are_read_once_however_many_model_clients(
+        fake_ollama: FakeOllama, tmp_path: Path) -> None:
+    """The chat's client, each /health probe's and the start's announcement share them."""
+    statuses, _, ca_reads = start(fake_ollama, tmp_path, HEALTH, CHAT)
+
+    assert statuses == [200, 200]
+    assert ca_reads == 1
