@@ -109,3 +109,15 @@ def test_the_ca_certificates_are_read_once_however_many_model_clients(
 
     assert statuses == [200, 200]
     assert ca_reads == 1
+
+
+def test_keyword_search_alone_never_loads_numpy(fake_ollama: FakeOllama,
+                                                tmp_path: Path) -> None:
+    """With `[embedder] kind = "none"` nothing is ever embedded: the embedders (and numpy)
+    are not loaded, and /health still reports the models."""
+    statuses, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT, HEALTH,
+                                HILO_EMBEDDER_KIND="none")
+
+    assert statuses == [200, 200, 200]
+    assert not any(of("numpy", modules) for modules in loaded.values())
+    assert not any("app.model.embedders" in modules for modules in loaded.values())
