@@ -22,7 +22,8 @@ The rooms, each one concept:
   back and stored.
 - passthrough.py: everything else, relayed unchanged.
 - ollama.py, openai.py: the two APIs' routes.
-- memory.py: the /memory routes; tasks.py: /memory/tasks; health.py: /health, /metrics.
+- memory.py: the /memory routes; tasks.py: /memory/tasks; turn_records.py: /memory/turns;
+  health.py: /health, /metrics.
 """
 
 from app.api.server import BindRefused, check_bind, create_app, is_loopback, run_server

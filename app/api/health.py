@@ -22,7 +22,6 @@ from app.db import corrupt_memory, memory_damage, schema_version
 from app.errors import HiloError, InsufficientStorage
 from app.turn.metrics import render
 from app.model.probe import CachedProbe
-from workers.queue_metrics import render_queue
 
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = __version__
@@ -98,5 +97,8 @@ def _model_probe(request: Request, service: Service) -> CachedProbe:
 @router.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
                                 "latency (needs the token when one is set)")
 def get_metrics(service: Service) -> Response:
+    # start-up: the queue's part reads Huey's storage, which a chat does not need
+    from workers.queue_metrics import render_queue
+
     return Response(render(service.writer) + render_queue(service.config),
                     media_type=CONTENT_TYPE_LATEST)

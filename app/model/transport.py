@@ -7,8 +7,10 @@ as it arrives.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
+import ssl
 import sys
 import threading
 from contextlib import contextmanager
@@ -39,6 +41,15 @@ from app.model.errors import (
 
 # How often a background call that must give way to a person checks whether it must.
 YIELD_CHECK_SECONDS = 0.02
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings every client of this process shares, as httpx makes them by default
+    (certifi's CA certificates, or SSL_CERT_FILE / SSL_CERT_DIR): reading the certificates
+    is ~50 ms on two cores, and a process makes a client at start, for each /health probe
+    of the model server and for each background call that gives way to a chat."""
+    return httpx.create_ssl_context()
 
 
 class ModelActivity(Protocol):
@@ -83,6 +94,7 @@ class Transport:
             base_url=url,
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+            verify=tls_context(),
         )
         self.url = url
         self.provider = provider
@@ -160,7 +172,7 @@ class Transport:
 
         watcher = threading.Thread(target=watch, name="hilo-yield-watch", daemon=True)
         with httpx.Client(base_url=self.url, headers=self._http.headers,
-                          timeout=self._http.timeout) as client:
+                          timeout=self._http.timeout, verify=tls_context()) as client:
             watcher.start()
             try:
                 yield client, {"trace": trace}, yielded

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import apsw
 
@@ -43,7 +43,6 @@ from app.turn.context import (
 )
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-from app.model.embedders import Embedder, make_embedder
 from app.events import Event, append_events, session_events
 from app.model.client import ModelClient
 from app.model.errors import ModelError
@@ -57,6 +56,9 @@ from app.recall.state import Recall
 from app.sanitize import Secret, find_secrets
 from app.model.token_count import TokenCounter
 from app.writer import Writer
+
+if TYPE_CHECKING:
+    from app.model.embedders import Embedder
 
 INTERRUPTED_MARKER = " [interrupted]"
 # Sessions whose working set is kept in RAM at once; the least recently used go first.
@@ -346,6 +348,17 @@ class Turn:
         return SentChat(exchange.path, exchange.body, reply.content)
 
 
+def configured_embedder(config: Config, client: ModelClient) -> Embedder | None:
+    """The embedder [embedder] asks for; none for `kind = "none"`, whose recall by keywords
+    never loads the embedders (nor numpy)."""
+    if config.embedder.kind == "none":
+        return None
+    # start-up: app.model.embedders loads numpy, ~0.15 s of a start that embeds nothing
+    from app.model.embedders import make_embedder
+
+    return make_embedder(config, client=client)
+
+
 class ChatService:
     """What a front-end process holds: the event writer, the model client, the token
     counter, the working memory and the Recall (the vector index, word counts and
@@ -370,7 +383,7 @@ class ChatService:
         # the workers' model jobs wait while they run (workers/chat_activity.py).
         self.model = model or ModelClient.from_config(config,
                                                       activity=self.handoff.model_activity())
-        self.embedder = make_embedder(config, client=self.model)
+        self.embedder = configured_embedder(config, self.model)
         self.recall = Recall(config.embedder.ann_threshold,
                              searches_vectors=self.embedder is not None)
         self.tokens = TokenCounter()

@@ -14,25 +14,68 @@ lets the page's token arrive in a cookie.
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
     ops.py      scheduled tasks and the job queue
     turns.py    the turn inspector (inspector.py reads a turn's record as the memory is
-                now), and its JSON under /memory/turns
+                now; its JSON is app/api/turn_records.py's, under /memory/turns)
+
+None of it is loaded before the first request to /ui: the pages and Jinja2 are about
+0.15 s of `hilo serve`'s start on two cores, and a chat needs neither. `install` puts
+`PageOnDemand` at /ui and under it; the first request builds the routes on a thread (the
+event loop goes on serving chats meanwhile), and every request is handed to them.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Callable
 
-from fastapi import FastAPI
-from fastapi.staticfiles import StaticFiles
-
-from app.ui import auth, forms, memory, ops, turns
+import anyio
+from fastapi import APIRouter, FastAPI
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 STATIC_DIR = Path(__file__).parent / "static"
 
 
 def install(app: FastAPI) -> None:
-    """Put the memory page's routes and its stylesheet on `app`."""
+    """Put the memory page (its routes and its stylesheet) on `app`, built on first use."""
+    page = PageOnDemand(page_routes)
+    app.router.routes.extend([Route("/ui", endpoint=page),
+                              Route("/ui/{rest:path}", endpoint=page)])
+
+
+def page_routes() -> APIRouter:
+    """The memory page's routes and its stylesheet."""
+    # start-up: the pages and Jinja2 load on the first request to /ui (PageOnDemand)
+    from fastapi.staticfiles import StaticFiles
+
+    from app.ui import auth, forms, memory, ops, turns
+
+    routes = APIRouter()
     for pages in (auth, memory, forms, ops):
-        app.include_router(pages.router)
-    app.include_router(turns.pages)
-    app.include_router(turns.api)
-    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+        routes.include_router(pages.router)
+    routes.include_router(turns.pages)
+    routes.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    return routes
+
+
+class PageOnDemand:
+    """The ASGI app at /ui and under it: builds the page's routes once, when first asked,
+    and hands each request to them as the app's own routes would have taken it."""
+
+    def __init__(self, build: Callable[[], APIRouter]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._routes: APIRouter | None = None
+
+    def _built(self) -> APIRouter:
+        with self._lock:  # two first requests at once build it once
+            if self._routes is None:
+                self._routes = self._build()
+            return self._routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        routes = self._routes
+        if routes is None:
+            routes = await anyio.to_thread.run_sync(self._built)
+        scope["path_params"] = {}  # the page's routes match the whole path themselves
+        await routes(scope, receive, send)
