@@ -12,7 +12,8 @@ queue bound to the config, a JobRunner (workers/runner.py) attached to the job
 declarations, the job counters for /metrics, then the start-up sweep.
 
 - `run_worker(config, …)`: what `hilo worker` runs; the CLI is the one place that
-  parses the worker's flags and reads its configuration.
+  parses the worker's flags and reads its configuration, and it nices the process
+  (workers/cpu.py) before importing this module.
 - `huey_consumer workers.consumer.huey -k thread`: Huey's command loads `huey` from
   this module, and that load is the start: the configuration comes from load_config()
   (HILO_* variables, ./config.toml). It keeps Huey's own logging and options.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import signal
 import sys
 from functools import cache
@@ -32,6 +32,7 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.log import get_logger
 from app.model.probe import announce_models
+from workers.cpu import yield_cpu_to_turns
 from workers.queue import HiloHuey, check_queue_file
 from workers.runner import JobRunner
 
@@ -70,7 +71,6 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
     # before then (a supervisor stopping a worker that is still starting) is a clean stop.
     signal.signal(signal.SIGTERM, _stop_while_starting)
     workers = workers or config.queue.workers
-    yield_cpu_to_turns(config)
     if config.logging.level != "debug":
         # Huey logs two lines per task at INFO; our jobs log their own outcomes.
         logging.getLogger("huey").setLevel(logging.WARNING)
@@ -102,14 +102,6 @@ def run_worker(config: Config, workers: int | None = None, worker_type: str = "t
 
 def _stop_while_starting(signum: int, frame: object) -> None:
     raise SystemExit(0)
-
-
-def yield_cpu_to_turns(config: Config) -> None:
-    """Run this worker process niced by `[queue] worker_nice`, before its threads start
-    (they inherit it): embedding a backlog then takes the cores only when no chat turn
-    wants them (measured in BENCHMARKS.md, embedder_threads)."""
-    if config.queue.worker_nice:
-        os.nice(config.queue.worker_nice)
 
 
 @cache

@@ -56,7 +56,10 @@ def mcp(config: Config, user: str | None) -> int:
 @with_config
 def worker(config: Config, workers: int | None, worker_type: str) -> int:
     """run the background workers"""
-    from workers.consumer import run_worker
+    from workers.cpu import yield_cpu_to_turns  # start-up: niced before the heavy imports
+
+    yield_cpu_to_turns(config)
+    from workers.consumer import run_worker  # start-up: the jobs and everything they use
 
     return run_worker(config, workers=workers, worker_type=worker_type)
 

