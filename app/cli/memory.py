@@ -97,7 +97,7 @@ def search(config: Config, query: tuple[str, ...], limit: int, explain: bool,
 @json_option
 def reembed(config: Config, as_json: bool) -> int:
     """embed everything for the configured embedder model (resumable)"""
-    from app.learn.embed import reembed as embed_everything  # numpy (torch, when local)
+    from app.learn.embed import reembed as embed_everything  # numpy (ONNX Runtime, when local)
 
     with progress_bar(as_json) as progress:
         callback = (lambda done, total: progress("embedding", done, total)) if progress else None
