@@ -185,8 +185,8 @@ def _asked_about(text: str, user: tuple[tuple[int, int], ...],
     """The speaker a question naming both is asked about: the one it names first ("What
     did Jon say to Gina?", "What does Gina think of Jon's studio?"), unless it names the
     two together ("What do Jon and Gina both like?": either may have said it). LoCoMo
-    development: of the 76 questions naming both speakers, the evidence of those naming
-    one first was said by that one in 40 of 47."""
+    development: 51 of the 76 questions naming both speakers name one first, and 61 of
+    their 73 evidence turns were said by that one."""
     if not user or not assistant:
         return None
     named = sorted([(*span, "user") for span in user] + [(*span, "assistant")
