@@ -176,15 +176,38 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
     return " ".join("".join(kept).split())
 
 
-def _speaker_labels(labels: LabelQuery | None, assistant: bool,
-                    others: bool) -> LabelQuery | None:
+# Between two names, what joins them into one subject: "Jon and Gina", "Jon & Gina's".
+_TOGETHER = re.compile(r"\s*(?:,|and|&|or)\s*", re.IGNORECASE)
+
+
+def _asked_about(text: str, user: tuple[tuple[int, int], ...],
+                 assistant: list[tuple[int, int]]) -> str | None:
+    """The speaker a question naming both is asked about: the one it names first ("What
+    did Jon say to Gina?", "What does Gina think of Jon's studio?"), unless it names the
+    two together ("What do Jon and Gina both like?": either may have said it). LoCoMo
+    development: 51 of the 76 questions naming both speakers name one first, and 61 of
+    their 73 evidence turns were said by that one."""
+    if not user or not assistant:
+        return None
+    named = sorted([(*span, "user") for span in user] + [(*span, "assistant")
+                                                         for span in assistant])
+    first_end, first = named[0][1:]
+    second_start = next(start for start, _, role in named if role != first)
+    return None if _TOGETHER.fullmatch(text[first_end:second_start]) else first
+
+
+def _speaker_labels(labels: LabelQuery | None, assistant: bool, others: bool,
+                    asked_about: str | None) -> LabelQuery | None:
     """The labels of a question that names the assistant (by the name the user calls it)
     or someone common in the memory besides the user: the assistant's words when it names
-    only the assistant; no speaker when it names someone else, or both speakers."""
+    only the assistant; when it names both speakers, the words of the one it is asked
+    about (`asked_about`, None: either); no speaker when it names someone else."""
     times = labels.times if labels is not None else ()
     role = labels.role if labels is not None else None
     if assistant and role is None and not others:
         return LabelQuery(times, "assistant")
+    if asked_about is not None and not others:
+        return LabelQuery(times, asked_about)
     # Someone the user talks with or about: a question naming them as well as the user
     # is about both, not only what the user said.
     return LabelQuery(times) if times else None
@@ -222,7 +245,8 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
                  if m.group()[0].isupper() and m.start() > 0]
         searched = _without(searched, [m.span() for m in names])
     if assistant or names:
-        labels = _speaker_labels(labels, bool(assistant), bool(names))
+        labels = _speaker_labels(labels, bool(assistant), bool(names),
+                                 _asked_about(text, read.name_spans, assistant))
     if not terms(searched):  # nothing left to search for: better the words than none
         searched = text
     return searched, labels

@@ -434,3 +434,26 @@ def test_someone_the_user_only_talks_about_is_not_taken_for_the_assistant(writer
     con = connect_readonly(writer.path)
     query = make_query("ana", "What did Anna bake?", con=con, recall=recall)
     assert query.labels is None or query.labels.role is None
+
+
+def test_a_question_naming_both_speakers_is_about_the_one_named_first(writer, config, recall):
+    # The user (Caroline) calls the assistant Mel; "What did Mel tell Caroline?" asks
+    # for Mel's words, "What do Mel and Caroline both like?" for either's.
+    name_the_user(writer, "Caroline")
+    turns = [("user", f"Thanks, Mel! Talk soon about item {i}", f"2023-05-01T10:{i:02d}:00Z")
+             for i in range(60)]
+    turns += [("user", "The garden, oh the garden: the garden needs roses, lots of roses",
+               "2023-05-02T10:00:00Z"),
+              ("assistant", "Your garden could use a pond", "2023-05-02T10:01:00Z")]
+    ids = conversation(writer, config, turns)
+    con = connect_readonly(writer.path)
+    query = make_query("ana", "What did Mel tell Caroline about the garden?", con=con,
+                       recall=recall)
+    assert query.labels is not None and query.labels.role == "assistant"
+    assert search(con, "ana", query.text, "event", 1, query=query)[0].id == ids[-1]
+    about_caroline = make_query("ana", "What does Caroline think of Mel's garden?", con=con,
+                                recall=recall)
+    assert about_caroline.labels is not None and about_caroline.labels.role == "user"
+    both = make_query("ana", "What do Mel and Caroline both like in the garden?", con=con,
+                      recall=recall)
+    assert both.labels is None or both.labels.role is None
