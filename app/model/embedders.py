@@ -24,23 +24,21 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from app.config import Config
 from app.errors import EmbedderUnavailable
 from app.model.client import ModelClient
+from app.model import minilm  # its runtime (ONNX Runtime) loads only with the model
 from app.model.errors import ModelNotFound
 from app.log import get_logger
 
-if TYPE_CHECKING:
-    from app.model.minilm import MiniLM
-
 log = get_logger(__name__)
 
-LOCAL_MODEL = "all-MiniLM-L6-v2"
-LOCAL_DIM = 384
+LOCAL_MODEL = minilm.MODEL_NAME
+LOCAL_DIM = minilm.DIMENSIONS
 # Longer texts are cut before embedding: both models truncate far earlier anyway
 # (MiniLM at 256 tokens, nomic-embed-text at 2,048) and huge tool outputs cost time.
 MAX_EMBED_CHARS = 8_000
@@ -118,7 +116,7 @@ class OllamaEmbedder:
         return _as_matrix(rows, len(texts), self.model)
 
 
-_local_model: "MiniLM | None" = None
+_local_model: minilm.MiniLM | None = None
 _local_lock = threading.Lock()
 _loading: threading.Thread | None = None  # start_loading's thread, once started
 # Not _local_lock: the load holds that one for as long as it takes.
@@ -144,7 +142,7 @@ def _limit_openmp(threads: int) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def _load_local_model(threads: int = 1) -> "MiniLM":
+def _load_local_model(threads: int = 1) -> minilm.MiniLM:
     """The shipped all-MiniLM-L6-v2 on ONNX Runtime, loaded once per process, with the
     network off."""
     global _local_model
@@ -154,8 +152,6 @@ def _load_local_model(threads: int = 1) -> "MiniLM":
             # Weights come from the installed package; Hugging Face must not be asked.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from app.model import minilm  # start-up: ONNX Runtime loads only for kind = "local"
-
             _local_model = minilm.load(threads)
         return _local_model
 

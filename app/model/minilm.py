@@ -29,6 +29,7 @@ from app.log import get_logger
 log = get_logger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSIONS = 384
 # sentence_bert_config.json's max_seq_length: longer texts are cut, as the model was trained.
 MAX_TOKENS = 256
 # Bumped when the export changes, so an old cached file is not reused.
@@ -147,25 +148,23 @@ class MiniLM:
             str(model_file), options, providers=["CPUExecutionProvider"])
         self.tokenizer = Tokenizer.from_file(str(weights / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.no_padding()  # each pass pads to its own longest text
+        self.tokenizer.enable_padding()  # to the longest text of each pass
 
     def encode(self, texts: Sequence[str], pass_size: int) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text in order. Texts run sorted by
         length in passes of at most `pass_size`, so little of a pass is padding."""
-        tokens = [encoding.ids for encoding in self.tokenizer.encode_batch(list(texts))]
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-        vectors = np.zeros((len(tokens), 384), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         for start in range(0, len(order), pass_size):
             rows = order[start:start + pass_size]
-            vectors[rows] = self._pass([tokens[i] for i in rows])
+            vectors[rows] = self._pass([texts[i] for i in rows])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms == 0, 1, norms)
 
-    def _pass(self, tokens: list[list[int]]) -> np.ndarray:
-        ids = np.zeros((len(tokens), max(len(t) for t in tokens)), dtype=np.int64)
-        for row, sequence in zip(ids, tokens):
-            row[:len(sequence)] = sequence
-        mask = (np.arange(ids.shape[1]) < np.array([[len(t)] for t in tokens])).astype(np.int64)
+    def _pass(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
                                          "token_type_ids": np.zeros_like(ids)})[0]
         # Mean pooling over the real tokens, as the model's 1_Pooling/config.json says.

