@@ -9,12 +9,16 @@ server is relayed unchanged. Beside them: a JSON memory API under `/memory/...`,
 
 The rooms, each one concept:
 - server.py: `create_app` (routes, error shapes, gate, the app's state) and `run_server`,
-  which refuses to listen off loopback without `[server] token`.
+  which refuses to listen off loopback without `[server] token`. The chat client's routes
+  answer from the start; the rest is built on its first request (on_demand.py).
+- routing.py: the table the chat client's routes are declared in, served by Starlette.
+- documented.py: Hilo's own API in FastAPI, with the OpenAPI document of every route.
 - gate.py: what every request passes first: the Host and Origin checks (DNS rebinding,
   cross-site requests), the bearer token (shared, or a user's own), the body cap.
 - access_log.py: uvicorn's access log with paths only, never query strings.
 - errors.py: the one place HTTP errors are shaped, in the calling API's own shape.
-- deps.py: what a route is handed: who is asking, the service, the JSON body.
+- callers.py: who is asking, and the request's JSON body; deps.py hands them (and the
+  service) to FastAPI's routes.
 - conversation.py: what a chat request says and how it meets the store: what is new,
   which session.
 - housekeeping.py: requests that are a client's own chores, relayed without memory.

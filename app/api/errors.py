@@ -14,17 +14,23 @@ that the message was kept) goes in the `X-Hilo-Hint` header.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import apsw
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from app.datadir import DataDir
 from app.db import corrupt_memory
 from app.errors import HiloError, InsufficientStorage
 from app.model.errors import ModelError
 from app.writer import disk_full
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
 
 # How long a client should wait before retrying after a full disk (507).
 DISK_FULL_RETRY_AFTER_SECONDS = "60"
@@ -108,34 +114,24 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     return 422, "invalid request: " + "; ".join(problems), "invalid_request"
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Answer the HiloError family, invalid requests and unknown routes in the caller's shape."""
+def install_error_handlers(app: Starlette) -> None:
+    """Answer the HiloError family and unknown routes and methods in the caller's shape."""
 
-    @app.exception_handler(HiloError)
     async def hilo_error(request: Request, exc: HiloError) -> JSONResponse:
         headers = ({"Retry-After": DISK_FULL_RETRY_AFTER_SECONDS}
                    if isinstance(exc, InsufficientStorage) else getattr(exc, "headers", None))
         return error_response(request.url.path, exc.http_status, exc.message, exc.code, headers)
 
-    @app.exception_handler(apsw.FullError)
     async def full_disk(request: Request, exc: apsw.FullError) -> JSONResponse:
         # A read or a connection outside the writer (temporary files, the queue) ran out
         # of room: the same answer as a write the writer could not store.
         return await hilo_error(request, disk_full(request.app.state.config.data_dir, exc))
 
-    @app.exception_handler(apsw.CorruptError)
-    @app.exception_handler(apsw.NotADBError)
     async def corrupt_database(request: Request, exc: apsw.Error) -> JSONResponse:
         # Pages garbled under a running server: 503 with what to do, not a bare 500.
         memory_db = DataDir.of(request.app.state.config).memory_db
         return await hilo_error(request, corrupt_memory(memory_db, f"is damaged ({exc})"))
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, message, code = _validation_message(exc)
-        return error_response(request.url.path, status, message, code)
-
-    @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = str(exc.detail)
         if isinstance(exc.__cause__, RecursionError):  # FastAPI could not parse the body
@@ -148,3 +144,22 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"{request.method} is not allowed on {request.url.path}; see /openapi.json"
         return error_response(request.url.path, exc.status_code, message, "http_error",
                               getattr(exc, "headers", None))
+
+    app.add_exception_handler(HiloError, hilo_error)
+    app.add_exception_handler(apsw.FullError, full_disk)
+    app.add_exception_handler(apsw.CorruptError, corrupt_database)
+    app.add_exception_handler(apsw.NotADBError, corrupt_database)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def install_validation_errors(api: FastAPI) -> None:
+    """Answer FastAPI's invalid requests (its routes' typed parameters) in the caller's
+    shape."""
+    # start-up: FastAPI is loaded only with the documented API (app/api/documented.py)
+    from fastapi.exceptions import RequestValidationError
+
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message, code = _validation_message(exc)
+        return error_response(request.url.path, status, message, code)
+
+    api.add_exception_handler(RequestValidationError, invalid_request)

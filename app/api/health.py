@@ -11,12 +11,13 @@ that cannot be written): every chat would fail.
 from __future__ import annotations
 
 import apsw
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import __version__
-from app.api.deps import Service
+from app.api.routing import Routes
+from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import corrupt_memory, memory_damage, schema_version
 from app.errors import HiloError, InsufficientStorage
@@ -26,7 +27,7 @@ from app.model.probe import CachedProbe
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = __version__
 
-router = APIRouter(tags=["Health"])
+routes = Routes("Health")
 
 # A quick check reads every page (about 3 ms a megabyte): at most this often, longer for a
 # large memory (app.db.memory_damage).
@@ -37,8 +38,9 @@ PROBE_BYTES = 64 * 1024
 PROBE_TIMEOUT_SECONDS = 10.0
 
 
-@router.get("/health", summary="Is Hilo up (open without the token)")
-def get_health(request: Request, service: Service) -> Response:
+@routes.get("/health", summary="Is Hilo up (open without the token)")
+def get_health(request: Request) -> Response:
+    service = request.app.state.service
     try:
         damage = memory_damage(DataDir.of(service.config).memory_db, QUICK_CHECK_EVERY_SECONDS)
         version = None if damage else schema_version(service.reader())
@@ -59,7 +61,7 @@ def get_health(request: Request, service: Service) -> Response:
     return JSONResponse(body)
 
 
-def _why_nothing_can_be_stored(service: Service) -> str | None:
+def _why_nothing_can_be_stored(service: ChatService) -> str | None:
     """Whether the memory database takes a write, asked as a chat would: through the
     server's own writer, with a write that needs new room and is then undone."""
     path = service.writer.path
@@ -86,7 +88,7 @@ def _take_room_and_give_it_back(con: apsw.Connection) -> None:
         con.execute("ROLLBACK TO health_probe; RELEASE health_probe")
 
 
-def _model_probe(request: Request, service: Service) -> CachedProbe:
+def _model_probe(request: Request, service: ChatService) -> CachedProbe:
     """One cached probe per app, made on the first health check."""
     probe = getattr(request.app.state, "model_probe", None)
     if probe is None:
@@ -94,11 +96,12 @@ def _model_probe(request: Request, service: Service) -> CachedProbe:
     return probe
 
 
-@router.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
+@routes.get("/metrics", summary="Prometheus metrics: queue, jobs, writer, context and model "
                                 "latency (needs the token when one is set)")
-def get_metrics(service: Service) -> Response:
+def get_metrics(request: Request) -> Response:
     # start-up: the queue's part reads Huey's storage, which a chat does not need
     from workers.queue_metrics import render_queue
 
+    service = request.app.state.service
     return Response(render(service.writer) + render_queue(service.config),
                     media_type=CONTENT_TYPE_LATEST)

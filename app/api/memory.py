@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
-from app.api.deps import Service, Who, check_id, check_session
+from app.api.callers import check_id, check_session
+from app.api.deps import Service, Who
 from app.api.errors import ApiError
 from app.turn.chat import ChatService
 from app.model.messages import stored_tool_calls

@@ -16,38 +16,37 @@ server offers, and the model-management endpoints, which it lacks, answer 501.
 from __future__ import annotations
 
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from app.api.deps import JsonBody, Service, Tools, Who
+from app.api.callers import json_body
 from app.api.errors import ApiError
 from app.api.health import VERSION
 from app.api.passthrough import relay_request
-from app.api.turns import Locks, answer_chat
+from app.api.routing import Routes
+from app.api.turns import answer_chat_request
 
-router = APIRouter(tags=["Ollama API"])
+routes = Routes("Ollama API")
 
 
-@router.post("/api/chat", summary="Chat with memory (Ollama's /api/chat)",
-             response_model=None,
+@routes.post("/api/chat", summary="Chat with memory (Ollama's /api/chat)", names_the_caller=True,
              responses={200: {"description": "NDJSON stream, or one JSON object with stream=false"},
                         400: {"description": "invalid JSON"},
                         503: {"description": "the model server is down; new messages are kept"}})
-def ollama_chat(body: JsonBody, request: Request, who: Who, service: Service,
-                locks: Locks, agent: Tools) -> Response:
+async def ollama_chat(request: Request) -> Response:
     """The request goes to the model as the client sent it — tools, format, images,
     options, keep_alive, think — with the memory layers added to its system prompt;
     what is new in it is stored, and the reply, tool calls included, comes back as the
     model wrote it. `messages: []` (load or unload a model) is relayed and stores nothing."""
-    return answer_chat("ollama", body, request.headers, who, service, locks, agent)
+    return await answer_chat_request("ollama", request)
 
 
 def _speaks_ollama(request: Request) -> bool:
     return request.app.state.service.model.provider == "ollama"
 
 
-@router.get("/", summary="Whether the server runs (Ollama's \"Ollama is running\")")
-@router.head("/", summary="Whether the server runs, headers only")
+@routes.get("/", summary="Whether the server runs (Ollama's \"Ollama is running\")")
+@routes.head("/", summary="Whether the server runs, headers only")
 async def root(request: Request) -> Response:
     if "text/html" in request.headers.get("accept", ""):
         return RedirectResponse("/ui", status_code=303)  # a browser: the memory page
@@ -56,7 +55,7 @@ async def root(request: Request) -> Response:
     return PlainTextResponse("Ollama is running")
 
 
-@router.get("/api/tags", summary="The model server's models (relayed)")
+@routes.get("/api/tags", summary="The model server's models (relayed)")
 async def ollama_tags(request: Request) -> Response:
     if _speaks_ollama(request):
         return await relay_request(request)
@@ -66,8 +65,9 @@ async def ollama_tags(request: Request) -> Response:
          "digest": "", "details": {}} for name in names]})
 
 
-@router.post("/api/show", summary="A model's details (relayed)")
-async def ollama_show(request: Request, body: JsonBody) -> Response:
+@routes.post("/api/show", summary="A model's details (relayed)")
+async def ollama_show(request: Request) -> Response:
+    body = await json_body(request)
     if _speaks_ollama(request):
         return await relay_request(request)
     name = str(body.get("model") or body.get("name") or "")
@@ -77,14 +77,14 @@ async def ollama_show(request: Request, body: JsonBody) -> Response:
                          "model_info": {}, "capabilities": ["completion"]})
 
 
-@router.get("/api/version", summary="The model server's version (relayed)")
+@routes.get("/api/version", summary="The model server's version (relayed)")
 async def ollama_version(request: Request) -> Response:
     if _speaks_ollama(request):
         return await relay_request(request)
     return JSONResponse({"version": VERSION})
 
 
-@router.get("/api/ps", summary="The models loaded in memory (relayed)")
+@routes.get("/api/ps", summary="The models loaded in memory (relayed)")
 async def ollama_ps(request: Request) -> Response:
     if _speaks_ollama(request):
         return await relay_request(request)
@@ -113,5 +113,4 @@ RELAYED: list[tuple[str, str, str]] = [
     ("POST", "/api/blobs/{digest}", "Upload a blob (relayed)"),
 ]
 for method, path, summary in RELAYED:
-    router.add_api_route(path, _ollama_only, methods=[method], summary=summary,
-                         response_model=None, operation_id=f"ollama_{method.lower()}_{path}")
+    routes.add(method, path, _ollama_only, summary, operation_id=f"ollama_{method.lower()}_{path}")

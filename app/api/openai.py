@@ -11,33 +11,32 @@ completions are relayed unchanged (app/api/passthrough.py).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response
 
-from app.api.deps import JsonBody, Service, Tools, Who
 from app.api.passthrough import relay_request
-from app.api.turns import Locks, answer_chat
+from app.api.routing import Routes
+from app.api.turns import answer_chat_request
 
-router = APIRouter(tags=["OpenAI API"])
+routes = Routes("OpenAI API")
 
 
-@router.post("/v1/chat/completions", summary="Chat with memory (OpenAI's chat completions)",
-             response_model=None,
+@routes.post("/v1/chat/completions", summary="Chat with memory (OpenAI's chat completions)",
+             names_the_caller=True,
              responses={200: {"description": "a chat.completion, or SSE with stream=true"},
                         400: {"description": "invalid JSON"},
                         503: {"description": "the model server is down; new messages are kept"}})
-def openai_chat(body: JsonBody, request: Request, who: Who, service: Service,
-                locks: Locks, agent: Tools) -> Response:
+async def openai_chat(request: Request) -> Response:
     """The request goes to the model as the client sent it, with the memory layers added
     to its system prompt; what is new in it is stored, and the reply, tool calls
     included, comes back as the model wrote it. The body's `user` names Hilo's user
     (X-Hilo-User wins)."""
-    return answer_chat("openai", body, request.headers, who, service, locks, agent)
+    return await answer_chat_request("openai", request)
 
 
-@router.get("/v1/models", summary="The model server's models (relayed)")
-@router.get("/v1/models/{model:path}", summary="One model (relayed)")
-@router.post("/v1/embeddings", summary="Embeddings (relayed)")
-@router.post("/v1/completions", summary="Completions, no memory added (relayed)")
+@routes.get("/v1/models", summary="The model server's models (relayed)")
+@routes.get("/v1/models/{model:path}", summary="One model (relayed)")
+@routes.post("/v1/embeddings", summary="Embeddings (relayed)")
+@routes.post("/v1/completions", summary="Completions, no memory added (relayed)")
 async def openai_relayed(request: Request) -> Response:
     return await relay_request(request)

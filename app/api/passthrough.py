@@ -9,9 +9,9 @@ client's credentials stay here: the model server gets `[llm] api_key` instead.
 
 from __future__ import annotations
 
-from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from app.api.turns import pull_in_threadpool
 

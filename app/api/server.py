@@ -1,6 +1,11 @@
 """The app and the process that serves it: `create_app` puts the routes, the error
 shapes and the gate together; `run_server` is `hilo serve`.
 
+The app is Starlette's, with the routes a chat client calls (app/api/routing.py): they
+answer from the first moment. Everything else — Hilo's documented JSON API, /docs,
+/openapi.json and the memory page (FastAPI: app/api/documented.py, app/ui) and MCP — is
+built on its first request, so the first message after a start waits for none of them.
+
 Without `[server] token`, `run_server` refuses to listen anywhere but loopback: anyone
 who could reach it could read the memory.
 """
@@ -15,17 +20,16 @@ from typing import AsyncIterator
 
 import anyio
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
-from app.api import health, memory, ollama, openai, tasks, turn_records
+from app.api import health, ollama, openai
 from app.api.access_log import log_paths_without_queries
-from app.api.deps import identify
-from app.api.docs import install_docs
+from app.api.callers import identify
 from app.api.errors import install_error_handlers
 from app.api.gate import TOKEN_USER, Gate, is_loopback
-from app.api.health import VERSION
 from app.api.mcp_route import McpOnDemand
+from app.api.on_demand import BuiltOnDemand
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
 from app.turn.agent import Agent
@@ -34,7 +38,6 @@ from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.log import get_logger
-from app import ui
 from app.model.probe import announce_models
 from workers.huey_loader import load_huey
 
@@ -44,7 +47,7 @@ log = get_logger(__name__)
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
-def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
+def create_app(config: Config, service: ChatService | None = None) -> Starlette:
     """The ASGI app. Without a service, it makes one (and closes it on shutdown)."""
     owned = service is None
     if service is None:
@@ -65,8 +68,14 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
 
     mcp = McpOnDemand(build_mcp)
 
+    def build_documented_api():
+        # start-up: FastAPI and pydantic load with the documented API, on its first request
+        from app.api.documented import documented_api
+
+        return documented_api(app.state)
+
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         service.warm_vectors()
         async with anyio.create_task_group() as tasks:
             await tasks.start(mcp.serve)
@@ -75,20 +84,15 @@ def create_app(config: Config, service: ChatService | None = None) -> FastAPI:
         if owned:
             await run_in_threadpool(app.state.service.close)
 
-    app = FastAPI(
-        title="Hilo", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
-        description="Persistent, layered memory for chat agents on local models. Point an "
-                    "Ollama or OpenAI client here instead of at the model server.")
+    app = Starlette(lifespan=lifespan, routes=[
+        *ollama.routes.served(), *openai.routes.served(), *health.routes.served(),
+        mcp.route])  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
+    app.router.default = BuiltOnDemand(build_documented_api)  # every other path
     app.state.config = config
     app.state.service = service
     app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
-    install_docs(app)  # /docs and /redoc, offline
-    for routes in (ollama, openai, tasks, memory, health, turn_records):
-        app.include_router(routes.router)
-    app.router.routes.append(mcp.route)  # MCP over streamable HTTP at /mcp (app/mcp/server.py)
-    ui.install(app)  # the memory page at /ui (app/ui), built on its first request
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
     log_paths_without_queries()
     return app

@@ -12,11 +12,11 @@ With `[tools] http = true`, a request that brings no tools of its own gets Hilo'
 (memory, scheduled tasks, web fetch; never the terminal): the model's calls are run and
 stored, and the client receives only the answer (app/turn/agent.py).
 
-The user: as app/api/deps.py decides it, where a chat body's `user` (OpenAI's end-user
+The user: as app/api/callers.py decides it, where a chat body's `user` (OpenAI's end-user
 id) comes after the headers: it names the user only when no header or token did, and
 naming another user than a per-user token's is refused.
 
-ChatService is synchronous: the chat routes are plain functions run in the threadpool,
+ChatService is synchronous: a chat is answered in the threadpool (answer_chat_request),
 and replies stream from a sync generator pulled one piece at a time in the threadpool.
 """
 
@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import contextmanager
-from typing import Annotated, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
 
 import anyio
-from fastapi import Depends, Request
-from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from app.api.conversation import (
     continued_session,
@@ -40,7 +40,7 @@ from app.api.conversation import (
     store_messages,
     unstored_messages,
 )
-from app.api.deps import Caller, check_session
+from app.api.callers import Caller, caller_of, check_session, json_body
 from app.api.errors import ApiError, error_body, model_failure, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.turn.agent import Agent
@@ -78,11 +78,14 @@ class SessionLocks:
                     del self._locks[key]
 
 
-def session_locks_of(request: Request) -> SessionLocks:
-    return request.app.state.session_locks
-
-
-Locks = Annotated[SessionLocks, Depends(session_locks_of)]
+async def answer_chat_request(api: str, request: Request) -> Response:
+    """The chat route of `api` ("ollama" or "openai"): the body read and the caller
+    named (a body that is not JSON is refused before the caller is), then answered in
+    the threadpool, since ChatService is synchronous."""
+    body = await json_body(request)
+    state = request.app.state
+    return await run_in_threadpool(answer_chat, api, body, request.headers, caller_of(request),
+                                   state.service, state.session_locks, state.agent)
 
 
 def user_of(who: Caller, body: Mapping[str, Any]) -> str:

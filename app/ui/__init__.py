@@ -3,7 +3,7 @@
 Server-rendered HTML (Jinja2, autoescaped: memory text is often someone else's words),
 one stylesheet served from the package, no script needed to read; forms POST and
 redirect. Every read and edit goes through the functions the JSON routes, the CLI and
-MCP call, as the user `identify()` names (app/api/deps.py); the gate (app/api/gate.py)
+MCP call, as the user `identify()` names (app/api/callers.py); the gate (app/api/gate.py)
 lets the page's token arrive in a cookie.
 
     render.py   the templates, the page's route class (errors as pages), flash
@@ -18,34 +18,36 @@ lets the page's token arrive in a cookie.
 
 None of it is loaded before the first request to /ui: the pages and Jinja2 are about
 0.15 s of `hilo serve`'s start on two cores, and a chat needs neither. `install` puts
-`PageOnDemand` at /ui and under it; the first request builds the routes on a thread (the
-event loop goes on serving chats meanwhile), and every request is handed to them.
+the page on the documented API's app (app/api/documented.py), built on its first
+request (app/api/on_demand.py).
 """
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
-import anyio
-from fastapi import APIRouter, FastAPI
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+
+from app.api.on_demand import BuiltOnDemand
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter, FastAPI
 
 STATIC_DIR = Path(__file__).parent / "static"
 
 
 def install(app: FastAPI) -> None:
     """Put the memory page (its routes and its stylesheet) on `app`, built on first use."""
-    page = PageOnDemand(page_routes)
+    page = BuiltOnDemand(page_routes)
     app.router.routes.extend([Route("/ui", endpoint=page),
                               Route("/ui/{rest:path}", endpoint=page)])
 
 
 def page_routes() -> APIRouter:
     """The memory page's routes and its stylesheet."""
-    # start-up: the pages and Jinja2 load on the first request to /ui (PageOnDemand)
+    # start-up: FastAPI, the pages and Jinja2 load on the first request to /ui
+    from fastapi import APIRouter
     from fastapi.staticfiles import StaticFiles
 
     from app.ui import auth, forms, memory, ops, turns
@@ -56,26 +58,3 @@ def page_routes() -> APIRouter:
     routes.include_router(turns.pages)
     routes.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     return routes
-
-
-class PageOnDemand:
-    """The ASGI app at /ui and under it: builds the page's routes once, when first asked,
-    and hands each request to them as the app's own routes would have taken it."""
-
-    def __init__(self, build: Callable[[], APIRouter]) -> None:
-        self._build = build
-        self._lock = threading.Lock()
-        self._routes: APIRouter | None = None
-
-    def _built(self) -> APIRouter:
-        with self._lock:  # two first requests at once build it once
-            if self._routes is None:
-                self._routes = self._build()
-            return self._routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        routes = self._routes
-        if routes is None:
-            routes = await anyio.to_thread.run_sync(self._built)
-        scope["path_params"] = {}  # the page's routes match the whole path themselves
-        await routes(scope, receive, send)

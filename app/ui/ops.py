@@ -14,7 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.deps import Caller, Service, Who
+from app.api.callers import Caller
+from app.api.deps import Service, Who
 from app.tasks.runs import request_run, task_runs
 from app.tasks.store import describe_task, list_tasks, pause_task, remove_task, resume_task
 from app.ui.render import PageRoute, done, page, same_origin

@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader
 
-from app.api.deps import Caller
+from app.api.callers import Caller
 from app.api.errors import ApiError
 from app.api.gate import SAFE_METHODS, TOKEN_COOKIE
 from app.errors import HiloError

@@ -16,7 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.access import issue_token
-from app.api.deps import client_namespace
+from app.api.callers import client_namespace
 from app.config import ConfigError, load_config
 from app.tasks.store import add_task, task_session_id
 from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture

@@ -1,6 +1,7 @@
-"""`hilo serve` answers its first chat without loading what a chat does not need: the
-memory page (Jinja2), the Redis client of a SQLite queue, the queue's metrics. Each is
-loaded when first asked for, and then works as before.
+"""`hilo serve` answers its first chat without loading what a chat does not need:
+FastAPI and pydantic (Hilo's documented API), the memory page (Jinja2), the Redis
+client of a SQLite queue, the queue's metrics. Each is loaded when first asked for, and
+then works as before.
 
 Each test starts a fresh interpreter, builds the app as `hilo serve` does, sends
 requests, and reads `sys.modules` after each step."""
@@ -69,7 +70,21 @@ def of(package: str, modules: set[str]) -> set[str]:
 
 
 CHAT = ("POST", "/api/chat")
+OPENAI_CHAT = ("POST", "/v1/chat/completions")
 HEALTH = ("GET", "/health")
+
+
+def test_chat_clients_are_answered_before_fastapi_is_loaded(fake_ollama: FakeOllama,
+                                                            tmp_path: Path) -> None:
+    statuses, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT, OPENAI_CHAT,
+                                ("GET", "/api/tags"), ("GET", "/metrics"),
+                                ("GET", "/memory/profile"), ("GET", "/openapi.json"))
+
+    assert statuses == [200] * 7
+    before_the_documented_api = loaded["GET /metrics"]
+    assert of("fastapi", before_the_documented_api) == set()
+    assert of("pydantic", before_the_documented_api) == set()
+    assert "fastapi" in loaded["GET /memory/profile"]
 
 
 def test_the_memory_page_is_loaded_on_its_first_request_not_at_start(

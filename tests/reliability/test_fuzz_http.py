@@ -145,13 +145,17 @@ def operations() -> list[tuple[str, str, bool]]:
     """Every route: (method, path, whether Hilo relays it to the model server unchanged)."""
     from types import SimpleNamespace
 
+    from starlette.datastructures import State
+
+    from app.api.documented import documented_api
     from app.config import load_config
 
     config = load_config(env={})
     # Routes only; never served.
-    app = create_app(config, service=SimpleNamespace(config=config))
+    state = State({"config": config, "service": SimpleNamespace(config=config)})
     return [(method.upper(), path, "relayed" in op.get("summary", ""))
-            for path, ops in app.openapi()["paths"].items() for method, op in ops.items()]
+            for path, ops in documented_api(state).openapi()["paths"].items()
+            for method, op in ops.items()]
 
 
 OPERATIONS = [pytest.param(method, path, relayed, id=f"{method} {path}")

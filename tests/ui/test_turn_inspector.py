@@ -22,6 +22,7 @@ def add_fact(hilo: HiloServer, key: str, value: str) -> int:
 
 
 def last_turn(hilo: HiloServer, user: str | None = None) -> dict:
+    hilo.app.state.service.writer.submit(lambda con: None)  # the turn's record is committed
     turns = hilo.client(user).get("/memory/turns").json()["turns"]
     assert turns, "no turn recorded"
     return hilo.client(user).get(f"/memory/turns/{turns[0]['id']}").json()
