@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from app.api.errors import ApiError
@@ -86,6 +86,15 @@ class Conversation:
     messages: list[dict[str, Any]]
     turns: list[dict[str, Any]]
     whole: bool = False
+    # The turns as stored for a user (message_keys), worked out once per request: the
+    # session is found and the new messages told apart from the same keys.
+    _keys: dict[str, list[Key]] = field(default_factory=dict, repr=False, compare=False)
+
+    def keys(self, config: Config, user_id: str) -> list[Key]:
+        """Its turns as Hilo would store them for `user_id` (message_keys)."""
+        if user_id not in self._keys:
+            self._keys[user_id] = message_keys(config, user_id, self.turns)
+        return self._keys[user_id]
 
     @property
     def query(self) -> str:
@@ -243,7 +252,7 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     turns = conversation.turns
     stored = [e for e in session_events(service.reader(), user_id, session_id)
               if e.role in ("user", "assistant", "tool")]
-    keys = message_keys(service.config, user_id, turns)
+    keys = conversation.keys(service.config, user_id)
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
@@ -300,9 +309,8 @@ def continued_session(service: ChatService, user_id: str,
     turns = conversation.turns
     if len(turns) < 2:
         return None
-    prepared = [_as_stored(service.config, user_id, m) for m in turns]
-    keys = [_prepared_key(p) for p in prepared]
-    openings = sorted({p.content for p in prepared[:CANDIDATE_OPENINGS]})
+    keys = conversation.keys(service.config, user_id)
+    openings = sorted({content for _, content, _ in keys[:CANDIDATE_OPENINGS]})
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
     best, best_end, tied = None, 0, False
