@@ -42,7 +42,9 @@ new session: two chats that open with the same words stay apart.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -174,7 +176,45 @@ def _prepared_key(prepared: PreparedEvent) -> Key:
 
 def message_keys(config: Config, user_id: str, messages: list[dict[str, Any]]) -> list[Key]:
     """The messages as Hilo would store them, to compare with stored events."""
-    return [_prepared_key(_as_stored(config, user_id, m)) for m in messages]
+    return [_KNOWN_KEYS.key(config, user_id, m) for m in messages]
+
+
+class KnownKeys:
+    """The stored form (Key) of the text messages a client resends with every request,
+    so that each request works out only its new ones: sanitising a whole history anew
+    cost ~1 ms per 60 messages of every turn, growing with the conversation. Bounded by
+    the characters held; the least recently used go first. A message with tool calls
+    is worked out every time."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._keys: OrderedDict[tuple, tuple[Config, Key, int]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def key(self, config: Config, user_id: str, message: dict[str, Any]) -> Key:
+        if tool_calls_of(message):
+            return _prepared_key(_as_stored(config, user_id, message))
+        role, text = stored_role(message), text_to_store(message)
+        known = (id(config), user_id, role, text)
+        with self._lock:
+            hit = self._keys.get(known)
+            if hit is not None and hit[0] is config:
+                self._keys.move_to_end(known)
+                return hit[1]
+        key = _prepared_key(prepare_event(config, user_id, "-", role, text))
+        size = len(text) + len(key[1])
+        with self._lock:
+            old = self._keys.pop(known, None)
+            self._chars += size - (old[2] if old else 0)
+            self._keys[known] = (config, key, size)
+            while self._chars > self.max_chars and self._keys:
+                self._chars -= self._keys.popitem(last=False)[1][2]
+        return key
+
+
+# Of a process: a few long conversations' worth of messages.
+_KNOWN_KEYS = KnownKeys(max_chars=4_000_000)
 
 
 def _stored_as(stored_keys: list[Key], at: int, said: Key) -> int | None:

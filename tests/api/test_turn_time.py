@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from app.api.conversation import KnownKeys
+from app.events import prepare_event
 from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
 from tests.api.test_chat import MODEL, ollama_client, user
 
@@ -66,3 +68,18 @@ def test_the_question_is_embedded_while_its_message_is_stored(hilo, embedder):
     assert len(embedder.questions) == 1
     assert hilo.events("s1") == [("user", QUESTION), (
         "assistant", "Five attempts with backoff, then the dead-letter table.")]
+
+
+def test_a_resent_history_is_matched_as_it_would_be_stored(config):
+    """The stored form of resent messages is remembered, within a bound, and is the form
+    storing them gives (secrets redacted)."""
+    known = KnownKeys(max_chars=200)
+    said = {"role": "user", "content": "my token is ghp_" + "a1B2" * 9}
+    key = known.key(config, "default", said)
+
+    assert key == known.key(config, "default", dict(said))
+    assert key[1] == prepare_event(config, "default", "-", "user", said["content"]).content
+    assert "ghp_" not in key[1]
+    for n in range(20):
+        known.key(config, "default", {"role": "assistant", "content": f"reply number {n}"})
+    assert known._chars <= 200

@@ -14,8 +14,9 @@ turn (all its threads, from /proc).
         [--rounds 2] [--warm 4] [--set HILO_EMBEDDER_KIND=local ...] [--json]
         [--py-spy NAME:OUT.json]
 
---py-spy NAME:OUT: `py-spy record` (speedscope format, 1000 samples/s, threads apart)
-the named tree's serve process during the measured turns only.
+--py-spy NAME:OUT: `py-spy record` (1000 samples/s, threads apart; speedscope, or
+collapsed stacks for OUT ending in .txt) of the named tree's serve process during the
+measured turns only, CPU time only.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def run(args: argparse.Namespace) -> dict:
                     spy_name, _, out = args.py_spy.partition(":")
                     pid = next(s.process.pid for s in serves if s.name == spy_name)
                     spy = subprocess.Popen([PY_SPY, "record", "--pid", str(pid), "--rate", "1000",
-                                            "--format", "speedscope", "--threads", "--idle",
+                                            "--format", "raw" if out.endswith(".txt")
+                                            else "speedscope", "--threads",
                                             "--output", out, *(["--native"] if args.native else [])],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)

@@ -42,6 +42,9 @@ WRAPPED = [
     ("app.turn.chat", "build_context", "context.build"),
     ("app.turn.chat", "record_turn", "record_turn"),
     ("app.turn.chat", "Turn._finish", "turn.finish"),
+    ("app.turn.chat", "Turn.__init__", "turn.init"),
+    ("app.turn.chat", "TurnOutcome.__init__", "turn.outcome"),
+    ("app.turn.chat", "BuiltContext.reading", "context.reading"),
     ("app.turn.chat", "read_bootstrap", "read_bootstrap"),
     ("app.turn.chat", "WorkingMemory.window", "working.window"),
     ("app.recall.query", "focus_question", "query.focus"),
@@ -98,6 +101,24 @@ def _patch() -> None:
             continue
         setattr(target, attr, _timed(name, fn))
     _patch_gate()
+    _patch_logs()
+
+
+class _TimedLog:
+    """A module's logger, its lines timed ("log.<module>")."""
+
+    def __init__(self, name: str, log) -> None:
+        self._name, self._log = name, log
+
+    def __getattr__(self, level: str):
+        return _timed(self._name, getattr(self._log, level))
+
+
+def _patch_logs() -> None:
+    for module_name in ("app.api.turns", "app.turn.chat", "app.turn.context"):
+        module = importlib.import_module(module_name)
+        if hasattr(module, "log"):
+            module.log = _TimedLog("log." + module_name.rpartition(".")[2], module.log)
 
 
 def _patch_gate() -> None:
