@@ -138,7 +138,10 @@ def run(args: argparse.Namespace) -> dict:
                 shift = measured % len(targets)
                 for name, url in targets[shift:] + targets[:shift]:
                     history = histories[name]
-                    history.append({"role": "user", "content": turn.user})
+                    # Each round its own conversation: the same words again would be
+                    # a resend of the first round's, which stores nothing.
+                    said = turn.user if not round_ else f"(take {round_ + 1}) {turn.user}"
+                    history.append({"role": "user", "content": said})
                     serve = next((s for s in serves if s.name == name), None)
                     before = serve.cpu_seconds() if serve else 0.0
                     sent, first, ended, reply = send_turn(clients[name], url, history)
