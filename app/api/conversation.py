@@ -42,8 +42,10 @@ new session: two chats that open with the same words stay apart.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from app.api.errors import ApiError
@@ -86,6 +88,15 @@ class Conversation:
     messages: list[dict[str, Any]]
     turns: list[dict[str, Any]]
     whole: bool = False
+    # The turns as stored for a user (message_keys), worked out once per request: the
+    # session is found and the new messages told apart from the same keys.
+    _keys: dict[str, list[Key]] = field(default_factory=dict, repr=False, compare=False)
+
+    def keys(self, config: Config, user_id: str) -> list[Key]:
+        """Its turns as Hilo would store them for `user_id` (message_keys)."""
+        if user_id not in self._keys:
+            self._keys[user_id] = message_keys(config, user_id, self.turns)
+        return self._keys[user_id]
 
     @property
     def query(self) -> str:
@@ -165,7 +176,45 @@ def _prepared_key(prepared: PreparedEvent) -> Key:
 
 def message_keys(config: Config, user_id: str, messages: list[dict[str, Any]]) -> list[Key]:
     """The messages as Hilo would store them, to compare with stored events."""
-    return [_prepared_key(_as_stored(config, user_id, m)) for m in messages]
+    return [_KNOWN_KEYS.key(config, user_id, m) for m in messages]
+
+
+class KnownKeys:
+    """The stored form (Key) of the text messages a client resends with every request,
+    so that each request works out only its new ones: sanitising a whole history anew
+    cost ~1 ms per 60 messages of every turn, growing with the conversation. Bounded by
+    the characters held; the least recently used go first. A message with tool calls
+    is worked out every time."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._keys: OrderedDict[tuple, tuple[Config, Key, int]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def key(self, config: Config, user_id: str, message: dict[str, Any]) -> Key:
+        if tool_calls_of(message):
+            return _prepared_key(_as_stored(config, user_id, message))
+        role, text = stored_role(message), text_to_store(message)
+        known = (id(config), user_id, role, text)
+        with self._lock:
+            hit = self._keys.get(known)
+            if hit is not None and hit[0] is config:
+                self._keys.move_to_end(known)
+                return hit[1]
+        key = _prepared_key(prepare_event(config, user_id, "-", role, text))
+        size = len(text) + len(key[1])
+        with self._lock:
+            old = self._keys.pop(known, None)
+            self._chars += size - (old[2] if old else 0)
+            self._keys[known] = (config, key, size)
+            while self._chars > self.max_chars and self._keys:
+                self._chars -= self._keys.popitem(last=False)[1][2]
+        return key
+
+
+# Of a process: a few long conversations' worth of messages.
+_KNOWN_KEYS = KnownKeys(max_chars=4_000_000)
 
 
 def _stored_as(stored_keys: list[Key], at: int, said: Key) -> int | None:
@@ -243,7 +292,7 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     turns = conversation.turns
     stored = [e for e in session_events(service.reader(), user_id, session_id)
               if e.role in ("user", "assistant", "tool")]
-    keys = message_keys(service.config, user_id, turns)
+    keys = conversation.keys(service.config, user_id)
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
@@ -300,9 +349,8 @@ def continued_session(service: ChatService, user_id: str,
     turns = conversation.turns
     if len(turns) < 2:
         return None
-    prepared = [_as_stored(service.config, user_id, m) for m in turns]
-    keys = [_prepared_key(p) for p in prepared]
-    openings = sorted({p.content for p in prepared[:CANDIDATE_OPENINGS]})
+    keys = conversation.keys(service.config, user_id)
+    openings = sorted({content for _, content, _ in keys[:CANDIDATE_OPENINGS]})
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
     best, best_end, tied = None, 0, False

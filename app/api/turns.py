@@ -113,6 +113,9 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         except ModelError as exc:
             raise model_error(exc) from exc
         return relayed_response(stream, stream.record, api, {}, model_error)
+    # The question's embedding runs while the session is found and the message stored:
+    # the turn's recall below takes it (ChatService.embed_ahead).
+    service.embed_ahead(user_id, conversation.query)
     session_id = (named_session(who.session_header, headers, check_session)
                   or continued_session(service, user_id, conversation) or new_session_id())
     with locks.hold(user_id, session_id):

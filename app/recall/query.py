@@ -100,7 +100,8 @@ class Query:
 
 def make_query(user_id: str, text: str, embedder: Embedder | None = None, *, recall: Recall,
                con: apsw.Connection | None = None, now: datetime | None = None,
-               ahead: bool = False) -> Query:
+               ahead: bool = False,
+               on_embedding: Callable[[Future], None] | None = None) -> Query:
     """The query for one turn, embedded once and shared by every kind searched, searched
     through `recall` (the process's: app/recall/state.py).
 
@@ -111,7 +112,9 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None, *, rec
 
     `ahead`: the question is embedded on a thread of recall's and the query returned at
     once, so the keyword streams run while the model server embeds it (milliseconds to
-    tens of them); the vector searches wait for it.
+    tens of them); the vector searches wait for it. When embed_ahead already began
+    embedding the same words, the query takes that vector instead; `on_embedding` is
+    called with each embedding begun here.
 
     If the embedder fails (model server down), the query goes on without a vector:
     keyword, importance and recency streams still answer.
@@ -123,12 +126,37 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None, *, rec
     if embedder is None or not searched.strip():
         return query
     if ahead:
-        query.model, query.embedding = embedder.model, recall.embedding_threads.submit(
-            _embedded, embedder, searched)
+        query.model = embedder.model
+        query.embedding = (recall.started.take((embedder.model, searched))
+                           or _embedding(recall, embedder, searched, on_embedding))
     else:
         query.vector = _embedded(embedder, searched)
         query.model = embedder.model if query.vector is not None else None
     return query
+
+
+def embed_ahead(user_id: str, text: str, embedder: Embedder, *, recall: Recall,
+                con: apsw.Connection, now: datetime | None = None,
+                on_embedding: Callable[[Future], None] | None = None) -> None:
+    """Begin embedding what `text` will be searched for before its turn asks: a front-end
+    calls it the moment a message's text is known, so the embedding runs while the
+    message is stored and its session found, not after. make_query(ahead=True) then
+    takes this vector for the same words. The words are read against the memory as
+    make_query reads them (focus_question); should the turn read other words (the
+    memory changed in between), it embeds those, and this vector is never used."""
+    searched, _ = focus_question(con, user_id, text, now, recall=recall)
+    if searched.strip():
+        recall.started.start((embedder.model, searched),
+                             lambda: _embedding(recall, embedder, searched, on_embedding))
+
+
+def _embedding(recall: Recall, embedder: Embedder, searched: str,
+               on_embedding: Callable[[Future], None] | None) -> Future[np.ndarray | None]:
+    """The searched words' vector, begun on one of recall's threads."""
+    future = recall.embedding_threads.submit(_embedded, embedder, searched)
+    if on_embedding is not None:
+        on_embedding(future)
+    return future
 
 
 def _embedded(embedder: Embedder, searched: str) -> np.ndarray | None:

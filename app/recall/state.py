@@ -13,15 +13,48 @@ benchmark — makes its own `Recall()`. A query carries its Recall to the stream
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable
 
 from app.recall.bm25 import TermCounts
 from app.recall.speakers import AddressBook
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from app.recall.vectors import VectorIndex
+
+
+# Questions embedded ahead and not asked for yet (a request that failed before its turn):
+# the oldest go first.
+MAX_STARTED_EMBEDDINGS = 8
+
+
+class StartedEmbeddings:
+    """Questions whose embedding began before their turn read them (app/recall/query.py,
+    embed_ahead): a front-end starts embedding a message as soon as its text is known,
+    and the turn's query takes that vector instead of making it again. Keyed by the
+    embedder's model and the exact text embedded, so a turn only ever takes the vector
+    of the very words it searches for."""
+
+    def __init__(self) -> None:
+        self._started: OrderedDict[tuple[str, str], Future] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def start(self, key: tuple[str, str], submit: Callable[[], Future]) -> Future:
+        """The embedding of `key` in progress: one already started, else `submit()`'s."""
+        with self._lock:
+            future = self._started.get(key)
+            if future is None:
+                future = self._started[key] = submit()
+                while len(self._started) > MAX_STARTED_EMBEDDINGS:
+                    self._started.popitem(last=False)
+            return future
+
+    def take(self, key: tuple[str, str]) -> Future | None:
+        """The embedding started ahead for `key`, handed out once; None if there is none."""
+        with self._lock:
+            return self._started.pop(key, None)
 
 
 class Recall:
@@ -41,6 +74,7 @@ class Recall:
         self._vectors: VectorIndex | None = None
         self._embedding_threads: ThreadPoolExecutor | None = None
         self._making = threading.Lock()
+        self.started = StartedEmbeddings()
         if searches_vectors:
             self._vectors = self._new_vector_index()
 

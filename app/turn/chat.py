@@ -51,7 +51,7 @@ from app.model.transport import ModelActivity
 from app.memory import end_session
 from app.turn import metrics
 from app.turn.records import record_turn
-from app.recall.query import Query, make_query
+from app.recall.query import Query, embed_ahead, make_query
 from app.recall.state import Recall
 from app.sanitize import Secret, find_secrets
 from app.model.token_count import TokenCounter
@@ -348,6 +348,17 @@ class Turn:
         return SentChat(exchange.path, exchange.body, reply.content)
 
 
+def _timed_embedding(embedding: Future) -> None:
+    """Count a question's embedding, from now until it is made, in the metrics."""
+    started = time.perf_counter()
+
+    def observe(done: Future) -> None:
+        call = "embed" if done.result() is not None else "embed_failed"
+        metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
+
+    embedding.add_done_callback(observe)
+
+
 def configured_embedder(config: Config, client: ModelClient) -> Embedder | None:
     """The embedder [embedder] asks for; none for `kind = "none"`, whose recall by keywords
     never loads the embedders (nor numpy)."""
@@ -487,20 +498,23 @@ class ChatService:
 
     def _query(self, user_id: str, text: str) -> Query:
         """The turn's retrieval query; with an embedder ready, the question is embedded
-        while the keyword streams run (make_query's `ahead`)."""
+        while the keyword streams run (make_query's `ahead`), unless embed_ahead began
+        it already."""
         embedder = self.query_embedder
         if embedder is None:
             return make_query(user_id, text, recall=self.recall, con=self.reader())
-        started = time.perf_counter()
-        query = make_query(user_id, text, embedder, recall=self.recall, con=self.reader(),
-                           ahead=True)
-        if query.embedding is not None:
-            def observe(embedding: Future) -> None:
-                call = "embed" if embedding.result() is not None else "embed_failed"
-                metrics.MODEL_CALL_SECONDS.labels(call).observe(time.perf_counter() - started)
+        return make_query(user_id, text, embedder, recall=self.recall, con=self.reader(),
+                          ahead=True, on_embedding=_timed_embedding)
 
-            query.embedding.add_done_callback(observe)
-        return query
+    def embed_ahead(self, user_id: str, text: str) -> None:
+        """Begin embedding the question of a turn about to be answered: a front-end calls
+        it as soon as the message's text is known, so the embedding runs while the message
+        is stored, and the turn's recall (build_context with the same text) takes it
+        (app/recall/query.py, embed_ahead). Nothing without an embedder ready."""
+        embedder = self.query_embedder
+        if embedder is not None:
+            embed_ahead(user_id, text, embedder, recall=self.recall, con=self.reader(),
+                        on_embedding=_timed_embedding)
 
     # -- the turn ----------------------------------------------------------------------------
 
