@@ -119,9 +119,7 @@ def make_query(user_id: str, text: str, embedder: Embedder | None = None, *, rec
     If the embedder fails (model server down), the query goes on without a vector:
     keyword, importance and recency streams still answer.
     """
-    searched, labels = text, None
-    if con is not None:
-        searched, labels = focus_question(con, user_id, text, now, recall=recall)
+    searched, labels = _searched(text, con, user_id, now, recall)
     query = Query(user_id, text, recall=recall, searched=searched, labels=labels)
     if embedder is None or not searched.strip():
         return query
@@ -144,10 +142,22 @@ def embed_ahead(user_id: str, text: str, embedder: Embedder, *, recall: Recall,
     takes this vector for the same words. The words are read against the memory as
     make_query reads them (focus_question); should the turn read other words (the
     memory changed in between), it embeds those, and this vector is never used."""
-    searched, _ = focus_question(con, user_id, text, now, recall=recall)
+    searched, _ = _searched(text, con, user_id, now, recall)
     if searched.strip():
         recall.started.start((embedder.model, searched),
                              lambda: _embedding(recall, embedder, searched, on_embedding))
+
+
+def _searched(text: str, con: apsw.Connection | None, user_id: str, now: datetime | None,
+              recall: Recall) -> tuple[str, LabelQuery | None]:
+    """The words `text` is searched for, and its labels (focus_question, with `con`). The
+    secrets are redacted first, as storing the message would: the embedder may be a
+    server, and focusing can cut the shape a secret is recognised by (a PGP block whose
+    BEGIN line holds words the memory says all the time)."""
+    redacted = redact_secrets(text).text
+    if con is None:
+        return redacted, None
+    return focus_question(con, user_id, redacted, now, recall=recall)
 
 
 def _embedding(recall: Recall, embedder: Embedder, searched: str,
@@ -162,9 +172,7 @@ def _embedding(recall: Recall, embedder: Embedder, searched: str,
 def _embedded(embedder: Embedder, searched: str) -> np.ndarray | None:
     """The searched words' vector; None when the embedder fails."""
     try:
-        # The embedder may be a server: what the user typed reaches it as it would be
-        # stored, secrets redacted.
-        return embedder.embed([redact_secrets(searched).text])[0]
+        return embedder.embed([searched])[0]  # redacted already (_searched)
     except EmbedderUnavailable:
         return None  # the embedder has said so, once
     except Exception as exc:  # noqa: BLE001 - any embedder failure degrades to keywords

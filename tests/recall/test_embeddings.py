@@ -184,3 +184,39 @@ def test_reembed_keeps_the_old_model_while_some_owners_fail(writer, config):
     result = reembed(config, None, embedder=FailingEmbedder("new-model"), writer=writer)
     assert (result.embedded, result.failed, result.remaining, result.removed) == (1, 1, 1, 0)
     assert rows(writer, "SELECT count(*) FROM embeddings WHERE model = 'old-model'") == [(2,)]
+
+
+class RecordingEmbedder:
+    """Remembers every text it is asked to embed (as a model server would see it)."""
+
+    model = "recording-v1"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> list[np.ndarray]:
+        self.texts += texts
+        return [np.ones(8, dtype=np.float32) for _ in texts]
+
+
+def test_a_secret_in_a_question_never_reaches_the_embedder_when_its_words_are_common(
+        writer, config, recall):
+    # The words of a PGP block's first line said all the time: reading the question
+    # leaves such capitalised common words out, which used to leave a key's body that
+    # no longer looked like one, and was sent to the embedder as it was.
+    for i in range(60):
+        append_event(writer, config, "ana", "s1", "user", f"begin pgp private key block {i}")
+    body = ["".join(chr(65 + (i * 7 + n) % 26) for i in range(64)) + "+/9" for n in range(4)]
+    question = ("keep this for me\n-----BEGIN PGP PRIVATE KEY BLOCK-----\n" + "\n".join(body)
+                + "\n-----END PGP PRIVATE KEY BLOCK-----")
+    embedder = RecordingEmbedder()
+    con = read(writer)
+    try:
+        query = make_query("ana", question, embedder, recall=recall, con=con, ahead=True)
+        query.embedding.result(timeout=10)
+        make_query("ana", question, embedder, recall=recall, con=con)
+    finally:
+        con.close()
+
+    assert len(embedder.texts) == 2
+    assert not any(line in text for text in embedder.texts for line in body), embedder.texts
