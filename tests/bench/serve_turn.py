@@ -10,7 +10,7 @@ load on the machine falls on all alike. Per target: the median, quartiles and me
 the time to first token and of the whole reply, and the serve process's CPU time per
 turn (all its threads, from /proc).
 
-    python -m tests.bench.serve_turn [--tree main=/work/main --tree new=.] [--turns 30]
+    python -m tests.bench.serve_turn [--tree before=../other-checkout --tree new=.] [--turns 30]
         [--rounds 2] [--warm 4] [--set HILO_EMBEDDER_KIND=local ...] [--json]
         [--py-spy NAME:OUT.json]
 
@@ -40,7 +40,7 @@ from tests.bench.soak import READY_TIMEOUT, free_port
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.workers.support import consumer_env, hilo_command
 
-PY_SPY = os.environ.get("PY_SPY", "/work/tools-venv/bin/py-spy")
+PY_SPY = os.environ.get("PY_SPY", "py-spy")  # $PY_SPY, else py-spy on PATH
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
