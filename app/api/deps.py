@@ -1,15 +1,14 @@
-"""What a FastAPI route handler is handed: who is asking (app/api/callers.py decides it),
-the service that answers, Hilo's agent, and the request's JSON body.
+"""What a FastAPI route handler is handed: who is asking (app/api/callers.py decides it)
+and the service that answers.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from app.api.callers import Caller, caller_of, json_body
-from app.turn.agent import Agent
+from app.api.callers import Caller, caller_of
 from app.turn.chat import ChatService
 
 
@@ -28,12 +27,5 @@ def service_of(request: Request) -> ChatService:
     return request.app.state.service
 
 
-def agent_of(request: Request) -> Agent:
-    """Hilo's own agent for the chat routes ([tools] http; never the terminal)."""
-    return request.app.state.agent
-
-
 Who = Annotated[Caller, Depends(caller)]
 Service = Annotated[ChatService, Depends(service_of)]
-Tools = Annotated[Agent, Depends(agent_of)]
-JsonBody = Annotated[dict[str, Any], Depends(json_body)]

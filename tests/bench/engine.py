@@ -182,16 +182,8 @@ class Engine:
                 "--no-webui"]
         out = (self.logs / f"engine-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + ENGINE_READY_S
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start; see {out.name}")
-            time.sleep(0.1)
+        soak.wait_started(self.process, lambda: soak.answers_health(self.url), ENGINE_READY_S,
+                          lambda: f"llama-server did not start; see {out.name}")
 
     def prompt_tokens_total(self) -> float:
         """The engine's own count of prompt tokens evaluated anew (cached ones excluded)."""

@@ -36,7 +36,7 @@ import httpx
 
 from tests.bench.localmodel import MODEL, Setup, hilo_config, seed_memory, send_turn
 from tests.bench.localmodel_script import TURNS
-from tests.bench.soak import READY_TIMEOUT, free_port
+from tests.bench.soak import READY_TIMEOUT, answers_health, free_port, wait_started
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.workers.support import consumer_env, hilo_command
 
@@ -64,16 +64,8 @@ class Serve:
         self.process = subprocess.Popen(command,
                                         cwd=self.tree, env=env, stdout=self.log.open("wb"),
                                         stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"{name} did not start:\n{self.log.read_text()}")
-            time.sleep(0.05)
+        wait_started(self.process, lambda: answers_health(self.url), READY_TIMEOUT,
+                     lambda: f"{name} did not start:\n{self.log.read_text()}")
 
     @property
     def url(self) -> str:

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -50,6 +51,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def answers_health(url: str) -> bool:
+    """Whether the server at `url` answers /health with 200."""
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def wait_started(process: subprocess.Popen, ready: Callable[[], bool], timeout_s: float,
+                 failure: Callable[[], str]) -> None:
+    """Wait until `ready()`; RuntimeError(failure()) if `process` exits or `timeout_s` pass."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(failure())
+        time.sleep(0.05)
+
+
 class Process:
     """`hilo serve` or `hilo worker` for this config, restarted as often as it is killed;
     `settings` are HILO_* variables added to its environment."""
@@ -73,19 +92,13 @@ class Process:
                                         env={**consumer_env(self.config), **self.settings},
                                         stdout=log.open("wb"),
                                         stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self._ready(log):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"{self.role} did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.05)
+        wait_started(self.process, lambda: self._ready(log), READY_TIMEOUT,
+                     lambda: f"{self.role} did not start:\n{log.read_text(errors='replace')}")
 
     def _ready(self, log: Path) -> bool:
         if self.role == "worker":
             return "worker.started" in log.read_text(errors="replace")
-        try:
-            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
+        return answers_health(self.url)
 
     def kill(self) -> None:
         assert self.process is not None

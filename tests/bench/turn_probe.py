@@ -27,14 +27,16 @@ clock = time.monotonic
 # (module, attribute path, name shown). A function is patched where the caller looks it
 # up: the module that imported it by name.
 WRAPPED = [
-    ("app.api.ollama", "answer_chat", "route.answer_chat"),
+    ("app.api.ollama", "answer_chat", "route.answer_chat"),  # before the Starlette routes
+    ("app.api.turns", "answer_chat", "route.answer_chat"),
     ("app.api.turns", "read_conversation", "read_conversation"),
     ("app.api.turns", "continued_session", "continued_session"),
     ("app.api.turns", "unstored_messages", "unstored_messages"),
     ("app.api.turns", "store_messages", "store_messages"),
     ("app.api.turns", "is_housekeeping", "is_housekeeping"),
     ("app.api.turns", "relayed_response", "relayed_response"),
-    ("app.api.deps", "identify", "identify"),
+    ("app.api.deps", "identify", "identify"),  # before app/api/callers.py
+    ("app.api.callers", "identify", "identify"),
     ("app.turn.chat", "ChatService.answer", "service.answer"),
     ("app.turn.chat", "ChatService.build_context", "service.build_context"),
     ("app.turn.chat", "ChatService._query", "service.query"),
