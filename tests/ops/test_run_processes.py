@@ -190,6 +190,14 @@ def stopped_in_time(processes: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
+def wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (path.read_text() if path.exists() else ""):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} never reached {path}")
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
     if shutil.which("make") is None:
@@ -202,13 +210,15 @@ def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
     try:
         terminal.read_until("worker.started", "Uvicorn running")
         started = terminal.descendants
+        # tee writes each chunk to the terminal before the file, and Ctrl-C stops tee too:
+        # press it once the file holds what the terminal shows.
+        wait_for_text(log, "worker.started")
         terminal.type_ctrl_c()
         terminal.wait()
         alive = stopped_in_time(started)
     finally:
         terminal.close()
     assert not alive, [p.cmdline() for p in alive if p.is_running()]
-    assert "worker.started" in log.read_text()
 
 
 @pytest.mark.slow
