@@ -3,7 +3,7 @@ random-weight model with a real tokenizer (tests/bench/engine_model.py), and the
 scripted conversation as tests/bench/localmodel.py.
 
     python -m tests.bench.localmodel --engine llama.cpp [--quick] [--json] [--no-write]
-        [--engine-shape 256x4] [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs]
+        [--engine-shape 256x4|qwen2.5-0.5b] [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs]
         [--set HILO_KEY=value]
 
 The engine: llama-server built from the llama.cpp source that the `llama-cpp-python`
@@ -14,6 +14,9 @@ OLLAMA_NUM_PARALLEL=1), a 4,096-token context, temperature 0 and a fixed seed, a
 engine for every run (its prompt caches empty). `--engine-shape` makes the model wider
 and deeper, so that it reads prompts nearer a real model's speed on a CPU: the default
 reads thousands of tokens a second, and its time to first token is mostly Hilo's own.
+`--engine-shape qwen2.5-0.5b` takes the dimensions of the smallest model people chat
+with (random weights still): about 200 new prompt tokens and 40 generated a second on
+two cores, where a user's gemma3:4b is several times slower.
 
 Every request to the engine passes a counting proxy on loopback, which records who sent
 it (the bench's client, `hilo serve` or `hilo worker`, by the process owning the
@@ -48,7 +51,7 @@ import httpx
 import psutil
 
 from app.config import Config, load_config
-from tests.bench.engine_model import REVISION, Shape, write_model
+from tests.bench.engine_model import REAL_SHAPES, REVISION, Shape, shape_named, write_model
 from tests.bench.localmodel import (
     DEFAULT_PAUSES,
     QUIET_CAP_S,
@@ -148,8 +151,7 @@ def build_server(llama_cpp: Path, build: Path) -> Path:
 
 
 def model_file(shape: Shape) -> Path:
-    path = CACHE / (f"{MODEL}-{shape.embedding}x{shape.layers}-seed{shape.seed}"
-                    f"-r{REVISION}.gguf")
+    path = CACHE / f"{MODEL}-{shape.label}-r{REVISION}.gguf"
     if not path.exists():
         log(f"writing the model {path.name}")
         write_model(path.with_suffix(".tmp"), shape).rename(path)
@@ -604,6 +606,12 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
     }
 
 
+def shape_words(spec: str, shape: dict) -> str:
+    words = (f"{shape['embedding']} wide, {shape['layers']} layers, {shape['heads']} heads, "
+             f"{shape['kv_heads']} for keys and values, feed-forward {shape['feed_forward']}")
+    return f"{spec}'s dimensions: {words}" if spec in REAL_SHAPES else words
+
+
 def markdown(results: dict) -> str:
     shape = results["model"]
     lines = [
@@ -612,8 +620,8 @@ def markdown(results: dict) -> str:
         + "".join(f", {s:g} s after turn {t}" for t, s in results["pauses"].items())
         + f") on a real engine: llama.cpp's `llama-server` ({SDIST}'s vendored source, "
         f"built here), one slot, {CONTEXT}-token context, temperature 0, seed {SEED}; "
-        f"a random-weight LLaMA model ({shape['embedding']} wide, {shape['layers']} layers, "
-        f"{shape['heads']} heads) with all-MiniLM-L6-v2's WordPiece tokenizer (junk text, "
+        f"a random-weight LLaMA model ({shape_words(results['shape'], shape)}) with "
+        "all-MiniLM-L6-v2's WordPiece tokenizer (junk text, "
         "real tokens and KV cache). Prompt tokens evaluated anew are the engine's own "
         "`timings.prompt_n` per request, cross-checked with /metrics. Through Hilo: a real "
         "`hilo serve` (`[llm] provider = \"openai\"`, local embedder) and `hilo worker` "
@@ -692,15 +700,14 @@ def main(args: Any) -> None:
     pauses = {int(t): float(s) for t, s in (spec.split(":") for spec in pause_specs)}
     settings = dict(item.split("=", 1) for item in args.set)
     soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, PROCESS_READY_S)
-    width, layers = (int(n) for n in args.engine_shape.split("x"))
-    shape = Shape(embedding=width, layers=layers, feed_forward=3 * width,
-                  heads=max(4, width // 64), kv_heads=max(4, width // 64))
+    shape = shape_named(args.engine_shape)
     binary = llama_server()
     model = model_file(shape)
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-"))
     engine = Engine(binary, model, root)
     proxy = CountingProxy()
-    results: dict[str, Any] = {"engine": ENGINE, "model": asdict(shape), "turns": count,
+    results: dict[str, Any] = {"engine": ENGINE, "shape": args.engine_shape,
+                               "model": asdict(shape), "turns": count,
                                "think_s": think, "pauses": pauses,
                                "client_limits": CLIENT_LIMITS,
                                "settings": settings}
@@ -722,4 +729,7 @@ def main(args: Any) -> None:
         results["data_dir"] = str(root)
     else:
         shutil.rmtree(root, ignore_errors=True)
-    emit(args, "localmodel-engine", results, markdown(results))
+    # A real model's shape gets its own section: the default's stays beside it.
+    section = "localmodel-engine" + (f"-{args.engine_shape}" if args.engine_shape in REAL_SHAPES
+                                     else "")
+    emit(args, section, results, markdown(results))

@@ -51,6 +51,35 @@ class Shape:
     context: int = 8192
     seed: int = 27
 
+    @property
+    def label(self) -> str:
+        """The dimensions in a file name: every one that changes the weights."""
+        return (f"{self.embedding}x{self.layers}-h{self.heads}kv{self.kv_heads}"
+                f"-ff{self.feed_forward}-seed{self.seed}")
+
+
+# A real model's dimensions, so the engine spends a real model's compute on each token:
+# the default shape reads thousands of tokens a second, far from what a CPU does with a
+# model people chat with. The vocabulary stays MiniLM's (30,522 tokens, not Qwen's
+# 151,936): only the output layer is smaller.
+REAL_SHAPES = {
+    "qwen2.5-0.5b": Shape(embedding=896, layers=24, heads=14, kv_heads=2, feed_forward=4864),
+}
+
+
+def shape_named(spec: str) -> Shape:
+    """A REAL_SHAPES name, or WIDTHxLAYERS (a head per 64 dimensions, FFN 3x the width)."""
+    if spec in REAL_SHAPES:
+        return REAL_SHAPES[spec]
+    try:
+        width, layers = (int(n) for n in spec.split("x"))
+    except ValueError:
+        raise ValueError(f"--engine-shape {spec!r}: give WIDTHxLAYERS (256x4) or one of "
+                         f"{', '.join(REAL_SHAPES)}") from None
+    heads = max(4, width // 64)
+    return Shape(embedding=width, layers=layers, feed_forward=3 * width, heads=heads,
+                 kv_heads=heads)
+
 
 def wordpiece_vocab(vocab_txt: Path) -> tuple[list[str], list[int]]:
     """vocab.txt as llama.cpp's "bert" tokenizer model wants it: word starts carry the

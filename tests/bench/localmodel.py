@@ -618,8 +618,9 @@ def main() -> None:
                    help="garbage: every learning call is answered with unusable JSON")
     p.add_argument("--engine", choices=["llama.cpp"],
                    help="a real engine instead of the fake model server (tests/bench/engine.py)")
-    p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS",
-                   help="the random model's embedding width and layers (--engine only)")
+    p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS|NAME",
+                   help="the random model's width and layers, or a real model's dimensions "
+                        "(qwen2.5-0.5b); --engine only")
     args = p.parse_args()
     if args.first_reply:
         first_replies(args, dict(item.split("=", 1) for item in args.set))

