@@ -65,7 +65,7 @@ from tests.bench.localmodel import (
     steady,
 )
 from tests.bench.localmodel_script import SYSTEM_PROMPT, TURNS, Turn
-from tests.bench.report import REPO_ROOT, emit
+from tests.bench.report import REPO_ROOT, emit, median
 from tests.bench import soak
 from tests.bench.soak import Process, free_port
 
@@ -463,6 +463,9 @@ class EngineRun:
             chat = next((c for c in chats if c.arrived >= turn.sent_at), None)
             self.turn_chats.append(chat)
             turn.new_tokens = chat.new_tokens if chat else 0
+            if chat:
+                turn.reached_engine_s = chat.arrived - turn.sent_at
+                turn.engine_prompt_s = float(chat.timings.get("prompt_ms") or 0) / 1000
             end = self.turns[i + 1].sent_at if i + 1 < len(self.turns) else float("inf")
             started_here = [b for b in background if turn.sent_at <= b.arrived < end]
             turn.background_calls = len(started_here)
@@ -561,6 +564,9 @@ def summary(run: EngineRun) -> dict[str, Any]:
                                           run.turn_chats[len(run.turns) - len(turns):] if c]), 1),
         "ttft_mean_s": round(mean([t.ttft_s for t in turns]), 3),
         "ttft_max_s": round(max(t.ttft_s for t in turns), 3) if turns else None,
+        "ttft_median_s": round(median([t.ttft_s for t in turns]), 3),
+        "reached_engine_median_s": round(median([t.reached_engine_s for t in turns]), 3),
+        "engine_prompt_median_s": round(median([t.engine_prompt_s for t in turns]), 3),
         "engine_prompt_tokens_per_s": round(mean(speeds), 1) if speeds else None,
         "engine_new_prompt_tokens_total": run.metrics_prompt_tokens,
         "proxy_new_prompt_tokens_total": sum(c.new_tokens for c in run.calls if c.is_chat),
@@ -646,6 +652,12 @@ def markdown(results: dict) -> str:
             f"| time to first token, mean (max) | {direct['ttft_mean_s']} s "
             f"({direct['ttft_max_s']}) | {hilo['ttft_mean_s']} s ({hilo['ttft_max_s']}) | "
             f"{judged['ttft_ratio']}× | ≤ 1.15× |",
+            f"| time to first token, median | {direct['ttft_median_s']} s | "
+            f"{hilo['ttft_median_s']} s | | |",
+            f"| of which: until the request reached the engine, median | "
+            f"{direct['reached_engine_median_s']} s | {hilo['reached_engine_median_s']} s | | |",
+            f"| of which: the engine reading the new prompt tokens, median | "
+            f"{direct['engine_prompt_median_s']} s | {hilo['engine_prompt_median_s']} s | | |",
             f"| engine prompt speed, tokens/s (prompts of 50 tokens anew or more) | "
             f"{direct['engine_prompt_tokens_per_s'] or '–'} | "
             f"{hilo['engine_prompt_tokens_per_s'] or '–'} | | |",

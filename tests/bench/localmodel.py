@@ -145,6 +145,10 @@ class TurnResult:
     background_calls: int = 0
     background_prompt_tokens: int = 0
     background_new_tokens: int = 0
+    # On a real engine (tests/bench/engine.py): when the chat request reached the engine,
+    # and the engine's own time reading its new prompt tokens.
+    reached_engine_s: float = 0.0
+    engine_prompt_s: float = 0.0
 
 
 @dataclass
