@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -289,6 +290,13 @@ class CountingProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def setup(self) -> None:
+                super().setup()
+                # Each streamed chunk goes out at once, as from the engine itself (its
+                # server sets TCP_NODELAY): with Nagle's algorithm a chunk written right
+                # after the headers waits for their ACK, up to the 40 ms of a delayed ACK.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
                 proxy.relay(self, b"")
 
@@ -466,6 +474,7 @@ class EngineRun:
             if chat:
                 turn.reached_engine_s = chat.arrived - turn.sent_at
                 turn.engine_prompt_s = float(chat.timings.get("prompt_ms") or 0) / 1000
+                turn.engine_first_byte_s = (chat.first_byte or chat.arrived) - turn.sent_at
             end = self.turns[i + 1].sent_at if i + 1 < len(self.turns) else float("inf")
             started_here = [b for b in background if turn.sent_at <= b.arrived < end]
             turn.background_calls = len(started_here)
@@ -567,6 +576,8 @@ def summary(run: EngineRun) -> dict[str, Any]:
         "ttft_median_s": round(median([t.ttft_s for t in turns]), 3),
         "reached_engine_median_s": round(median([t.reached_engine_s for t in turns]), 3),
         "engine_prompt_median_s": round(median([t.engine_prompt_s for t in turns]), 3),
+        "after_engine_median_s": round(median([t.ttft_s - t.engine_first_byte_s
+                                               for t in turns]), 3),
         "engine_prompt_tokens_per_s": round(mean(speeds), 1) if speeds else None,
         "engine_new_prompt_tokens_total": run.metrics_prompt_tokens,
         "proxy_new_prompt_tokens_total": sum(c.new_tokens for c in run.calls if c.is_chat),
@@ -658,6 +669,8 @@ def markdown(results: dict) -> str:
             f"{direct['reached_engine_median_s']} s | {hilo['reached_engine_median_s']} s | | |",
             f"| of which: the engine reading the new prompt tokens, median | "
             f"{direct['engine_prompt_median_s']} s | {hilo['engine_prompt_median_s']} s | | |",
+            f"| of which: from the engine's first byte to the client's first token, median | "
+            f"{direct['after_engine_median_s']} s | {hilo['after_engine_median_s']} s | | |",
             f"| engine prompt speed, tokens/s (prompts of 50 tokens anew or more) | "
             f"{direct['engine_prompt_tokens_per_s'] or '–'} | "
             f"{hilo['engine_prompt_tokens_per_s'] or '–'} | | |",

@@ -149,6 +149,7 @@ class TurnResult:
     # and the engine's own time reading its new prompt tokens.
     reached_engine_s: float = 0.0
     engine_prompt_s: float = 0.0
+    engine_first_byte_s: float = 0.0  # after the turn was sent
 
 
 @dataclass
