@@ -87,6 +87,10 @@ STREAMS: dict[str, Stream] = {
 # feedback from the top 3-5 events, as BM25 terms (-0.009 to +0.007) or as a vector
 # (+0.004 to +0.006, recall@2 -0.003 to -0.005), and leaving the time words out of the
 # words searched (-0.003).
+# Nor is a learned combination (tests/bench/ltr.py, issue 28): linear, listwise and
+# boosted-tree rankers over 26 query-time features, cross-validated by conversation,
+# gain R@2 +0.016 to +0.024 but context recall -0.001 to +0.010, and cost open-domain
+# questions 0.03-0.04 of R@2: the evidence missing is not among the candidates.
 # The learned stream (app/recall/learned.py) weighs half: measured with LoCoMo's
 # observations stored as facts (its own has none), at 1 it crowded out direct matches.
 WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,

@@ -19,7 +19,8 @@ fold's ranker ordering search()'s events in build_context.
 
 e.g. --variant listwise:-log_words:l2=0.01:gate=1 (every feature but log_words, L2 0.01,
 RRF's order kept for questions that ask what would be). Prints one JSON document. The
-stores and the features are kept in --workdir (default /tmp/hilo-ltr) and reused.
+stores and the features are kept in --workdir (default: hilo-ltr in the temporary
+directory) and reused.
 The held-out conversations are never loaded. Needs scikit-learn and SciPy (in the
 development venv; not dependencies of Hilo).
 
@@ -42,6 +43,7 @@ import json
 import math
 import pickle
 import re
+import tempfile
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -460,7 +462,7 @@ def columns_of(spec: str) -> np.ndarray:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--workdir", type=Path, default=Path("/tmp/hilo-ltr"))
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "hilo-ltr")
     p.add_argument("--variant", action="append", default=[],
                    help="FITTER:COLUMNS[:PARAM=VALUE], e.g. listwise:-log_words:l2=0.01 "
                         "(default: each fitter on every feature)")
