@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import unused_loopback_url
+from tests.workers.support import wait_until
 
 VENV = Path(sys.executable).parent.parent
 
@@ -190,14 +191,6 @@ def stopped_in_time(processes: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
-def wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in (path.read_text() if path.exists() else ""):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{text!r} never reached {path}")
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
     if shutil.which("make") is None:
@@ -212,7 +205,8 @@ def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
         started = terminal.descendants
         # tee writes each chunk to the terminal before the file, and Ctrl-C stops tee too:
         # press it once the file holds what the terminal shows.
-        wait_for_text(log, "worker.started")
+        wait_until(lambda: log.exists() and "worker.started" in log.read_text(), 10,
+                   "tee to write the start line to its file")
         terminal.type_ctrl_c()
         terminal.wait()
         alive = stopped_in_time(started)
