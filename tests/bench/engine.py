@@ -281,7 +281,8 @@ class CountingProxy:
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.relaying = 0  # requests whose Call is not recorded yet
         self.upstream = ""
         self.callers: dict[int, str] = {}  # pid → "client", "serve", "worker"
         self.peers: dict[int, str] = {}  # a connection's port → its caller
@@ -316,6 +317,16 @@ class CountingProxy:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def relay(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        with self.lock:
+            self.relaying += 1
+        try:
+            self._relay(handler, body)
+        finally:
+            with self.lock:
+                self.relaying -= 1
+                self.lock.notify_all()
+
+    def _relay(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         call = Call(handler.command, handler.path, time.monotonic())
         try:
             call.request = json.loads(body) if body else {}
@@ -376,7 +387,10 @@ class CountingProxy:
         self.upstream = upstream
 
     def snapshot(self) -> list[Call]:
+        """The calls so far, once those whose reply has reached the caller are recorded
+        (naming the caller takes a moment after the reply's last byte)."""
         with self.lock:
+            self.lock.wait_for(lambda: self.relaying == 0, timeout=10)
             return list(self.calls)
 
     def stop(self) -> None:
