@@ -617,8 +617,9 @@ def main() -> None:
     p.add_argument("--first-reply", action="store_true",
                    help="only time the first message after hilo serve starts")
     p.add_argument("--runs", type=int, default=3, help="starts timed with --first-reply")
-    p.add_argument("--client", choices=("plain", "capped"), default="plain",
-                   help="capped: every request caps the reply (num_predict, max_tokens, stop)")
+    p.add_argument("--client", choices=("plain", "capped"), default=None,
+                   help="capped: every request caps the reply (num_predict, max_tokens, stop); "
+                        "with --engine, only that client runs (default: both)")
     p.add_argument("--model", choices=("scripted", "garbage"), default="scripted",
                    help="garbage: every learning call is answered with unusable JSON")
     p.add_argument("--engine", choices=["llama.cpp"],
