@@ -254,12 +254,18 @@ def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
     return query.ranked(("session", kind, depth), lambda: _session_ranks(con, query, kind, depth))
 
 
-def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+def session_evidence(con: apsw.Connection, query: Query, kind: OwnerKind) -> dict[int, float]:
+    """Each owner's own text evidence: its reciprocal ranks in the BM25 and vector streams."""
     evidence: dict[int, float] = defaultdict(float)
     for stream in (bm25_stream, vector_stream):
         for position, owner_id in enumerate(stream(con, query, kind, SESSION_DEPTH), start=1):
             if owner_id is not None:  # a stream may hold a place for an owner left out
                 evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
+    return evidence
+
+
+def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    evidence = session_evidence(con, query, kind)
     if kind != "event" or not evidence:
         return _ranked(evidence, depth)
     # strongest[(event, d)]: the best evidence spread to the event from d places away.
