@@ -91,6 +91,8 @@ STREAMS: dict[str, Stream] = {
 # boosted-tree rankers over 26 query-time features, cross-validated by conversation,
 # gain R@2 +0.016 to +0.024 but context recall -0.001 to +0.010, and cost open-domain
 # questions 0.03-0.04 of R@2: the evidence missing is not among the candidates.
+# Nor a stream of the question words' MiniLM neighbours in the memory's vocabulary
+# (tests/bench/wordnear.py): context recall +0.003 at best, as a stream or inside BM25.
 # The learned stream (app/recall/learned.py) weighs half: measured with LoCoMo's
 # observations stored as facts (its own has none), at 1 it crowded out direct matches.
 WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,
