@@ -30,8 +30,6 @@ def _strip_accents(word: str) -> str:
     return unicodedata.normalize("NFC", bare)
 
 
-# Function words, and the light verbs and fillers of conversation ("go", "make", "thing"):
-# a person says them about everything, so a match on one says nothing of the subject.
 ENGLISH_STOP_WORDS: frozenset[str] = _with_unaccented_forms("""
     a about above after again against all also am an and any are as at
     be because been before being below between both but by
@@ -44,12 +42,7 @@ ENGLISH_STOP_WORDS: frozenset[str] = _with_unaccented_forms("""
     them themselves there these they this those though through thus to too
     under until up upon us very was we were what whatever when where whether which
     while who whom whose why will with would yet you your yours yourself yourselves
-    hello hi hey ok okay yes yeah sure thanks thank
-    go goes going went gone come comes coming came take takes taking took taken
-    make makes making made want wants wanted need needs needed say says said
-    tell tells told think thinks thought know knows knew known see sees saw seen
-    look looks looked try tries tried give gives gave given put keep keeps kept
-    thing things stuff really still even
+    hello hi hey ok okay yes thanks thank
     s t d ll m o re ve y
     ain aren couldn didn doesn don hadn hasn haven isn mightn mustn needn shan
     shouldn wasn weren wouldn

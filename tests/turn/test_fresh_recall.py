@@ -191,30 +191,3 @@ def test_what_a_worker_learns_keeps_the_sessions_prompt_cache(writer, config, re
 
     assert later.explain["stretch"]["turn"] == "continued"
     assert later.messages[0] == first.messages[0]
-
-
-# -- what a note recalls shares the message's subject ---------------------------------------------
-
-
-def test_a_note_leaves_out_a_fact_that_shares_only_a_light_verb_with_the_message(writer, config,
-                                                                                 recall):
-    config = config.replace(memory={"fill_first_message": False})
-    con = connect_readonly(writer.path)
-    hello = {"role": "user", "content": "hello there"}
-    first = build_context(con, config, TokenCounter(), ContextRequest(
-        "ana", "hello there", session_id="s", window=[], history=[hello], show_window=False,
-        recall=recall))
-    writer.submit(lambda con: upsert_fact(con, "ana", "fact", "deploy day",
-                                          "deploys go out on Tuesdays and Thursdays",
-                                          source="user", worker="user"))
-
-    def note_for(message: str) -> str:
-        history = [hello, {"role": "assistant", "content": "hi"},
-                   {"role": "user", "content": message}]
-        ctx = build_context(con, config, TokenCounter(), ContextRequest(
-            "ana", message, session_id="s", window=[], history=history, show_window=False,
-            plan=first.plan, recall=recall))
-        return ctx.messages[-1]["content"].split("</memory>")[0]
-
-    assert "Tuesdays" not in note_for("We'll go with a base of 2 seconds then.")
-    assert "Tuesdays" in note_for("Which days do the deploys go out?")
