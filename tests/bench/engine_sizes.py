@@ -19,19 +19,19 @@ take hours. So this bench:
 2. for each `--shape` (tests/bench/engine_model.py's REAL_SHAPES: random weights of that
    model's dimensions, MiniLM's vocabulary), starts two engines, one for each caller's
    requests, and replays the requests turn by turn, alternating between the two so that
-   both meet the same machine. Before each turn, the engine's cache is given what the
-   live engine held: the turn's prompt up to the end of the previous reply (the live
-   engine had generated that reply itself). The turn is then sent whole, for one token,
-   and the engine's own `timings` say how many tokens it read anew and in how long.
+   both meet the same machine. Before each turn, the engine's cache is given the turn's
+   prompt up to the end of the previous reply. The turn is then sent whole, for one
+   token, and the engine's own `timings` say how many tokens it read anew and in how
+   long: the new message, and whatever Hilo added to the prompt with it.
 
 It reports, over the steady turns (the last three quarters), the mean tokens read anew,
 the mean time reading them, and the median time per new token, for each caller, and
 their ratios. It leaves out what the full bench measures: Hilo's own time before the
 engine (about 20 ms a turn, tests/bench/serve_turn.py), the learning calls sharing the
-engine, and how a real model's replies would change the conversation (the replayed
-replies are the small random model's). Priming assumes the engine cached its reply as
-the client resends it; a real tokenizer may re-read a few of those tokens, for both
-callers alike.
+engine, how a real model's replies would change the conversation (the replayed replies
+are the small random model's), and the previous reply itself: llama-server re-reads it
+on every turn (its cache stops a token before what it generated; the full bench's
+counts include it), for both callers alike, so it is primed here to compare the rest.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class Replayer:
-    """One engine replaying one caller's requests, its cache as the live engine's was."""
+    """One engine replaying one caller's requests, turn by turn."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -106,12 +106,12 @@ class Replayer:
         return response.json()
 
     def turn(self, index: int, request: dict) -> Turn:
-        """Prime the cache with what the live engine held, then time the turn."""
+        """Prime the cache through the previous reply, then time the turn."""
         messages = request["messages"]
         prompt = self.render(messages)
         if self.previous is not None:
-            # The previous request's prompt and the reply the engine generated for it,
-            # as far as this one starts the same way.
+            # The previous request's prompt and its reply, as far as this one starts the
+            # same way: what is left is this turn's own.
             reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
             held = self.render(self.previous + ([reply] if reply else []))
             self.complete(prompt[:common_prefix(prompt, held)], 0)
@@ -189,7 +189,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"script), recorded on the default small model straight to llama-server and through "
         f"`hilo serve` + `hilo worker`, then each caller's chat requests replayed on two "
         f"engines of each shape below (random weights, MiniLM's vocabulary), alternating "
-        f"turn by turn, each turn's cache primed with what the live engine held. Steady "
+        f"turn by turn, each turn's cache primed through the previous reply. Steady "
         f"turns (the last three quarters), the engine's own timings:",
         "",
         "| model shape | new tokens a turn, direct / Hilo | cached, direct / Hilo "

@@ -655,7 +655,7 @@ def main() -> None:
     results = {
         "quick": args.quick, "think_s": think, "pauses": pauses, "settings": settings,
         "embedding_dim": args.embedding_dim,
-        "client": args.client, "model": args.model,
+        "client": args.client or "plain", "model": args.model,
         "speeds": {"prompt_tps": args.prompt_tps, "generate_tps": args.generate_tps},
         "direct": summary(direct), "hilo": summary(hilo),
         "direct_turns": [asdict(t) for t in direct.turns],
