@@ -59,13 +59,12 @@ from app.learn.embed import embed_pending
 from app.model.embedders import LOCAL_MODEL
 from app.fts import terms
 from app.model.token_count import TokenCounter
-from app.recall.bm25 import FTS_SQL, bm25_stream
+from app.recall.bm25 import FTS_SQL
 from app.recall.fusion import MATCH_STREAMS, RRF_K, STREAM_DEPTH, STREAMS, WEIGHTS, fuse
 from app.recall.query import Query, focus_question
 from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
-from app.recall.streams import (ASKING_WEIGHT, SESSION_DEPTH, SESSION_EVIDENCE_K,
-                                asking_share, reach, vector_stream)
+from app.recall.streams import ASKING_WEIGHT, asking_share, reach, session_evidence
 from app.recall.vectors import decode_vector
 from app.turn import context as turn_context
 from app.turn.context import ContextRequest, build_context
@@ -123,11 +122,7 @@ def candidates(con, query: Query, depth: int = STREAM_DEPTH):
 def session_parts(con, query: Query) -> tuple[dict[int, float], dict[int, float]]:
     """The session stream's own evidence per event (its asking discount applied) and what
     the spread added (app.recall.streams._session_ranks, taken apart)."""
-    evidence: dict[int, float] = defaultdict(float)
-    for stream in (bm25_stream, vector_stream):
-        for position, owner_id in enumerate(stream(con, query, "event", SESSION_DEPTH), start=1):
-            if owner_id is not None:
-                evidence[owner_id] += 1.0 / (SESSION_EVIDENCE_K + position)
+    evidence = session_evidence(con, query, "event")
     if not evidence:
         return {}, {}
     strongest: dict[tuple[int, int], float] = defaultdict(float)

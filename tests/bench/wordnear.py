@@ -229,10 +229,6 @@ def neighbour_scores(con: apsw.Connection, user_id: str, neighbours: dict[str, f
     return scores
 
 
-def _ranked(scores: dict[int, float], depth: int) -> list[int]:
-    return sorted(scores, key=lambda i: (-scores[i], -i))[:depth]
-
-
 @dataclass
 class Setting:
     use: str  # "stream", "bm25" or "none"
@@ -266,7 +262,7 @@ class Patched:
         if kind != "event":
             return []
         return query.ranked_to(("wordnear", kind), depth,
-                               lambda d: _ranked(self.scores(con, query), d))
+                               lambda d: recall_streams._ranked(self.scores(con, query), d))
 
     def bm25(self, con: apsw.Connection, query: Query, kind, depth: int) -> list[int]:
         if kind != "event":
@@ -279,7 +275,7 @@ class Patched:
                     scores[event_id] -= bm25
             for event_id, score in self.scores(con, query).items():
                 scores[event_id] += self.setting.lam * score
-            return _ranked(scores, d)
+            return recall_streams._ranked(scores, d)
         return query.ranked_to(("bm25", kind), depth, ranks)
 
     def evidence(self, con: apsw.Connection, query: Query, kind) -> dict[int, float]:
@@ -406,7 +402,7 @@ def diagnose(workdir: Path, embedder, max_share: float,
                                          defaultdict(list))
                 near = {t for w in words for t in stem_of(w)}
                 name = f"k{k} floor{floor}"
-                order = [dia_of[i] for i in _ranked(
+                order = [dia_of[i] for i in recall_streams._ranked(
                     neighbour_scores(con, conv.sample_id, words, defaultdict(list)), 50)]
                 for d in missed:
                     tallies[f"{name} missed at 10"].append(float(d in order[:10]))
