@@ -3,8 +3,9 @@ random-weight model with a real tokenizer (tests/bench/engine_model.py), and the
 scripted conversation as tests/bench/localmodel.py.
 
     python -m tests.bench.localmodel --engine llama.cpp [--quick] [--json] [--no-write]
-        [--engine-shape 256x4|qwen2.5-0.5b|qwen2.5-1.5b|qwen2.5-3b] [--client capped|plain]
-        [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs] [--set HILO_KEY=value]
+        [--engine-shape 256x4|qwen2.5-0.5b|qwen2.5-1.5b|qwen2.5-3b|gemma3-4b]
+        [--client capped|plain] [--turns N] [--think S] [--pause TURN:SECONDS] [--keep-logs]
+        [--set HILO_KEY=value]
 
 The engine: llama-server built from the llama.cpp source that the `llama-cpp-python`
 sdist on PyPI vendors (`pip download`, then cmake, only the `llama-server` target, under
@@ -16,7 +17,10 @@ and deeper, so that it reads prompts nearer a real model's speed on a CPU: the d
 reads thousands of tokens a second, and its time to first token is mostly Hilo's own.
 `--engine-shape qwen2.5-0.5b` takes the dimensions of the smallest model people chat
 with (random weights still): about 200 new prompt tokens and 40 generated a second on
-two cores, where a user's gemma3:4b is several times slower.
+two cores. `--engine-shape gemma3-4b` is the README's default chat model as Ollama ships
+it: Gemma 3's layer with its 1,024-token sliding windows, quantized to Q4_K_M with
+llama.cpp's own llama-quantize (built beside the server): about 25-40 new prompt tokens
+and 17 generated a second here.
 
 Every request to the engine passes a counting proxy on loopback, which records who sent
 it (the bench's client, `hilo serve` or `hilo worker`, by the process owning the
@@ -73,7 +77,6 @@ from tests.bench.soak import Process, free_port
 ENGINE = "llama.cpp"
 SDIST = "llama-cpp-python==0.3.36"
 CACHE = REPO_ROOT / ".cache" / "engine"
-BINARY = CACHE / "bin" / "llama-server"
 MODEL = "hilo-bench-random"
 CONTEXT = 4096
 # The engine's own cap on a reply when the request names none; a safety net: replies
@@ -100,13 +103,19 @@ def log(message: str) -> None:
 
 def llama_server() -> Path:
     """The cached llama-server binary; built from the sdist's vendored llama.cpp first."""
-    if not BINARY.exists():
+    return built_tool("llama-server")
+
+
+def built_tool(target: str) -> Path:
+    """One of llama.cpp's programs (llama-server, llama-quantize), built once and cached."""
+    binary = CACHE / "bin" / target
+    if not binary.exists():
         started = time.monotonic()
-        built = build_server(vendored_llama_cpp(CACHE), CACHE / "build")
-        BINARY.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(built, BINARY)
-        log(f"llama-server built in {time.monotonic() - started:.0f} s, cached at {BINARY}")
-    return BINARY
+        built = build_target(vendored_llama_cpp(CACHE), CACHE / "build", target)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built, binary)
+        log(f"{target} built in {time.monotonic() - started:.0f} s, cached at {binary}")
+    return binary
 
 
 def vendored_llama_cpp(cache: Path) -> Path:
@@ -121,9 +130,9 @@ def vendored_llama_cpp(cache: Path) -> Path:
     return next(source.glob("llama_cpp_python-*/vendor/llama.cpp"))
 
 
-def build_server(llama_cpp: Path, build: Path) -> Path:
-    """Only the llama-server target, CPU only, static, niced: the machine is shared.
-    An interrupted build resumes where it stopped."""
+def build_target(llama_cpp: Path, build: Path, target: str) -> Path:
+    """Only that target, CPU only, static, niced: the machine is shared. An interrupted
+    build resumes where it stopped; a second target reuses the first's objects."""
     niced = ["nice", "-n", "19"]
     log("configuring (cmake)")
     subprocess.run([*niced, "cmake", "-S", str(llama_cpp), "-B", str(build),
@@ -134,10 +143,10 @@ def build_server(llama_cpp: Path, build: Path) -> Path:
                     "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF",
                     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"],
                    check=True, stdout=subprocess.DEVNULL)
-    log("building llama-server under nice -n 19 (two jobs; up to an hour or more on two "
+    log(f"building {target} under nice -n 19 (two jobs; up to an hour or more on two "
         "busy cores)")
     started = time.monotonic()
-    with subprocess.Popen([*niced, "cmake", "--build", str(build), "--target", "llama-server",
+    with subprocess.Popen([*niced, "cmake", "--build", str(build), "--target", target,
                            "-j2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as make:
         assert make.stdout is not None
@@ -147,15 +156,25 @@ def build_server(llama_cpp: Path, build: Path) -> Path:
             if line.startswith("["):  # "[12/206] Building …": one line of progress each
                 log(f"{time.monotonic() - started:6.0f} s {line.split(' ', 1)[0]}")
     if make.returncode != 0:
-        raise RuntimeError("llama-server did not build:\n" + "".join(tail))
-    return build / "bin" / "llama-server"
+        raise RuntimeError(f"{target} did not build:\n" + "".join(tail))
+    return build / "bin" / target
 
 
 def model_file(shape: Shape) -> Path:
     path = CACHE / f"{MODEL}-{shape.label}-r{REVISION}.gguf"
-    if not path.exists():
-        log(f"writing the model {path.name}")
-        write_model(path.with_suffix(".tmp"), shape).rename(path)
+    if path.exists():
+        return path
+    log(f"writing the model {path.name}")
+    weights = write_model(path.with_suffix(".tmp"), shape)
+    if shape.quantization != "F16":
+        log(f"quantizing it to {shape.quantization} with llama-quantize")
+        quantized = path.with_suffix(".quantized.tmp")
+        subprocess.run([str(built_tool("llama-quantize")), str(weights), str(quantized),
+                        shape.quantization], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.STDOUT)
+        weights.unlink()
+        weights = quantized
+    weights.rename(path)
     return path
 
 
@@ -276,6 +295,14 @@ class Call:
         self.text = "".join(pieces)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A kept-alive connection reset by a process the run stopped is no error to print."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class CountingProxy:
     """Relays loopback HTTP to the engine, recording every request as a `Call`."""
 
@@ -307,7 +334,7 @@ class CountingProxy:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.client = httpx.Client(timeout=600)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -642,9 +669,19 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
     }
 
 
+ARCH_NAMES = {"llama": "LLaMA", "gemma3": "Gemma 3"}
+
+
 def shape_words(spec: str, shape: dict) -> str:
     words = (f"{shape['embedding']} wide, {shape['layers']} layers, {shape['heads']} heads, "
              f"{shape['kv_heads']} for keys and values, feed-forward {shape['feed_forward']}")
+    if shape.get("head_dim"):
+        words += f", heads of {shape['head_dim']}"
+    if shape.get("sliding_window"):
+        words += (f", a {shape['sliding_window']}-token sliding window in five layers of "
+                  "six")
+    if shape.get("quantization", "F16") != "F16":
+        words += f", quantized to {shape['quantization']}"
     return f"{spec}'s dimensions: {words}" if spec in REAL_SHAPES else words
 
 
@@ -656,7 +693,8 @@ def markdown(results: dict) -> str:
         + "".join(f", {s:g} s after turn {t}" for t, s in results["pauses"].items())
         + f") on a real engine: llama.cpp's `llama-server` ({SDIST}'s vendored source, "
         f"built here), one slot, {CONTEXT}-token context, temperature 0, seed {SEED}; "
-        f"a random-weight LLaMA model ({shape_words(results['shape'], shape)}) with "
+        f"a random-weight {ARCH_NAMES[shape.get('arch', 'llama')]} model "
+        f"({shape_words(results['shape'], shape)}) with "
         "all-MiniLM-L6-v2's WordPiece tokenizer (junk text, "
         "real tokens and KV cache). Prompt tokens evaluated anew are the engine's own "
         "`timings.prompt_n` per request, cross-checked with /metrics. Through Hilo: a real "

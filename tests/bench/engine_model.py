@@ -1,4 +1,5 @@
-"""A tiny random-weight LLaMA model in GGUF with a real tokenizer, for the real-engine bench.
+"""A tiny random-weight LLaMA model in GGUF with a real tokenizer, for the real-engine bench
+(or Gemma 3's layer with sliding windows, in the shape of the README's default model).
 
 The weights are random, so the text is junk; what the bench measures is real: the engine
 tokenizes with all-MiniLM-L6-v2's WordPiece vocabulary (30,522 tokens, lower-cased, as
@@ -35,13 +36,21 @@ CLS, SEP, UNK, PAD, MASK = 101, 102, 100, 0, 103
 CONSTANT_DIM, QUOTE_NEXT_DIM, CLOSE_NEXT_DIM, END_NEXT_DIM = 0, 1, 2, 3
 MEANT = [CONSTANT_DIM, QUOTE_NEXT_DIM, CLOSE_NEXT_DIM, END_NEXT_DIM]
 QUOTE_AFTER_SHARE = 0.05
+# Gemma's layers add their normalised output at this share of an embedding's scale.
+POST_NORM_SHARE = 0.5
 # Part of the cached file's name: a change to how the model is made changes it.
 REVISION = 3
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The model's dimensions: small enough to build in seconds, a real transformer."""
+    """The model's dimensions: small enough to build in seconds, a real transformer.
+
+    `arch` "gemma3" is Gemma 3's layer (norms after attention and feed-forward, Q/K
+    norms, GELU), with a `sliding_window` its layers attend within, every sixth layer
+    over the whole context as llama.cpp reads the architecture; `head_dim` 0 is the
+    width over the heads. `quantization` other than F16 is llama-quantize's type name,
+    the weights as a model server ships them (tests/bench/engine.py quantizes)."""
 
     embedding: int = 256
     layers: int = 4
@@ -50,12 +59,23 @@ class Shape:
     feed_forward: int = 768
     context: int = 8192
     seed: int = 27
+    arch: str = "llama"
+    head_dim: int = 0
+    sliding_window: int = 0
+    quantization: str = "F16"
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.embedding // self.heads
 
     @property
     def label(self) -> str:
         """The dimensions in a file name: every one that changes the weights."""
-        return (f"{self.embedding}x{self.layers}-h{self.heads}kv{self.kv_heads}"
-                f"-ff{self.feed_forward}-seed{self.seed}")
+        label = (f"{self.embedding}x{self.layers}-h{self.heads}kv{self.kv_heads}"
+                 f"-ff{self.feed_forward}-seed{self.seed}")
+        if self.arch != "llama":
+            label = f"{self.arch}-{label}-hd{self.head_size}-swa{self.sliding_window}"
+        return label if self.quantization == "F16" else f"{label}-{self.quantization}"
 
 
 # A real model's dimensions, so the engine spends a real model's compute on each token:
@@ -66,6 +86,11 @@ REAL_SHAPES = {
     "qwen2.5-0.5b": Shape(embedding=896, layers=24, heads=14, kv_heads=2, feed_forward=4864),
     "qwen2.5-1.5b": Shape(embedding=1536, layers=28, heads=12, kv_heads=2, feed_forward=8960),
     "qwen2.5-3b": Shape(embedding=2048, layers=36, heads=16, kv_heads=2, feed_forward=11008),
+    # The README's default chat model as Ollama ships it (gemma3:4b is Q4_K_M): Gemma 3's
+    # layer, 1,024-token sliding windows in five layers of six, heads of 256.
+    "gemma3-4b": Shape(embedding=2560, layers=34, heads=8, kv_heads=4, feed_forward=10240,
+                       arch="gemma3", head_dim=256, sliding_window=1024,
+                       quantization="Q4_K_M"),
 }
 
 
@@ -115,7 +140,8 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     tokens, types = wordpiece_vocab(minilm_vocab())
     rng = np.random.default_rng(shape.seed)
     n, vocab = shape.embedding, len(tokens)
-    head_dim = n // shape.heads
+    head_dim = shape.head_size
+    gemma = shape.arch == "gemma3"
 
     def normal(*dims: int, std: float) -> np.ndarray:
         return (rng.standard_normal(dims) * std).astype(np.float16)
@@ -148,8 +174,8 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     output[SEP, END_NEXT_DIM] = 2.0
     output[never, CONSTANT_DIM] = -10.0
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("hilo-bench-random-llama")
+    writer = gguf.GGUFWriter(str(path), shape.arch)
+    writer.add_name(f"hilo-bench-random-{shape.arch}")
     writer.add_context_length(shape.context)
     writer.add_embedding_length(n)
     writer.add_block_count(shape.layers)
@@ -157,8 +183,15 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
+    if gemma:  # Gemma 3's rope bases: a million for the global layers, 10,000 in the window
+        writer.add_rope_freq_base(1_000_000.0)
+        writer.add_rope_freq_base_swa(10000.0)
+        writer.add_sliding_window(shape.sliding_window)
+    else:
+        writer.add_rope_freq_base(10000.0)
     writer.add_vocab_size(vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_tokenizer_model("bert")
@@ -176,22 +209,32 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     writer.add_add_sep_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    kv = shape.kv_heads * head_dim
+    q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
+    # Gemma scales the embeddings by the width's square root and normalises what each
+    # layer adds: these norms give the additions the share of the residual a LLaMA
+    # layer's have here, and keep them out of the meant dimensions.
+    post_norm = np.full(n, POST_NORM_SHARE * np.sqrt(n), dtype=np.float32)
+    post_norm[MEANT] = 0.0
     writer.add_tensor("token_embd.weight", embeddings.astype(np.float16))
     writer.add_tensor("output_norm.weight", np.ones(n, dtype=np.float32))
     writer.add_tensor("output.weight", output.astype(np.float16))
     for layer in range(shape.layers):
         block = f"blk.{layer}"
         writer.add_tensor(f"{block}.attn_norm.weight", layer_norm)
-        writer.add_tensor(f"{block}.attn_q.weight", normal(n, n, std=1 / np.sqrt(n)))
+        writer.add_tensor(f"{block}.attn_q.weight", normal(q, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_k.weight", normal(kv, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.attn_v.weight", normal(kv, n, std=1 / np.sqrt(n)))
-        writer.add_tensor(f"{block}.attn_output.weight", into_residual(n, n))
+        writer.add_tensor(f"{block}.attn_output.weight", into_residual(n, q))
         writer.add_tensor(f"{block}.ffn_norm.weight", layer_norm)
         for name in ("ffn_gate", "ffn_up"):
             writer.add_tensor(f"{block}.{name}.weight",
                               normal(shape.feed_forward, n, std=1 / np.sqrt(n)))
         writer.add_tensor(f"{block}.ffn_down.weight", into_residual(n, shape.feed_forward))
+        if gemma:
+            writer.add_tensor(f"{block}.attn_q_norm.weight", np.ones(head_dim, np.float32))
+            writer.add_tensor(f"{block}.attn_k_norm.weight", np.ones(head_dim, np.float32))
+            writer.add_tensor(f"{block}.post_attention_norm.weight", post_norm)
+            writer.add_tensor(f"{block}.post_ffw_norm.weight", post_norm)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

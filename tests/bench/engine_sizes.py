@@ -1,7 +1,7 @@
 """Issue 27: how the engine's time reading a turn through Hilo compares with a memory-less
 client's as the model grows.
 
-    python -m tests.bench.engine_sizes [--shape qwen2.5-0.5b --shape qwen2.5-3b ...]
+    python -m tests.bench.engine_sizes [--shape qwen2.5-0.5b --shape gemma3-4b ...]
         [--turns N] [--json] [--no-write]
 
 Hilo's prompt is longer than a memory-less client's by what it carries (the profile, the
@@ -61,7 +61,7 @@ from tests.bench.engine_model import REAL_SHAPES, shape_named
 from tests.bench.localmodel_script import TURNS
 from tests.bench.report import emit
 
-DEFAULT_SHAPES = ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"]
+DEFAULT_SHAPES = ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "gemma3-4b"]
 RECORDING_SHAPE = "256x4"
 CALLERS = ("client", "serve")  # the memory-less client, and Hilo's front-end
 

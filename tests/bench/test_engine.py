@@ -40,6 +40,25 @@ def test_the_model_is_a_llama_with_minilm_s_wordpiece_vocabulary(tmp_path):
                                                   "blk.0.attn_q.weight", "blk.0.ffn_down.weight"}
 
 
+def test_a_gemma3_shape_writes_gemma_s_layer_and_sliding_window(tmp_path):
+    shape = Shape(embedding=32, layers=2, heads=2, kv_heads=1, feed_forward=64,
+                  arch="gemma3", head_dim=24, sliding_window=16)
+    reader = gguf.GGUFReader(write_model(tmp_path / "gemma.gguf", shape))
+    assert field(reader, "general.architecture") == "gemma3"
+    assert field(reader, "gemma3.attention.sliding_window") == 16
+    assert field(reader, "gemma3.attention.key_length") == 24
+    tensors = {t.name: t for t in reader.tensors}
+    assert {"blk.1.post_attention_norm.weight", "blk.1.post_ffw_norm.weight",
+            "blk.1.attn_q_norm.weight"} <= set(tensors)
+    # Queries are heads x head size wide, not the model's width.
+    assert list(tensors["blk.0.attn_q.weight"].shape) == [32, 2 * 24]
+    gemma4b = shape_named("gemma3-4b")
+    assert (gemma4b.embedding, gemma4b.layers, gemma4b.heads, gemma4b.kv_heads,
+            gemma4b.head_size, gemma4b.sliding_window, gemma4b.quantization) == (
+        2560, 34, 8, 4, 256, 1024, "Q4_K_M")
+    assert gemma4b.label.startswith("gemma3-") and gemma4b.label.endswith("-Q4_K_M")
+
+
 def test_a_shape_is_a_real_model_s_name_or_width_by_layers():
     qwen = shape_named("qwen2.5-0.5b")
     assert (qwen.embedding, qwen.layers, qwen.heads, qwen.kv_heads) == (896, 24, 14, 2)
