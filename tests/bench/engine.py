@@ -184,8 +184,10 @@ def model_file(shape: Shape) -> Path:
 class Engine:
     """llama-server on a free loopback port, a fresh KV cache each start."""
 
-    def __init__(self, binary: Path, model: Path, logs: Path) -> None:
+    def __init__(self, binary: Path, model: Path, logs: Path,
+                 flags: tuple[str, ...] = ()) -> None:
         self.binary, self.model, self.logs = binary, model, logs
+        self.flags = flags  # more of llama-server's own options (--swa-full)
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -201,7 +203,7 @@ class Engine:
                 "--host", "127.0.0.1", "--port", str(self.port), "-c", str(CONTEXT),
                 "-np", "1", "-n", str(ENGINE_N_PREDICT), "--temp", "0", "--seed", str(SEED),
                 "--threads", str(os.cpu_count() or 2), "--metrics", "--slots", "--jinja",
-                "--no-webui"]
+                "--no-webui", *self.flags]
         out = (self.logs / f"engine-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         soak.wait_started(self.process, lambda: soak.answers_health(self.url), ENGINE_READY_S,

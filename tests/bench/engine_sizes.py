@@ -2,7 +2,7 @@
 client's as the model grows.
 
     python -m tests.bench.engine_sizes [--shape qwen2.5-0.5b --shape gemma3-4b ...]
-        [--turns N] [--json] [--no-write]
+        [--turns N] [--engine-flag=--swa-full ...] [--json] [--no-write]
 
 Hilo's prompt is longer than a memory-less client's by what it carries (the profile, the
 last session's diary and MEMORY.md in the system message; notes of recalled memory in the
@@ -124,7 +124,8 @@ class Replayer:
         self.client.close()
 
 
-def replay(shape_name: str, recorded: dict[str, list[dict]], root: Path) -> dict[str, list[Turn]]:
+def replay(shape_name: str, recorded: dict[str, list[dict]], root: Path,
+           flags: tuple[str, ...] = ()) -> dict[str, list[Turn]]:
     """Both callers' requests on two engines of this shape, turn by turn, alternating."""
     model = model_file(shape_named(shape_name))
     replayers = {}
@@ -132,7 +133,7 @@ def replay(shape_name: str, recorded: dict[str, list[dict]], root: Path) -> dict
         for caller in CALLERS:
             logs = root / f"{shape_name}-{caller}"
             logs.mkdir(parents=True, exist_ok=True)
-            engine = Engine(llama_server(), model, logs)
+            engine = Engine(llama_server(), model, logs, flags)
             engine.start()
             replayers[caller] = Replayer(engine)
         turns: dict[str, list[Turn]] = {caller: [] for caller in CALLERS}
@@ -188,7 +189,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"The capping client's conversation ({results['turns']} turns of the localmodel "
         f"script), recorded on the default small model straight to llama-server and through "
         f"`hilo serve` + `hilo worker`, then each caller's chat requests replayed on two "
-        f"engines of each shape below (random weights, MiniLM's vocabulary), alternating "
+        f"engines of each shape below (random weights, MiniLM's vocabulary"
+        + "".join(f"; llama-server {flag}" for flag in results.get("engine_flags", []))
+        + "), alternating "
         f"turn by turn, each turn's cache primed through the previous reply. Steady "
         f"turns (the last three quarters), the engine's own timings:",
         "",
@@ -216,6 +219,9 @@ def main() -> None:
     parser.add_argument("--shape", action="append", choices=list(REAL_SHAPES),
                         help=f"model shapes to replay on (default: {', '.join(DEFAULT_SHAPES)})")
     parser.add_argument("--turns", type=int, default=20, help="turns of the script recorded")
+    parser.add_argument("--engine-flag", action="append", default=[], metavar="FLAG",
+                        help="an option of llama-server's for the replaying engines "
+                             "(--swa-full: keep the whole cache of sliding-window layers)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
@@ -225,10 +231,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-sizes-"))
     try:
         recorded = record(args.turns, root)
+        flags = tuple(args.engine_flag)
         results: dict[str, Any] = {"turns": args.turns, "recorded_on": RECORDING_SHAPE,
-                                   "shapes": {}}
+                                   "engine_flags": list(flags), "shapes": {}}
         for name in args.shape or DEFAULT_SHAPES:
-            results["shapes"][name] = compare(replay(name, recorded, root))
+            results["shapes"][name] = compare(replay(name, recorded, root, flags))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     emit(args, "localmodel-engine-sizes", results, markdown(results))
