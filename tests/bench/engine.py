@@ -357,6 +357,11 @@ class CountingProxy:
 
     def _relay(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         call = Call(handler.command, handler.path, time.monotonic())
+        # Named while the caller still holds the connection (a worker that gives way, or
+        # one done with its reply, closes it), beside the relay: only the reply's end
+        # waits for it, on a connection not named before.
+        naming = threading.Thread(target=self._name, args=(call, handler.client_address[1]))
+        naming.start()
         try:
             call.request = json.loads(body) if body else {}
         except ValueError:
@@ -376,6 +381,7 @@ class CountingProxy:
                     received.append(chunk)
                     handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     handler.wfile.flush()
+                naming.join()  # the reply's end lets the caller hang up
                 handler.wfile.write(b"0\r\n\r\n")
                 handler.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
@@ -385,9 +391,12 @@ class CountingProxy:
                 handler.close_connection = True
         call.ended = time.monotonic()
         call.read_response(b"".join(received))
-        call.caller = self.caller_of(handler.client_address[1])
+        naming.join()
         with self.lock:
             self.calls.append(call)
+
+    def _name(self, call: Call, peer_port: int) -> None:
+        call.caller = self.caller_of(peer_port)
 
     def caller_of(self, peer_port: int) -> str:
         """Who holds the connection's other end: the process, or its nearest named parent

@@ -103,6 +103,14 @@ def test_the_proxy_relays_streams_and_records_who_asked_with_which_limits(proxie
     assert second.finish_reason == "stop" and not second.real_output  # not JSON
 
 
+def test_a_caller_that_hangs_up_after_its_reply_is_still_named(proxied):
+    for _ in range(3):  # a new connection each time, closed as soon as the reply is read
+        reply = httpx.post(f"{proxied.url}/v1/chat/completions", headers={"Connection": "close"},
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert reply.status_code == 200
+    assert [call.caller for call in proxied.snapshot()] == ["client"] * 3
+
+
 def test_the_engine_s_own_counters_are_read_from_its_last_streamed_frame():
     call = Call("POST", "/v1/chat/completions", 0.0)
     frames = [{"choices": [{"delta": {"content": "{}"}, "finish_reason": None}]},
