@@ -157,20 +157,20 @@ def lanes_for(flags: tuple[str, ...], versus: tuple[str, ...]) -> Lanes:
     options added."""
     lanes = {caller: (caller, flags) for caller in CALLERS}
     if versus:
-        lanes |= {f"{caller} {' '.join(versus)}": (caller, flags + versus) for caller in CALLERS}
+        lanes |= {versus_lane(caller, versus): (caller, flags + versus) for caller in CALLERS}
     return lanes
+
+
+def versus_lane(caller: str, versus: tuple[str, ...]) -> str:
+    return f"{caller} {' '.join(versus)}"
 
 
 def versus_compare(turns: dict[str, list[Turn]], versus: tuple[str, ...]) -> dict[str, Any]:
     """Per caller, the engine with the `versus` options against the one without."""
     compared = {}
     for caller in CALLERS:
-        without, with_ = summary(turns[caller]), summary(turns[f"{caller} {' '.join(versus)}"])
-        compared[caller] = {
-            "without": without, "with": with_,
-            "prompt_time_ratio": round(with_["prompt_ms_mean"] / without["prompt_ms_mean"], 2),
-            "per_token_ratio": round(with_["ms_per_new_token_median"]
-                                     / without["ms_per_new_token_median"], 2)}
+        without, with_ = summary(turns[caller]), summary(turns[versus_lane(caller, versus)])
+        compared[caller] = {"without": without, "with": with_, **ratios(without, with_)}
     return compared
 
 
@@ -183,13 +183,17 @@ def summary(turns: list[Turn]) -> dict[str, float]:
                 t.prompt_ms / t.new_tokens for t in steady if t.new_tokens), 2)}
 
 
+def ratios(base: dict[str, float], other: dict[str, float]) -> dict[str, float]:
+    """`other`'s summary over `base`'s: new tokens, time reading them, time a token."""
+    return {"new_tokens_ratio": round(other["new_tokens_mean"] / base["new_tokens_mean"], 2),
+            "prompt_time_ratio": round(other["prompt_ms_mean"] / base["prompt_ms_mean"], 2),
+            "per_token_ratio": round(other["ms_per_new_token_median"]
+                                     / base["ms_per_new_token_median"], 2)}
+
+
 def compare(turns: dict[str, list[Turn]]) -> dict[str, Any]:
     direct, hilo = summary(turns["client"]), summary(turns["serve"])
-    return {"direct": direct, "hilo": hilo,
-            "new_tokens_ratio": round(hilo["new_tokens_mean"] / direct["new_tokens_mean"], 2),
-            "prompt_time_ratio": round(hilo["prompt_ms_mean"] / direct["prompt_ms_mean"], 2),
-            "per_token_ratio": round(hilo["ms_per_new_token_median"]
-                                     / direct["ms_per_new_token_median"], 2),
+    return {"direct": direct, "hilo": hilo, **ratios(direct, hilo),
             "turns": {caller: [asdict(t) for t in turns[caller]] for caller in CALLERS}}
 
 
@@ -215,7 +219,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"script), recorded on the default small model straight to llama-server and through "
         f"`hilo serve` + `hilo worker`, then each caller's chat requests replayed on two "
         f"engines of each shape below (random weights, MiniLM's vocabulary"
-        + "".join(f"; llama-server {flag}" for flag in results.get("engine_flags", []))
+        + "".join(f"; llama-server {flag}" for flag in results["engine_flags"])
         + "), alternating "
         f"turn by turn, each turn's cache primed through the previous reply. Steady "
         f"turns (the last three quarters), the engine's own timings:",
@@ -233,7 +237,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {d['prompt_ms_mean']} / {h['prompt_ms_mean']} ms | {shape['prompt_time_ratio']}× "
             f"| {d['ms_per_new_token_median']} / {h['ms_per_new_token_median']} "
             f"| {shape['per_token_ratio']}× |")
-    if results.get("versus"):
+    if results["versus"]:
         options = " ".join(results["versus_flags"])
         lines += ["", f"The same requests on engines with llama-server `{options}` added, "
                   "alternating with the engines above: with ÷ without.", "",
