@@ -8,7 +8,7 @@ PYTHON := $(VENV)/bin/python
 HILO   := $(VENV)/bin/hilo
 PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test bench
+.PHONY: run test lint bench
 
 $(PYTHON):
 	python3 -m venv $(VENV)
@@ -41,6 +41,10 @@ run: $(VENV)/.run-installed
 
 test: $(VENV)/.test-installed
 	$(PYTHON) -m pytest
+
+# The rules are pyproject.toml's [tool.ruff]; .ci/run fails on any finding.
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.test-installed
 	for b in writer context workers locomo soak macros localmodel injection; do $(PYTHON) -m tests.bench.$$b || exit 1; done

@@ -23,9 +23,10 @@ import os
 import re
 import shlex
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -169,7 +170,7 @@ def redis_url(text: str) -> str:
     expected = "expected a URL such as redis://127.0.0.1:6379/0 (redis://, rediss:// or unix://)"
     try:
         split = urlsplit(text.strip())
-        split.port  # raises on a port that is not a number from 0 to 65535
+        _ = split.port  # raises on a port that is not a number from 0 to 65535
     except ValueError:
         raise ValueError(expected) from None
     if split.scheme not in ("redis", "rediss", "unix") or not (split.netloc or split.path):

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import unicodedata
 import uuid as uuidlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 import apsw
 

@@ -23,8 +23,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Mapping, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from structlog.typing import Processor

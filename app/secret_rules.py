@@ -538,7 +538,7 @@ _ENGLISH_LETTER_SCORE = {
     letter: math.log2(26 * percent / 100) for letter, percent in zip(
         "etaoinshrdlcumwfgypbvkjxqz",
         (12.7, 9.06, 8.17, 7.51, 6.97, 6.75, 6.33, 6.09, 5.99, 4.25, 4.03, 2.78, 2.76, 2.41,
-         2.36, 2.23, 2.02, 1.97, 1.93, 1.49, 0.98, 0.77, 0.15, 0.15, 0.10, 0.07))
+         2.36, 2.23, 2.02, 1.97, 1.93, 1.49, 0.98, 0.77, 0.15, 0.15, 0.10, 0.07), strict=False)
 }
 # Mean score per letter: English words score about +0.4, random letters about -0.9.
 _MIN_ENGLISH_SCORE = -0.1
@@ -562,7 +562,7 @@ def _classify_unlabelled_aws_secret(match: re.Match[str], value: str) -> str | N
 
 
 def _looks_like_identifier(value: str) -> bool:
-    changes = sum(_char_class(a) != _char_class(b) for a, b in zip(value, value[1:]))
+    changes = sum(_char_class(a) != _char_class(b) for a, b in zip(value, value[1:], strict=False))
     wordlike = sum(len(word) for word in _WORDLIKE.findall(value))
     if changes >= _MIN_CLASS_CHANGES and wordlike < _MAX_WORDLIKE_CHARS:
         return False

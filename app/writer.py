@@ -18,9 +18,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import apsw
 
@@ -251,7 +252,7 @@ class Writer:
                     self._rolled_back_by(job, outcomes[-1], batch)
                     return
             self._con.execute("COMMIT")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — logged, and each job gets the error
             # BEGIN or COMMIT failed (disk full, I/O error): nothing in the batch is stored.
             if not self._con.getautocommit():
                 self._con.execute("ROLLBACK")
@@ -263,7 +264,7 @@ class Writer:
         self.stats.commits += 1
         self.stats.last_batch_size = len(batch)
         self.stats.largest_batch_size = max(self.stats.largest_batch_size, len(batch))
-        for job, (ok, value) in zip(batch, outcomes):
+        for job, (ok, value) in zip(batch, outcomes, strict=True):
             if ok:
                 self.stats.writes += 1
             else:
@@ -286,6 +287,6 @@ class Writer:
         try:
             with self._con:  # a SAVEPOINT inside the batch's transaction
                 return True, job.write(self._con)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — the job's own error, handed to its caller
             full = _full_disk_behind(exc)
             return False, exc if full is None else disk_full(self.path, full)

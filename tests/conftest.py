@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -17,6 +17,13 @@ from app.recall.state import Recall
 from app.writer import Writer
 from tests.fake_ollama import FakeOllama
 
+# Fixtures every folder may ask for, defined beside the helpers they use.
+pytest_plugins = [
+    "tests.api.support",  # hilo: Hilo in front of the fake model server
+    "tests.cli.support",  # start_chat: `hilo chat` on a pseudo-terminal
+    "tests.embedding_fixtures",  # local_embedder, text_embedder
+    "tests.workers.support",  # bound_queue, consumers
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Derived files every test shares, as a person's processes do: the local embedder's ONNX

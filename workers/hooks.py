@@ -89,7 +89,7 @@ def heartbeat(huey: Any) -> None:
                 return
             _last_beat = (storage, now)
         huey.put(HEARTBEAT_KEY, {"at": time.time(), "pid": os.getpid(), "host": _HOST})
-    except Exception:  # the storage failed right now; the next poll tries again
+    except Exception:  # noqa: BLE001 — the storage failed right now; the next poll tries again
         with _beat_lock:
             _last_beat = (0, float("-inf"))
 

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import apsw
+from huey.exceptions import HueyException
 from huey.utils import Error
 
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Unavailable
+from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
@@ -43,6 +46,8 @@ ACTIVE_WITHIN_SECONDS = 60.0
 STATE_PREFIX = "hilo."  # kv keys that are the worker's state (locks, heartbeat), not results
 LOCK_PREFIX = "hilo.lock."
 REVOKE_PREFIX = "r:"  # Huey's per-task revoke flag
+
+log = get_logger(__name__)
 
 
 class QueueError(Unavailable):
@@ -57,7 +62,7 @@ def iso_time(moment: float | None) -> str | None:
     """A Unix time as RFC 3339 UTC to the second, the way `hilo queue` shows times."""
     if moment is None:
         return None
-    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _eta_seconds(eta: Any) -> float | None:
@@ -65,7 +70,7 @@ def _eta_seconds(eta: Any) -> float | None:
     if eta is None:
         return None
     if eta.tzinfo is None:
-        eta = eta.replace(tzinfo=timezone.utc)
+        eta = eta.replace(tzinfo=UTC)
     return eta.timestamp()
 
 
@@ -391,7 +396,7 @@ class QueueView:
         for raw in items:
             try:
                 m = self.huey.serializer.deserialize(raw)
-            except Exception:  # not a message we can read; count it, show it as such
+            except Exception:  # noqa: BLE001 — not a message we can read: shown as "(unreadable)"
                 jobs.append(Job(id="?", task="(unreadable)", args=(), kwargs={}, where=where))
                 continue
             jobs.append(Job(id=str(m.id), task=str(m.name), args=tuple(m.args or ()),
@@ -428,9 +433,10 @@ class QueueView:
                 elif key == HEARTBEAT_KEY:
                     try:
                         beat = deserialize(raw)
-                        kv.heartbeat = beat if isinstance(beat, dict) else None
-                    except Exception:
-                        pass
+                    except Exception as exc:  # noqa: BLE001 — read as no heartbeat, said in the log
+                        log.warning("queue.heartbeat_unreadable", error=repr(exc))
+                        beat = None
+                    kv.heartbeat = beat if isinstance(beat, dict) else None
                 continue
             if key.startswith(REVOKE_PREFIX):
                 kv.revoked.add(key)
@@ -439,7 +445,8 @@ class QueueView:
                 continue
             try:
                 value = deserialize(raw)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 — a damaged result is skipped, said in the log
+                log.warning("queue.result_unreadable", key=key, error=repr(exc))
                 continue
             if isinstance(value, Error):
                 kv.failures.append(Failure.from_error(key, value))
@@ -550,7 +557,7 @@ class QueueView:
                 continue
             try:
                 task_class = registry.string_to_task(failure.task)
-            except Exception:
+            except HueyException:
                 outcome.skipped.append(Skipped(job_id, f"task {failure.task} no longer exists"))
                 continue
             kwargs = {k: v for k, v in failure.kwargs.items() if k != "attempt"}

@@ -20,9 +20,10 @@ every job module: the queue's registry would again be filled by a heavy import.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from functools import lru_cache
-from typing import Any, Callable, Protocol
+from functools import cache
+from typing import Any, Protocol
 
 from huey import crontab
 from huey.api import Task
@@ -117,7 +118,7 @@ def diary(user_id: str, session_id: str, attempt: int = 1, task: Task | None = N
 # -- periodic --------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def consolidation_schedule(hours: int) -> Callable[[Any], bool]:
     """Every `hours` hours on the hour; crontab is evaluated on Huey's UTC clock."""
     if hours < 24:

@@ -23,8 +23,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 OWNER_BEAT_PREFIX = "hilo.worker.owner."
 OWNER_BEAT_SECONDS = 5.0
@@ -116,7 +117,7 @@ class OwnerBeat:
     def beat(self) -> None:
         try:
             self._put(this_process().beat_key, time.time())
-        except Exception:  # the storage failed right now (a full disk); the next beat retries
+        except Exception:  # noqa: BLE001, S110 — the storage failed right now (a full disk); the next beat retries
             pass
 
     def _run(self) -> None:
@@ -130,5 +131,5 @@ class OwnerBeat:
         self._thread.join(timeout=OWNER_BEAT_SECONDS)
         try:
             self._delete(this_process().beat_key)
-        except Exception:  # gone with the process anyway; a later flush removes it
+        except Exception:  # noqa: BLE001, S110 — gone with the process anyway; a later flush removes it
             pass

@@ -21,20 +21,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx
 
 from app.config import Config, NotifyConfig
 from app.errors import Unavailable
+from app.learn.reading import reading
 from app.log import get_logger
 from app.tasks.delivery import RunReport, record_notification, run_report
 from app.tasks.runs import TaskRunResult
 from app.writer import Writer
-from app.learn.reading import reading
 
 log = get_logger(__name__)
 
@@ -149,7 +149,7 @@ def deliver_run(config: Config, writer: Writer, result: TaskRunResult, *,
         except NotifyFailed as exc:
             error = str(exc)
             bound.warning("notify.webhook_failed", error=error)
-        record_notification(writer, report.run_id, now or datetime.now(timezone.utc),
+        record_notification(writer, report.run_id, now or datetime.now(UTC),
                             error=error)
     if settings.desktop:
         show_desktop(note)

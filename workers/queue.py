@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from huey import Huey
 from huey.constants import EmptyData
@@ -189,7 +190,7 @@ def configure(config: Config) -> HiloHuey:
 def _close_quietly(storage: Any) -> None:
     try:
         storage.close()
-    except Exception:  # a storage being replaced; nothing to do if closing fails
+    except Exception:  # noqa: BLE001, S110 — a storage being replaced; nothing to do if closing fails
         pass
 
 
@@ -241,7 +242,7 @@ def release_lock(name: str) -> None:
         _held.discard(held)
         try:
             huey.delete(lock_key(name))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — logged; released on a later try
             _unreleased.add(held)
             log.warning("queue.lock_release_failed", lock=name, error=repr(exc))
         else:
@@ -253,7 +254,7 @@ def _retry_releases() -> None:
         for held in [h for h in _unreleased if h[0] == _bound_to and h not in _held]:
             try:
                 _delete_if_unchanged_owner(lock_key(held[1]), this_process())
-            except Exception:  # still refused; the next try_lock retries
+            except Exception:  # noqa: BLE001 — still refused; the next try_lock retries
                 return
             _unreleased.discard(held)
 
@@ -330,7 +331,7 @@ _unreleased: set[tuple[tuple[str, str] | None, str]] = set()
 def _deserialize(raw: Any) -> Any:
     try:
         return huey.serializer.deserialize(raw)
-    except Exception:  # a legacy "1" written raw, or garbage: no owner
+    except Exception:  # noqa: BLE001 — a legacy "1" written raw, or garbage: no owner
         return None
 
 
@@ -397,7 +398,7 @@ def failed_jobs() -> list[FailedJob]:
             continue
         try:
             value = huey.serializer.deserialize(raw)
-        except Exception:  # not a result (a lock, a revoke flag): not ours to judge
+        except Exception:  # noqa: BLE001, S112 — not a result (a lock, a revoke flag): not ours to judge
             continue
         if isinstance(value, Error):
             meta = value.metadata

@@ -17,8 +17,9 @@ import socket
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from huey.signals import SIGNAL_COMPLETE, SIGNAL_ERROR, SIGNAL_EXECUTING
 from prometheus_client import CollectorRegistry, generate_latest
@@ -92,7 +93,7 @@ class JobMetrics:
         self._flushed_at = now
         try:
             huey.put(self.key, self.snapshot())
-        except Exception:  # the queue is unavailable right now; the next job tries again
+        except Exception:  # noqa: BLE001 — the queue is unavailable right now; the next job tries again
             self._flushed_at = 0.0
 
 
@@ -174,7 +175,7 @@ class _QueueCollector:
             if key.startswith(METRICS_PREFIX):
                 try:
                     snapshots.append(deserialize(raw))
-                except Exception:  # noqa: BLE001 — a damaged snapshot is skipped
+                except Exception:  # noqa: BLE001, S112 — a damaged snapshot is skipped
                     continue
         jobs = CounterMetricFamily("hilo_jobs", "Jobs run by the workers, by outcome",
                                    labels=["task", "outcome"])
@@ -184,7 +185,7 @@ class _QueueCollector:
             jobs.add_metric([task, "done"], stats["done"])
             jobs.add_metric([task, "error"], stats["errors"])
             cumulative, running = [], 0
-            for bound, count in zip([*map(str, DURATION_BUCKETS), "+Inf"], stats["buckets"]):
+            for bound, count in zip([*map(str, DURATION_BUCKETS), "+Inf"], stats["buckets"], strict=True):
                 running += count
                 cumulative.append((bound, running))
             durations.add_metric([task], cumulative, sum_value=stats["seconds"])

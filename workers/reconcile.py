@@ -11,14 +11,14 @@ per session; the jobs it feeds are safe to run twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import apsw
 
 from app.config import Config
+from app.learn.reading import reading
 from app.timeutil import to_rfc3339
 from app.writer import Writer
-from app.learn.reading import reading
 from workers.retry import total_backoff
 
 # How long after its event undone work is left to the task already queued for it.
@@ -85,7 +85,7 @@ def _close_idle(con: apsw.Connection, idle_cutoff: str, now: str) -> list[tuple[
 def find_undone_work(writer: Writer, config: Config, *, now: datetime | None = None,
                      grace_seconds: float | None = None) -> UndoneWork:
     """Close idle sessions and list the undone work (the caller enqueues it)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     grace = default_grace_seconds(config) if grace_seconds is None else grace_seconds
     cutoff = to_rfc3339(now - timedelta(seconds=grace))
     idle_cutoff = to_rfc3339(now - timedelta(minutes=config.memory.session_idle_minutes))

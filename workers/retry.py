@@ -21,14 +21,15 @@ reconcile sweep redoes the work later.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from app.config import Config
 from app.errors import HiloError
-from app.model.errors import ModelError
-from app.log import get_logger
 from app.learn.model_output import InvalidOutput
+from app.log import get_logger
+from app.model.errors import ModelError
 
 log = get_logger(__name__)
 

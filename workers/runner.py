@@ -16,21 +16,28 @@ job enqueues next.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from huey.api import Task, TaskWrapper
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.config import Config
 from app.db import Durability
-from app.model.embedders import Embedder, make_embedder
-from app.model.client import ModelClient
-from app.model.json_modes import JsonModes
+from app.learn.consolidate import consolidate as consolidate_memory
+from app.learn.diary_entry import write_diary
+from app.learn.embed import embed_pending
+from app.learn.reading import reading
+from app.learn.session import learn_by_rules, learn_session, waiting_since
+from app.learn.tool_chains import learn_all_macros
 from app.log import get_logger
+from app.model.client import ModelClient
+from app.model.embedders import Embedder, make_embedder
+from app.model.json_modes import JsonModes
+from app.recall.vectors import pending_owners
 from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
-from app.recall.vectors import pending_owners
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.writer import Writer
 from workers import jobs
 from workers import queue_metrics as job_metrics
@@ -41,13 +48,8 @@ from workers.chat_activity import (
     forget_last_chat,
     server_id,
 )
-from app.learn.consolidate import consolidate as consolidate_memory
-from app.learn.diary_entry import write_diary
-from app.learn.embed import embed_pending
 from workers.handoff import QueueHandoff
-from app.learn.tool_chains import learn_all_macros
 from workers.hooks import task_id_time
-from app.learn.session import learn_by_rules, learn_session, waiting_since
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -57,7 +59,6 @@ from workers.queue import (
     owner_beat,
     record_failure,
 )
-from app.learn.reading import reading
 from workers.reconcile import find_undone_work
 from workers.retry import JobDegraded, attempt_job
 from workers.scheduler import scheduler_tick

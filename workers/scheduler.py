@@ -17,18 +17,19 @@ backoff later; it never stops the other tasks of the tick.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable, Protocol
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from app.config import Config
-from app.turn.chat import StreamingTurn
-from app.turn.context import DEFAULT_SYSTEM_PROMPT
-from app.model.errors import ModelError
 from app.log import get_logger
+from app.model.errors import ModelError
 from app.tasks.delivery import mark_delivered
 from app.tasks.runs import Claim, TaskRunResult, claim_next_run, claim_task_now, finish_run
 from app.tasks.store import ScheduledTask
+from app.turn.chat import StreamingTurn
+from app.turn.context import DEFAULT_SYSTEM_PROMPT
 from app.writer import Writer
 
 log = get_logger(__name__)
@@ -71,7 +72,7 @@ def run_task_now(config: Config, writer: Writer, chat_service: TurnRunner, user_
     """`hilo tasks run <id>`: run one task once, here and now, paused or not; its schedule
     is unchanged. Its caller shows the result, so a run that ended counts as delivered
     (no `hilo chat` repeats it). Raises TaskNotFound."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     result = run_claim(config, writer, chat_service, claim_task_now(writer, user_id, ref, now),
                        now)
     if result.status in ENDED:
@@ -154,7 +155,7 @@ def task_system_prompt(task: ScheduledTask, config: Config, now: datetime) -> st
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def scheduler_tick(config: Config, writer: Writer, *, chat_service: TurnRunner,

@@ -26,8 +26,9 @@ curl examples send none.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from starlette.requests import Request
 

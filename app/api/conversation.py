@@ -45,11 +45,19 @@ import json
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from app.api.errors import ApiError
-from app.turn.chat import INTERRUPTED_MARKER, ChatService
+from app.config import Config
+from app.events import (
+    Event,
+    PreparedEvent,
+    prepare_event,
+    session_events,
+    sessions_opening_with,
+)
 from app.model.messages import (
     ClientChat,
     is_conversation,
@@ -61,15 +69,8 @@ from app.model.messages import (
     tool_calls_of,
     tool_name_of,
 )
-from app.config import Config
-from app.events import (
-    Event,
-    PreparedEvent,
-    prepare_event,
-    session_events,
-    sessions_opening_with,
-)
 from app.tasks.store import is_task_session
+from app.turn.chat import INTERRUPTED_MARKER, ChatService
 
 OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"
 # Sessions examined when a request names none, most recently active first.

@@ -11,7 +11,6 @@ from fastapi import Depends, Header, Request
 from app.api.callers import Caller, caller_of
 from app.turn.chat import ChatService
 
-
 UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id "
                                                       "(a per-user token fixes it)")]
 SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]

@@ -13,13 +13,13 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 from starlette.datastructures import State
 
+from app import ui
 from app.api import health, memory, ollama, openai, tasks, turn_records
 from app.api.deps import caller
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers, install_validation_errors
 from app.api.health import VERSION
 from app.api.routing import Routes
-from app import ui
 
 
 def documented_api(state: State) -> FastAPI:

@@ -11,18 +11,18 @@ that cannot be written): every chat would fail.
 from __future__ import annotations
 
 import apsw
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import __version__
 from app.api.routing import Routes
-from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import corrupt_memory, memory_damage, schema_version
 from app.errors import HiloError, InsufficientStorage
-from app.turn.metrics import render
 from app.model.probe import CachedProbe
+from app.turn.chat import ChatService
+from app.turn.metrics import render
 
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = __version__

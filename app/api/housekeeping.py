@@ -16,12 +16,12 @@ the defaults are Open WebUI's other background prompts, which have no such struc
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Mapping
 
 from app.api.conversation import Conversation
-from app.model.messages import SYSTEM_ROLES, message_text
 from app.config import Config
+from app.model.messages import SYSTEM_ROLES, message_text
 
 REMEMBER_HEADER = "x-hilo-remember"
 FORGETFUL = ("no", "false", "0", "off")

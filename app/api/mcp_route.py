@@ -9,7 +9,8 @@ lifespan holds it open (`serve`), not the request that asked first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
@@ -45,7 +46,7 @@ class McpOnDemand:
         await self._wanted.wait()
         try:
             endpoint = await anyio.to_thread.run_sync(self._build)
-        except Exception as exc:  # the rest of hilo serve goes on without /mcp
+        except Exception as exc:  # noqa: BLE001 — the rest of hilo serve goes on without /mcp
             log.error("mcp.not_started", error=str(exc))
             self._failed = str(exc)
             self._ready.set()

@@ -12,8 +12,6 @@ from pydantic import BaseModel, Field
 from app.api.callers import check_id, check_session
 from app.api.deps import Service, Who
 from app.api.errors import ApiError
-from app.turn.chat import ChatService
-from app.model.messages import stored_tool_calls
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
     Category,
@@ -32,8 +30,10 @@ from app.memory import (
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
+from app.model.messages import stored_tool_calls
 from app.recall.fusion import SearchHit, search_memory
 from app.sanitize import clean_text, redact_secrets
+from app.turn.chat import ChatService
 
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.
 MAX_ROW_ID = 2**63 - 1

@@ -15,7 +15,6 @@ server offers, and the model-management endpoints, which it lacks, answer 501.
 
 from __future__ import annotations
 
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 

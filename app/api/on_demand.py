@@ -9,7 +9,7 @@ request first reaches them; every request after is handed straight to them.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send

@@ -10,8 +10,9 @@ same table, so a route is declared once, with its summary beside it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from starlette.routing import Route
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import anyio
 import uvicorn
@@ -32,13 +32,13 @@ from app.api.mcp_route import McpOnDemand
 from app.api.on_demand import BuiltOnDemand
 from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
 from app.log import get_logger
 from app.model.probe import announce_models
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from workers.huey_loader import load_huey
 
 log = get_logger(__name__)

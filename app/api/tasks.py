@@ -6,8 +6,6 @@ owner's to grant at the machine (`hilo tasks trust ID`), not a caller's to ask f
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 

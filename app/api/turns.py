@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from app.api.callers import Caller, caller_of, check_session, json_body
 from app.api.conversation import (
     continued_session,
     named_session,
@@ -40,16 +42,15 @@ from app.api.conversation import (
     store_messages,
     unstored_messages,
 )
-from app.api.callers import Caller, caller_of, check_session, json_body
 from app.api.errors import ApiError, error_body, model_failure, turn_error
 from app.api.housekeeping import is_housekeeping
-from app.turn.agent import Agent
-from app.turn.chat import ChatService, StreamingTurn
-from app.model.messages import ReplyRecord
 from app.errors import HiloError
 from app.events import InvalidEvent
-from app.model.errors import ModelError
 from app.log import get_logger
+from app.model.errors import ModelError
+from app.model.messages import ReplyRecord
+from app.turn.agent import Agent
+from app.turn.chat import ChatService, StreamingTurn
 
 log = get_logger(__name__)
 
@@ -175,7 +176,7 @@ def _ending_in_errors(chunks: Iterator[bytes], api: str,
         failure: HiloError = error(exc)
     except HiloError as exc:  # the reply could not be stored (a full disk)
         failure = exc
-    except Exception as exc:  # noqa: BLE001 — still an ending the client can read
+    except Exception as exc:
         log.exception("chat.stream_failed")
         failure = ApiError(500, f"the reply stopped: {exc} (see Hilo's log)", "internal_error")
     if api == "openai":

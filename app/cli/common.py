@@ -11,8 +11,9 @@ import contextlib
 import functools
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,8 +22,8 @@ from app.errors import HiloError
 if TYPE_CHECKING:
     import apsw
 
-    from app.ops.backup import Progress as ProgressCallback
     from app.config import Config
+    from app.ops.backup import Progress as ProgressCallback
 
 
 class CommandError(HiloError):
@@ -157,5 +158,5 @@ def open_memory(config: Config) -> apsw.Connection:
     try:
         DataDir.of(config).check_memory()
         return connect_readonly(DataDir.of(config).memory_db)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — whatever stops the read is the user's one line
         raise CommandError(str(exc)) from None

@@ -18,12 +18,12 @@ from app.timeutil import parse_rfc3339
 
 # Annotations only: app.recall.fusion and app.tasks load the search and cron parsing.
 if TYPE_CHECKING:
-    from app.turn.macros import Macro
     from app.memory import Card, DiaryEntry, Fact, ProfileEntry
     from app.recall.fusion import SearchHit
     from app.tasks.delivery import RunReport
     from app.tasks.runs import TaskLog
     from app.tasks.store import ScheduledTask
+    from app.turn.macros import Macro
 
 HIT_ROW_CHARS = 200  # a search hit's text in a `hilo memory search` row
 

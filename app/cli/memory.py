@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -140,7 +142,6 @@ def as_of(config: Config, when: str, user: str | None, as_json: bool) -> int:
 
 def _moment(when: str) -> str:
     """`when` as the database writes times (RFC 3339 UTC), or a CommandError."""
-    from datetime import timezone
 
     from app.timeutil import parse_rfc3339, to_rfc3339
 
@@ -149,7 +150,7 @@ def _moment(when: str) -> str:
     except ValueError:
         raise CommandError(f'"{when}" is not a time: give one like 2026-11-30T12:00:00Z '
                            "or a date like 2026-11-30", command="memory as-of") from None
-    return to_rfc3339(moment.astimezone(timezone.utc))
+    return to_rfc3339(moment.astimezone(UTC))
 
 
 # -- the user's own edits: the same memory functions as the HTTP API -----------------------

@@ -11,14 +11,15 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from app.cli.common import CommandError, Group, emit, json_option, print_json, with_config
-from app.errors import InvalidInput
 from app.cli.format import ago
+from app.errors import InvalidInput
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -292,7 +293,7 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
     (counts) to the right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join([row[0].ljust(widths[0]),
-                       *(cell.rjust(width) for cell, width in zip(row[1:], widths[1:]))])
+                       *(cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True))])
             for row in rows]
 
 

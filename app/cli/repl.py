@@ -17,23 +17,15 @@ import secrets
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator
-
 
 from rich.console import Console
 from rich.text import Text
 
-from app.turn.agent import Agent, AgentTurn, ToolNote
-from app.turn.chat import ChatService
-from app.config import Config
-from app.turn.context import BuiltContext
-from app.datadir import DataDir
-from app.db import DatabaseError
-from app.events import InvalidEvent, count_session_events
 from app.cli.format import (
     card_line,
     diary_line,
@@ -44,12 +36,19 @@ from app.cli.format import (
     task_lines,
     task_reply_lines,
 )
-from app.model.errors import ModelError
+from app.config import Config
+from app.datadir import DataDir
+from app.db import DatabaseError
+from app.events import InvalidEvent, count_session_events
 from app.log import configure_logging, get_logger
 from app.memory import forget_fact, get_fact, last_diary, list_cards, list_facts, list_profile
+from app.model.errors import ModelError
 from app.recall.fusion import search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
+from app.turn.agent import Agent, AgentTurn, ToolNote
+from app.turn.chat import ChatService
+from app.turn.context import BuiltContext
 from app.turn.tools import Decision
 from app.turn.tools.registry import OUTSIDE_KINDS
 from app.turn.tools.terminal import allow_rules
@@ -150,7 +149,7 @@ def repeating(seconds: float, action: Callable[[], None]) -> Iterator[None]:
         while not stop.wait(seconds):
             try:
                 action()
-            except Exception:  # noqa: BLE001 — a failed look must not end the chat
+            except Exception:
                 log.warning("repl.idle_action_failed", exc_info=True)
 
     thread = threading.Thread(target=loop, name="repl-idle", daemon=True)
@@ -569,5 +568,5 @@ def run_repl(config: Config, session: str | None = None, user: str | None = None
 def _log_to_file(config: Config, path: Path) -> None:
     """Keep log lines out of the conversation on a terminal: they go to a file instead."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 — lives as long as the process
+    stream = open(path, "a", encoding="utf-8")
     configure_logging(config.logging.level, config.logging.format, stream=stream)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from datetime import UTC
+from typing import TYPE_CHECKING
 
 import click
 
@@ -54,13 +56,13 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
     weekday at 9", "every 15 minutes", "cada lunes a las 8", "in 10 minutes", "mañana a
     las 9", an ISO date-time.
     """
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from app.tasks.store import add_task, split_request
     from workers.notify import reply_channels
 
     if prompt is None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         schedule, prompt = split_request(schedule, timezone_name or config.schedule.timezone,
                                          now)
     with _writer(config) as writer:

@@ -25,7 +25,7 @@ _USE = re.compile(rf"(?:\bI\s+(?:use|am using|'m using|’m using)|{_START}(?:yo
 _PREFER = re.compile(rf"(?:\bI\s+(?:prefer|'d prefer)|{_START}(?:yo\s+)?prefiero)\s+{_CLAUSE}",
                      re.IGNORECASE)
 # Words after a name that are not part of it ("me llamo Ana y uso vim").
-_NAME_STOP = {"and", "y", "but", "pero", "i", "yo", "from", "de", "and", "im", "soy"}
+_NAME_STOP = {"and", "y", "but", "pero", "i", "yo", "from", "de", "im", "soy"}
 KEY_TERMS = 4
 
 

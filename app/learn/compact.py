@@ -21,20 +21,21 @@ runs found, not "the user said: check in briefly".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import apsw
 
-from app.model.messages import SentChat, text_with_tool_calls
 from app.config import Config
 from app.events import mark_compacted
-from app.model.client import ModelClient
-from app.memory import NewCard, add_card
-from app.writer import Writer
 from app.learn import extractive
 from app.learn.model_output import CardOutput, ask_json, parse_output
 from app.learn.reading import reading
+from app.memory import NewCard, add_card
+from app.model.client import ModelClient
+from app.model.messages import SentChat, text_with_tool_calls
+from app.writer import Writer
 
 WORKER = "compact"
 MAX_EVENT_CHARS = 3000
@@ -151,7 +152,7 @@ def compact_session(writer: Writer, model: ModelClient | None, config: Config, u
         if events is None:
             break
         card = extractive_card(events) if extractive or model is None else summarise(model, events)
-        card_id = writer.submit(lambda con: write_card(con, user_id, session_id, events, card))
+        card_id = writer.submit(lambda con: write_card(con, user_id, session_id, events, card))  # noqa: B023 — submit() waits for it
         if card_id is not None:
             written.append(card_id)
     return written

@@ -18,16 +18,18 @@ decay is skipped when less than half an interval passed since `last_decay_at`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 import apsw
 
 from app.config import Config
 from app.db import FTS_TABLES, merge_fts_segments
-from app.model.client import ModelClient
-from app.model.errors import ModelError
+from app.learn import compact, extractive
+from app.learn.diary_entry import rewrite_extractive_diary
+from app.learn.model_output import InvalidOutput, ask_json
+from app.learn.reading import reading
 from app.log import get_logger
 from app.memory import (
     Fact,
@@ -40,12 +42,10 @@ from app.memory import (
     replace_extractive_card,
     similar_facts,
 )
+from app.model.client import ModelClient
+from app.model.errors import ModelError
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
-from app.learn import compact, extractive
-from app.learn.diary_entry import rewrite_extractive_diary
-from app.learn.model_output import InvalidOutput, ask_json
-from app.learn.reading import reading
 
 log = get_logger(__name__)
 
@@ -126,7 +126,7 @@ def merge_duplicate_facts(writer: Writer) -> int:
     with reading(writer) as con:
         plans = [(user, plan) for user in _users(con) for plan in _merge_plan(con, user)]
     for user, (survivor, dupes) in plans:
-        merged += writer.submit(lambda con: merge_facts(con, user, survivor, dupes,
+        merged += writer.submit(lambda con: merge_facts(con, user, survivor, dupes,  # noqa: B023 — submit() waits for it
                                                         worker=WORKER))
     return merged
 
@@ -210,8 +210,8 @@ def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,
     for user, cards in groups:
         card = _fold_text(None if extractive else model, cards)
         level_one = _folded_card(cards, card)
-        card_id = writer.submit(lambda con: fold_cards(con, user, level_one,
-                                                       [c.id for c in cards], worker=WORKER))
+        card_id = writer.submit(lambda con: fold_cards(con, user, level_one,  # noqa: B023 — submit() waits for it
+                                                       [c.id for c in cards], worker=WORKER))  # noqa: B023 — submit() waits for it
         if card_id is not None:
             folded += len(cards)
             new.append(card_id)
@@ -244,7 +244,7 @@ def resummarise_extractive(writer: Writer, model: ModelClient, limit: int = RESU
                 continue
             card = (compact.summarise(model, source) if level == 0 else _fold_text(model, source))
             done += writer.submit(lambda con: replace_extractive_card(
-                con, card_id, card.summary, card.keywords, worker=WORKER))
+                con, card_id, card.summary, card.keywords, worker=WORKER))  # noqa: B023 — submit() waits for it
         for user_id, session_id in diaries:
             done += rewrite_extractive_diary(writer, model, user_id, session_id)
     except (ModelError, InvalidOutput) as exc:
@@ -282,7 +282,7 @@ def consolidate(writer: Writer, model: ModelClient | None, config: Config, *,
     `record_decay(decayed_at)` is called as soon as the decay is committed, so a retry
     after a failed fold does not decay twice.
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     report = ConsolidationReport()
     report.merged_facts = merge_duplicate_facts(writer)
     report.decayed, report.decayed_at = decay_importance(writer, config, now=now,

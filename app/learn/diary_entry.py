@@ -15,14 +15,14 @@ from typing import Any
 
 import apsw
 
-from app.model.messages import SentChat
 from app.config import Config
-from app.model.client import ModelClient
-from app.memory import add_diary_entry, end_session, replace_extractive_diary
-from app.writer import Writer
 from app.learn import extractive
 from app.learn.model_output import DiaryOutput, ask_json, parse_output
 from app.learn.reading import reading
+from app.memory import add_diary_entry, end_session, replace_extractive_diary
+from app.model.client import ModelClient
+from app.model.messages import SentChat
+from app.writer import Writer
 
 WORKER = "diary"
 # Rewriting an extractive entry is part of consolidation, and logged as its work.

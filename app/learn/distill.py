@@ -20,22 +20,23 @@ re-checks which events are still undistilled, so a second run does nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import apsw
 
-from app.model.messages import SentChat, text_with_tool_calls
 from app.config import Config
 from app.events import mark_distilled
 from app.fts import terms
-from app.model.client import ModelClient
-from app.memory import InvalidMemory, set_profile, store_fact
-from app.tasks.store import is_task_session
-from app.writer import Writer
 from app.learn.capture import capture_statements
 from app.learn.model_output import DistillOutput, ask_json, parse_output
 from app.learn.reading import reading
+from app.memory import InvalidMemory, set_profile, store_fact
+from app.model.client import ModelClient
+from app.model.messages import SentChat, text_with_tool_calls
+from app.tasks.store import is_task_session
+from app.writer import Writer
 
 WORKER = "distill"
 FALLBACK_WORKER = "distill-rules"

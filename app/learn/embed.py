@@ -15,15 +15,15 @@ of other models. Queries never mix models, so the index stays consistent through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from app.config import Config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-from app.model.embedders import Embedder, make_embedder
 from app.errors import Unavailable
 from app.log import get_logger
+from app.model.embedders import Embedder, make_embedder
 from app.recall.vectors import (
     Owner,
     count_pending,

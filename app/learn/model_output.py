@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Hashable
-from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -29,11 +29,11 @@ from pydantic import (
     model_validator,
 )
 
-from app.model.messages import SentChat
 from app.errors import HiloError
 from app.fts import terms
-from app.model.client import ModelClient
 from app.memory import CATEGORIES
+from app.model.client import ModelClient
+from app.model.messages import SentChat
 
 # Values a model writes when it has nothing to say; never stored.
 PLACEHOLDERS = frozenset({

@@ -8,8 +8,8 @@ connection per job is cheap next to a model call and leaves nothing open between
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import apsw
 

@@ -32,17 +32,13 @@ is left is the next run's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import apsw
 
-from app.model.messages import SentChat
 from app.config import Config
-from app.model.client import ModelClient
-from app.model.errors import ModelCallYielded
-from app.timeutil import parse_rfc3339
-from app.writer import Writer
 from app.learn.compact import (
     MAX_CHUNKS_PER_RUN,
     CardText,
@@ -70,6 +66,11 @@ from app.learn.distill import (
 )
 from app.learn.model_output import ChunkOutput, InvalidOutput, ask_json, parse_output
 from app.learn.reading import reading
+from app.model.client import ModelClient
+from app.model.errors import ModelCallYielded
+from app.model.messages import SentChat
+from app.timeutil import parse_rfc3339
+from app.writer import Writer
 
 T = TypeVar("T")
 
@@ -172,7 +173,6 @@ class _Steps:
 
 
 def _learn(writer: Writer, config: Config, user_id: str, session_id: str, steps: _Steps) -> None:
-    result = steps.result
     # The latest turns first: what was said last is what a new conversation asks about.
     with reading(writer) as con:
         latest = latest_undistilled(con, config, user_id, session_id)

@@ -9,10 +9,10 @@ killed worker and redone, leaves the same table.
 from __future__ import annotations
 
 from app.config import Config
+from app.learn.reading import reading
 from app.log import get_logger
 from app.turn.macros import LearnCounts, learn_macros, users_with_tool_events
 from app.writer import Writer
-from app.learn.reading import reading
 
 log = get_logger(__name__)
 

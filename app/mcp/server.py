@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server import MCPServer
@@ -39,9 +40,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute
 
 from app import __version__
-from app.turn.chat import ChatService
 from app.config import Config
-from app.turn.context import read_bootstrap
 from app.datadir import DataDir
 from app.errors import HiloError, InvalidInput, NotFound
 from app.memory import (
@@ -67,6 +66,8 @@ from app.tasks.store import (
     remove_task,
     resume_task,
 )
+from app.turn.chat import ChatService
+from app.turn.context import read_bootstrap
 from workers.inspection import QueueView
 
 INSTRUCTIONS = (

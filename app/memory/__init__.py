@@ -76,7 +76,6 @@ from app.memory.facts import (
     upsert_fact,
 )
 from app.memory.importance import ImportanceFloors, decay_unread_importance
-from app.memory.provenance import WriteAction, memory_generation, retracted_since
 from app.memory.profile import (
     ProfileEntry,
     clear_agent_profile,
@@ -86,6 +85,7 @@ from app.memory.profile import (
     profile_as_of,
     set_profile,
 )
+from app.memory.provenance import WriteAction, memory_generation, retracted_since
 from app.memory.sessions import SessionInfo, end_session, list_sessions, session_exists
 from app.memory.validation import SOURCES, InvalidMemory
 

@@ -451,6 +451,6 @@ def fact_history(con: apsw.Connection, user_id: str, fact_id: int) -> list[dict]
     marks = ",".join("?" * len(ids))
     cols = ("owner_id", "action", "old_value", "new_value", "source_event_id", "worker",
             "created_at")
-    return [dict(zip(cols, row)) for row in con.execute(
+    return [dict(zip(cols, row, strict=True)) for row in con.execute(
         f"SELECT {', '.join(cols)} FROM memory_log WHERE user_id = ? AND owner_kind = 'fact' "
         f"AND owner_id IN ({marks}) ORDER BY id", (user_id, *ids))]

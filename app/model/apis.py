@@ -8,7 +8,8 @@ by [llm] provider.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any
 
 from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
 from app.model.messages import Message, ReplyRecord, ToolSpec, cached_tokens, tool_calls_of

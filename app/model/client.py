@@ -12,7 +12,8 @@ again can help. Retrying itself is the caller's policy, not this module's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from app.model.apis import OllamaAPI, OpenAIAPI, json_reply_text
 from app.model.errors import ModelError, ModelHTTPError, ModelNotFound

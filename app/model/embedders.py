@@ -24,16 +24,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from app.config import Config
 from app.errors import EmbedderUnavailable
-from app.model.client import ModelClient
-from app.model import minilm  # its runtime (ONNX Runtime) loads only with the model
-from app.model.errors import ModelNotFound
 from app.log import get_logger
+from app.model import minilm  # its runtime (ONNX Runtime) loads only with the model
+from app.model.client import ModelClient
+from app.model.errors import ModelNotFound
 
 log = get_logger(__name__)
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from app.db import connect_readonly

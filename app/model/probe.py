@@ -16,9 +16,9 @@ from threading import Lock
 
 from app.config import Config
 from app.errors import EmbedderUnavailable
+from app.log import get_logger
 from app.model.client import ModelClient
 from app.model.errors import ModelError
-from app.log import get_logger
 
 log = get_logger(__name__)
 

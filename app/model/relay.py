@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any
 
 from app.model.messages import ReplyRecord
 from app.model.stream import ChatReply
-from app.model.transport import Transport, frame_field, media_type
 from app.model.translate import OpenAIReplyAsOllama, ollama_request_as_openai
+from app.model.transport import Transport, frame_field, media_type
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[list[bytes]]:

@@ -8,11 +8,11 @@ chat completion request, and the server's reply (its chunks, or one chat.complet
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from app.model.messages import ReplyRecord, message_text, render_tool_calls, tool_calls_of
-
 
 # Ollama options with an OpenAI request field. The rest (num_ctx, top_k, repeat_penalty,
 # min_p, …) have none: an OpenAI-compatible server fixes them when it loads the model.
@@ -97,7 +97,7 @@ class OpenAIReplyAsOllama:
         self._started = time.perf_counter()
 
     def _head(self) -> dict[str, Any]:
-        now = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        now = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         return {"model": self.model, "created_at": now}
 
     def chunk(self, frame: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -13,8 +13,9 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Protocol
 
 if "httpx" not in sys.modules:
     # httpx loads its command-line client (with rich, pygments and click, when installed),
@@ -25,7 +26,7 @@ if "httpx" not in sys.modules:
         import httpx
     finally:
         del sys.modules["httpx._main"]
-import httpx  # noqa: E402
+import httpx
 
 from app.model.errors import (
     EXCERPT_CHARS,

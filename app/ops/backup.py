@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import apsw
 
@@ -96,7 +95,7 @@ def memory_md_copy(database_copy: Path) -> Path:
 
 def _stamp(moment: datetime | None = None) -> str:
     """A UTC time for file names: 20261130T144428Z."""
-    return (moment or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return (moment or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _backup_target(dest: Path, overwrite: bool) -> Path:

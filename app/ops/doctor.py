@@ -9,10 +9,10 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
+
 import apsw
 
 from app.config import Config
-from app.memory.bootstrap import read_bootstrap
 from app.datadir import DataDir
 from app.db import (
     FTS_TABLES,
@@ -23,8 +23,7 @@ from app.db import (
     file_damage,
     schema_version,
 )
-from app.model.client import ModelClient
-from app.model.errors import ModelError
+from app.memory.bootstrap import read_bootstrap
 from app.model.probe import ModelStatus, probe_embedder, probe_models
 from app.model.token_count import estimate_tokens
 from workers.inspection import QueueError, QueueView
@@ -302,7 +301,7 @@ def check_queue_locks(config: Config, now: float | None = None) -> list[Check]:
     try:
         bind_queue(config)
         locks = held_locks()
-    except Exception as exc:  # reported by check_queue
+    except Exception as exc:  # noqa: BLE001 — reported by check_queue
         return [Check("queue locks", Status.WARN, f"cannot read the locks: {exc}")]
     now = time.time() if now is None else now
     bound = LOCK_STUCK_MODEL_CALLS * config.llm.timeout_seconds

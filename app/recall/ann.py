@@ -72,7 +72,7 @@ class HnswIndex:
     def read(cls, path: Path) -> HnswIndex:
         """A view of the index written at `path`."""
         faiss = _faiss()
-        source = open(path, "rb", buffering=0)  # noqa: SIM115 - held by the view
+        source = open(path, "rb", buffering=0)
         try:
             buffer = memoryview(bytearray(_READ_BLOCK))
             while source.readinto(buffer):

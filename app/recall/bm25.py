@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 import apsw
 

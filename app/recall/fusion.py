@@ -12,9 +12,10 @@ the most recent items. The question itself is read first (app/recall/query.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import apsw
 
@@ -23,9 +24,17 @@ from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
-from app.recall.streams import (event_labels, importance_stream, labels_stream, nearest, reach,
-                                recency_stream, session_stream, vector_search_ahead,
-                                vector_stream)
+from app.recall.streams import (
+    event_labels,
+    importance_stream,
+    labels_stream,
+    nearest,
+    reach,
+    recency_stream,
+    session_stream,
+    vector_search_ahead,
+    vector_stream,
+)
 
 if TYPE_CHECKING:
     from app.model.embedders import Embedder

@@ -13,9 +13,10 @@ streams reach the vector index and the cached word counts.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import apsw
 
@@ -255,7 +256,7 @@ def focus_question(con: apsw.Connection, user_id: str, text: str,
     """The words of the question worth searching for, and its labels (the words' counts
     cached in `recall`)."""
     profile = dict(con.execute(_PROFILE_SQL, (user_id,)).fetchall())
-    read = read_question(text, now or datetime.now(timezone.utc),
+    read = read_question(text, now or datetime.now(UTC),
                          [profile["name"]] if "name" in profile else [],
                          month_first=month_first(profile.get("locale")))
     labels = read.labels

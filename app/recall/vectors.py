@@ -20,19 +20,20 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, NamedTuple, Sequence
+from typing import BinaryIO, NamedTuple
 
 import apsw
 import numpy as np
 
-from app.recall.ann import HnswIndex, use_one_thread
-from app.recall.owners import OwnerKind
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.log import get_logger
+from app.recall.ann import HnswIndex, use_one_thread
+from app.recall.owners import OwnerKind
 from app.timeutil import utc_now
 
 log = get_logger(__name__)
@@ -613,7 +614,7 @@ def _search(block: _Block, query: np.ndarray, depth: int) -> list[tuple[int, flo
         owner_ids, scores = block.nearest(query.astype(np.float32) / norm, depth)
     # Best score first; the same score: the newer owner first, as in fuse().
     top = np.lexsort((-owner_ids, -scores))[:depth]
-    return list(zip(owner_ids[top].tolist(), scores[top].tolist()))
+    return list(zip(owner_ids[top].tolist(), scores[top].tolist(), strict=True))
 
 
 def rebuild_indexes(con: apsw.Connection, ann_threshold: int = ANN_THRESHOLD) -> int:

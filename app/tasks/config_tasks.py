@@ -4,9 +4,10 @@ config tasks (source "config") kept in step with the file at every worker start
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 import apsw
 

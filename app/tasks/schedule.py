@@ -39,15 +39,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from cron_descriptor import ExpressionDescriptor, Options
+from croniter import croniter
 
 from app.errors import InvalidInput
 
-UTC = timezone.utc
+UTC = UTC
 
 # Every example here parses (a test says so), whenever it is read.
 EXAMPLES_EN = (

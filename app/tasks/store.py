@@ -18,9 +18,10 @@ HTTP API refuses to, and MCP, the model's tool and imports add tasks untrusted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import apsw
 from croniter import croniter
@@ -119,7 +120,7 @@ def is_task_session(session_id: str) -> bool:
 
 def moment_or_now(now: datetime | None) -> datetime:
     """`now` when the caller (a test, a tick) fixes the moment, else the current UTC time."""
-    return now if now is not None else datetime.now(timezone.utc)
+    return now if now is not None else datetime.now(UTC)
 
 
 # ----------------------------------------------------------------------------- reads

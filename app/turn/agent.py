@@ -34,15 +34,16 @@ client, so with tools on a streamed reply arrives whole at the end.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
-from app.turn.chat import ChatService, Turn
-from app.model.messages import ClientChat, ReplyRecord, events_as_messages
-from app.turn.context import BuiltContext
 from app.events import MAX_ID_LENGTH, Event
-from app.model.errors import ModelError, ModelHTTPError
 from app.log import get_logger
+from app.model.errors import ModelError, ModelHTTPError
+from app.model.messages import ClientChat, ReplyRecord, events_as_messages
+from app.turn.chat import ChatService, Turn
+from app.turn.context import BuiltContext
 from app.turn.macros import Macro, find_macro, macro_used
 from app.turn.tools import Approver, Decision, Registry, Surface, ToolContext, default_registry
 from app.turn.tools.registry import ERROR_PREFIX
@@ -305,14 +306,14 @@ class AgentTurn:
         ctx = self._acting()
         try:
             ok = True
-            for call_id, call in zip(ids, calls):
+            for call_id, call in zip(ids, calls, strict=True):
                 ok = self._run_one(call_id, str(call.get("name") or ""), call.get("arguments"),
                                    ctx)
             if ok:
                 self._follow_macros(calls[-1], ctx)
         except KeyboardInterrupt:
             answered = {e.tool_call_id for e in self._events[start:]}
-            for call_id, call in zip(ids, calls):
+            for call_id, call in zip(ids, calls, strict=True):
                 if call_id not in answered:
                     self._record(call_id, str(call.get("name") or ""),
                                  f"{ERROR_PREFIX}not run: the user interrupted the turn")
@@ -387,7 +388,7 @@ class AgentTurn:
                 tool_calls=[{"id": call_id, "name": name, "arguments": arguments}],
                 origin="hilo_tool_approved"))  # Hilo's own call: it runs only so
             ok = self._run_one(call_id, name, arguments, ctx, macro)
-            service.edit(lambda con: macro_used(con, macro.id))
+            service.edit(lambda con: macro_used(con, macro.id))  # noqa: B023 — submit() waits for it
             self.outcome.macro_calls += 1
             if not ok:
                 return

@@ -18,13 +18,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import apsw
 
+from app.config import Config
+from app.datadir import DataDir
+from app.db import Durability, connect_readonly
+from app.events import Event, append_events, session_events
+from app.memory import end_session
+from app.model.client import ModelClient
+from app.model.errors import ModelError
 from app.model.messages import (
     ClientChat,
     ReplyRecord,
@@ -33,7 +41,13 @@ from app.model.messages import (
     events_as_messages,
     message_text,
 )
-from app.config import Config
+from app.model.stream import ChatReply, ChatStream
+from app.model.token_count import TokenCounter
+from app.model.transport import ModelActivity
+from app.recall.query import Query, embed_ahead, make_query
+from app.recall.state import Recall
+from app.sanitize import Secret, find_secrets
+from app.turn import metrics
 from app.turn.context import (
     BuiltContext,
     ContextPlan,
@@ -41,20 +55,7 @@ from app.turn.context import (
     build_context,
     read_bootstrap,
 )
-from app.datadir import DataDir
-from app.db import Durability, connect_readonly
-from app.events import Event, append_events, session_events
-from app.model.client import ModelClient
-from app.model.errors import ModelError
-from app.model.stream import ChatReply, ChatStream
-from app.model.transport import ModelActivity
-from app.memory import end_session
-from app.turn import metrics
 from app.turn.records import record_turn
-from app.recall.query import Query, embed_ahead, make_query
-from app.recall.state import Recall
-from app.sanitize import Secret, find_secrets
-from app.model.token_count import TokenCounter
 from app.writer import Writer
 
 if TYPE_CHECKING:

@@ -47,22 +47,11 @@ the items' own provenance, so the turn knows it may not act on it unasked
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import apsw
 
-from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
-from app.model.messages import (
-    SYSTEM_ROLES,
-    events_as_messages,
-    image_count,
-    message_text,
-    quotes_retrieved_documents,
-    text_to_store,
-    with_text_appended,
-    with_text_prepended,
-)
 from app.config import Config
 from app.events import Event
 from app.memory import (
@@ -77,13 +66,24 @@ from app.memory import (
     memory_generation,
     retracted_since,
 )
+from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
+from app.model.messages import (
+    SYSTEM_ROLES,
+    events_as_messages,
+    image_count,
+    message_text,
+    quotes_retrieved_documents,
+    text_to_store,
+    with_text_appended,
+    with_text_prepended,
+)
+from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
-from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
-from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 from app.sanitize import redact_secrets
+from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
@@ -547,7 +547,7 @@ class _Turn:
     # -- a new stretch ---------------------------------------------------------------------
 
     def start_stretch(self, key: tuple, reason: str) -> BuiltContext:
-        config, con, mem, request = self.config, self.con, self.config.memory, self.request
+        con, mem, request = self.con, self.config.memory, self.request
         ratio, total, text, user_id = self.ratio, self.total, request.text, self.query.user_id
         first = mem.fill_first_message and self._first_message()
         budget = _Budget(ratio, total, None if first else mem.retrieved_max_tokens)
@@ -684,7 +684,7 @@ class _Turn:
         keys = _message_keys(said)
         notes = dict(plan.notes)
         said = [with_text_prepended(m, _with_note(notes[k])) if k in notes else m
-                for m, k in zip(said, keys)]
+                for m, k in zip(said, keys, strict=True)]
         current_key = keys[-1] if said and said[-1].get("role") == "user" else None
         fixed_cost = sum(_message_cost(budget, m) for m in (system, *said))
         if fixed_cost > self.total:

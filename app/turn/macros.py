@@ -25,8 +25,8 @@ from typing import Any
 
 import apsw
 
-from app.model.messages import stored_tool_calls
 from app.errors import NotFound
+from app.model.messages import stored_tool_calls
 from app.timeutil import utc_now
 from app.turn.tools.registry import ERROR_PREFIX
 
@@ -94,8 +94,8 @@ def observed_chains(con: apsw.Connection, user_id: str) -> tuple[Counter, Counte
 
     def close_turn() -> None:
         done = [c for c in turn if c["ok"]]
-        calls.update((c["call"] for c in done))
-        pairs.update((a["call"], b["call"]) for a, b in zip(turn, turn[1:]) if a["ok"] and b["ok"])
+        calls.update(c["call"] for c in done)
+        pairs.update((a["call"], b["call"]) for a, b in zip(turn, turn[1:], strict=False) if a["ok"] and b["ok"])
         turn.clear()
 
     rows = con.execute(

@@ -135,7 +135,7 @@ def record_turn(writer: Writer, context: BuiltContext, message: Event,
 
     try:
         writer.submit_nowait(write)
-    except Exception as exc:  # a closed writer: the turn itself is stored or reported
+    except Exception as exc:  # noqa: BLE001 — a closed writer: the turn itself is stored or reported
         log.warning("turn_record.not_queued", event_id=message.id, error=str(exc))
 
 

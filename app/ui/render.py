@@ -9,9 +9,10 @@ cookie is SameSite=Strict, and a browser's Origin (or Referer) must name this se
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Coroutine
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import Request

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 import pytest

@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from app.api import server as api_server
+from tests.api.support import HiloServer, serve
 from tests.fake_ollama import Fault, prompt_tokens, unused_loopback_url
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
 
 MODEL = "gemma3:4b"
 

@@ -7,8 +7,6 @@ import re
 
 import pytest
 
-from tests.api.support import hilo  # noqa: F401 — fixture
-
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_the_api_docs_load_only_what_hilo_serves(hilo, page):

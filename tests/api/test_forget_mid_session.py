@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, assistant, ollama_client, sent_to_model, user
 from tests.conftest import REPO_ROOT
 

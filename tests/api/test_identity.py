@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import httpx2
@@ -19,7 +20,7 @@ from app.access import issue_token
 from app.api.callers import client_namespace
 from app.config import ConfigError, load_config
 from app.tasks.store import add_task, task_session_id
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
+from tests.api.support import HiloServer, serve
 from tests.conftest import REPO_ROOT
 
 MODEL = "gemma3:4b"

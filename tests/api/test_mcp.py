@@ -9,8 +9,9 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import apsw
@@ -21,13 +22,14 @@ import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly
+from tests.api.support import HiloServer, serve
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import FakeOllama
-from tests.api.support import HiloServer, serve
 
 TOKEN = "mcp-test-token"
 TOOLS = {"remember", "recall", "forget", "correct", "get_profile", "set_profile", "list_facts",
@@ -258,8 +260,9 @@ def test_http_mcp_needs_the_token(hilo: HiloServer):
         return {tool.name for tool in (await client.list_tools()).tools}
 
     assert run(listed, http_server(hilo)) == TOOLS
-    with pytest.raises(Exception):  # the SDK's client fails on the 401
+    with pytest.raises(ExceptionGroup) as refused_client:  # the SDK's client fails on the 401
         run(listed, http_server(hilo, token="wrong"))
+    assert refused_client.group_contains(MCPError, match="error response")
 
 
 def test_http_each_user_sees_and_changes_only_their_own_memory(hilo: HiloServer, data_dir):

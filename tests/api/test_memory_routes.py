@@ -5,7 +5,7 @@ from __future__ import annotations
 import ollama
 import pytest
 
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 
 MODEL = "gemma3:4b"
 

@@ -9,21 +9,19 @@ import subprocess
 import sys
 
 import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langchain_ollama import ChatOllama
+from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from tests.fake_ollama import Reply
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 from tests.api.test_proxy_tools import CALL_PARIS, stored
+from tests.fake_ollama import Reply
 
 # LiteLLM fetches its model price list from the network at import unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-langchain_core = pytest.importorskip("langchain_core")
-from langchain_core.messages import HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langchain_ollama import ChatOllama  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each client package drives a real hilo serve
 

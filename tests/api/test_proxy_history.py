@@ -4,6 +4,7 @@ stores only what is new, never twice, and never sends an abandoned branch again.
 
 from __future__ import annotations
 
+from tests.api.support import HiloServer
 from tests.api.test_chat import (
     MODEL,
     assistant,
@@ -12,7 +13,6 @@ from tests.api.test_chat import (
     sent_to_model,
     user,
 )
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 
 
 def system(text: str) -> dict:

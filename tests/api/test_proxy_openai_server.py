@@ -9,10 +9,10 @@ import json
 import httpx
 import pytest
 
-from tests.fake_ollama import FakeOllama, Reply
-from tests.api.test_chat import MODEL, ollama_client, openai_client, user
 from tests.api.support import HiloServer, serve
+from tests.api.test_chat import MODEL, ollama_client, openai_client, user
 from tests.api.test_proxy_tools import CALL_PARIS, PIXEL, WEATHER_TOOL, stored
+from tests.fake_ollama import FakeOllama, Reply
 
 
 @pytest.fixture

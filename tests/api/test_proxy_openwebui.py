@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 from tests.fake_ollama import Fault
 
 USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",

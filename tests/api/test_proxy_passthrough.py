@@ -12,10 +12,10 @@ import ollama
 import openai
 import pytest
 
-from tests.fake_ollama import FakeOllama
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, assistant, ollama_client, openai_client, user
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 from tests.api.test_proxy_tools import PIXEL, WEATHER_TOOL
+from tests.fake_ollama import FakeOllama
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 OLLAMA_CALL = {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}

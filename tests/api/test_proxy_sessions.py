@@ -7,9 +7,9 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures import open_webui
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, assistant, ollama_client, openai_client, user
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.fixtures import open_webui
 
 
 def sessions(server: HiloServer, user_id: str | None = None) -> list[dict]:

@@ -12,9 +12,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.fake_ollama import Reply
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, ollama_client, openai_client, user
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.fake_ollama import Reply
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",

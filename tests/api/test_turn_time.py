@@ -11,7 +11,7 @@ import pytest
 
 from app.api.conversation import KnownKeys
 from app.events import prepare_event
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, ollama_client, user
 
 # Bound on waiting for something the code under test is expected to have started already.

@@ -46,32 +46,32 @@ import os
 # As `hilo` runs (app/cli): one BLAS thread, set before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import json  # noqa: E402
+import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import httpx
 import numpy as np
 
 from app.config import Config, load_config
-from app.turn.context import ContextRequest, build_context, read_bootstrap
 from app.datadir import DataDir
 from app.db import FTS_TABLES, Durability, connect, connect_readonly, merge_fts_segments
 from app.events import session_events
+from app.learn.consolidate import FTS_MERGE_PAGES
 from app.log import configure_logging
+from app.model.token_count import TokenCounter
 from app.recall.bm25 import FTS_SQL, bm25_stream
 from app.recall.query import make_query
 from app.recall.state import Recall
-from app.model.token_count import TokenCounter
 from app.recall.vectors import Owner, encode_vector, rebuild_indexes, store_vectors
+from app.turn.context import ContextRequest, build_context, read_bootstrap
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile
-from app.learn.consolidate import FTS_MERGE_PAGES
 
 USER = "bench"
 SESSION_EVENTS = 20  # events per session
@@ -124,7 +124,7 @@ def _tail(count: int, rng: np.random.Generator) -> list[str]:
     picks = rng.integers(len(syllables), size=(count, 3))
     shapes = rng.integers(5, size=count)
     words = []
-    for i, (row, shape) in enumerate(zip(picks, shapes)):
+    for i, (row, shape) in enumerate(zip(picks, shapes, strict=True)):
         stem = "".join(syllables[j] for j in row)
         words.append([stem, f"{stem}{i % 97}", f"v{i % 13}.{i % 29}", f"{stem}-{i}",
                       f"{1000 + i}"][shape])
@@ -150,7 +150,7 @@ class TextMaker:
         stops = self.rng.random(total) < 0.4
         words[stops] = self.stop[self.rng.integers(len(self.stop), size=int(stops.sum()))]
         ends = np.cumsum(lengths)
-        return [" ".join(words[end - n:end]) for n, end in zip(lengths, ends)]
+        return [" ".join(words[end - n:end]) for n, end in zip(lengths, ends, strict=True)]
 
 
 def _times(count: int, start: str = "2024-01-01T00:00:00", days: int = 700) -> list[str]:
@@ -269,7 +269,7 @@ def load_memory(data_dir: Path, events: int, *, vectors: bool, text: TextMaker,
     con.executemany(
         "INSERT INTO diary (user_id, session_id, entry, created_at) VALUES (?, ?, ?, ?)",
         [(USER, f"s{s}", sentence, event_times[min(events - 1, (s + 1) * SESSION_EVENTS - 1)])
-         for s, sentence in zip(range(0, sessions - 1, 10), text.sentences(sessions, 10, 25))])
+         for s, sentence in zip(range(0, sessions - 1, 10), text.sentences(sessions, 10, 25), strict=False)])
     if vectors:
         for kind, count in (("fact", n_facts), ("card", n_cards)):
             for start in range(0, count, chunk):
@@ -377,7 +377,7 @@ def time_build_context(memory: Memory, asked: list[str], recall: Recall, *,
     for i, text in enumerate(asked[:20]):
         once(i, text)
     samples = [once(i, text) for i, text in enumerate(asked)]
-    slowest = sorted(zip(samples, asked), reverse=True)[:3]
+    slowest = sorted(zip(samples, asked, strict=True), reverse=True)[:3]
     warming = {}
     if vectors:
         # As after the worker re-embeds a fact (its text changed): the turn after it drops

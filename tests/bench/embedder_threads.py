@@ -32,7 +32,13 @@ import httpx
 from app.datadir import DataDir
 from app.db import connect_readonly
 from tests.bench.context import (
-    USER, TextMaker, free_port, load_memory, process, vm_hwm_mib, wait_until_up,
+    USER,
+    TextMaker,
+    free_port,
+    load_memory,
+    process,
+    vm_hwm_mib,
+    wait_until_up,
 )
 from tests.bench.report import REPO_ROOT, emit, median, parser, percentile
 

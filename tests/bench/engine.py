@@ -56,6 +56,7 @@ import httpx
 import psutil
 
 from app.config import Config, load_config
+from tests.bench import soak
 from tests.bench.engine_model import REAL_SHAPES, REVISION, Shape, shape_named, write_model
 from tests.bench.localmodel import (
     DEFAULT_PAUSES,
@@ -71,7 +72,6 @@ from tests.bench.localmodel import (
 )
 from tests.bench.localmodel_script import SYSTEM_PROMPT, TURNS, Turn
 from tests.bench.report import REPO_ROOT, emit, median
-from tests.bench import soak
 from tests.bench.soak import Process, free_port
 
 ENGINE = "llama.cpp"
@@ -327,10 +327,10 @@ class CountingProxy:
                 # after the headers waits for their ACK, up to the 40 ms of a delayed ACK.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            def do_GET(self) -> None:
                 proxy.relay(self, b"")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 proxy.relay(self, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
 
             def log_message(self, *args: Any) -> None:
@@ -775,7 +775,7 @@ def markdown(results: dict) -> str:
               "before the next turn:", "",
               "| turn | " + " | ".join(f"{v} | bg | TTFT s" for v in ran) + " |",
               "|---:|" + "---:|---:|---:|" * len(ran)]
-    rows = zip(*(zip(results[v]["hilo_turns"], results[v]["direct_turns"]) for v in ran))
+    rows = zip(*(zip(results[v]["hilo_turns"], results[v]["direct_turns"], strict=False) for v in ran), strict=False)
     for pairs in rows:
         cells = []
         for hilo, direct in pairs:

@@ -221,8 +221,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"engines of each shape below (random weights, MiniLM's vocabulary"
         + "".join(f"; llama-server {flag}" for flag in results["engine_flags"])
         + "), alternating "
-        f"turn by turn, each turn's cache primed through the previous reply. Steady "
-        f"turns (the last three quarters), the engine's own timings:",
+        "turn by turn, each turn's cache primed through the previous reply. Steady "
+        "turns (the last three quarters), the engine's own timings:",
         "",
         "| model shape | new tokens a turn, direct / Hilo | cached, direct / Hilo "
         "| engine's time reading them, direct / Hilo | ratio | ms a new token, direct / Hilo "

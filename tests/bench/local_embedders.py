@@ -31,7 +31,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -65,10 +65,11 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import append_event
+from app.learn.compact import CardText, ChunkEvent, write_card
+from app.learn.distill import capture_turn
 from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
-    _schema_properties,
     SEED_CARD,
     SEED_DIARY,
     SEED_FACTS,
@@ -77,6 +78,7 @@ from tests.bench.localmodel_script import (
     SYSTEM_PROMPT,
     TURNS,
     Turn,
+    _schema_properties,
     follow_up_for,
     model_reply,
 )
@@ -84,8 +86,6 @@ from tests.bench.report import emit, parser
 from tests.bench.soak import Process, free_port
 from tests.fake_ollama import DEFAULT_EMBEDDING_DIM, CpuSpeed, Evaluation, FakeOllama
 from tests.workers.support import REPO_ROOT
-from app.learn.compact import ChunkEvent, CardText, write_card
-from app.learn.distill import capture_turn
 
 MODEL = "gemma3:4b"
 USER = "default"
@@ -328,7 +328,7 @@ def learning_calls(fake: FakeOllama) -> dict[str, Any]:
         served = [e for e in fake.evaluations if e.wants_json]
     # A call that gave way to the person answered nothing: its turns were not distilled.
     # Learning calls run one at a time, so the n-th request is the n-th one served.
-    answered = [b for b, e in zip(bodies, served) if not e.dropped] + bodies[len(served):]
+    answered = [b for b, e in zip(bodies, served, strict=False) if not e.dropped] + bodies[len(served):]
     limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
                                         for k in CLIENT_LIMITS)]
     asked: dict[str, int] = {}
@@ -591,7 +591,7 @@ def markdown(results: dict) -> str:
         "waited for background s |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for h, d in zip(results["hilo_turns"], results["direct_turns"]):
+    for h, d in zip(results["hilo_turns"], results["direct_turns"], strict=False):
         lines.append(
             f"| {h['turn']} | {h['new_chars']:,} ({d['new_chars']:,}) | {h['new_tokens']} "
             f"({d['new_tokens']}) | {h['ttft_s']:.2f} ({d['ttft_s']:.2f}) | {h['background_calls']} | "

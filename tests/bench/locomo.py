@@ -57,20 +57,21 @@ import re
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 import apsw
 
 from app.config import Config
-from app.turn.context import ContextRequest, build_context
 from app.db import Durability, connect_readonly
-from app.model.embedders import LOCAL_MODEL, Embedder
 from app.events import insert_event, prepare_event
 from app.fts import build_match_query
+from app.learn.embed import embed_pending
 from app.memory import set_profile
+from app.model.embedders import LOCAL_MODEL, Embedder
+from app.model.token_count import TokenCounter
 from app.recall import streams as recall_streams
 from app.recall.bm25 import bm25_stream
 from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search
@@ -78,11 +79,10 @@ from app.recall.query import Query, focus_question
 from app.recall.state import Recall
 from app.recall.streams import SESSION_SPREAD, session_stream, vector_stream
 from app.timeutil import to_rfc3339
-from app.model.token_count import TokenCounter
+from app.turn.context import ContextRequest, build_context
 from app.writer import Writer
-from tests.bench.report import REPO_ROOT, emit, parser, percentile
-from app.learn.embed import embed_pending
 from tests.bench import local_embedders
+from tests.bench.report import REPO_ROOT, emit, parser, percentile
 
 DEFAULT_DATA = Path("../shared/data/locomo/locomo10.json")
 DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44")
@@ -157,7 +157,7 @@ class Scores:
 
 def parse_date(text: str) -> datetime:
     """LoCoMo's "1:56 pm on 8 May, 2023" as UTC."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
 
 def parse_evidence(items: list[str]) -> set[str]:
@@ -366,12 +366,12 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
 
         # A fresh Query for every method: nothing one computed may be reused by the next.
         def plain() -> Query:
-            return Query(user, q.text, recall=recall, vector=question_vector,
+            return Query(user, q.text, recall=recall, vector=question_vector,  # noqa: B023 — called at once
                          model=embedder.model)
 
         def product(with_vector: bool = True) -> Query:
-            return Query(user, q.text, recall=recall, searched=searched, labels=labels,
-                         vector=vector if with_vector else None,
+            return Query(user, q.text, recall=recall, searched=searched, labels=labels,  # noqa: B023 — called at once
+                         vector=vector if with_vector else None,  # noqa: B023 — called at once
                          model=embedder.model if with_vector else None)
 
         for method in METHODS:

@@ -55,9 +55,9 @@ from sklearn.linear_model import LogisticRegression
 
 from app.config import Config
 from app.db import Durability, connect_readonly
+from app.fts import terms
 from app.learn.embed import embed_pending
 from app.model.embedders import LOCAL_MODEL
-from app.fts import terms
 from app.model.token_count import TokenCounter
 from app.recall.bm25 import FTS_SQL
 from app.recall.fusion import MATCH_STREAMS, RRF_K, STREAM_DEPTH, STREAMS, WEIGHTS, fuse
@@ -70,8 +70,16 @@ from app.turn import context as turn_context
 from app.turn.context import ContextRequest, build_context
 from app.writer import Writer
 from tests.bench import local_embedders
-from tests.bench.locomo import (CATEGORIES, DEFAULT_DATA, DEVELOPMENT, QUESTION_SESSION,
-                                Form, context_recall, ingest, load)
+from tests.bench.locomo import (
+    CATEGORIES,
+    DEFAULT_DATA,
+    DEVELOPMENT,
+    QUESTION_SESSION,
+    Form,
+    context_recall,
+    ingest,
+    load,
+)
 from tests.bench.report import REPO_ROOT
 
 RANKED_STREAMS = tuple(STREAMS)
@@ -176,7 +184,7 @@ def features(con, query: Query, store: Store, ranked, found) -> np.ndarray:
     cosines: dict[int, float] = {}
     if query.vector is not None:
         q = query.vector / np.linalg.norm(query.vector)
-        cosines = dict(zip(store.vector_ids.tolist(), (store.vectors @ q).tolist()))
+        cosines = dict(zip(store.vector_ids.tolist(), (store.vectors @ q).tolist(), strict=True))
     best_cosine = max((cosines.get(i, 0.0) for i in ids), default=0.0)
     own, spread = session_parts(con, query)
     best_own = max(own.values(), default=0.0) or 1.0
@@ -416,15 +424,15 @@ def context_recall_with(stores, embedder, folds, columns, gate: bool = False) ->
         evidence: frozenset[str] = frozenset()
 
         def learned_search(con_, user_id, text, kind, limit, streams=None, *, query=None, **kw):
-            if model is None or kind != "event":
+            if model is None or kind != "event":  # noqa: B023 — called at once
                 return original(con_, user_id, text, kind, limit, streams, query=query, **kw)
             ranked, found = candidates(con_, query, max(limit, STREAM_DEPTH))
             if not found:
                 return []
-            if model == "oracle":  # the evidence first, then RRF's order: ranking's ceiling
-                s = np.array([float(dia_of[c.id] in evidence) for c in found])
+            if model == "oracle":  # the evidence first, then RRF's order: ranking's ceiling  # noqa: B023 — called at once
+                s = np.array([float(dia_of[c.id] in evidence) for c in found])  # noqa: B023 — called at once
             else:
-                s = gated(model, features(con_, query, store, ranked, found), columns, gate)
+                s = gated(model, features(con_, query, store, ranked, found), columns, gate)  # noqa: B023 — called at once
             order = sorted(range(len(found)), key=lambda j: (-s[j], -found[j].id))
             return [found[j] for j in order[:limit]]
 
@@ -501,7 +509,7 @@ def main() -> None:
         whole = fitter(questions, columns, **kw)
         if isinstance(whole, Linear):
             results[variant]["weights_all"] = dict(zip(
-                [FEATURES[j] for j in columns], np.round(whole.weights, 3).tolist()))
+                [FEATURES[j] for j in columns], np.round(whole.weights, 3).tolist(), strict=True))
         if not args.no_context:
             results[variant]["context"] = context_recall_with(stores, embedder, folds, columns,
                                                               gate)

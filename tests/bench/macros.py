@@ -21,18 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.config import Config, load_config
 from app.datadir import DataDir
-from app.turn.macros import list_macros
 from app.db import Durability
+from app.learn.tool_chains import learn_all_macros
 from app.memory import remember_fact, set_profile
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
+from app.turn.macros import list_macros
 from app.writer import Writer
 from tests.bench.report import emit, parser
 from tests.fake_ollama import FakeOllama, Reply
 from tests.workers.support import REPO_ROOT
-from app.learn.tool_chains import learn_all_macros
 
 USER = "bench"
 

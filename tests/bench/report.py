@@ -13,7 +13,7 @@ import platform
 import resource
 import statistics
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
@@ -69,7 +69,7 @@ def command_line() -> str:
 def write_section(name: str, body: str) -> None:
     """Replace this benchmark's section of BENCHMARKS.md (or append it)."""
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = (f"{start}\n## {name}\n\nCommand: `{command_line()}`  \n"
                f"Machine: {machine()}  \nRun: {stamp}\n\n{body.strip()}\n{end}")
     text = BENCHMARKS_MD.read_text(encoding="utf-8") if BENCHMARKS_MD.exists() else (

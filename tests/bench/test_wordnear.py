@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("sklearn")  # tests.bench.ltr, whose stores the bench reuses
 
-from app.db import connect_readonly  # noqa: E402
-from app.events import append_event  # noqa: E402
-from tests.bench.wordnear import Vocabulary, neighbour_scores  # noqa: E402
+from app.db import connect_readonly
+from app.events import append_event
+from tests.bench.wordnear import Vocabulary, neighbour_scores
 
 # Words on three axes; anything else is orthogonal to all of them.
 AXES = {"hobbies": 0, "painting": 0, "watercolour": 0, "camping": 1, "tent": 1, "dog": 2}
@@ -48,7 +48,7 @@ def test_the_vocabulary_holds_the_memory_s_content_words_held_more_than_once(wri
     con = connect_readonly(writer.path)
     vocab = Vocabulary.build(con, "ana", WordEmbedder(), max_share=1.0)
     # Stemmed as the full-text index stems, embedded as most often written.
-    assert dict(zip(vocab.stems, vocab.surfaces)) == {
+    assert dict(zip(vocab.stems, vocab.surfaces, strict=True)) == {
         "camp": "camping", "new": "new", "paint": "painting", "tent": "tent",
         "watercolour": "watercolour"}
     # Once a word is in more than the share of events, it is left out.

@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from app.recall import ann
 from app.model.embedders import LocalEmbedder
+from app.recall import ann
 from app.recall.fusion import STREAM_DEPTH
 from tests.bench.report import emit, parser
 
@@ -75,7 +75,7 @@ def exact_top10(queries: np.ndarray, data: np.ndarray, chunk: int = 20) -> np.nd
 
 
 def recall(found: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact)]))
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]))
 
 
 def main() -> None:

@@ -88,15 +88,23 @@ from app.db import connect_readonly
 from app.fts import STOP_WORDS, quote_term, terms
 from app.model.embedders import LOCAL_MODEL
 from app.model.token_count import TokenCounter
-from app.recall import fusion, streams as recall_streams
+from app.recall import fusion
+from app.recall import streams as recall_streams
 from app.recall.bm25 import TOKENIZER, bm25_stream
 from app.recall.fusion import search
 from app.recall.query import Query
 from app.recall.state import Recall
 from app.turn.context import ContextRequest, build_context
 from tests.bench import local_embedders
-from tests.bench.locomo import (CATEGORIES, DEFAULT_DATA, DEVELOPMENT, K, QUESTION_SESSION,
-                                context_recall, load)
+from tests.bench.locomo import (
+    CATEGORIES,
+    DEFAULT_DATA,
+    DEVELOPMENT,
+    QUESTION_SESSION,
+    K,
+    context_recall,
+    load,
+)
 from tests.bench.ltr import prepare, product_query
 from tests.bench.report import REPO_ROOT, percentile
 
@@ -183,7 +191,7 @@ class Vocabulary:
             return {}
         missing = [w for w, stem in asked if stem not in self.index]
         began = time.perf_counter()
-        embedded = dict(zip(missing, np.asarray(embedder.embed(missing), np.float32))) \
+        embedded = dict(zip(missing, np.asarray(embedder.embed(missing), np.float32), strict=True)) \
             if missing else {}
         costs["embed words ms"].append((time.perf_counter() - began) * 1000)
         began = time.perf_counter()

@@ -6,9 +6,9 @@ import pytest
 
 from app.db import connect_readonly
 from app.events import append_event
+from app.learn.embed import embed_pending
 from app.recall.fusion import search_memory
 from tests.embedding_fixtures import ConceptEmbedder
-from app.learn.embed import embed_pending
 
 TEXTS = [
     "I adopted a golden retriever puppy last weekend",

@@ -7,10 +7,17 @@ import threading
 import pytest
 
 from app.fts import build_match_query
+from app.learn.compact import (
+    CARD_SCHEMA,
+    CardText,
+    ChunkEvent,
+    compact_session,
+    next_chunk,
+    write_card,
+)
+from app.learn.reading import reading
 from app.model.client import ModelClient
 from tests.workers.support import add_turn, query, scalar, scripted_model, snapshot, worker_config
-from app.learn.compact import CARD_SCHEMA, ChunkEvent, CardText, compact_session, next_chunk, write_card
-from app.learn.reading import reading
 
 
 @pytest.fixture

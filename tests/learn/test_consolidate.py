@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.model.errors import ModelHTTPError
-from app.memory import upsert_fact
-from app.timeutil import to_rfc3339
-from tests.fake_ollama import Fault
-from tests.workers.support import add_turn, bound_queue, query, scalar, snapshot, worker_config
 from app.learn.consolidate import (
     FLOOR_PROTECTED,
     FLOOR_READ,
@@ -18,8 +13,13 @@ from app.learn.consolidate import (
     FOLD_GROUP,
     consolidate,
 )
+from app.memory import upsert_fact
+from app.model.errors import ModelHTTPError
+from app.timeutil import to_rfc3339
+from tests.fake_ollama import Fault
+from tests.workers.support import add_turn, query, scalar, snapshot, worker_config
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 def fact(writer, category, key, value, user="ana", access_count=0):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.workers.support import add_turn, query, snapshot
 from app.learn.diary_entry import DIARY_SCHEMA, write_diary
+from tests.workers.support import add_turn, query, snapshot
 
 ENTRY = "The user worked through a list of codes with the assistant."
 

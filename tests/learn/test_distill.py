@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from app.learn.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
+from app.learn.model_output import InvalidOutput
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
 from app.timeutil import utc_now
 from tests.workers.support import add_turn, query, scalar, snapshot
-from app.learn.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
-from app.learn.model_output import InvalidOutput
 
 
 def distill(job_parts, ids, user="ana", session="s1"):

@@ -4,21 +4,21 @@ its runs found, never from their instructions — no fact, profile key or card s
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.events import session_events
-from app.model.client import ModelClient
-from app.tasks.store import add_task
-from tests.workers.support import query, read_only, scripted_model, worker_config
 from app.learn.compact import compact_session
 from app.learn.distill import capture_turn, distill_turn
+from app.model.client import ModelClient
+from app.tasks.store import add_task
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
+from tests.workers.support import query, read_only, scripted_model, worker_config
 from workers.scheduler import run_due_tasks
 
-UTC = timezone.utc
+UTC = UTC
 USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 

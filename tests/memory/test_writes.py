@@ -12,15 +12,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from app.ops.backup import rebuild
 from app.config import load_config
 from app.datadir import DataDir
-from app.model.client import ModelClient
+from app.learn.compact import compact_session
+from app.learn.consolidate import fold_old_cards, merge_duplicate_facts
+from app.learn.diary_entry import write_diary
+from app.learn.distill import distill_turn
 from app.memory import (
     NewCard,
     add_card,
@@ -30,17 +32,15 @@ from app.memory import (
     store_fact,
     upsert_fact,
 )
-from app.timeutil import to_rfc3339
+from app.model.client import ModelClient
+from app.ops.backup import rebuild
 from app.ops.transfer import export_jsonl, import_path
+from app.timeutil import to_rfc3339
 from tests.conftest import REPO_ROOT
 from tests.fixtures.memory import populate_memory
 from tests.workers.support import add_turn, query, scalar, scripted_model, worker_config
-from app.learn.compact import compact_session
-from app.learn.consolidate import fold_old_cards, merge_duplicate_facts
-from app.learn.diary_entry import write_diary
-from app.learn.distill import distill_turn
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 @pytest.fixture

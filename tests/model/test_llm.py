@@ -22,7 +22,13 @@ from app.model.errors import (
     StreamInterrupted,
 )
 from app.model.stream import ChatReply, ChatStream
-from tests.fake_ollama import MALFORMED_JSON_CONTENT, FakeOllama, Fault, count_tokens, unused_loopback_url
+from tests.fake_ollama import (
+    MALFORMED_JSON_CONTENT,
+    FakeOllama,
+    Fault,
+    count_tokens,
+    unused_loopback_url,
+)
 
 HELLO = [{"role": "user", "content": "Hello, I am Ana"}]
 PROFILE_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

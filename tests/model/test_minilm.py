@@ -13,7 +13,6 @@ import pytest
 from app.errors import EmbedderUnavailable
 from app.model import minilm
 from app.model.embedders import LOCAL_DIM
-from tests.embedding_fixtures import local_embedder  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 

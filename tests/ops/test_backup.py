@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from app.datadir import DataDir
+from app.db import Durability, connect, connect_readonly
+from app.events import append_event
+from app.fts import build_match_query
+from app.memory import list_facts, list_profile, profile_as_of
 from app.ops.backup import (
     AlreadyRunning,
     BackupError,
@@ -18,11 +23,6 @@ from app.ops.backup import (
     rebuild,
     restore,
 )
-from app.datadir import DataDir
-from app.db import Durability, connect, connect_readonly
-from app.events import append_event
-from app.fts import build_match_query
-from app.memory import list_facts, list_profile, profile_as_of
 from app.timeutil import utc_now
 from app.writer import Writer
 from tests.fixtures.memory import populate_memory, table_counts

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from app.model.embedders import OllamaEmbedder
-from app.model.client import ModelClient
 from app.log import configure_logging
+from app.model.client import ModelClient
+from app.model.embedders import OllamaEmbedder
 from app.model.probe import PROBE_TIMEOUT_SECONDS, announce_models, probe_models
 from app.recall.query import make_query
+from tests.api.support import serve
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import unused_loopback_url
-from tests.api.support import serve
 
 HILO = str(Path(sys.executable).with_name("hilo"))
 running = contextlib.contextmanager(serve)

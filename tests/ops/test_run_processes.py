@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import unused_loopback_url
+from tests.system_tools import required_tool
 from tests.workers.support import wait_until
 
 VENV = Path(sys.executable).parent.parent
@@ -142,8 +143,7 @@ def free_port() -> int:
 def start_make_run(tmp_path: Path) -> Terminal:
     """`make run` with this test's venv (already installed: `-o` skips the install step),
     a fresh data directory and a model server that is not there."""
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+    required_tool("make", "apt-get install make")
     env = base_env(HILO_DATA_DIR=str(tmp_path / "data"), HILO_LLM_URL=unused_loopback_url(),
                    HILO_SERVER_PORT=str(free_port()))
     terminal = Terminal(["make", "-o", f"{VENV}/.run-installed", "run", f"VENV={VENV}"],
@@ -193,8 +193,7 @@ def stopped_in_time(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_make_run_piped_to_tee_stops_everything_on_ctrl_c(tmp_path):
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+    required_tool("make", "apt-get install make")
     env = base_env(HILO_DATA_DIR=str(tmp_path / "data"), HILO_LLM_URL=unused_loopback_url(),
                    HILO_SERVER_PORT=str(free_port()))
     log = tmp_path / "log"

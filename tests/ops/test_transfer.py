@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.config import load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.ops.transfer import (
@@ -18,24 +17,8 @@ from app.ops.transfer import (
     import_kinder_agent,
     import_path,
 )
-from tests.conftest import REPO_ROOT
-from tests.fixtures.kinder_agent import FIRST, SECOND, SECRET, build_kinder_agent_db
+from tests.fixtures.kinder_agent import FIRST, SECOND, SECRET
 from tests.fixtures.memory import full_state, memory_state, populate_memory, table_counts
-
-
-@pytest.fixture
-def populated(config, writer):
-    memory = populate_memory(writer, config)
-    writer.close()  # exports read the file as the CLI would, with nothing else open
-    return memory
-
-
-@pytest.fixture
-def empty(tmp_path):
-    """A second, freshly initialised data directory."""
-    other = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=tmp_path / "other")
-    DataDir.of(other).init()
-    return other
 
 
 def db(config) -> Path:
@@ -205,9 +188,6 @@ def test_importing_something_else_is_a_clear_error(empty, tmp_path):
 # -- kinder-agent ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def kinder(tmp_path):
-    return build_kinder_agent_db(tmp_path / "kinder-agent.db")
 
 
 def test_kinder_agent_import_keeps_sessions_compaction_and_dates(empty, kinder):

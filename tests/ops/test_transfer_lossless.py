@@ -4,7 +4,7 @@ MEMORY.md; and a cron expression the API refuses, which an import ran every minu
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -174,7 +174,7 @@ def test_the_markdown_folder_shows_messages_history_and_what_was_forgotten(confi
     assert "## preference/editor" in history and "\n> vim\n" in history
     forgotten = (out / "forgotten.md").read_text()
     assert "## fact/allergy" in forgotten and "peanuts" not in forgotten
-    assert datetime.now(timezone.utc).strftime("%Y-%m-%d") in forgotten
+    assert datetime.now(UTC).strftime("%Y-%m-%d") in forgotten
 
 
 def test_exporting_again_removes_a_memory_md_the_owner_took_back(config, data_dir, tmp_path):

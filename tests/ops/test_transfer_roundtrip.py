@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -46,8 +46,8 @@ USER = "default"
 # Examples per format: each builds, exports, imports and exports a memory (~0.3 s).
 EXAMPLES = 50
 # Tasks are scheduled from this moment, at home and where they are imported.
-NOW = datetime(2030, 1, 7, 12, 0, tzinfo=timezone.utc)
-START = datetime(2029, 12, 1, 9, 0, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 7, 12, 0, tzinfo=UTC)
+START = datetime(2029, 12, 1, 9, 0, tzinfo=UTC)
 SCHEDULES = ("every day at 8", "0 9 * * 1-5", "every 15 minutes", "2030-01-08 09:00",
              "every monday and thursday at 8am", "cada lunes a las 8", "on the 1st of every "
              "month at noon")

@@ -11,9 +11,15 @@ import pytest
 
 from app.db import connect_readonly
 from app.memory import delete_fact, list_facts
-from app.ops.transfer import TransferError, export_jsonl, export_markdown, import_kinder_agent, import_path
+from app.ops.transfer import (
+    TransferError,
+    export_jsonl,
+    export_markdown,
+    import_kinder_agent,
+    import_path,
+)
 from tests.fixtures.memory import full_state, memory_state, populate_memory
-from tests.ops.test_transfer import db, empty, kinder, populated  # noqa: F401 - fixtures
+from tests.ops.test_transfer import db
 
 # 474 bytes that a YAML loader honouring aliases expands to 9**9 strings.
 BILLION_LAUGHS = """---

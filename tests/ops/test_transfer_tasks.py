@@ -4,7 +4,7 @@ ask and when survives a move between memories, importing twice adds nothing."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,14 +13,14 @@ import yaml
 from app.config import load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
+from app.ops.transfer import export_jsonl, export_markdown, import_path
 from app.tasks.config_tasks import sync_config_tasks
 from app.tasks.store import add_task, list_tasks, pause_task
-from app.ops.transfer import export_jsonl, export_markdown, import_path
-from tests.conftest import REPO_ROOT
 from tests.cli.test_messages import hilo
+from tests.conftest import REPO_ROOT
 
 USER = "default"
-SOON = datetime.now(timezone.utc) + timedelta(days=2)
+SOON = datetime.now(UTC) + timedelta(days=2)
 
 
 @pytest.fixture

@@ -14,14 +14,13 @@ import pytest
 
 import app.recall.ann
 import app.recall.vectors
-from app.ops.backup import rebuild
+from app import db
 from app.config import Config
 from app.datadir import DataDir
-from app import db
 from app.db import connect, migrate
-from app.recall.vectors import VectorIndex, Owner, store_error, store_vectors
+from app.ops.backup import rebuild
+from app.recall.vectors import Owner, VectorIndex, store_error, store_vectors
 from tests.bench.vector_index import documentation_sentences
-from tests.embedding_fixtures import local_embedder  # noqa: F401
 from tests.workers.support import wait_until
 
 MODEL = "test-model"
@@ -171,7 +170,7 @@ def test_a_database_of_the_previous_schema_upgrades_with_its_vectors_counted(tmp
 
 
 def test_above_the_threshold_search_is_approximate_with_recall_of_exact_search(
-        tmp_path, local_embedder):  # noqa: F811
+        tmp_path, local_embedder):
     con = database(tmp_path)
     texts = documentation_sentences(320)
     vectors = local_embedder.embed(texts)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import apsw
 import pytest
 
-from app.recall import bm25
 from app.db import connect_readonly
 from app.events import append_event
 from app.fts import build_match_query
 from app.memory import upsert_fact
+from app.recall import bm25
 from app.recall.bm25 import bm25_stream
 from app.recall.query import make_query
 

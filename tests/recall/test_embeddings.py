@@ -7,15 +7,15 @@ import pytest
 
 from app.config import Config
 from app.db import connect_readonly
-from app.model.embedders import LOCAL_DIM, OllamaEmbedder, make_embedder
 from app.events import append_event
-from app.model.client import ModelClient
+from app.learn.embed import EmbedFailed, embed_pending, reembed
 from app.memory import upsert_fact
+from app.model.client import ModelClient
+from app.model.embedders import LOCAL_DIM, OllamaEmbedder, make_embedder
 from app.recall.query import make_query
 from app.recall.streams import vector_stream
 from app.recall.vectors import count_pending, decode_vector, encode_vector, pending_owners
-from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
-from app.learn.embed import EmbedFailed, embed_pending, reembed
+from tests.embedding_fixtures import ConceptEmbedder
 
 
 def rows(writer, sql, *params):

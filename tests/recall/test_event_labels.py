@@ -3,21 +3,26 @@ how a question's words map onto them."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app import db
 from app.db import connect, migrate
-from app.recall.event_labels import (CALENDAR_WORDS, LabelQuery, event_labels, month_first,
-                                     read_question)
 from app.events import insert_event, prepare_event
+from app.recall.event_labels import (
+    CALENDAR_WORDS,
+    LabelQuery,
+    event_labels,
+    month_first,
+    read_question,
+)
 
-ASKED = datetime(2023, 10, 20, 12, 0, tzinfo=timezone.utc)  # a Friday
+ASKED = datetime(2023, 10, 20, 12, 0, tzinfo=UTC)  # a Friday
 
 
 def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 @pytest.fixture

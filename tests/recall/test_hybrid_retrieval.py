@@ -9,20 +9,20 @@ paraphrase test also runs with the real local model when the extra is installed.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from app.db import connect_readonly
 from app.events import append_event
+from app.learn.embed import embed_pending
 from app.memory import set_profile, upsert_fact
 from app.recall.bm25 import bm25_stream
 from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, matching, search, search_ahead
 from app.recall.query import make_query
 from app.recall.streams import asking_share, session_neighbours, session_stream, vector_stream
 from app.recall.vectors import VectorIndex
-from tests.embedding_fixtures import ConceptEmbedder, local_embedder, text_embedder  # noqa: F401
-from app.learn.embed import embed_pending
+from tests.embedding_fixtures import ConceptEmbedder
 
 PUPPY = "I adopted a golden retriever puppy last weekend"
 NAME = "Okonkwo fixed the flaky deploy pipeline before lunch"
@@ -382,7 +382,7 @@ def test_relative_times_count_from_when_the_question_is_asked(writer, config, re
         ("user", "Had dinner with my sister", "2023-10-19T19:00:00Z"),
     ])
     con = connect_readonly(writer.path)
-    asked = datetime(2023, 10, 20, 12, tzinfo=timezone.utc)
+    asked = datetime(2023, 10, 20, 12, tzinfo=UTC)
     query = make_query("ana", "Where did I have dinner yesterday?", recall=recall, con=con,
                        now=asked)
     assert search(con, "ana", query.text, "event", 2, query=query)[0].id == ids[1]

@@ -340,8 +340,7 @@ def benign(seed: str = "hilo-benign") -> dict[str, str]:
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(m.rng.getrandbits(8) for _ in range(600)))
     texts = {
         "uuid": f"session {uuid.UUID(int=m.rng.getrandbits(128), version=4)} started",
-        "uuids_in_json": '{"id": "%s", "parent": "%s"}' % (
-            uuid.UUID(int=m.rng.getrandbits(128), version=4), uuid.UUID(int=m.rng.getrandbits(128), version=4)),
+        "uuids_in_json": f'{{"id": "{uuid.UUID(int=m.rng.getrandbits(128), version=4)}", "parent": "{uuid.UUID(int=m.rng.getrandbits(128), version=4)}"}}',
         "git_sha": f"fixed in {m.hex(40)}",
         "git_sha_upper": f"commit {m.hex(40).upper()}",
         "git_log_line": f"{m.hex(40)} Merge branch 'main' into feature",

@@ -10,20 +10,20 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from app.api import create_app
-from app.turn.chat import ChatService
 from app.cli import hilo as hilo_command
 from app.config import Config
 from app.datadir import DataDir
 from app.db import CorruptDatabase, Durability, connect
 from app.ops.doctor import Status, check_database
+from app.turn.chat import ChatService
 from tests.conftest import REPO_ROOT
 from workers.consumer import start_jobs
 from workers.queue import CorruptQueue, configure, huey

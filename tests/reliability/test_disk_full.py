@@ -14,7 +14,7 @@ import pytest
 
 from app.ops import doctor
 from app.ops.doctor import LOCK_STUCK_MODEL_CALLS, Status, check_queue_locks
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from workers.inspection import QueueUnavailable, QueueView
 from workers.locks import LockOwner, this_process
 from workers.queue import configure, huey, lock_key, release_lock, try_lock

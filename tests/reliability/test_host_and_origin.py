@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
+from tests.api.support import HiloServer, serve
 
 MODEL = "gemma3:4b"
 

@@ -17,7 +17,6 @@ from app.config import Config
 from tests.workers.support import (
     _props,
     add_turn,
-    consumers,  # noqa: F401 — fixture
     handoff,
     query,
     scalar,

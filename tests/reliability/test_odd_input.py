@@ -11,7 +11,7 @@ import pytest
 
 from app.config import Config
 from app.events import MAX_TOOL_NAME_LENGTH, InvalidEvent, append_event
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 
 MODEL = "gemma3:4b"
 
@@ -236,7 +236,7 @@ def test_a_body_nested_too_deep_is_a_400_in_the_apis_shape_and_nothing_is_stored
 
 def test_a_body_nested_as_deep_as_allowed_is_answered(hilo: HiloServer) -> None:
     body = ('{"model": "gemma3:4b", "stream": false, "messages": [{"role": "user", '
-            '"content": "hi"}], "options": {"a": %s}}' % nested(98))
+            '"content": "hi"}], "options": {"a": ' + nested(98) + '}}')
 
     response = chat(hilo, body.encode(), "s1")
 
@@ -246,8 +246,8 @@ def test_a_body_nested_as_deep_as_allowed_is_answered(hilo: HiloServer) -> None:
 
 def test_a_memory_route_body_nested_beyond_the_parser_is_a_400_saying_so(
         hilo: HiloServer) -> None:
-    response = hilo.client().post("/memory/facts", content='{"key": "a", "value": %s}'
-                                  % nested(100_000), headers={"Content-Type": "application/json"})
+    response = hilo.client().post("/memory/facts", content='{"key": "a", "value": '
+                                  + nested(100_000) + "}", headers={"Content-Type": "application/json"})
 
     assert response.status_code == 400, response.text
     assert response.json()["error"] == ("the request body nests deeper than 100 levels: "

@@ -10,8 +10,8 @@ import pytest
 
 from app.api.access_log import PathOnly
 from app.db import QUEUE_DB
+from tests.api.support import HiloServer
 from tests.reliability.secrets_corpus import Maker
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
 
 MODEL = "gemma3:4b"
 _MAKE = Maker("secret-paths")

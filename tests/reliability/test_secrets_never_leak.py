@@ -15,8 +15,9 @@ import re
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import apsw
 import httpx
@@ -150,7 +151,7 @@ def plant_everywhere(url: str, planted: list[Planted]) -> dict[str, int]:
                    for p in shaped]
         sent("memory events and tool fields", client.post(
             "/memory/events", json={"session_id": "tools", "events": events}))
-        for n, p in enumerate(planted):
+        for p in planted:
             sent("memory context preview", client.post("/memory/context", json={
                 "session_id": "tools", "text": p.text}))
         for n, p in enumerate(planted):

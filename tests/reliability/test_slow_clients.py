@@ -36,7 +36,7 @@ def closed_within(conn: socket.socket, seconds: float) -> bool:
     conn.settimeout(seconds)
     try:
         return conn.recv(1024) == b""
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 
@@ -66,7 +66,7 @@ def answer_within(conn: socket.socket, seconds: float) -> bytes:
     try:
         while chunk := conn.recv(4096):
             received += chunk
-    except socket.timeout:
+    except TimeoutError:
         return received + b"<still open>"
     return received
 

@@ -9,7 +9,7 @@ import pytest
 from app.access import AccessError, issue_token, list_tokens, revoke_token, token_user
 from app.datadir import DataDir
 from app.db import MIGRATIONS_TABLE, connect, connect_readonly, migrate
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
+from tests.api.support import HiloServer, serve
 
 SHARED = "shared-secret-token"
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 import pytest
 
 from app.config import Config
+from tests.workers.support import (
+    query,
+    scalar,
+    scripted_queue,
+    wait_until,
+)
 from tests.workers.test_consumer import (
     all_done,
     assert_nothing_missing_or_doubled,
     distilled_turns,
     queue_turns,
-)
-from tests.workers.support import (
-    consumers,  # noqa: F401 — fixture
-    query,
-    scalar,
-    scripted_queue,
-    wait_until,
 )
 from workers.queue import configure
 

@@ -9,7 +9,6 @@ import pytest
 
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-
 from app.writer import DiskFull, Writer, WriterClosed
 
 INSERT = "INSERT INTO writes (producer, seq) VALUES (?, ?)"

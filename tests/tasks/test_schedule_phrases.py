@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -16,11 +16,11 @@ import pytest
 
 from app import db
 from app.db import Migration, available_migrations, connect, migrate, schema_version
-from app.tasks.schedule import ScheduleError, parse_schedule
 from app.tasks.runs import claim_next_run
+from app.tasks.schedule import ScheduleError, parse_schedule
 from app.tasks.store import add_task, describe_task, list_tasks
 
-UTC = timezone.utc
+UTC = UTC
 MADRID = "Europe/Madrid"
 HILO = str(Path(sys.executable).with_name("hilo"))
 

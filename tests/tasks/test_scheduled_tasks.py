@@ -5,7 +5,7 @@ from config.toml."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import apsw
@@ -31,7 +31,7 @@ from app.tasks.store import (
     trust_task,
 )
 
-UTC = timezone.utc
+UTC = UTC
 USER = "default"  # [memory] user_id in config.toml
 # Monday 30 November 2026, 07:00 in Madrid.
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)

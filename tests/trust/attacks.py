@@ -38,7 +38,6 @@ from tests.trust.scenario import (
     untrusted_task_runs,
 )
 
-
 # -- identity: a token is its user, everywhere ----------------------------------------------------
 
 

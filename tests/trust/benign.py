@@ -30,7 +30,6 @@ from tests.trust.scenario import (
     signed_in_page,
 )
 
-
 # -- HTTP and MCP with the user's own token -------------------------------------------------------
 
 

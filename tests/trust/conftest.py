@@ -3,7 +3,7 @@ each scenario keeps to a user and a working folder of its own."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -21,11 +21,12 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -74,7 +75,7 @@ class PageServer:
         pages = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 — http.server's name
+            def do_GET(self) -> None:
                 with pages._lock:
                     pages.hits.append(self.path)
                     html = pages.pages.get(urlsplit(self.path).path)

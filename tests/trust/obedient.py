@@ -26,7 +26,8 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from tests.fake_ollama import Reply, message_text
 
@@ -94,7 +95,7 @@ def next_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         made_after.append(set(later))
         later |= calls_in(message)
     made_after.reverse()
-    for message, made in zip(messages, made_after):
+    for message, made in zip(messages, made_after, strict=True):
         if message.get("role") == "assistant":
             continue
         for tool, arguments in instructions_in(message_text(message)):

@@ -17,15 +17,15 @@ the user did.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
 
 from app.api.gate import TOKEN_COOKIE
-
 from tests.trust.lab import BOB, BOB_SECRET, Lab, Outcome, Trial, hidden
 from tests.trust.obedient import instruction
 

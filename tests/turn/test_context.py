@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import Config
-from app.turn.context import HEADERS, ContextRequest, build_context
 from app.db import connect_readonly
 from app.events import Event, append_event
 from app.memory import set_profile, upsert_fact
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.state import Recall
+from app.turn.context import HEADERS, ContextRequest, build_context
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
@@ -190,8 +189,8 @@ def test_window_drops_events_the_workers_compacted(fake_ollama, config, data_dir
 
 
 def test_model_down_keeps_the_users_message(config, data_dir):
-    from app.turn.chat import ChatService
     from app.model.errors import ModelUnreachable
+    from app.turn.chat import ChatService
     from tests.fake_ollama import unused_loopback_url
 
     cfg = config.replace(llm={"url": unused_loopback_url()})

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
+from app.learn.embed import embed_pending
 from app.memory import upsert_fact
 from app.model import embedders
 from app.turn.chat import ChatService
-from app.learn.embed import embed_pending
 from tests.embedding_fixtures import ConceptEmbedder
 
 WAIT_S = 30.0  # bound on waiting for a background load that is already unblocked

@@ -6,14 +6,14 @@ option no rule covers, is asked about, saying why it cannot be allowed always.""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pexpect
 import pytest
 
+from tests.cli.support import PROMPT, leave, rows, say
 from tests.fake_ollama import FakeOllama, Reply
-from tests.cli.test_repl import PROMPT, leave, rows, say, start_chat  # noqa: F401 — start_chat is a fixture
 
 pytestmark = pytest.mark.slow  # hilo chat as a process, driven through a terminal
 

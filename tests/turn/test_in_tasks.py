@@ -5,7 +5,7 @@ at the timeout and cut at the output cap; a tool's error goes back to the model.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ from app.tasks.store import add_task
 from app.writer import Writer
 from tests.fake_ollama import FakeOllama, Reply
 from tests.workers.support import (
-    consumers,  # noqa: F401 — fixture
     query,
     scripted_model,
     scripted_queue,
@@ -62,7 +61,7 @@ def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama, tmp_path: Path)
 
 def due_task(writer: Writer, cfg: Config, prompt: str, trusted: bool = False) -> str:
     """A task due now (made an hour ago, every 15 minutes); its session."""
-    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", prompt, user_id=USER, trusted=trusted,
                      now=an_hour_ago)
     return added.task.session_id

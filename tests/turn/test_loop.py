@@ -6,19 +6,20 @@ compaction read as what happened."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from app.turn.agent import Agent, AgentOutcome
-from app.turn.chat import ChatService, Outcome, StreamingTurn
 from app.config import Config
-from app.memory import list_facts, list_profile
-from app.tasks.store import list_tasks
-from tests.fake_ollama import Fault, FakeOllama, Reply
 from app.learn.compact import next_chunk
 from app.learn.distill import build_prompt, undistilled_events
+from app.memory import list_facts, list_profile
+from app.tasks.store import list_tasks
+from app.turn.agent import Agent, AgentOutcome
+from app.turn.chat import ChatService, Outcome, StreamingTurn
+from tests.fake_ollama import FakeOllama, Fault, Reply
 
 USER = "default"
 SESSION = "s1"

@@ -6,27 +6,28 @@ from __future__ import annotations
 
 import glob
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import apsw
 import pytest
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.events import append_event
+from app.learn.tool_chains import learn_all_macros
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.turn.macros import canonical_arguments, list_macros
 from app.writer import Writer
 from tests.api.support import serve
-from tests.fake_ollama import FakeOllama, Reply
+from tests.cli.support import PROMPT, leave, rows, say
 from tests.cli.test_messages import hilo
-from tests.cli.test_repl import PROMPT, leave, rows, say, start_chat  # noqa: F401 — a fixture
-from tests.workers.support import bound_queue, drain, worker_config  # noqa: F401 — a fixture
+from tests.fake_ollama import FakeOllama, Reply
+from tests.workers.support import drain, worker_config
 from workers import jobs
-from app.learn.tool_chains import learn_all_macros
 from workers.queue import failed_jobs
 
 USER = "default"

@@ -10,13 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.turn.metrics import render
 from tests.workers.support import (
     add_turn,
-    bound_queue,  # noqa: F401 — fixture
     drain,
     handoff,
     scripted_queue,
 )
-from workers.queue_metrics import JOB_METRICS, render_queue
 from workers.queue import huey
+from workers.queue_metrics import JOB_METRICS, render_queue
 
 
 @pytest.fixture
@@ -66,8 +65,8 @@ def test_a_turn_records_context_and_model_latency(cfg, fake_ollama):
 
 
 def test_model_errors_are_counted(cfg):
-    from app.turn.chat import ChatService
     from app.model.errors import ModelUnreachable
+    from app.turn.chat import ChatService
     from tests.fake_ollama import unused_loopback_url
 
     down = cfg.replace(llm={"url": unused_loopback_url()}, embedder={"kind": "none"})

@@ -8,10 +8,11 @@ act. The model here is obedient: it does what the page says."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from app.turn.agent import Agent, AgentOutcome
 from app.turn.chat import ChatService
 from tests.api.support import HiloServer, serve
 from tests.api.test_chat import MODEL, ollama_client, user
-from tests.cli.test_repl import PROMPT, leave, rows, say, start_chat  # noqa: F401 — a fixture
+from tests.cli.support import PROMPT, leave, rows, say
 from tests.fake_ollama import FakeOllama, Reply
 from tests.workers.support import read_only
 from workers.scheduler import run_task_now
@@ -43,7 +44,7 @@ OUTSIDE_REFUSAL = outside_refusal("touch pwned")
 
 
 class Site(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 — http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(PAGE)))
@@ -120,7 +121,7 @@ def read_the_page(service: ChatService, fake: FakeOllama, page: str,
 
 def trusted_task(service: ChatService, cfg: Config, prompt: str) -> tuple[Any, list]:
     """Run a trusted task once, as `hilo tasks run` does; (its result, its tool events)."""
-    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     task = add_task(service.writer, cfg, "every day at 9", prompt, user_id=USER, trusted=True,
                     now=an_hour_ago).task
     result = run_task_now(cfg, service.writer, Agent(service, surface="task"), USER, task.id)

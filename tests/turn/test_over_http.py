@@ -4,17 +4,17 @@ task tools (never the terminal), sees only the answer, and the calls are on reco
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from app.config import Config
 from app.memory import list_facts
+from tests.api.support import HiloServer, serve
+from tests.api.test_chat import MODEL, assistant, ollama_client, openai_client, user
+from tests.api.test_proxy_tools import WEATHER_TOOL, stored
 from tests.fake_ollama import FakeOllama, Reply
 from tests.turn.test_loop import MEMORY_AND_TASKS, tool_names
-from tests.api.test_chat import MODEL, assistant, ollama_client, openai_client, user
-from tests.api.support import HiloServer, serve
-from tests.api.test_proxy_tools import WEATHER_TOOL, stored
 from tests.workers.support import read_only
 
 REMEMBER = Reply(tool_calls=[{"name": "remember", "arguments": {

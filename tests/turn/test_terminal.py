@@ -8,18 +8,18 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from app import db
+from app.config import Config
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
-from app.config import Config
 from app.turn.tools import ToolFailed
 from app.turn.tools.terminal import allow_rules, run_command
-from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for
 from app.turn.tools.terminal_rules import (
     AllowRule,
     InvalidRule,
@@ -27,8 +27,9 @@ from app.turn.tools.terminal_rules import (
     refusal,
     rule_to_store,
 )
-from tests.fake_ollama import FakeOllama, Reply
+from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for
 from tests.cli.test_messages import hilo
+from tests.fake_ollama import FakeOllama, Reply
 
 USER = "default"
 

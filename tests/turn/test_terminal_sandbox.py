@@ -9,8 +9,8 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -21,6 +21,7 @@ from app.turn.tools import terminal_sandbox
 from app.turn.tools.terminal import run_command
 from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for, scrubbed_environment
 from tests.fake_ollama import FakeOllama
+from tests.system_tools import required_tool
 from tests.turn.test_terminal import Answers, results, terminal
 from tests.workers.support import wait_until
 
@@ -70,8 +71,7 @@ def test_a_command_sees_only_the_base_variables_and_those_the_owner_lists():
 
 @pytest.fixture
 def sandbox(config: Config) -> Sandbox:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: apt-get install bubblewrap (.ci/run does)")
+    required_tool("bwrap", "apt-get install bubblewrap")
     found = sandbox_for(config)
     assert found is not None
     return found

@@ -10,13 +10,13 @@ import threading
 import time
 import tracemalloc
 import zlib
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import pytest
 
-from app.turn.chat import ChatService
 from app.config import Config
+from app.turn.chat import ChatService
 from app.turn.tools import ToolContext, default_registry
 from app.turn.tools.web import host_allowed
 
@@ -42,7 +42,7 @@ def gzip_of_zeros(mebibytes: int) -> bytes:
 
 
 class Site(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 — http.server's name
+    def do_GET(self) -> None:
         port = self.server.server_address[1]
         if self.path == "/page":
             self._send(200, "text/html; charset=utf-8", PAGE)

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,7 +34,7 @@ if os.environ.get("CI") and CHROMIUM is None:
     raise RuntimeError("CI is set but chromium is not on PATH: .ci/run installs it")
 playwright_api = (importlib.import_module("playwright.sync_api") if os.environ.get("CI")
                   else pytest.importorskip("playwright.sync_api"))
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH "
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH "
                                 "(apt-get install chromium; .ci/run does)")
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.ui.support import browser, follow, submit, text
 
 

@@ -4,7 +4,7 @@ from, whether from outside, and what it was before."""
 from __future__ import annotations
 
 from app.memory import store_fact
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.ui.support import browser, text
 
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from app.access import issue_token
-from tests.api.support import HiloServer, hilo, serve  # noqa: F401 — the fixture
+from tests.api.support import HiloServer, serve
 from tests.ui.support import browser, follow, submit, text
 
 SHARED = "the-owners-shared-token"

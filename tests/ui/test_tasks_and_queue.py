@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from huey.utils import Error
 
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.ui.support import browser, follow, submit, text
 from workers import jobs as queue_jobs
 from workers.hooks import describe_failure

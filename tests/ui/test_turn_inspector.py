@@ -4,7 +4,7 @@ now, so a fact forgotten since shows as forgotten, without its words."""
 
 from __future__ import annotations
 
-from tests.api.support import HiloServer, hilo  # noqa: F401 — the fixture
+from tests.api.support import HiloServer
 from tests.ui.support import browser, text
 
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,6 @@ from app.writer import Writer
 from tests.workers.support import (
     REPO_ROOT,
     consumer_env,
-    consumers,  # noqa: F401 — fixture
     handoff,
     hilo_command,
     query,
@@ -58,7 +58,7 @@ def queue_turns(cfg: Config, writer: Writer, turns: int = TURNS, sessions: int =
             n = s * per_session + t
             events.append(prepare_event(cfg, "ana", f"s{s}", "user", f"Turn {n}: remember code alpha{n}"))
             events.append(prepare_event(cfg, "ana", f"s{s}", "assistant", f"Noted, turn {n}."))
-        stored = writer.submit(lambda con: [insert_event(con, e).id for e in events])
+        stored = writer.submit(lambda con: [insert_event(con, e).id for e in events])  # noqa: B023 — submit() waits for it
         for i in range(0, len(stored), 2):
             assert handoff.after_reply("ana", f"s{s}", stored[i:i + 2])
 
@@ -151,7 +151,7 @@ def test_front_end_writes_while_the_worker_compacts_two_sessions(cfg, writer, co
                     prepare_event(cfg, "ana", session, "user", f"Turn {n}: remember code alpha{n}"),
                     prepare_event(cfg, "ana", session, "assistant", f"Noted, turn {n}."))]
                 handoff.after_reply("ana", session, ids)
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 — reported below
             errors.append(exc)
 
     front_end = [threading.Thread(target=chat, args=(f"s{i}", i * turns_per_session)) for i in range(2)]
@@ -237,12 +237,12 @@ def _healthy(url: str) -> bool:
 
 
 def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consumers, tmp_path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from app.tasks.store import add_task
 
     # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
-    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", "Summarise what I decided yesterday",
                      user_id="ana", now=an_hour_ago)
     session = f"task:{added.task.id}"
@@ -257,7 +257,7 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
     assert replies()[1][0] == "assistant"
     next_run = query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
                      (added.task.id,))[0]
-    assert next_run[0] > datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M") and next_run[1]
+    assert next_run[0] > datetime.now(UTC).strftime("%Y-%m-%dT%H:%M") and next_run[1]
     assert consumer.terminate() == 0
 
 
@@ -273,14 +273,14 @@ def test_a_one_shot_between_minute_ticks_runs_at_its_second(cfg, consumers, tmp_
     """ "in 30 seconds" runs then, not at the next whole minute (Huey's eta wakes the
     scheduler); the moment is chosen in the first half of a minute, so the next minute's
     tick is at least half a minute after it."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from app.cli import hilo
     from app.timeutil import to_rfc3339
 
     consumer = consumers(cfg, tmp_path / "worker.log")
     wait_until(consumer.started, 30, "the worker's start")
-    due = datetime.now(timezone.utc) + timedelta(seconds=3)
+    due = datetime.now(UTC) + timedelta(seconds=3)
     if due.second >= 27:
         due = due.replace(second=2) + timedelta(minutes=1)
     due = due.replace(microsecond=500_000)
@@ -293,7 +293,7 @@ def test_a_one_shot_between_minute_ticks_runs_at_its_second(cfg, consumers, tmp_
                           "AND status = 'done'", (task_id,))
         return done[0][0] if done else None
 
-    wait = (due - datetime.now(timezone.utc)).total_seconds() + 20
+    wait = (due - datetime.now(UTC)).total_seconds() + 20
     ran_at = wait_until(started, wait, "the run, before the next minute's tick")
     assert ran_at >= to_rfc3339(due)  # and not before its time
     assert consumer.terminate() == 0

@@ -11,12 +11,11 @@ import sys
 import pytest
 
 import app
-from app.turn.chat import ChatService, NoHandoff
 from app.model.errors import ModelUnreachable
+from app.turn.chat import ChatService, NoHandoff
 from tests.fake_ollama import unused_loopback_url
 from tests.workers.support import (
     REPO_ROOT,
-    bound_queue,  # noqa: F401 — fixture
     consumer_env,
     worker_config,
 )

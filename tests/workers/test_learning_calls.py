@@ -8,8 +8,7 @@ import httpx
 
 from tests.api.support import HiloServer
 from tests.fake_ollama import CpuSpeed, FakeOllama
-from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
-    bound_queue,
+from tests.workers.support import (
     drain,
     query,
     scripted_queue,

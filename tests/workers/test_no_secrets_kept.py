@@ -13,8 +13,7 @@ import pytest
 from app.model.messages import SentChat
 from tests.api.support import HiloServer
 from tests.fake_ollama import FakeOllama
-from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
-    bound_queue,
+from tests.workers.support import (
     drain,
     scripted_queue,
 )

@@ -21,13 +21,10 @@ from click.testing import CliRunner
 
 from app.cli import hilo
 from tests.fake_ollama import Fault
-from tests.workers.test_storage import redis_url  # noqa: F401 — fixture
 from tests.workers.support import (
     REPO_ROOT,
     add_turn,
-    bound_queue,  # noqa: F401 — fixture
     consumer_env,
-    consumers,  # noqa: F401 — fixture
     query,
     scripted_model,
     wait_until,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app.memory import end_session
 from tests.workers.support import (
     add_turn,
-    bound_queue,  # noqa: F401 — fixture
     drain,
     query,
     read_only,
@@ -25,7 +24,7 @@ from workers.reconcile import default_grace_seconds, find_undone_work
 def later() -> datetime:
     """Past the grace period of what a test stores now (not of when the module loaded: the
     suite may take longer than the grace)."""
-    return datetime.now(timezone.utc) + timedelta(minutes=5)
+    return datetime.now(UTC) + timedelta(minutes=5)
 
 
 @pytest.fixture
@@ -76,7 +75,7 @@ def test_ended_sessions_without_a_diary_are_found(cfg, writer):
 
 def test_idle_sessions_are_closed_and_get_their_diary(cfg, writer):
     add_turn(writer, cfg, "ana", "s1", "hello")
-    much_later = datetime.now(timezone.utc) + timedelta(minutes=cfg.memory.session_idle_minutes + 1)
+    much_later = datetime.now(UTC) + timedelta(minutes=cfg.memory.session_idle_minutes + 1)
     work = find_undone_work(writer, cfg, now=much_later)
     assert work.closed == [("ana", "s1")] and ("ana", "s1") in work.diary
     assert scalar(cfg, "SELECT ended_at IS NOT NULL FROM sessions") == 1

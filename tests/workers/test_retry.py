@@ -7,7 +7,6 @@ import random
 from tests.fake_ollama import Fault
 from tests.workers.support import (
     add_turn,
-    bound_queue,
     drain,
     handoff,
     query,

@@ -8,15 +8,13 @@ with the queue wiring."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import Callable, Iterator
 
 import pytest
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import session_events
@@ -24,11 +22,13 @@ from app.model.errors import ModelUnreachable
 from app.tasks.config_tasks import sync_config_tasks
 from app.tasks.runs import task_log
 from app.tasks.store import add_task, get_task, list_tasks, pause_task
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
 from app.writer import Writer
 from tests.fake_ollama import Fault
 from workers.scheduler import TICK_SECONDS, run_due_tasks, run_task_now, scheduler_tick
 
-UTC = timezone.utc
+UTC = UTC
 USER = "default"
 # Monday 30 November 2026, 07:00 in Madrid.
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
@@ -259,7 +259,7 @@ def test_two_consumers_racing_run_each_occurrence_once(writer, config, data_dir)
 
     def consumer(slot: int, own_writer: Writer) -> None:
         start.wait()
-        for tick in range(3):  # both tick three times on the same clock
+        for _ in range(3):  # both tick three times on the same clock
             results[slot] += run_due_tasks(config, own_writer, chat, at)
 
     with Writer(DataDir(data_dir).memory_db, Durability.NORMAL) as second:

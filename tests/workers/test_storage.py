@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import tempfile
-
 from unittest import mock
 
 import pytest
@@ -22,8 +18,6 @@ with mock.patch("redis.Redis.info", side_effect=ConnectionError("not probed")):
 from app.datadir import DataDir
 from tests.workers.support import (
     add_turn,
-    consumers,  # noqa: F401 — fixture
-    bound_queue,  # noqa: F401 — fixture
     drain,
     handoff,
     query,
@@ -32,8 +26,8 @@ from tests.workers.support import (
     wait_until,
     worker_config,
 )
-from workers.storage import ApswSqliteStorage
 from workers.queue import configure, huey
+from workers.storage import ApswSqliteStorage
 
 
 class TestApswStorageAgainstHueysSuite(StorageTests, BaseTestCase):
@@ -83,31 +77,6 @@ def test_each_data_dir_gets_its_own_queue(config, data_dir, tmp_path):
 def test_configuring_touches_no_disk_until_first_use(config, tmp_path):
     configure(config.replace(data={"dir": str(tmp_path / "not-yet")}))
     assert not (tmp_path / "not-yet").exists()
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    """A throwaway redis-server on a free loopback port (skips when none is installed)."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_until(lambda: _answers(port), 10, "redis-server to accept connections")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_the_redis_backend_runs_the_same_jobs(config, data_dir, writer, fake_ollama, bound_queue,

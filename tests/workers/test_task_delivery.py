@@ -9,27 +9,27 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from app.turn.agent import Agent
-from app.turn.chat import ChatService
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.tasks.delivery import RunReport, has_undelivered
 from app.tasks.runs import task_runs
 from app.tasks.store import add_task
+from app.turn.agent import Agent
+from app.turn.chat import ChatService
+from tests.cli.support import leave, rows
 from tests.cli.test_messages import hilo
-from tests.cli.test_repl import leave, rows, start_chat  # noqa: F401 — start_chat is a fixture
 from workers.notify import Notification, NotifyFailed, deliver_run, post_webhook
 from workers.scheduler import run_due_tasks, scheduler_tick
 
-UTC = timezone.utc
+UTC = UTC
 USER = "default"
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
@@ -56,7 +56,7 @@ class Hook:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 — http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 hook.received.append(Received(self.path, dict(self.headers), body))
                 status = hook.statuses.pop(0) if hook.statuses else 200

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timezone
+from datetime import UTC
 
 import httpx
 import pytest
 
+from app.learn.session import learn_session
 from app.model.client import ModelClient
-from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.api.support import HiloServer
-from tests.workers.test_queue_ops import as_json, hilo_queue
-from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
+from tests.fake_ollama import CpuSpeed, FakeOllama
+from tests.workers.support import (
     add_turn,
-    bound_queue,
     drain,
     handoff,
     query,
@@ -29,9 +28,9 @@ from tests.workers.support import (  # noqa: F401 — bound_queue is a fixture
     scripted_queue,
     wait_until,
 )
+from tests.workers.test_queue_ops import as_json, hilo_queue
 from workers.chat_activity import ChatActivity, chat_began_after, chat_deferral, read_activity
 from workers.inspection import QueueView
-from app.learn.session import learn_session
 from workers.queue import huey
 
 IDLE = 0.3  # [queue] chat_idle_seconds in these tests
@@ -97,7 +96,7 @@ def test_a_model_job_waits_until_the_server_has_been_quiet(cfg, writer, fake_oll
     [waiting] = [job for job in huey.pending() if job.name.endswith("distill")]
     quiet_from = read_activity(huey, cfg.llm.url).last_at + IDLE
     # Huey's etas are naive UTC.
-    assert waiting.eta.replace(tzinfo=timezone.utc).timestamp() == pytest.approx(quiet_from, abs=0.1)
+    assert waiting.eta.replace(tzinfo=UTC).timestamp() == pytest.approx(quiet_from, abs=0.1)
     assert waiting.kwargs == {"attempt": 1}  # waiting is not a failed attempt
     drain()
     assert learning_calls(fake_ollama) == 1

@@ -47,7 +47,7 @@ def load_yaml(text: str) -> object:
     if len(text.encode("utf-8", errors="replace")) > MAX_FRONT_MATTER_BYTES:
         raise ValueError(f"the front-matter is larger than {MAX_FRONT_MATTER_BYTES // 1024} KiB")
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+        return yaml.load(text, Loader=_NoAliasLoader)
     except RecursionError:
         raise ValueError("the front-matter is nested too deeply") from None
 

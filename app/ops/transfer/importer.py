@@ -41,11 +41,7 @@ from app.memory import (
     link_folded_card,
     link_superseded_fact,
 )
-from app.tasks.schedule import ScheduleError
-from app.tasks.store import TaskRecord, import_task
-from app.timeutil import utc_now
 from app.ops.transfer.jsonl import read_jsonl
-from app.ops.transfer.memory_md import install_memory_md
 from app.ops.transfer.markdown import (
     CARDS_DIR,
     DIARY_DIR,
@@ -54,6 +50,7 @@ from app.ops.transfer.markdown import (
     looks_like_markdown_export,
     read_markdown,
 )
+from app.ops.transfer.memory_md import install_memory_md
 from app.ops.transfer.records import (
     RECORD_TYPES,
     VALUE_LIMIT,
@@ -66,6 +63,9 @@ from app.ops.transfer.records import (
     record_time,
     unit_interval,
 )
+from app.tasks.schedule import ScheduleError
+from app.tasks.store import TaskRecord, import_task
+from app.timeutil import utc_now
 from app.writer import Writer
 
 # Records per writer transaction: big enough to amortise the commit, small enough that

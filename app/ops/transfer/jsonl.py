@@ -13,11 +13,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.ops.backup import snapshot
 from app.config import Config
 from app.datadir import DataDir
 from app.db import schema_version
-from app.timeutil import utc_now
+from app.ops.backup import snapshot
 from app.ops.transfer.files import refuse_to_overwrite, replacing_file
 from app.ops.transfer.memory_md import exported_memory_md
 from app.ops.transfer.records import (
@@ -37,6 +36,7 @@ from app.ops.transfer.user_records import (
     session_records,
     task_records,
 )
+from app.timeutil import utc_now
 
 
 def export_jsonl(config: Config, user_id: str, out_path: Path, *,

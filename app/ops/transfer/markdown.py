@@ -22,17 +22,16 @@ import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import apsw
 import yaml
 
-from app.ops.backup import snapshot
 from app.config import Config
 from app.datadir import DataDir
-from app.timeutil import to_rfc3339
+from app.ops.backup import snapshot
 from app.ops.transfer.files import (
     ImportFile,
     SkippedFile,
@@ -55,6 +54,7 @@ from app.ops.transfer.user_records import (
     session_records,
     task_records,
 )
+from app.timeutil import to_rfc3339
 
 PROFILE_FILE, HISTORY_FILE, FORGOTTEN_FILE = "profile.md", "history.md", "forgotten.md"
 MEMORY_FILE = "MEMORY.md"
@@ -482,7 +482,7 @@ def read_markdown(folder: Path) -> Iterator[dict | Problem]:
                 yield item
                 continue
             where, file, head, body = item
-            modified = to_rfc3339(datetime.fromtimestamp(file.modified, timezone.utc))
+            modified = to_rfc3339(datetime.fromtimestamp(file.modified, UTC))
             record = {"source": "user", "created_at": modified, **head, "type": kind,
                       "_where": where}
             record.setdefault("updated_at", record["created_at"])

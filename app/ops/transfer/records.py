@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +138,9 @@ def record_time(value: Any) -> str | None:
         return None
     moment = _moment(value)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     try:
-        moment = moment.astimezone(timezone.utc)
+        moment = moment.astimezone(UTC)
     except OverflowError:  # an offset that takes it past year 9999 in UTC
         raise ValueError(f"not a time: {value!r}") from None
     if moment.year < 1000:  # stored text would not have four digits, nor sort as a time
@@ -159,7 +159,7 @@ def _moment(value: Any) -> datetime:
         seconds = float(value)
         try:
             return datetime.fromtimestamp(seconds / 1000 if seconds > 1e11 else seconds,
-                                          timezone.utc)
+                                          UTC)
         except (OverflowError, OSError, ValueError):  # inf, nan, or beyond year 9999
             raise ValueError(f"not a time: {value!r}") from None
     if isinstance(value, str):

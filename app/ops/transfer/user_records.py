@@ -18,7 +18,7 @@ def rows(con: apsw.Connection, sql: str, params: tuple) -> Iterator[dict]:
     for row in cursor:
         if names is None:
             names = [d[0] for d in cursor.getdescription()]
-        yield dict(zip(names, row))
+        yield dict(zip(names, row, strict=True))
 
 
 def session_records(con: apsw.Connection, user_id: str) -> Iterator[dict]:

@@ -26,13 +26,14 @@ they wrote, their yes, their trusted task) over their own machine.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping, Protocol
+from typing import Any, Literal, Protocol
 
-from app.turn.chat import ChatService
 from app.config import Config
 from app.errors import HiloError
 from app.log import get_logger
+from app.turn.chat import ChatService
 
 log = get_logger(__name__)
 
@@ -202,7 +203,7 @@ class Registry:
             result = out if isinstance(out, ToolResult) else ToolResult(out, ok=True)
         except HiloError as exc:
             result = ToolResult(ERROR_PREFIX + exc.message, ok=False)
-        except Exception as exc:  # noqa: BLE001 — a broken tool is reported, not fatal
+        except Exception as exc:
             log.exception("tool.crashed", tool=name)
             result = ToolResult(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", ok=False)
         log.debug("tool.called", tool=name, surface=ctx.surface, ok=result.ok,

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from app.config import SHELL_METACHARACTERS
 from app.errors import InvalidInput
@@ -100,7 +100,7 @@ class AllowRule:
             return False
         if not self.any_further and len(words) != len(self.words):
             return False
-        for wanted, word in zip(self.words, words):
+        for wanted, word in zip(self.words, words, strict=False):
             if wanted == PATH_IN_WORKDIR:
                 if word.startswith("-") or not inside(word, workdir):
                     return False

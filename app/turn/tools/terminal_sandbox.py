@@ -27,9 +27,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from app.config import Config
 from app.log import get_logger

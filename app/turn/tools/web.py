@@ -19,9 +19,10 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
