@@ -321,18 +321,16 @@ def test_http_a_bad_user_header_is_refused_with_the_apis_message(hilo: HiloServe
         scenario, http_server(hilo, user="x" * 201))
 
 
-# -- the README's client snippets ------------------------------------------------------------
+# -- docs/mcp.md's client snippets -----------------------------------------------------------
 
 
-def readme_mcp_section() -> str:
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Memory for other agents (MCP)")
-    return readme[start:readme.index("\n## ", start + 1)]
+def mcp_page() -> str:
+    return (REPO_ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
 
 
-def readme_clients() -> list[tuple[str, Any]]:
+def page_clients() -> list[tuple[str, Any]]:
     """Each snippet's way in: ("stdio", command) or ("http", (url, headers))."""
-    section = readme_mcp_section()
+    section = mcp_page()
 
     def blocks(language: str) -> list[str]:
         return re.findall(rf"```{language}\n(.*?)```", section, re.S)
@@ -362,30 +360,30 @@ def readme_clients() -> list[tuple[str, Any]]:
     return found
 
 
-def test_the_readme_names_each_client():
-    section = readme_mcp_section()
+def test_the_mcp_page_names_each_client():
+    section = mcp_page()
     for client in ("Claude Desktop", "Claude Code", "Cursor", "Continue", "Open WebUI"):
         assert f"**{client}**" in section
-    kinds = [kind for kind, _ in readme_clients()]
+    kinds = [kind for kind, _ in page_clients()]
     assert kinds.count("stdio") == 3 and kinds.count("http") == 3
 
 
 @pytest.mark.slow
-def test_every_readme_stdio_snippet_starts_an_mcp_server(data_dir, fake_ollama):
+def test_every_stdio_snippet_starts_an_mcp_server(data_dir, fake_ollama):
     async def tool_names(client: Client) -> set[str]:
         return {tool.name for tool in (await client.list_tools()).tools}
 
-    for kind, command in readme_clients():
+    for kind, command in page_clients():
         if kind == "stdio":
             assert command == ["hilo", "mcp"]
             assert run(tool_names, stdio_server(data_dir, fake_ollama, command, user=None)) == TOOLS
 
 
-def test_every_readme_url_snippet_answers_on_hilo_serve(hilo: HiloServer):
+def test_every_url_snippet_answers_on_hilo_serve(hilo: HiloServer):
     async def tool_names(client: Client) -> set[str]:
         return {tool.name for tool in (await client.list_tools()).tools}
 
-    for kind, target in readme_clients():
+    for kind, target in page_clients():
         if kind != "http":
             continue
         url, headers = target

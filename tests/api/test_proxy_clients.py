@@ -1,4 +1,4 @@
-"""The README's recipes, driven against `hilo serve`: LangChain (ChatOllama, ChatOpenAI),
+"""The recipes of docs/clients.md, driven against `hilo serve`: LangChain (ChatOllama, ChatOpenAI),
 LiteLLM (ollama_chat/ and openai/) and `llm` with llm-ollama, each keeping tools and
 structured output and gaining memory."""
 

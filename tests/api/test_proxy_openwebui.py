@@ -1,6 +1,6 @@
 """Open WebUI as it talks to Hilo: each request carries the whole message list of the
 chat's current branch, streamed, over its Ollama connection; with
-ENABLE_FORWARD_USER_INFO_HEADERS=true (the README's recipe) it names the chat in
+ENABLE_FORWARD_USER_INFO_HEADERS=true (docs/clients.md's recipe) it names the chat in
 `X-OpenWebUI-Chat-Id`. Editing, regenerating, "Continue Response" and tool turns store
 each thing once and never send an abandoned branch to the model."""
 

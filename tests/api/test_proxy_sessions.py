@@ -91,7 +91,7 @@ def test_a_user_field_that_is_no_id_is_refused(hilo: HiloServer) -> None:
 # -- housekeeping --------------------------------------------------------------------------
 
 
-# Open WebUI with ENABLE_FORWARD_USER_INFO_HEADERS=true, as the README recommends: its
+# Open WebUI with ENABLE_FORWARD_USER_INFO_HEADERS=true, as docs/clients.md recommends: its
 # task requests name the chat they are about.
 OPEN_WEBUI_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
                       "X-OpenWebUI-User-Role": "user", "X-OpenWebUI-Chat-Id": "chat-1"}

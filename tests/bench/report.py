@@ -74,7 +74,7 @@ def write_section(name: str, body: str) -> None:
                f"Machine: {machine()}  \nRun: {stamp}\n\n{body.strip()}\n{end}")
     text = BENCHMARKS_MD.read_text(encoding="utf-8") if BENCHMARKS_MD.exists() else (
         "# Benchmarks\n\nEach section is rewritten by the benchmark named in it "
-        "(`python -m tests.bench.<name>`); see the README.\n")
+        "(`python -m tests.bench.<name>`); see docs/benchmarks.md.\n")
     if start in text and end in text:
         before, rest = text.split(start, 1)
         after = rest.split(end, 1)[1]

@@ -1,4 +1,4 @@
-"""Screenshots of the memory page's main views for the README, taken by a real browser
+"""Screenshots of the memory page's main views for docs/memory-page.md, taken by a real browser
 on a real `hilo serve` with a small made-up memory. Not run by the test suite:
 
     python -m tests.ui.screenshots [--out docs/screenshots]
