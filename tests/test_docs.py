@@ -148,7 +148,7 @@ def summary_rows() -> list[dict[str, str]]:
     head = benchmarks().split("\n<!-- bench:", 1)[0]
     lines = [line for line in head.splitlines() if line.startswith("|")]
     columns = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(columns, (cell.strip() for cell in line.strip("|").split("|"))))
+    return [dict(zip(columns, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
             for line in lines[2:]]
 
 
