@@ -35,7 +35,8 @@ default), so texts sharing words have a high cosine similarity; set
 
 Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
 `fake.engine = "<name>"` (a key of ENGINES) refuses a JSON format (`format`,
-`response_format`) with the status and body that server answers; `fake.honour_limits =
+`response_format`) with the status and body that server answers ("llama.cpp" also adds
+its `timings` to a /v1 reply's last chunk); `fake.honour_limits =
 True` cuts each reply at the request's num_predict / max_tokens / stop, as servers do.
 Every request is recorded in `fake.requests` (method, path, parsed JSON body whatever
 its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
@@ -63,7 +64,8 @@ The script file is JSON: {"chat": [...], "generate": [...], "embed": [...],
 "models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>},
 {"text": ..., "thinking": ..., "tool_calls": [{"name": ..., "arguments": {...}}]} (a
 Reply) or a fault spec such as {"fault": "delay", "seconds": 0.5}, {"fault": "http_500"},
-{"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2}.
+{"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2},
+{"fault": "endless"} (a reply streamed for ever) or {"fault": "hang"} (no answer at all).
 """
 
 from __future__ import annotations
@@ -141,6 +143,19 @@ class Fault:
         return cls("cut_stream", after_chunks=after_chunks)
 
     @classmethod
+    def endless(cls) -> Fault:
+        """Stream the reply's pieces over and over, never ending and ignoring every limit,
+        until the client hangs up: a model looping inside its JSON on a server that
+        honours no output limit."""
+        return cls("endless")
+
+    @classmethod
+    def hang(cls) -> Fault:
+        """Take the request and never answer (no status, no byte) until the client hangs
+        up: a server stuck before its first token."""
+        return cls("hang")
+
+    @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> Fault:
         """A fault from a script file entry, e.g. {"fault": "delay", "seconds": 1}."""
         kind = spec["fault"]
@@ -154,7 +169,10 @@ class Fault:
             return cls.malformed_json()
         if kind == "cut_stream":
             return cls.cut_stream(spec.get("after_chunks", 1))
-        raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, malformed_json or cut_stream")
+        if kind in ("endless", "hang"):
+            return getattr(cls, kind)()
+        raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, "
+                         "malformed_json, cut_stream, endless or hang")
 
 
 @dataclass(frozen=True)
@@ -902,6 +920,11 @@ def _answer(
     if isinstance(item, Fault) and item.kind == "http_error":
         http.send_json(item.status, error_body(item.status, item.message))
         return None
+    if isinstance(item, Fault) and item.kind == "hang":
+        while not fake._stopping.is_set() and not _peer_closed(http.connection):
+            fake.pause(0.01)
+        http.close_connection = True
+        return None
     if isinstance(item, Fault):
         text = _reply_text(fake.unscripted_reply(kind, body))
         if item.kind == "malformed_json" and _wants_json(body):
@@ -952,11 +975,30 @@ def _send_stream(
             http.write_chunk(frame)
         http.hang_up()
         return
+    if fault is not None and fault.kind == "endless":
+        _send_endlessly(http, frames or ending[:1])
+        return
     for frame in paced:
         http.write_chunk(frame)
     for frame in ending:
         http.write_chunk(frame)
     http.end_stream()
+
+
+def _send_endlessly(http: _Handler, frames: list[bytes]) -> None:
+    """The frames over and over, a millisecond apart, until the client or the server goes."""
+    fake = http.server.fake
+    sent = 0
+    while not fake._stopping.is_set():
+        try:
+            http.write_chunk(frames[sent % len(frames)])
+        except OSError:  # the client hung up
+            break
+        sent += 1
+        if _peer_closed(http.connection):
+            break
+        fake.pause(0.001)
+    http.close_connection = True
 
 
 def _paced_by(run: ModelRun, generated: str) -> tuple:
@@ -1259,6 +1301,19 @@ def _call_deltas(answer: _Answer) -> list[dict[str, Any]]:
     return deltas
 
 
+def _timings(fake: FakeOllama, prompt_count: int, reply: str) -> dict[str, Any]:
+    """llama.cpp's server's `timings` on a reply's last chunk (fake.engine "llama.cpp"):
+    the engine's own milliseconds, here from the simulated CPU's speeds (1 ms a token
+    without one)."""
+    if fake.engine not in ("llama.cpp", "llama.cpp-old"):
+        return {}
+    prompt_tps, reply_tps = ((fake.cpu.prompt_tokens_per_second, fake.cpu.generate_tokens_per_second)
+                             if fake.cpu else (1000.0, 1000.0))
+    predicted = count_tokens(reply)
+    return {"timings": {"prompt_n": prompt_count, "prompt_ms": prompt_count / prompt_tps * 1000,
+                        "predicted_n": predicted, "predicted_ms": predicted / reply_tps * 1000}}
+
+
 def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
     model = _model_or_404(fake, http, body, openai=True)
     if model is None:
@@ -1291,7 +1346,8 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             _sse({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]})
             for delta in _call_deltas(answer)
         ]
-        ending = [_sse({**chunk, "choices": [_delta("", finish_reason=finish)]})]
+        ending = [_sse({**chunk, "choices": [_delta("", finish_reason=finish)],
+                        **_timings(fake, prompt_count, answer.text)})]
         if (body.get("stream_options") or {}).get("include_usage"):
             ending.append(_sse({**chunk, "choices": [], "usage": usage}))
         ending.append(b"data: [DONE]\n\n")
@@ -1310,6 +1366,7 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             "object": "chat.completion",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
+            **_timings(fake, prompt_count, answer.text),
         }
         with fake.model_run(http, model, "/v1/chat/completions", body) as run:
             _send_whole(http, whole, answer.fault, *_paced_by(run, _generated(answer)))

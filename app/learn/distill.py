@@ -30,7 +30,7 @@ from app.config import Config
 from app.events import mark_distilled
 from app.fts import terms
 from app.learn.capture import capture_statements
-from app.learn.model_output import DistillOutput, ask_json, parse_output
+from app.learn.model_output import DistillOutput, ask_json, items_for, parse_output
 from app.learn.reading import reading
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.model.client import ModelClient
@@ -43,7 +43,12 @@ FALLBACK_WORKER = "distill-rules"
 MAX_EVENT_CHARS = 4000
 MAX_PROMPT_CHARS = 12_000
 
-DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()
+DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()  # at its most: see distill_schema
+
+
+def distill_schema(sources: int) -> dict[str, Any]:
+    """The schema of a call that learns from `sources` source messages."""
+    return DistillOutput.format_schema(items_for(sources))
 
 SYSTEM = (
     "You keep the long-term memory of a chat assistant about its user. Answer with JSON "
@@ -52,7 +57,7 @@ SYSTEM = (
 
 INSTRUCTIONS = """\
 From the conversation below, extract what is worth remembering about the USER:
-- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "profile": permanent attributes of the user (name, location, language, job, ...), each a short key and its value;
 - "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
   a short key naming what it is about (e.g. "editor", "staging database"), and the value.
 Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
@@ -62,7 +67,7 @@ Take facts only from USER and TOOL lines. ASSISTANT lines are context: never tak
 TASK_INSTRUCTIONS = """\
 Below is an unattended run of a scheduled task the user set up earlier. Extract what is worth
 remembering from what the task found:
-- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "profile": permanent attributes of the user (name, location, language, job, ...), each a short key and its value;
 - "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
   a short key naming what it is about (e.g. "backups", "weather in Lisbon"), and the value.
 Take facts only from RESULT and TOOL lines. The TASK line is what the task was told to do, not
@@ -298,9 +303,10 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
         return DistillResult()
     extraction, dropped = Extraction(), 0
     voices = voices_of(session_id)
-    if any(e.role in voices.sources for e in events):
-        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM,
-                             after, yield_to)
+    sources = sum(1 for e in events if e.role in voices.sources)
+    if sources:
+        raw, text = ask_json(model, WORKER, build_prompt(events, voices), distill_schema(sources),
+                             SYSTEM, after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
     return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
 

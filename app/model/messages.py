@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.events import Event, InvalidEvent
+from app.model.usage import EngineTime, engine_time
 from app.sanitize import clean_text
 
 Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
@@ -288,6 +289,7 @@ class ReplyRecord:
     prompt_eval_count: int | None = None
     prompt_cached_count: int | None = None
     eval_count: int | None = None
+    engine: EngineTime | None = None  # the engine's own time, when the server reports it
     finished: bool = False
     media_type: str = "application/json"
     # OpenAI streams a call in pieces, by index: {index: {"id", "name", "arguments": text}}.
@@ -315,9 +317,11 @@ class ReplyRecord:
             self.prompt_eval_count = frame.get("prompt_eval_count")
             self.prompt_cached_count = frame.get("prompt_eval_cached_count")
             self.eval_count = frame.get("eval_count")
+            self.engine = engine_time(frame)
 
     def read_openai(self, frame: Mapping[str, Any]) -> None:
         """One chat.completion.chunk, or a whole chat.completion."""
+        self.engine = engine_time(frame) or self.engine
         usage = frame.get("usage")
         if isinstance(usage, Mapping):
             self.prompt_eval_count = usage.get("prompt_tokens")

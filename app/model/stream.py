@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.model.messages import ReplyRecord, SentChat
+from app.model.usage import EngineTime
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class ChatReply:
     tool_calls: tuple[dict[str, Any], ...] = ()
     # Of the prompt's tokens, those the server found in its cache (None if unreported).
     prompt_cached_count: int | None = None
+    # The engine's own time for the reply, when the server reports it (app/model/usage.py).
+    engine: EngineTime | None = None
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from app.learn.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
-from app.learn.model_output import InvalidOutput
+from app.learn.distill import distill_schema, distill_turn, needs_compaction, parse_extraction
+from app.learn.model_output import InvalidOutput, output_limit
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
 from app.timeutil import utc_now
 from tests.workers.support import add_turn, query, scalar, snapshot
@@ -43,12 +43,17 @@ def test_a_turn_yields_profile_and_facts_with_provenance(job_parts):
     assert log == [("profile", "insert", "distill", ids[0]), ("fact", "insert", "distill", ids[0])]
 
 
-def test_the_request_carries_the_schema_and_a_low_temperature(job_parts):
+def test_the_request_carries_a_bounded_schema_its_output_limit_and_a_low_temperature(job_parts):
     cfg, writer, _, fake = job_parts
     distill(job_parts, add_turn(writer, cfg, "ana", "s1", "my name is Ana"))
     body = fake.bodies("/api/generate")[0]
-    assert body["format"] == DISTILL_SCHEMA
+    schema = distill_schema(1)  # one message to learn from: a few items at most
+    assert body["format"] == schema
+    assert schema["properties"]["facts"]["maxItems"] == 3
+    assert schema["properties"]["facts"]["items"]["properties"]["value"]["maxLength"] == 160
     assert body["options"]["temperature"] == 0.1
+    assert body["options"]["num_predict"] == output_limit(schema) < 500
+    assert body["stream"] is True  # a deadline can cut only a streamed read
 
 
 def test_events_are_marked_distilled_so_a_second_run_does_nothing(job_parts):

@@ -6,23 +6,29 @@ import pytest
 
 from app.learn.compact import CARD_SCHEMA, parse_card
 from app.learn.diary_entry import DIARY_SCHEMA, parse_entry
-from app.learn.distill import DISTILL_SCHEMA, parse_extraction
-from app.learn.model_output import InvalidOutput
+from app.learn.distill import DISTILL_SCHEMA, distill_schema, parse_extraction
+from app.learn.model_output import InvalidOutput, output_limit
 
 
-def test_the_schemas_sent_ask_for_every_field_inline_and_without_annotations():
-    # What llama.cpp's grammars take: no $ref, no titles, every field required.
+def test_the_schemas_sent_ask_for_every_field_inline_bounded_and_without_annotations():
+    # What llama.cpp's grammars take: no $ref, no titles, every field required; and every
+    # list and string bounded, so a grammar-constrained reply ends (issue 38).
+    text = {"type": "string", "maxLength": 160}
     assert DISTILL_SCHEMA == {
         "type": "object",
         "properties": {
-            "profile": {"type": "object", "additionalProperties": {"type": "string"}},
-            "facts": {"type": "array", "items": {
+            "profile": {"type": "array", "maxItems": 3, "items": {
+                "type": "object",
+                "properties": {"key": {"type": "string", "maxLength": 40}, "value": text},
+                "required": ["key", "value"],
+            }},
+            "facts": {"type": "array", "maxItems": 6, "items": {
                 "type": "object",
                 "properties": {
                     "category": {"type": "string", "enum": ["fact", "decision", "solution",
                                                             "preference", "conversation"]},
-                    "key": {"type": "string"},
-                    "value": {"type": "string"},
+                    "key": {"type": "string", "maxLength": 60},
+                    "value": text,
                 },
                 "required": ["category", "key", "value"],
             }},
@@ -31,12 +37,24 @@ def test_the_schemas_sent_ask_for_every_field_inline_and_without_annotations():
     }
     assert CARD_SCHEMA == {
         "type": "object",
-        "properties": {"summary": {"type": "string"},
-                       "keywords": {"type": "array", "items": {"type": "string"}}},
+        "properties": {"summary": {"type": "string", "maxLength": 400},
+                       "keywords": {"type": "array", "maxItems": 8,
+                                    "items": {"type": "string", "maxLength": 40}}},
         "required": ["summary", "keywords"],
     }
-    assert DIARY_SCHEMA == {"type": "object", "properties": {"entry": {"type": "string"}},
+    assert DIARY_SCHEMA == {"type": "object",
+                            "properties": {"entry": {"type": "string", "maxLength": 400}},
                             "required": ["entry"]}
+
+
+def test_a_learning_call_asks_for_no_more_than_its_sources_can_hold():
+    one, many = distill_schema(1), distill_schema(10)
+    assert (one["properties"]["facts"]["maxItems"], one["properties"]["profile"]["maxItems"]) == (3, 2)
+    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (6, 3)
+    # The output limit is a reply at every bound, three characters a token.
+    assert output_limit(one) < output_limit(many) < 1000
+    assert output_limit(DIARY_SCHEMA) == -(-(2 + len('"entry"') + 4 + 402) // 3) + 16
+    assert output_limit({"type": "object", "properties": {"x": {"type": "string"}}}) is None
 
 
 def test_a_bad_fact_is_dropped_and_the_others_kept():
@@ -79,7 +97,7 @@ def test_keywords_may_come_as_one_string_and_are_capped():
     card = parse_card({"summary": "Moved the backups to S3.", "keywords": "s3, none, backups"})
     assert card.keywords == "s3, backups"
     many = parse_card({"summary": "s", "keywords": [f"k{n}" for n in range(20)] + [7]})
-    assert many.keywords == ", ".join(f"k{n}" for n in range(12))
+    assert many.keywords == ", ".join(f"k{n}" for n in range(8))
     assert parse_card({"summary": "s", "keywords": 7}).keywords == ""
 
 
