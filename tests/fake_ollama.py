@@ -1044,7 +1044,15 @@ def _sse(obj: Any) -> bytes:
 
 def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str = "stop",
                 run: ModelRun | None = None) -> dict[str, Any]:
+    """Ollama's done line; with a simulated CPU, its durations are that CPU's time for the
+    prompt read anew and the reply (nanoseconds, as Ollama's)."""
     total = int((time.perf_counter() - started) * 1e9)
+    prompt_ns, reply_ns = total // 2, total // 2
+    cpu = run.fake.cpu if run is not None and run.evaluation is not None else None
+    if cpu is not None and run is not None and run.evaluation is not None:
+        prompt_ns = int(run.evaluation.new_tokens / cpu.prompt_tokens_per_second * 1e9)
+        reply_ns = int(count_tokens(reply) / cpu.generate_tokens_per_second * 1e9)
+        total = prompt_ns + reply_ns
     cached = {} if run is None or run.cached_tokens is None else {
         "prompt_eval_cached_count": min(run.cached_tokens, prompt_count)}
     return {
@@ -1053,9 +1061,9 @@ def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str 
         "total_duration": total,
         "load_duration": 0,
         "prompt_eval_count": prompt_count,
-        "prompt_eval_duration": total // 2,
+        "prompt_eval_duration": prompt_ns,
         "eval_count": count_tokens(reply),
-        "eval_duration": total // 2,
+        "eval_duration": reply_ns,
     }
 
 

@@ -34,7 +34,9 @@ from huey.utils import Error
 
 from app.config import Config
 from app.datadir import DataDir
+from app.db import connect_readonly
 from app.errors import Unavailable
+from app.learn.engine_time import EngineSpend, LearningStall, engine_spend, learning_stall
 from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
@@ -247,9 +249,40 @@ class ChatWait:
 
 
 @dataclass
+class LearningCost:
+    """What learning cost the engine lately beside the chat, and whether its model still
+    answers (app/learn/engine_time.py)."""
+
+    spend: EngineSpend
+    stall: LearningStall | None
+
+    def to_dict(self) -> dict:
+        return {**self.spend.to_dict(),
+                "stall": None if self.stall is None else self.stall.to_dict()}
+
+
+def learning_cost(config: Config, now: float | None = None) -> LearningCost | None:
+    """Read from the memory database; None when there is none yet (or it predates the
+    record)."""
+    path = DataDir.of(config).memory_db
+    if not path.exists():
+        return None
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    try:
+        con = connect_readonly(path)
+        try:
+            return LearningCost(engine_spend(con, moment), learning_stall(con))
+        finally:
+            con.close()
+    except apsw.Error as exc:  # not migrated yet, or damaged: the database checks say which
+        log.info("queue.learning_cost_unread", error=str(exc))
+        return None
+
+
+@dataclass
 class QueueStatus:
-    """Counts, the oldest due job, failures by task, locks held, the worker's last poll
-    and whether model jobs wait for a chat."""
+    """Counts, the oldest due job, failures by task, locks held, the worker's last poll,
+    whether model jobs wait for a chat, and what learning costs the engine."""
 
     backend: str  # "sqlite" or "redis"
     location: str  # the queue file, or the Redis URL without its password
@@ -265,6 +298,7 @@ class QueueStatus:
     locks: list[str]
     worker: WorkerPoll
     chat_wait: ChatWait
+    learning: LearningCost | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -285,6 +319,7 @@ class QueueStatus:
             "locks": self.locks,
             "worker": self.worker.to_dict(),
             "chat_wait": self.chat_wait.to_dict(),
+            "learning": None if self.learning is None else self.learning.to_dict(),
         }
 
 
@@ -503,6 +538,7 @@ class QueueView:
                 active=since_poll is not None and since_poll <= ACTIVE_WITHIN_SECONDS,
             ),
             chat_wait=self.chat_wait(pending + scheduled, now),
+            learning=learning_cost(self.config, now),
         )
 
     def chat_wait(self, jobs: list[Job], now: float) -> ChatWait:

@@ -26,6 +26,7 @@ from app.db import Durability
 from app.learn.consolidate import consolidate as consolidate_memory
 from app.learn.diary_entry import write_diary
 from app.learn.embed import embed_pending
+from app.learn.engine_time import record_call
 from app.learn.reading import reading
 from app.learn.session import learn_by_rules, learn_session, waiting_since
 from app.learn.tool_chains import learn_all_macros
@@ -33,6 +34,7 @@ from app.log import get_logger
 from app.model.client import ModelClient
 from app.model.embedders import Embedder, make_embedder
 from app.model.json_modes import JsonModes
+from app.model.usage import JsonCall
 from app.recall.vectors import pending_owners
 from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
@@ -98,12 +100,18 @@ class JobRunner:
         self.writer = Writer.from_config(config, Durability.NORMAL)
         # How each server and model takes a request for JSON, kept in the memory database.
         json_modes = JsonModes(self.writer)
-        self.model = ModelClient.from_config(config, json_modes=json_modes)
+        # Each learning call's engine time and outcome, kept (app/learn/engine_time.py).
+        writer = self.writer
+
+        def recorded(call: JsonCall) -> None:
+            record_call(writer, call)
+
+        self.model = ModelClient.from_config(config, json_modes=json_modes, on_json_call=recorded)
         # What learns (distill, cards, diary, consolidation): [llm] distill_url's server,
         # else the chat's, whose person it then waits for (workers/chat_activity.py).
         separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
         self.learner = (ModelClient.from_config(config, url=config.llm.distill_url,
-                                                json_modes=json_modes)
+                                                json_modes=json_modes, on_json_call=recorded)
                         if separate else self.model)
         self.chat_server: str | None = None if separate else config.llm.url
         # None with [embedder] kind = "none".
