@@ -41,6 +41,7 @@ from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
 from workers.queue import configure
+from workers.waiting import WAITING_PREFIX
 
 # A worker that polled within this long is "active" (it polls at least every
 # poll_max_delay seconds, and writes the heartbeat every HEARTBEAT_EVERY_SECONDS).
@@ -655,10 +656,11 @@ class QueueView:
         flushed = Flushed(pending=self._call(self.huey.pending_count),
                           scheduled=self._call(self.huey.scheduled_count),
                           failed=len(kv.failures), results=kv.results,
-                          revoke_flags=len(kv.revoked), kept=sorted(kv.state))
+                          revoke_flags=len(kv.revoked), kept=sorted(k for k in kv.state if not k.startswith(WAITING_PREFIX)))
         self._call(self.huey.flush)
         for key, raw in kv.state.items():
-            self._call(self.huey.storage.put_data, key, raw)
+            if not key.startswith(WAITING_PREFIX):  # their jobs are gone with the queue
+                self._call(self.huey.storage.put_data, key, raw)
         return flushed
 
 

@@ -140,7 +140,7 @@ class LearningStall:
     past_deadline: int  # of those, cut at their deadline
     deadline_seconds: float
     first_unanswered_at: str
-    chat_replies_since: int  # chat turns answered since the first unanswered call
+    chats_answered: bool  # the latest chat turn got its reply
 
     def line(self, now: datetime | None = None) -> str:
         """One line for a person: what is wrong, since when, and that chats still work."""
@@ -152,7 +152,7 @@ class LearningStall:
                else f"{calls}: {late} {deadline}, {n - late} failed")
         answered = ("has not answered a learning call since " + since if self.answered_last_at
                     else "has answered none of its learning calls since " + since)
-        chats = "; chats still work" if self.chat_replies_since else ""
+        chats = "; chats still work" if self.chats_answered else ""
         return (f"learning: the model at {self.server} {answered} ({how}){chats}; "
                 "what it was asked is learned by rule meanwhile")
 
@@ -176,11 +176,10 @@ def learning_stall(con: apsw.Connection) -> LearningStall | None:
         (PAST_DEADLINE, server, answered_id or 0, *UNANSWERED)).fetchone()
     if not unanswered:
         return None
-    (replies,) = con.execute(
-        "SELECT count(*) FROM turn_records WHERE created_at >= ? AND reply_event_id IS NOT NULL",
-        (first_at,)).fetchone()
+    latest = con.execute("SELECT reply_event_id IS NOT NULL AND error IS NULL FROM turn_records "
+                         "ORDER BY id DESC LIMIT 1").fetchone()
     return LearningStall(server, answered_at, unanswered, past_deadline, deadline or 0.0,
-                         first_at, replies)
+                         first_at, bool(latest and latest[0]))
 
 
 def _clock(moment: str, now: datetime | None = None) -> str:

@@ -197,6 +197,7 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_DATA_DIR": str(config.data_dir),
         "HILO_LLM_URL": config.llm.url,
         "HILO_LLM_TIMEOUT_SECONDS": str(config.llm.timeout_seconds),
+        "HILO_LLM_LEARNING_DEADLINE_SECONDS": str(config.llm.learning_deadline_seconds),
         "HILO_LOGGING_FORMAT": "json",
         "HILO_MEMORY_COMPACTION_THRESHOLD": str(config.memory.compaction_threshold),
         "HILO_MEMORY_CHUNK_SIZE": str(config.memory.chunk_size),
