@@ -2,9 +2,11 @@
 
 The model gets the turn with a JSON schema in `format` at temperature 0.1. Facts about
 the user come from user turns and tool results only: the assistant's text is shown as
-context, and an extracted fact whose words come from the assistant's text and not
-from the user's is dropped (the hallucination feedback loop). Output is parsed
-leniently and validated item by item; nothing invalid is written.
+context. An extracted item is kept only when one source message supports it, and that
+message is its provenance (app/learn/grounding.py: the model's inventions, the
+instruction's examples and the assistant's words are dropped, and what the rules take
+from the same messages is kept beside). Output is parsed leniently and validated item
+by item; nothing invalid is written.
 
 A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
 stored as "system", is what the task was told to do, not the user speaking, so it is
@@ -28,15 +30,17 @@ import apsw
 
 from app.config import Config
 from app.events import mark_distilled
-from app.fts import terms
-from app.learn.capture import capture_statements
+from app.learn.grounding import Dropped, by_rule, covers, judge
 from app.learn.model_output import DistillOutput, ask_json, items_for, parse_output
 from app.learn.reading import reading
+from app.log import get_logger
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.model.client import ModelClient
 from app.model.messages import SentChat, text_with_tool_calls
 from app.tasks.store import is_task_session
 from app.writer import Writer
+
+log = get_logger(__name__)
 
 WORKER = "distill"
 FALLBACK_WORKER = "distill-rules"
@@ -122,6 +126,9 @@ class TurnEvent:
 class Extraction:
     profile: dict[str, str] = field(default_factory=dict)
     facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, value)
+    # Each item's supporting message: ("profile", key) or (category, key) → event id.
+    support: dict[tuple[str, str], int] = field(default_factory=dict)
+    by_rule: set[tuple[str, str]] = field(default_factory=set)  # items the rules found
 
     def __bool__(self) -> bool:
         return bool(self.profile or self.facts)
@@ -215,29 +222,45 @@ def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
                       facts=[(fact.category, fact.key, fact.value) for fact in output.facts])
 
 
-def _grounded(text: str, source_words: set[str], context_words: set[str]) -> bool:
-    """False for text whose words come from the context and not from a source."""
-    words = set(terms(text, min_length=3))
-    return not words or bool(words & source_words) or not (words & context_words)
-
-
 def keep_grounded(extraction: Extraction, events: list[TurnEvent],
-                  voices: Voices = CONVERSATION,
-                  learned: frozenset[int] = frozenset()) -> tuple[Extraction, int]:
-    """Drop what is worded from the context and not from a source; an event in `learned`
-    is context too (what it said is stored already)."""
-    def is_source(e: TurnEvent) -> bool:
-        return e.role in voices.sources and e.id not in learned
-
-    source = set().union(*(terms(e.content, min_length=3) for e in events if is_source(e)))
-    context = set().union(*(terms(e.content, min_length=3) for e in events
-                            if e.role in voices.context or e.id in learned))
+                  voices: Voices = CONVERSATION, learned: frozenset[int] = frozenset(),
+                  also: str = "") -> tuple[Extraction, list[Dropped]]:
+    """What of the model's extraction a source message supports, each item with that
+    message (app/learn/grounding.py), and what the rules take from the same messages
+    besides; an event in `learned` is context (what it said is stored already). `also`:
+    what the prompt asked besides the instructions (its words are no support either)."""
+    sources = [e for e in events if e.role in voices.sources and e.id not in learned]
+    context = [e for e in events if e.role in voices.context or e.id in learned]
+    items = [(("profile", k), k, v) for k, v in extraction.profile.items()]
+    items += [((c, k), k, v) for c, k, v in extraction.facts]
+    judged = judge(items, sources, context, f"{SYSTEM}\n{voices.instructions}\n{also}")
     kept = Extraction(
-        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, context)},
-        facts=[f for f in extraction.facts if _grounded(f[2], source, context)],
-    )
-    dropped = len(extraction.profile) + len(extraction.facts) - len(kept.profile) - len(kept.facts)
-    return kept, dropped
+        profile={k: v for k, v in extraction.profile.items() if ("profile", k) in judged.supported_by},
+        facts=[f for f in extraction.facts if (f[0], f[1]) in judged.supported_by],
+        support=dict(judged.supported_by))
+    if judged.dropped:
+        log.info("learn.not_grounded", dropped=[f"{d.key}: {d.value} ({d.reason})"
+                                                for d in judged.dropped])
+    _add_rules(kept, sources)
+    return kept, judged.dropped
+
+
+def _add_rules(kept: Extraction, sources: list[TurnEvent]) -> None:
+    """What the rules take from `sources` that the kept items do not say already."""
+    for kind, category, key, value, event_id in by_rule(sources):
+        said = [f"{k} {v}" for k, v in kept.profile.items()] + [f"{k} {v}" for _, k, v in kept.facts]
+        if kind == "profile":
+            if key in kept.profile:
+                continue
+            kept.profile[key] = value
+            item = ("profile", key)
+        else:
+            if covers(said, value):
+                continue
+            kept.facts.append((category, key, value))
+            item = (category, key)
+        kept.support[item] = event_id
+        kept.by_rule.add(item)
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -257,18 +280,24 @@ def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_
     if not pending:
         return DistillResult()  # another run got here first
     result = DistillResult(events=len(pending))
+
+    def provenance(item: tuple[str, str]) -> dict:
+        """Who learned the item, and the message that supports it."""
+        return {"worker": FALLBACK_WORKER if item in extraction.by_rule else worker,
+                "source_event_id": extraction.support.get(item, source_event_id)}
+
     for key, value in extraction.profile.items():
         try:
             result.profile[key] = set_profile(con, user_id, key, value, source="agent",
-                                              worker=worker, source_event_id=source_event_id,
-                                              from_outside=from_outside)
+                                              from_outside=from_outside,
+                                              **provenance(("profile", key)))
         except InvalidMemory:
             result.dropped += 1
     for category, key, value in extraction.facts:
         try:
             action = store_fact(con, user_id, category, key, value, source="agent",
-                                worker=worker, source_event_id=source_event_id,
-                                similarity=similarity, from_outside=from_outside).action
+                                similarity=similarity, from_outside=from_outside,
+                                **provenance((category, key))).action
         except InvalidMemory:
             result.dropped += 1
             continue
@@ -301,14 +330,14 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
         events = undistilled_events(con, user_id, session_id, event_ids)
     if not events:
         return DistillResult()
-    extraction, dropped = Extraction(), 0
+    extraction, dropped = Extraction(), []
     voices = voices_of(session_id)
     sources = sum(1 for e in events if e.role in voices.sources)
     if sources:
         raw, text = ask_json(model, WORKER, build_prompt(events, voices), distill_schema(sources),
                              SYSTEM, after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
-    return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
+    return _write(writer, config, user_id, session_id, events, extraction, WORKER, len(dropped))
 
 
 def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
@@ -319,9 +348,10 @@ def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
     if not events:
         return DistillResult()
     extraction = Extraction()
-    for event in events:
-        if event.role == "user":
-            captured = capture_statements(event.content)
-            extraction.profile.update(captured.profile)
-            extraction.facts.extend(captured.facts)
+    for kind, category, key, value, event_id in by_rule(events):
+        if kind == "profile":
+            extraction.profile[key] = value
+        else:
+            extraction.facts.append((category, key, value))
+        extraction.support[("profile", key) if kind == "profile" else (category, key)] = event_id
     return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER)

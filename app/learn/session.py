@@ -267,10 +267,11 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
         output = steps.answer(ask)
         if output is None:
             return
-        extraction, dropped = keep_grounded(
+        extraction, refused = keep_grounded(
             Extraction(profile=output.profile,
                        facts=[(f.category, f.key, f.value) for f in output.facts]),
-            events, voices, known)
+            events, voices, known, also=CARD_ALSO)
+        dropped = len(refused)
         card = CardText(output.summary, ", ".join(output.keywords))
     else:
         answered = steps.answer(lambda: summarise(model, chunk, after, steps.yield_to()))
