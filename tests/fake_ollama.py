@@ -660,6 +660,42 @@ def smallest_instance(schema: dict[str, Any], definitions: dict[str, Any] | None
     return empty.get(kind, None)
 
 
+_SOURCE_LINE = re.compile(r"^(?:USER|TOOL)[^:\n]*:\s?(.*)$", re.MULTILINE)
+_LAST_HELD = re.compile(r"the last (\d+) messages above")
+_HELD_BEFORE = re.compile(r"(\d+) messages above, ending (\d+) messages before the last one")
+_LEARNED_BEFORE = re.compile(r"(\d+) of the user's messages among them were learned from before")
+# The memory note Hilo puts before a message it recalled for (app/turn/context.py).
+_MEMORY_NOTE = re.compile(r"\A<memory>\n.*?\n</memory>\n\n", re.DOTALL)
+
+
+def learning_sources(body: dict[str, Any]) -> list[str]:
+    """What a learning call asks facts of, as a model would find it: the USER and TOOL
+    lines it quotes, or the user's messages and tool results of the chat above that it
+    points at ("the last 4 messages above", "4 messages above, ending 2 messages before
+    the last one"; app/learn/distill.py referring_prompt), less the user's messages it
+    says were learned before."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    question = str(body.get("prompt") or (messages[-1].get("content") if messages else "") or "")
+    quoted = [m.group(1).strip() for m in _SOURCE_LINE.finditer(question)]
+    if quoted:
+        return quoted
+    last, before = _LAST_HELD.search(question), _HELD_BEFORE.search(question)
+    if not (last or before) or len(messages) < 2:
+        return []
+    count, after = (int(last.group(1)), 0) if last else (int(before.group(1)), int(before.group(2)))
+    chat = messages[:-1]
+    block = chat[max(0, len(chat) - after - count):len(chat) - after]
+    learned = _LEARNED_BEFORE.search(question)
+    skip = int(learned.group(1)) if learned else 0
+    said = []
+    for message in block:
+        if message.get("role") == "user" and skip:
+            skip -= 1
+        elif message.get("role") in ("user", "tool"):
+            said.append(_MEMORY_NOTE.sub("", str(message.get("content") or "")))
+    return said
+
+
 def _images_of(message: dict[str, Any]) -> list[str]:
     images = [str(image) for image in message.get("images") or []]
     content = message.get("content")

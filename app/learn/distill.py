@@ -22,9 +22,9 @@ re-checks which events are still undistilled, so a second run does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 
@@ -36,7 +36,7 @@ from app.learn.reading import reading
 from app.log import get_logger
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.model.client import ModelClient
-from app.model.messages import SentChat, text_with_tool_calls
+from app.model.messages import SentChat, message_text, text_with_tool_calls
 from app.tasks.store import is_task_session
 from app.writer import Writer
 
@@ -59,11 +59,13 @@ SYSTEM = (
     "only, matching the schema. Use empty lists when there is nothing worth remembering."
 )
 
-INSTRUCTIONS = """\
+WHAT_TO_LEARN = """\
 From the conversation below, extract what is worth remembering about the USER:
 - "profile": permanent attributes of the user (name, location, language, job, ...), each a short key and its value;
 - "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
   a short key naming what it is about (e.g. "editor", "staging database"), and the value.
+"""
+INSTRUCTIONS = WHAT_TO_LEARN + """\
 Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
 
 """
@@ -215,6 +217,83 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
     return instructions + "\n".join(lines)
 
 
+# The start of the first message a referring prompt points at, so a model finds it.
+ANCHOR_WORDS = 8
+
+
+@dataclass(frozen=True)
+class Held:
+    """Where the messages a learning call is about sit in the chat it continues: `count`
+    messages, one after another, followed by `after` more."""
+
+    count: int
+    after: int
+
+
+class Said(Protocol):
+    """A stored message as a prompt shows it (TurnEvent, compact.ChunkEvent)."""
+
+    role: str
+    content: str
+    from_outside: bool
+
+
+def held_by(chat: SentChat | None, events: Sequence[Said],
+            voices: Voices = CONVERSATION) -> Held | None:
+    """Where all the events a prompt would show are in `chat` (its messages, then its
+    reply), in order and one after another; None when some are not, or when one is
+    content from outside (shown quoted, never as the user's words)."""
+    shown = [e for e in events if e.role in voices.labels]
+    if (chat is None or voices is not CONVERSATION or not shown
+            or any(e.from_outside for e in shown)):
+        return None
+    messages = [*chat.body.get("messages", []), {"role": "assistant", "content": chat.reply}]
+    said = [(m.get("role"), " ".join(message_text(m).split())) for m in messages
+            if isinstance(m, Mapping)]
+    wanted = [(e.role, " ".join(e.content.split())) for e in shown]
+    for start in range(len(said) - len(wanted), -1, -1):  # the latest place first
+        if all(role == said[start + i][0] and text and said[start + i][1].endswith(text)
+               for i, (role, text) in enumerate(wanted)):  # a memory note may go before
+            return Held(len(wanted), len(said) - start - len(wanted))
+    return None
+
+
+def where_held(events: Sequence[Said], held: Held) -> str:
+    """Where held messages are in the chat above, in words a model can follow: how many,
+    how far from its end, and how the first of them begins."""
+    first = next(e for e in events if e.role in CONVERSATION.labels)
+    anchor = " ".join(first.content.split()[:ANCHOR_WORDS])
+    whose = {"user": "the user's message", "assistant": "the assistant's reply",
+             "tool": "the tool result"}.get(first.role, "the message")
+    where = (f"the last {held.count} messages above" if not held.after else
+             f"{held.count} messages above, ending {held.after} messages before the last one")
+    return f'{where}, from {whose} that begins "{anchor}"'
+
+
+def referring_prompt(events: list[TurnEvent], held: Held, also: str = "",
+                     learned: frozenset[int] = frozenset()) -> str:
+    """The instructions for messages the chat above already holds: where they are, not
+    their text again (the server's cache holds them; only this is read anew)."""
+    earlier = sum(1 for e in events if e.id in learned and e.role in CONVERSATION.sources)
+    return (WHAT_TO_LEARN.replace("the conversation below", "the conversation above")
+            + (also.rstrip("\n") + "\n" if also else "")
+            + f"\nThe conversation to learn from is {where_held(events, held)}. Take facts "
+            "only from the user's messages and tool results among them; the assistant's are "
+            "context: never take a fact from them."
+            + (f" {earlier} of the user's messages among them were learned from before: take "
+               "no facts from them." if earlier else ""))
+
+
+def learning_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "",
+                    learned: frozenset[int] = frozenset(), chat: SentChat | None = None) -> str:
+    """The prompt of a learning call about `events`: one that points at them when the
+    chat it continues (`chat`) holds them all, else one that quotes them (build_prompt)."""
+    held = held_by(chat, events, voices)
+    if held is not None:
+        return referring_prompt(events, held, also, learned)
+    return build_prompt(events, voices, also, learned)
+
+
 def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
     """The model's JSON, validated item by item; InvalidOutput if it is not an extraction."""
     output = parse_output(DistillOutput, WORKER, raw, text)
@@ -334,8 +413,8 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
     voices = voices_of(session_id)
     sources = sum(1 for e in events if e.role in voices.sources)
     if sources:
-        raw, text = ask_json(model, WORKER, build_prompt(events, voices), distill_schema(sources),
-                             SYSTEM, after, yield_to)
+        raw, text = ask_json(model, WORKER, learning_prompt(events, voices, chat=after),
+                             distill_schema(sources), SYSTEM, after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
     return _write(writer, config, user_id, session_id, events, extraction, WORKER, len(dropped))
 

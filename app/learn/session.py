@@ -55,11 +55,11 @@ from app.learn.distill import (
     WORKER,
     DistillResult,
     Extraction,
-    build_prompt,
     capture_turn,
     distill_turn,
     keep_grounded,
     learned_from_outside,
+    learning_prompt,
     needs_compaction,
     store_extraction,
     turn_events,
@@ -256,7 +256,7 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
     extraction, dropped = Extraction(), 0
     sourced = [e for e in events if e.role in voices.sources and e.id in undistilled]
     if sourced:
-        prompt = build_prompt(events, voices, also=CARD_ALSO, learned=known)
+        prompt = learning_prompt(events, voices, also=CARD_ALSO, learned=known, chat=after)
         schema = ChunkOutput.format_schema(items_for(len(sourced)))
 
         def ask() -> ChunkOutput:

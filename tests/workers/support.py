@@ -33,7 +33,7 @@ from app.datadir import DataDir
 from app.db import connect_readonly
 from app.events import append_event
 from app.writer import Writer
-from tests.fake_ollama import FakeOllama
+from tests.fake_ollama import FakeOllama, learning_sources
 from workers.handoff import QueueHandoff
 from workers.queue import huey
 from workers.runner import JobRunner
@@ -154,10 +154,6 @@ def _props(body: dict) -> dict:
     return (response_format.get("json_schema") or {}).get("schema", {}).get("properties", {})
 
 
-def _user_lines(prompt: str) -> str:
-    return "\n".join(line for line in prompt.splitlines() if line.startswith(("USER:", "TOOL")))
-
-
 def scripted_model(body: dict) -> Any:
     """Replies derived from the request: facts from USER lines, fixed cards and diaries,
     each field the schema asks for.
@@ -166,12 +162,10 @@ def scripted_model(body: dict) -> Any:
     "I use X as my editor" → preference editor.
     """
     props = _props(body)
-    # A question asked alone (/api/generate), or after the chat it continues (its last message).
-    messages = body.get("messages") or [{}]
-    prompt = body.get("prompt") or str(messages[-1].get("content") or "")
     reply: dict[str, Any] = {}
     if "facts" in props:
-        said = _user_lines(prompt)
+        # What the question quotes, or points at in the chat it continues.
+        said = "\n".join(learning_sources(body))
         facts = [{"category": "fact", "key": f"item{code[5:]}", "value": code}
                  for code in _CODE.findall(said)]
         facts += [{"category": "preference", "key": "editor", "value": f"uses {editor}"}
