@@ -8,12 +8,15 @@ item the model extracted — a profile attribute or a fact, its key and its valu
 kept only when ONE source message (a USER line, a TOOL result; a scheduled task's RESULT)
 supports its value:
 
-1. its content words (stop-words and relation words such as "uses" or "prefers" left
-   out) mostly appear in that message — at least SUPPORT_SHARE of them, a word matching
-   its inflections ("allergic", "allergies"); a word of the item's own key counts as
-   found (the key labels it: `coffee: dark roast coffee`);
-2. each number and each name (a capitalised word) of the key and the value appears there
-   exactly;
+1. most of its content words (stop-words and relation words such as "uses" or
+   "prefers" left out) are in that message — at least MESSAGE_SHARE of them, a word
+   matching its inflections ("allergic", "allergies"); of the rest, a paraphrase may
+   bring in a word no message of the call says, but only one in four words of a value of
+   four words or more (`90 days, required by legal` of "kept 90 days, legal wants that"),
+   none in a shorter one (`Ana is allergic to walnuts` of "… allergic to peanuts"); a word
+   of the item's own key counts as said (the key labels it);
+2. each number of the key and the value is in that message exactly, each name (a
+   capitalised word) in a message of the call;
 3. at least one word found in the message is not a word of Hilo's own instructions;
 4. the value says something: not only the words of its key, and not only the subject of
    a sentence the message goes on to say something about, under a key that only
@@ -30,15 +33,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Protocol
+
+import snowballstemmer
 
 from app.fts import terms
 from app.learn.capture import capture_statements
 
-# Of a value's content words, the share its supporting message must hold (with its key):
-# a single unsaid word of three ("allergic to walnuts" of "allergic to peanuts") is
-# the wrong fact, not a paraphrase.
-SUPPORT_SHARE = 0.8
+# Of a value's content words, the share its supporting message must hold.
+MESSAGE_SHARE = 0.5
 # Of a rule's value's content words, the share a kept item must hold to say it already.
 COVER_SHARE = 0.5
 # Words a model adds to say how the user relates to a thing, not what the thing is.
@@ -82,12 +86,21 @@ class Judged:
     dropped: list[Dropped] = field(default_factory=list)
 
 
+@cache
+def _stems(word: str) -> frozenset[str]:
+    """The word's English and Spanish stems (Snowball): "failed" and "fails" are "fail"."""
+    return frozenset(stemmer.stemWord(word) for stemmer in _STEMMERS)
+
+
+_STEMMERS = [snowballstemmer.stemmer(language) for language in ("english", "spanish")]
+
+
 def _same_word(a: str, b: str) -> bool:
     if a == b:
         return True
     short = min(len(a), len(b))
-    return short >= 4 and (a.startswith(b) or b.startswith(a) or
-                           (short >= STEM_CHARS and a[:STEM_CHARS] == b[:STEM_CHARS]))
+    return short >= 4 and (bool(_stems(a) & _stems(b)) or a.startswith(b) or b.startswith(a)
+                           or (short >= STEM_CHARS and a[:STEM_CHARS] == b[:STEM_CHARS]))
 
 
 def _found(word: str, words: set[str]) -> bool:
@@ -123,6 +136,12 @@ def _only_the_subject(value: str, text: str) -> bool:
     return False
 
 
+def unsaid_allowed(words: int) -> int:
+    """Words of a value of `words` content words that may be said by no message: one in
+    four, none in a value of fewer than four."""
+    return max(0, (words - 2) // 2)
+
+
 def support_of(key: str, value: str, sources: Sequence[Source], context: Sequence[Source],
                instruction_words: frozenset[str]) -> tuple[int | None, str]:
     """The id of the source message that best supports `value` under `key`, or None with
@@ -135,14 +154,17 @@ def support_of(key: str, value: str, sources: Sequence[Source], context: Sequenc
         return None, "says nothing beyond its key"
     best: tuple[float, int] | None = None
     exact = _NUMBER.findall(f"{key} {value}")
-    names = _names(value) + _names(key)
+    heard = set().union(*(terms(m.content) for m in [*sources, *context]))
+    if any(name not in heard for name in _names(value) + _names(key)):
+        return None, "a name no message says"
     for source in sources:
         said = set(terms(source.content))
-        numbers = set(_NUMBER.findall(source.content))
         in_message = [w for w in words if _found(w, said)]
-        share = sum(1 for w in words if _found(w, said) or _found(w, key_words)) / len(words)
-        if (share < SUPPORT_SHARE or any(n not in numbers for n in exact)
-                or any(name not in said for name in names)
+        unsaid = [w for w in words if not (_found(w, said) or _found(w, key_words)
+                                           or _found(w, heard))]
+        share = len(in_message) / len(words)
+        if (share < MESSAGE_SHARE or len(unsaid) > unsaid_allowed(len(words))
+                or any(n not in _NUMBER.findall(source.content) for n in exact)
                 or all(w in instruction_words for w in in_message)):
             continue
         if key_words <= set(words) and _only_the_subject(value, source.content):
@@ -153,11 +175,11 @@ def support_of(key: str, value: str, sources: Sequence[Source], context: Sequenc
         return best[1], ""
     if all(w in instruction_words for w in words):
         return None, "copied from Hilo's instructions"
-    heard = set().union(*(terms(c.content) for c in context)) if context else set()
-    if heard and sum(_found(w, heard) for w in words) / len(words) >= SUPPORT_SHARE:
-        return None, "only the assistant said it"
     if any(_only_the_subject(value, s.content) for s in sources):
         return None, "only the subject of what was said"
+    assistant = set().union(*(terms(c.content) for c in context)) if context else set()
+    if assistant and sum(_found(w, assistant) for w in words) / len(words) >= MESSAGE_SHARE:
+        return None, "only the assistant said it"
     return None, "no message says it"
 
 

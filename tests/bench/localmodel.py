@@ -67,6 +67,7 @@ from app.db import Durability, connect_readonly
 from app.events import append_event
 from app.learn.compact import CardText, ChunkEvent, write_card
 from app.learn.distill import capture_turn
+from app.learn.engine_time import engine_spend
 from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
@@ -92,7 +93,7 @@ USER = "default"
 SEED_SESSION_ID = "earlier"
 # Targets of the issue, steady state.
 TARGETS = {"new_prompt_ratio": 2.5, "ttft_ratio": 1.5, "background_per_turn": 0.5,
-           "overlaps": 0, "distilled_within_s": 60.0}
+           "overlaps": 0, "distilled_within_s": 60.0, "learning_engine_ratio": 0.5}
 FOLLOW_UP_DELAY_S = 3.0
 # What a capped client adds to each request (--client capped): the issue's max_tokens 24.
 CAPPED_FIELDS = {"options": {"num_predict": 24, "stop": ["\nUser:"]}, "max_tokens": 24}
@@ -300,6 +301,17 @@ def distilled_fact(config: Config, key: str) -> bool:
         con.close()
 
 
+def engine_time(config: Config) -> dict[str, Any]:
+    """Learning's engine seconds per chat turn against the chat's own, from what Hilo kept
+    (app/learn/engine_time.py: the turn records and the learning calls of the run)."""
+    con = connect_readonly(DataDir.of(config).memory_db)
+    try:
+        spend = engine_spend(con)
+    finally:
+        con.close()
+    return spend.to_dict()
+
+
 def learned(config: Config) -> dict[str, int]:
     con = connect_readonly(DataDir.of(config).memory_db)
     try:
@@ -401,6 +413,7 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         run.extra["quiet_after_s"] = round(wait_quiet(fake, QUIET_S, QUIET_CAP_S), 1)
         run.extra["learned"] = learned(config)
         run.extra["learning_calls"] = learning_calls(fake)
+        run.extra["engine_time"] = engine_time(config)
         # The follow-up conversation is not part of the measured one.
         attribute(fake, run, until=time.monotonic())
         with fake._lock:
@@ -522,6 +535,9 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
             "no_client_limits_in_learning_calls":
                 hilo["learning_calls"]["carrying_client_limits"] == 0,
             "no_turn_asked_twice": hilo["learning_calls"]["turns_asked_twice"] == 0,
+            "learning_engine_ratio": (hilo["engine_time"]["ratio"] or 0.0)
+            <= TARGETS["learning_engine_ratio"],
+            "no_learning_call_over_budget": hilo["engine_time"]["over_budget"] == 0,
         },
     }
 
@@ -581,6 +597,12 @@ def markdown(results: dict) -> str:
         f"client's reply limits: **{hilo['learning_calls']['carrying_client_limits']}** "
         f"(target 0); user turns distilled twice (in two answered learning calls): "
         f"**{hilo['learning_calls']['turns_asked_twice']}** (target 0).",
+        f"Engine time (the engine's own seconds, as Hilo records them): learning "
+        f"**{hilo['engine_time']['learning_per_turn_s']} s per chat turn**, the chat's own "
+        f"{hilo['engine_time']['chat_per_turn_s']} s: **{hilo['engine_time']['ratio']}×** "
+        f"(target ≤ 0.5); {hilo['engine_time']['learning_calls']} learning calls, the longest "
+        f"{hilo['engine_time']['longest_learning_call_s']} s, "
+        f"{hilo['engine_time']['over_budget']} past their budget (target 0).",
         "",
         "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
                                 for name, ok in judged["met"].items()) + ".",

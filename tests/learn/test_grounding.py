@@ -33,12 +33,13 @@ def judged(events: list[TurnEvent], *facts: tuple[str, str, str], profile=None):
 
 
 @pytest.mark.parametrize("key, value, reason", [
-    ("allergy", "Mentos", "no message says it"),  # invented
+    ("allergy", "Mentos", "a name no message says"),  # invented
+    ("allergy", "peanut butter cookies", "no message says it"),
     ("ANA", "My daughter Ana", "only the subject of what was said"),  # cut before the predicate
     ("editor", "staging database", "copied from Hilo's instructions"),  # the prompt's examples
     ("allergy", "allergic", "says nothing beyond its key"),
     ("daughter's allergy", "Ana is allergic to walnuts", "no message says it"),
-    ("daughter", "Anna", "no message says it"),  # a name must be said as it is
+    ("daughter", "Anna", "a name no message says"),  # a name must be said as it is
 ])
 def test_an_item_no_message_supports_is_dropped_and_says_why(key, value, reason):
     kept, dropped = judged(said(("user", ANA), ("assistant", "Noted: no peanuts for Ana.")),
@@ -57,6 +58,17 @@ def test_an_item_its_message_says_is_kept_with_that_message(key, value):
                            ("fact", key, value))
     assert kept.facts == [("fact", key, value)] and dropped == {}
     assert kept.support == {("fact", key): 2}  # the message that says it, not the last one
+
+
+def test_a_paraphrase_may_bring_one_word_in_four_that_no_message_says():
+    events = said(("user", "Dead letters are kept 90 days, legal wants that."),
+                  ("user", "Support, with a replay button. Engineering if replay fails twice."))
+    kept, dropped = judged(events, ("fact", "dead letter retention", "90 days, required by legal"),
+                           ("fact", "dead letter handling",
+                            "support replays, engineering after two failed replays"),
+                           ("fact", "retention", "90 days in cold storage"))
+    assert [f[1] for f in kept.facts] == ["dead letter retention", "dead letter handling"]
+    assert dropped == {("retention", "90 days in cold storage"): "no message says it"}
 
 
 def test_numbers_must_be_said_exactly():
