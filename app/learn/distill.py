@@ -37,7 +37,7 @@ from app.log import get_logger
 from app.memory import InvalidMemory, set_profile, store_fact
 from app.model.client import ModelClient
 from app.model.messages import SentChat, message_text, text_with_tool_calls
-from app.tasks.store import is_task_session
+from app.tasks.sessions import is_task_session
 from app.writer import Writer
 
 log = get_logger(__name__)

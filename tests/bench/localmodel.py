@@ -97,7 +97,6 @@ TARGETS = {"new_prompt_ratio": 2.5, "ttft_ratio": 1.5, "background_per_turn": 0.
 FOLLOW_UP_DELAY_S = 3.0
 # What a capped client adds to each request (--client capped): the issue's max_tokens 24.
 CAPPED_FIELDS = {"options": {"num_predict": 24, "stop": ["\nUser:"]}, "max_tokens": 24}
-CLIENT_LIMITS = ("num_predict", "max_tokens", "max_completion_tokens", "stop")
 # What a model that cannot write JSON answers every learning call (--model garbage).
 GARBAGE = 'Here is what I learned about the user: {"profile": {name: Dana, "facts": ['
 
@@ -341,8 +340,7 @@ def learning_calls(fake: FakeOllama) -> dict[str, Any]:
     # A call that gave way to the person answered nothing: its turns were not distilled.
     # Learning calls run one at a time, so the n-th request is the n-th one served.
     answered = [b for b, e in zip(bodies, served, strict=False) if not e.dropped] + bodies[len(served):]
-    limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
-                                        for k in CLIENT_LIMITS)]
+    limited = [b for b in bodies if carries_client_limits(b)]
     asked: dict[str, int] = {}
     # A retry asks the same question again: each different question counts once. The
     # question is the prompt, or the last message of the chat a call continues.
@@ -356,6 +354,17 @@ def learning_calls(fake: FakeOllama) -> dict[str, Any]:
     return {"calls": len(bodies), "gave_way": len(bodies) - len(answered),
             "carrying_client_limits": len(limited),
             "turns_asked_twice": len(twice), "asked_twice": twice}
+
+
+def carries_client_limits(body: dict) -> bool:
+    """Whether a learning call carries a reply limit of the capped client's: its stop
+    sequence, or its 24 tokens (a learning call's own output limit is Hilo's, sized to
+    what it asks: app/learn/model_output.py output_limit)."""
+    options = body.get("options") or {}
+    client = CAPPED_FIELDS["options"]
+    return ("stop" in body or "stop" in options or "max_completion_tokens" in body
+            or options.get("num_predict") == client["num_predict"]
+            or body.get("max_tokens") == CAPPED_FIELDS["max_tokens"])
 
 
 def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
