@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from app.recall.bm25 import bm25_stream, indexed_texts
+from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.streams import (
+    bm25_stream,
     event_labels,
     importance_stream,
     labels_stream,
