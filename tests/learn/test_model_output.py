@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
 from app.learn.compact import CARD_SCHEMA, parse_card
@@ -9,42 +10,81 @@ from app.learn.diary_entry import DIARY_SCHEMA, parse_entry
 from app.learn.distill import DISTILL_SCHEMA, distill_schema, parse_extraction
 from app.learn.model_output import InvalidOutput, output_limit
 
+ANNOTATIONS = {"$ref", "$defs", "title", "description", "default", "examples"}
 
-def test_the_schemas_sent_ask_for_every_field_inline_bounded_and_without_annotations():
-    # What llama.cpp's grammars take: no $ref, no titles, every field required; and every
-    # list and string bounded, so a grammar-constrained reply ends (issue 38).
-    text = {"type": "string", "maxLength": 160}
-    assert DISTILL_SCHEMA == {
-        "type": "object",
-        "properties": {
-            "profile": {"type": "array", "maxItems": 3, "items": {
-                "type": "object",
-                "properties": {"key": {"type": "string", "maxLength": 40}, "value": text},
-                "required": ["key", "value"],
-            }},
-            "facts": {"type": "array", "maxItems": 6, "items": {
-                "type": "object",
-                "properties": {
-                    "category": {"type": "string", "enum": ["fact", "decision", "solution",
-                                                            "preference", "conversation"]},
-                    "key": {"type": "string", "maxLength": 60},
-                    "value": text,
-                },
-                "required": ["category", "key", "value"],
-            }},
-        },
-        "required": ["profile", "facts"],
-    }
-    assert CARD_SCHEMA == {
-        "type": "object",
-        "properties": {"summary": {"type": "string", "maxLength": 400},
-                       "keywords": {"type": "array", "maxItems": 8,
-                                    "items": {"type": "string", "maxLength": 40}}},
-        "required": ["summary", "keywords"],
-    }
-    assert DIARY_SCHEMA == {"type": "object",
-                            "properties": {"entry": {"type": "string", "maxLength": 400}},
-                            "required": ["entry"]}
+
+def _objects(schema: dict):
+    """Every object schema inside `schema`, itself included."""
+    if schema.get("type") == "object":
+        yield schema
+    for value in schema.values():
+        for child in (value if isinstance(value, list) else [value]):
+            if isinstance(child, dict):
+                yield from _objects(child)
+
+
+def _annotations(schema: dict) -> set[str]:
+    found = set(schema) & ANNOTATIONS
+    for value in schema.values():
+        for child in (value if isinstance(value, list) else [value]):
+            if isinstance(child, dict):
+                found |= _annotations(child)
+    return found
+
+
+GOOD_ANSWERS = [
+    (DISTILL_SCHEMA, {"profile": [{"key": "city", "value": "Madrid"}],
+                      "facts": [{"category": "decision", "key": "db", "value": "use Postgres"}]},
+     lambda raw: parse_extraction(raw).facts == [("decision", "db", "use Postgres")]),
+    (CARD_SCHEMA, {"summary": "Moved the backups to S3.", "keywords": ["s3", "backups"]},
+     lambda raw: parse_card(raw).keywords == "s3, backups"),
+    (DIARY_SCHEMA, {"entry": "Planned the trip to Lisbon."},
+     lambda raw: parse_entry(raw) == "Planned the trip to Lisbon."),
+]
+
+
+@pytest.mark.parametrize("schema", [DISTILL_SCHEMA, CARD_SCHEMA, DIARY_SCHEMA])
+def test_a_schema_sent_is_what_llama_cpp_grammars_take(schema):
+    """Inline (no $ref), without annotations, every field of every object required: a
+    grammar built from it makes the model write every field."""
+    assert _annotations(schema) == set()
+    for obj in _objects(schema):
+        assert set(obj.get("required", [])) == set(obj.get("properties", {})), obj
+
+
+@pytest.mark.parametrize("schema, answer, parsed", GOOD_ANSWERS)
+def test_an_answer_the_schema_allows_is_what_the_job_reads(schema, answer, parsed):
+    jsonschema.validate(answer, schema)
+    assert parsed(answer)
+
+
+@pytest.mark.parametrize("schema, answer, _", GOOD_ANSWERS)
+def test_the_schema_refuses_an_answer_missing_a_field(schema, answer, _):
+    for field in answer:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({k: v for k, v in answer.items() if k != field}, schema)
+
+
+def _unbounded(schema: dict, where: str = "") -> list[str]:
+    """Where a list without maxItems or a string without maxLength is, inside `schema`."""
+    found = []
+    if schema.get("type") == "array" and "maxItems" not in schema:
+        found.append(where or "/")
+    if schema.get("type") == "string" and "maxLength" not in schema and "enum" not in schema:
+        found.append(where or "/")
+    for name, child in (schema.get("properties") or {}).items():
+        found += _unbounded(child, f"{where}/{name}")
+    if isinstance(schema.get("items"), dict):
+        found += _unbounded(schema["items"], f"{where}[]")
+    return found
+
+
+@pytest.mark.parametrize("schema", [DISTILL_SCHEMA, CARD_SCHEMA, DIARY_SCHEMA])
+def test_a_schema_sent_bounds_every_list_and_string(schema):
+    """A grammar built from it ends: without bounds a small model loops inside the JSON
+    until its context is full (issue 38: 16 minutes of one call)."""
+    assert _unbounded(schema) == []
+    assert output_limit(schema) is not None
 
 
 def test_a_learning_call_asks_for_no_more_than_its_sources_can_hold():
