@@ -1,13 +1,23 @@
-"""Past messages as a turn's prompt quotes them: whole, or, when that does not fit, by
-the sentences that hold the question's words (app/turn/context.py chooses which)."""
+"""Past messages as a turn's prompt quotes them: which are worth quoting, and how many fit.
+
+A message is quoted whole, or by the sentences that hold the question's words (its
+part). Packing tells what was found: within the room left, the best-ranked messages
+(the first QUOTE_FIRST) go in first, each in its shortest form, so that several short
+quotes come before one long message; then, best first, each is told whole while the
+room lasts; then the rest of what was found, as before. Messages are shown oldest
+first under the day they were said, so a day's date is written once.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import apsw
 
+from app.recall.fusion import STREAM_DEPTH, Candidate, search
+from app.recall.query import Query
 from app.recall.sentences import WordsHeld, sentences
 
 TRUNCATION_MARKER = " […]"
@@ -17,13 +27,19 @@ EVENT_LINE_CHARS = 500
 # A message quoted in part keeps this many sentences after each that holds the
 # question's words: "I adopted a dog last week. His name is Buddy."
 QUOTE_AFTER = 1
-# A message shorter than this (~60 tokens) is quoted whole or not at all. LoCoMo
-# development (tests/bench/locomo.py, answer recall at the default budget; its turns
-# are short, 99 % under 340 characters): whole only 0.695; in part from 0, 250 and 400
-# characters 0.693, 0.694, 0.695 (keeping no sentence after each match: 0.694 and
-# 0.696). Quoting every message by its matching sentences alone costs a third of it:
-# the answer is often the sentence after the words asked about.
-PART_FROM_CHARS = 250
+# A message shorter than this is quoted whole or not at all: a sentence or two.
+PART_FROM_CHARS = 160
+# The best-ranked messages that are told in their shortest form before any is told
+# whole: the fusion's top 10, which is what "found" means in tests/bench/locomo.py.
+QUOTE_FIRST = 10
+# How deep the past messages are searched for quoting: first the fusion's own depth, so
+# the search shares the BM25 and vector reads of the session stream; twice that only
+# when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
+# messages).
+QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
+LOOK_DEEPER_BELOW = 0.75
+# Less room than this many tokens holds no quoted line worth having (role and words).
+MIN_EVENT_LINE_TOKENS = 10
 
 
 @dataclass(frozen=True)
@@ -40,17 +56,18 @@ class PastEvent:
         """The message as the prompt may quote it (Quote)."""
         return Quote(self, held)
 
+    @property
+    def day(self) -> str:
+        return self.created_at[:10]
+
 
 class Quote:
     """A past message as the prompt may quote it: whole (`line`), and, when some of its
     sentences hold the question's words and others do not, in part (`part`): those
-    sentences (and QUOTE_AFTER after each) with "…" where the rest was. The part goes
-    in when the whole would be cut (over EVENT_LINE_CHARS) or does not fit the room
-    left: a long message then costs what its answer costs instead of being skipped. A
-    message none of whose sentences holds a word (found by meaning, or beside a match)
-    has no part: nothing says which part answers. Whole is preferred otherwise: on
-    LoCoMo the answer is often in a sentence beside the words asked about. The part is
-    read only when asked for (a build considers a hundred messages and cuts a few)."""
+    sentences (and QUOTE_AFTER after each) with "…" where the rest was. A message none
+    of whose sentences holds a word (found by meaning, or beside a match) has no part:
+    nothing says which part answers. The part is read only when asked for (a build
+    considers a hundred messages and quotes a few)."""
 
     def __init__(self, event: PastEvent, held: WordsHeld) -> None:
         self.event, self._held = event, held
@@ -62,6 +79,11 @@ class Quote:
     def line(self) -> str:
         """What the prompt shows when it has the room."""
         return (self.part or self._whole) if self.long else self._whole
+
+    @property
+    def shortest(self) -> str:
+        """The shortest form worth quoting: the part, or the line."""
+        return self.part or self.line
 
     @cached_property
     def _kept(self) -> tuple[list[str], list[int]]:
@@ -100,7 +122,94 @@ class Quote:
 def _line(event: PastEvent, content: str) -> str:
     if len(content) > EVENT_LINE_CHARS:
         content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-    return f"- [{event.created_at[:10]}] {event.role}: {content}"
+    return f"- {event.role}: {content}"
+
+
+def day_line(day: str) -> str:
+    """The line a day's quoted messages are shown under."""
+    return f"[{day}]"
+
+
+@dataclass
+class Packed:
+    """Which quotes went in (by their place in the offer, best first), which of them in
+    part, and the tokens they take with their days' lines."""
+
+    kept: list[int]
+    shortened: set[int]
+    tokens: int
+
+    def text(self, quotes: list[Quote]) -> str:
+        """The kept quotes, oldest first, each day's under its date."""
+        order = sorted(self.kept, key=lambda i: (quotes[i].event.created_at, quotes[i].event.id))
+        lines, day = [], None
+        for i in order:
+            if quotes[i].event.day != day:
+                day = quotes[i].event.day
+                lines.append(day_line(day))
+            lines.append(quotes[i].shortest if i in self.shortened else quotes[i].line)
+        return "".join(line + "\n" for line in lines)
+
+
+def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> Packed:
+    """As many of the quotes as fit in `room` tokens: the first QUOTE_FIRST in their
+    shortest forms, best first, then each of those whole while the room lasts, then the
+    others (whole, or in part when only that fits), passing over what does not fit."""
+    kept: list[int] = []
+    shortened: set[int] = set()
+    days: set[str] = set()
+    spent = 0
+
+    def take(i: int, line: str) -> bool:
+        nonlocal spent
+        day = quotes[i].event.day
+        extra = cost(line + "\n") + (0 if day in days else cost(day_line(day) + "\n"))
+        if spent + extra > room:
+            return False
+        kept.append(i)
+        days.add(day)
+        spent += extra
+        return True
+
+    first = range(min(QUOTE_FIRST, len(quotes)))
+    for i in first:
+        if take(i, quotes[i].shortest) and quotes[i].shortest != quotes[i].line:
+            shortened.add(i)
+    for i in sorted(shortened):
+        extra = cost(quotes[i].line + "\n") - cost(quotes[i].shortest + "\n")
+        if spent + extra <= room:
+            shortened.discard(i)
+            spent += extra
+    for i in range(len(first), len(quotes)):
+        if not take(i, quotes[i].line) and quotes[i].part and take(i, quotes[i].part):
+            shortened.add(i)
+    return Packed(kept, shortened, spent)
+
+
+def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: set[int],
+                    said: Callable[[str], bool], room: int,
+                    cost: Callable[[str], int]) -> tuple[list[Candidate], list[Quote]]:
+    """The best-ranked past events worth quoting, best first, as quoted (whole, or the
+    sentences that hold the question's words): not among `skip` (the window), not the
+    live part of this session (its un-compacted events: the window shows the recent
+    ones, and the message being answered is among them), and not what the request's
+    messages already say (`said`: a client resends its history, compacted or not)."""
+    if room < MIN_EVENT_LINE_TOKENS:
+        return [], []
+    held = WordsHeld(con, query.searched)
+    kept: list[Candidate] = []
+    quotes: dict[int, Quote] = {}
+    for depth in QUOTE_DEPTHS:
+        candidates = search(con, query.user_id, query.text, "event", depth, query=query)
+        found = past_events(con, query.user_id, [c.id for c in candidates])
+        kept = [c for c in candidates if c.id in found and c.id not in skip
+                and (found[c.id].session_id != session_id or found[c.id].compacted)
+                and not said(found[c.id].content)]
+        quotes = {c.id: quotes.get(c.id) or found[c.id].quote(held) for c in kept}
+        wanted = sum(cost(q.line + "\n") for q in quotes.values())
+        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
+            break
+    return kept, [quotes[c.id] for c in kept]
 
 
 def past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, PastEvent]:

@@ -76,6 +76,7 @@ from app.recall import streams as recall_streams
 from app.recall.bm25 import bm25_stream
 from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search
 from app.recall.query import Query, focus_question
+from app.recall.sentences import sentences
 from app.recall.state import Recall
 from app.recall.streams import SESSION_SPREAD, session_stream, vector_stream
 from app.timeutil import to_rfc3339
@@ -95,10 +96,15 @@ METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fu
 # These search the question as asked; the others get the product's query (make_query
 # with the memory: the user's name and common names left out, labels read).
 PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
-# Each context: whether the vector stream answers, and whether the first message may fill
-# the budget.
-CONTEXTS = {"context": (True, False), "context, no embedder": (False, False),
-            "context, budget filled": (True, True)}
+# Each context: `[memory] fill_first_message`, and the engine's reading speed (prompt
+# tokens a second) that "auto" sizes the first message by. "context" is the default
+# before any speed is known; the "auto" ones give the first message a fixed extra
+# reading time (`first_message_extra_seconds`, 1 s) on a CPU's and a faster engine.
+CONTEXTS: dict[str, tuple[str, float | None]] = {
+    "context": ("auto", None), "context, no embedder": ("auto", None),
+    "context, budget filled": ("true", None),
+    "context, auto at 60 tokens/s": ("auto", 60.0),
+    "context, auto at 500 tokens/s": ("auto", 500.0)}
 # The new user message goes to a session of its own: nothing of it is in the window.
 QUESTION_SESSION = "locomo-question"
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
@@ -296,6 +302,12 @@ def _content_words(text: str) -> set[str]:
             for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _NOT_CONTENT}
 
 
+def told(messages: list[dict], text: str) -> bool:
+    """Whether the messages show the turn at all: whole, or some of its sentences quoted."""
+    said, flat = _told(messages), _flat(text)
+    return flat in said or any(len(s) > 1 and s in said for s in sentences(flat))
+
+
 def answer_recall(messages: list[dict], evidence_texts: list[str], answer: str) -> float:
     """The share of the evidence turns that the messages show whole, or whose every
     sentence holding a word of the gold answer they show (a quote of the sentences that
@@ -317,6 +329,9 @@ class SplitRun:
     scores: dict[str, dict[int, Scores]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(Scores)))
     latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # By context: evidence turns the fusion ranked in its top 10, and of those the ones
+    # the context does not show at all (not whole, not a sentence of them).
+    found: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def add(self, method: str, category: int, name: str, value: float) -> None:
         for c in (0, category):
@@ -328,7 +343,9 @@ class SplitRun:
             self.scores[method][c].add_ranking(ranked, evidence)
 
     def summary(self, method: str) -> dict:
+        found, untold = self.found.get(method, (0, 0))
         return {"overall": self.scores[method][0].summary(),
+                **({"found_not_told": round(untold / found, 3)} if found else {}),
                 "categories": {CATEGORIES[c]: self.scores[method][c].summary()
                                for c in CATEGORIES},
                 "latency_ms_p50": round(percentile(self.latency[method], 50), 2),
@@ -346,8 +363,8 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                        embedder: Embedder, run: SplitRun, query_embed_ms: list[float],
                        variants: dict[str, Variant] | None) -> None:
     """Every question of one conversation, asked a minute after its last turn."""
-    config = Config()
-    filled = config.replace(memory={"fill_first_message": True})
+    configs = {fill: Config().replace(memory={"fill_first_message": fill})
+               for fill in ("auto", "true")}
     user = conv.sample_id
     asked_at = conv.turns[-1].when + timedelta(minutes=1)
     stored = {dia_of[event_id]: content for event_id, content
@@ -374,20 +391,27 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                          vector=vector if with_vector else None,  # noqa: B023 — called at once
                          model=embedder.model if with_vector else None)
 
+        top: dict[str, list[str]] = {}
         for method in METHODS:
             query = plain() if method in PLAIN_METHODS else product(method != "fusion, no embedder")
             began = time.perf_counter()
             ids = retrieve(con, method.split(",")[0], query)
             extra = 0.0 if method in PLAIN_METHODS else focus_ms
             run.latency[method].append(_ms(began) + extra)
-            run.add_ranking(method, q.category, [dia_of[i] for i in ids], q.evidence)
+            top[method] = [dia_of[i] for i in ids]
+            run.add_ranking(method, q.category, top[method], q.evidence)
         evidence_texts = [stored[d] for d in sorted(q.evidence)]
-        for name, (with_vector, fill) in CONTEXTS.items():
+        for name, (fill, speed) in CONTEXTS.items():
+            with_vector = name != "context, no embedder"
             query = product(with_vector)
             began = time.perf_counter()
-            built = build_context(con, filled if fill else config, TokenCounter(), ContextRequest(
-                user, q.text, session_id=QUESTION_SESSION, window=[], query=query))
+            built = build_context(con, configs[fill], TokenCounter(), ContextRequest(
+                user, q.text, session_id=QUESTION_SESSION, window=[], query=query,
+                prompt_speed=speed))
             run.latency[name].append(_ms(began) + focus_ms)
+            found = q.evidence & set(top["fusion" if with_vector else "fusion, no embedder"][:K])
+            run.found[name][0] += len(found)
+            run.found[name][1] += sum(not told(built.messages, stored[d]) for d in found)
             run.add(name, q.category, "context recall",
                     context_recall(built.messages, evidence_texts))
             run.add(name, q.category, "answer recall",
