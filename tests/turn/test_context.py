@@ -497,3 +497,35 @@ def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config, r
     assert ctx.messages[:len(built[1].messages)] == built[1].messages
     assert ctx.messages[3]["content"].startswith("<memory>")  # where the client has it plain
     assert history[3]["content"] == "tell me about the deploy with docker"
+
+
+def _first_message(writer, config, recall, speed: float | None, **memory):
+    con = connect_readonly(writer.path)
+    return build_context(con, config.replace(memory=memory), TokenCounter(), ContextRequest(
+        "ana", "how is the garden project going?", session_id="new", window=[],
+        recall=recall, prompt_speed=speed))
+
+
+def test_a_first_message_gets_what_the_engine_reads_in_the_extra_time(writer, config, recall):
+    past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 3)
+    # 300 tokens by default; an engine reading 200 tokens a second adds 200 in 1 s.
+    default = _first_message(writer, config, recall, None)
+    slow = _first_message(writer, config, recall, 10.0)
+    fast = _first_message(writer, config, recall, 200.0, first_message_extra_seconds=1.0)
+    gpu = _first_message(writer, config, recall, 50_000.0)
+    filled = _first_message(writer, config, recall, None, fill_first_message="true")
+    tokens = {name: next(layer["tokens"] for layer in ctx.explain["layers"]
+                         if layer["name"] == "events")
+              for name, ctx in (("default", default), ("slow", slow), ("fast", fast),
+                                ("gpu", gpu), ("filled", filled))}
+    assert tokens["default"] <= 300 and tokens["slow"] <= 310
+    assert 300 < tokens["fast"] <= 500
+    assert tokens["gpu"] == tokens["filled"] > 1000
+
+
+def test_a_first_message_gets_the_default_when_told_so_whatever_the_speed(writer, config,
+                                                                          recall):
+    past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 3)
+    ctx = _first_message(writer, config, recall, 50_000.0, fill_first_message="false")
+    assert next(layer["tokens"] for layer in ctx.explain["layers"]
+                if layer["name"] == "events") <= 300
