@@ -2,9 +2,9 @@
 
 A message is quoted whole, or by the sentences that hold the question's words (its
 part). Packing tells what was found: within the room left, the best-ranked messages
-(the first QUOTE_FIRST) go in first, each in its shortest form, so that several short
-quotes come before one long message; then, best first, each is told whole while the
-room lasts; then the rest of what was found, as before. Messages are shown oldest
+(the first QUOTE_FIRST) are each told whole while that leaves room for the shortest
+forms of those after them, else in part, so that several short quotes come before one
+long message; then the rest of what was found, as before. Messages are shown oldest
 first under the day they were said, so a day's date is written once.
 """
 
@@ -29,6 +29,9 @@ EVENT_LINE_CHARS = 500
 QUOTE_AFTER = 1
 # A message shorter than this is quoted whole or not at all: a sentence or two.
 PART_FROM_CHARS = 160
+# The shortest form of one of the best-ranked messages keeps this many sentences after
+# each that holds the question's words.
+SHORTEST_AFTER = 1
 # The best-ranked messages that are told in their shortest form before any is told
 # whole: the fusion's top 10, which is what "found" means in tests/bench/locomo.py.
 QUOTE_FIRST = 10
@@ -80,25 +83,35 @@ class Quote:
         """What the prompt shows when it has the room."""
         return (self.part or self._whole) if self.long else self._whole
 
-    @property
-    def shortest(self) -> str:
-        """The shortest form worth quoting: the part, or the line."""
-        return self.part or self.line
-
     @cached_property
-    def _kept(self) -> tuple[list[str], list[int]]:
-        """The message's sentences, and which of them its part shows."""
+    def shortest(self) -> str:
+        """The shortest form worth quoting: the sentences that hold the question's words
+        (SHORTEST_AFTER after each), or the line."""
+        if SHORTEST_AFTER == QUOTE_AFTER:
+            return self.part or self.line
+        return self._quoted(self._sentences_kept(SHORTEST_AFTER)) or self.line
+
+    def _sentences_kept(self, after_each: int) -> tuple[list[str], list[int]]:
+        """The message's sentences, and which of them a part keeping `after_each` after
+        each sentence holding the question's words shows."""
         said = sentences(self.event.content)
         if len(self.event.content) < PART_FROM_CHARS:
             return said, list(range(len(said)))
         kept = {i + after for i, sentence in enumerate(said) if self._held.words_in(sentence)
-                for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
+                for after in range(after_each + 1) if i + after < len(said)}
         return said, sorted(kept) if kept else list(range(len(said)))
+
+    @cached_property
+    def _kept(self) -> tuple[list[str], list[int]]:
+        return self._sentences_kept(QUOTE_AFTER)
 
     @cached_property
     def part(self) -> str | None:
         """The sentences that hold the question's words; None when that is all or none."""
-        said, kept = self._kept
+        return self._quoted(self._kept)
+
+    def _quoted(self, sentences_kept: tuple[list[str], list[int]]) -> str | None:
+        said, kept = sentences_kept
         if len(kept) == len(said):
             return None
         parts, last = [], -1
@@ -152,35 +165,44 @@ class Packed:
 
 
 def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> Packed:
-    """As many of the quotes as fit in `room` tokens: the first QUOTE_FIRST in their
-    shortest forms, best first, then each of those whole while the room lasts, then the
-    others (whole, or in part when only that fits), passing over what does not fit."""
+    """As many of the quotes as fit in `room` tokens. The first QUOTE_FIRST, best first:
+    each whole when that still leaves room for the shortest forms of those after it,
+    else in its shortest form; then, best first, those in part told whole while the
+    room lasts; then the others (whole, or in part when only that fits), passing over
+    what does not fit."""
     kept: list[int] = []
     shortened: set[int] = set()
     days: set[str] = set()
     spent = 0
 
-    def take(i: int, line: str) -> bool:
-        nonlocal spent
+    def day_cost(i: int) -> int:
         day = quotes[i].event.day
-        extra = cost(line + "\n") + (0 if day in days else cost(day_line(day) + "\n"))
-        if spent + extra > room:
+        return 0 if day in days else cost(day_line(day) + "\n")
+
+    def take(i: int, line: str, reserve: int = 0) -> bool:
+        nonlocal spent
+        extra = cost(line + "\n") + day_cost(i)
+        if spent + extra + reserve > room:
             return False
         kept.append(i)
-        days.add(day)
+        days.add(quotes[i].event.day)
         spent += extra
         return True
 
-    first = range(min(QUOTE_FIRST, len(quotes)))
-    for i in first:
-        if take(i, quotes[i].shortest) and quotes[i].shortest != quotes[i].line:
+    first = min(QUOTE_FIRST, len(quotes))
+    shortest = [cost(quotes[i].shortest + "\n") for i in range(first)]
+    for i in range(first):
+        after = sum(shortest[i + 1:])  # the room the rest of the first need at least
+        if take(i, quotes[i].line, after):
+            continue
+        if quotes[i].shortest != quotes[i].line and take(i, quotes[i].shortest):
             shortened.add(i)
     for i in sorted(shortened):
         extra = cost(quotes[i].line + "\n") - cost(quotes[i].shortest + "\n")
         if spent + extra <= room:
             shortened.discard(i)
             spent += extra
-    for i in range(len(first), len(quotes)):
+    for i in range(first, len(quotes)):
         if not take(i, quotes[i].line) and quotes[i].part and take(i, quotes[i].part):
             shortened.add(i)
     return Packed(kept, shortened, spent)

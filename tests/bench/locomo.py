@@ -42,7 +42,7 @@ caption]" (`--no-date`, `--no-captions` drop parts of it) and no profile.
 
     python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--split SPLIT]
                                  [--form product|legacy] [--no-date] [--no-captions]
-                                 [--tune] [--local-model NAME]
+                                 [--tune] [--local-model NAME] [--jobs N]
 
 --local-model measures another local embedder from tests/bench/local_embedders.py
 (development only; the shipped one is the default).
@@ -53,6 +53,7 @@ touches BENCHMARKS.md.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import tempfile
 import time
@@ -606,25 +607,60 @@ def _with_stream_setting(name: str, value: float, con: apsw.Connection,
         setattr(recall_streams, name, chosen)
 
 
-def bench_results(embedder: Embedder, form: Form,
+def bench_results(make_embedder: Callable[[], Embedder], form: Form,
                   splits: dict[str, tuple[Callable[[], list[Conversation]], str]],
-                  categories: dict[int, str], questions_asked: str, tune: bool = False) -> dict:
-    """Every split (name -> its loader and role) scored; the settings beside them."""
+                  categories: dict[int, str], questions_asked: str, tune: bool = False,
+                  jobs: int = 1) -> dict:
+    """Every split (name -> its loader and role) scored, each with an embedder of its
+    own (`make_embedder`), in `jobs` processes at once; the settings beside them."""
     config = Config()
-    results = {"k": K, "embedder": embedder.model, "form": form.described,
-               "num_ctx": config.llm.num_ctx,
+    results = {"k": K, "form": form.described, "num_ctx": config.llm.num_ctx,
                "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
                "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
                "asking_weight": recall_streams.ASKING_WEIGHT,
                "answer_spread": recall_streams.ANSWER_SPREAD,
                "categories": list(categories.values()), "questions_asked": questions_asked,
                "splits": {}}
-    for name, (loader, role) in splits.items():
+
+    def scored(loader: Callable[[], list[Conversation]], role: str) -> tuple[str, dict]:
+        embedder = make_embedder()
+        embedder.embed(["warm up"])  # model loading is not ingest time
         with tempfile.TemporaryDirectory() as tmp:
             variants = tuning_variants() if tune and role == "development" else None
             split = run_split(loader(), embedder, Path(tmp), form, variants, categories)
-            results["splits"][name] = {"role": role, **split}
+        return embedder.model, {"role": role, **split}
+
+    if jobs > 1 and len(splits) > 1:
+        done = _in_processes({name: (lambda split=split: scored(*split))
+                              for name, split in splits.items()}, jobs)
+    else:
+        done = {name: scored(*split) for name, split in splits.items()}
+    for name in splits:
+        results["embedder"], results["splits"][name] = done[name]
     return results
+
+
+def _in_processes(calls: dict[str, Callable[[], tuple[str, dict]]],
+                  jobs: int) -> dict[str, tuple[str, dict]]:
+    """Each call in a forked process of its own, at most `jobs` at a time: a split
+    scores alone, so on a shared machine two of them get twice the CPU between them."""
+    context = multiprocessing.get_context("fork")
+    done: dict[str, tuple[str, dict]] = {}
+    pending = list(calls.items())
+    while pending:
+        batch, pending = pending[:jobs], pending[jobs:]
+        running = []
+        for name, call in batch:
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=lambda c=call, s=send: s.send(c()), daemon=True)
+            process.start()
+            running.append((name, process, receive))
+        for name, process, receive in running:
+            done[name] = receive.recv()
+            process.join()
+            if process.exitcode:
+                raise SystemExit(f"scoring {name} failed (exit code {process.exitcode})")
+    return done
 
 
 def main() -> None:
@@ -641,6 +677,8 @@ def main() -> None:
                    help="legacy form: leave out the captions of the photos shared in turns")
     p.add_argument("--local-model", choices=list(local_embedders.CANDIDATES),
                    default=LOCAL_MODEL, help="the local embedder to measure")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="score this many splits at once, each in a process of its own")
     p.add_argument("--tune", action="store_true",
                    help="also score fusion weight variants (development conversations only)")
     args = p.parse_args()
@@ -660,11 +698,9 @@ def main() -> None:
         args.no_write = True  # BENCHMARKS.md records the product's form
     if args.local_model != LOCAL_MODEL:
         args.no_write = True  # BENCHMARKS.md records the shipped embedder
-    embedder = local_embedders.make(args.local_model)
-    embedder.embed(["warm up"])  # model loading is not ingest time
     runs = {name: (lambda ids=ids: load(path, ids), role) for name, (ids, role) in splits.items()}
-    results = bench_results(embedder, form, runs, CATEGORIES, "LoCoMo categories 1-4",
-                            args.tune)
+    results = bench_results(lambda: local_embedders.make(args.local_model), form, runs,
+                            CATEGORIES, "LoCoMo categories 1-4", args.tune, args.jobs)
     if any(role == "held-out" for _, role in splits.values()):
         results["held_out_runs"] = record_held_out("locomo", results)
     emit(args, "locomo", results, markdown(results))

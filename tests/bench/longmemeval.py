@@ -22,7 +22,7 @@ The data is 264 MB, too large to commit and not obtainable from this bench: down
 into `.cache/longmemeval/` (ignored by git), or pass `--data PATH`.
 
     python -m tests.bench.longmemeval [--quick] [--json] [--data PATH]
-                                      [--split both|development|held-out] [--questions N]
+                                      [--split both|development|held-out] [--questions N] [--jobs N]
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ def main() -> None:
                    help="which half (only `both` is recorded in BENCHMARKS.md)")
     p.add_argument("--questions", type=int, default=QUESTIONS,
                    help="questions of each half, in the hash's order (0: all)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="score this many halves at once, each in a process of its own")
     args = p.parse_args()
     path = args.data if args.data.is_absolute() else (REPO_ROOT / args.data).resolve()
     if not path.exists():
@@ -136,12 +138,12 @@ def main() -> None:
         args.no_write = True  # a partial run does not replace the recorded one
     if limit != QUESTIONS:
         args.no_write = True  # BENCHMARKS.md records the default sample
-    embedder = local_embedders.make(LOCAL_MODEL)
-    embedder.embed(["warm up"])  # model loading is not ingest time
     runs = {name: (lambda role=role: load(path, role, limit), role)
             for name, role in roles.items()}
-    results = bench_results(embedder, Form("product"), runs, QUESTION_TYPES,
-                            f"LongMemEval_S, {limit or 'all'} answerable questions a half")
+    results = bench_results(lambda: local_embedders.make(LOCAL_MODEL), Form("product"), runs,
+                            QUESTION_TYPES,
+                            f"LongMemEval_S, {limit or 'all'} answerable questions a half",
+                            jobs=args.jobs)
     results["form"] += "; no name in the profile (LongMemEval's user gives none)"
     if "held-out" in roles.values():
         results["held_out_runs"] = record_held_out("longmemeval", results)
