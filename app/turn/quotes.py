@@ -190,12 +190,18 @@ def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> P
         return True
 
     first = min(QUOTE_FIRST, len(quotes))
-    shortest = [cost(quotes[i].shortest + "\n") for i in range(first)]
+    # Which of the first can be told at all, best first, each in its shortest form.
+    told, fits = [], 0
     for i in range(first):
-        after = sum(shortest[i + 1:])  # the room the rest of the first need at least
+        line_cost = cost(quotes[i].shortest + "\n")
+        if fits + line_cost <= room:
+            told.append((i, line_cost))
+            fits += line_cost
+    for n, (i, _) in enumerate(told):
+        after = sum(c for _, c in told[n + 1:])  # the room those after it need at least
         if take(i, quotes[i].line, after):
             continue
-        if quotes[i].shortest != quotes[i].line and take(i, quotes[i].shortest):
+        if take(i, quotes[i].shortest) and quotes[i].shortest != quotes[i].line:
             shortened.add(i)
     for i in sorted(shortened):
         extra = cost(quotes[i].line + "\n") - cost(quotes[i].shortest + "\n")
