@@ -48,7 +48,6 @@ the items' own provenance, so the turn knows it may not act on it unasked
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import apsw
@@ -225,19 +224,14 @@ class _Budget:
             return min(self.left, self.retrieval)
         return self.left
 
-    def take_section(self, name: str, header: str, lines: list[str], *,
-                     shown_in: list | None = None,
-                     shorter: Callable[[int], str | None] | None = None
+    def take_section(self, name: str, header: str, lines: list[str]
                      ) -> tuple[str, LayerReport]:
-        """As many lines as fit under the header; nothing at all if not even one does.
-
-        Lines are taken in the order given (best first); with `shown_in` (one sort key
-        per line) the lines kept are shown in that order instead. A layer the user wrote
-        or that tells a story (bootstrap, profile, diary) stops at the first line that
-        does not fit; a retrieved one passes over it for the shorter ones below: with a
-        few hundred tokens of room, one long message would otherwise keep out every
-        match ranked after it. A retrieved line that does not fit may give way to its
-        shorter form, `shorter(i)` (a message quoted in part)."""
+        """As many lines as fit under the header, in the order given (best first);
+        nothing at all if not even one does. A layer the user wrote or that tells a
+        story (bootstrap, profile, diary) stops at the first line that does not fit; a
+        retrieved one passes over it for the shorter ones below: with a few hundred
+        tokens of room, one long line would otherwise keep out every match ranked after
+        it. (Past messages are packed by app/turn/quotes.py.)"""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -245,16 +239,8 @@ class _Budget:
         block = f"\n\n{header}\n"
         spent = self.cost(block)
         kept: list[int] = []
-        shown = list(lines)
         for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
-            fits = spent + line_cost <= room
-            short = shorter(i) if shorter and name in RETRIEVED and not fits else None
-            if short:
-                short_cost = self.cost(short + "\n")
-                if spent + short_cost <= room:
-                    shown[i], line_cost = short, short_cost
-                    report.shortened.add(i)
             if spent + line_cost > room:
                 if name in RETRIEVED:
                     continue
@@ -267,9 +253,7 @@ class _Budget:
         if name in RETRIEVED and self.retrieval is not None:
             self.retrieval -= spent
         report.included, report.tokens, report.kept = len(kept), spent, kept
-        if shown_in is not None:
-            kept = sorted(kept, key=lambda i: shown_in[i])
-        return block + "".join(shown[i] + "\n" for i in kept), report
+        return block + "".join(lines[i] + "\n" for i in kept), report
 
 
 def _outside_items(kind: str, items: list) -> list[str]:
