@@ -21,20 +21,27 @@ For each question (categories 1-4):
            build time. "context, no embedder" is the same with
            the vector stream silent (an embedder that is down or not configured);
            "context, budget filled" gives the first message as much memory as the
-           budget holds (`[memory] fill_first_message`, a GPU's choice) instead of
-           `[memory] retrieved_max_tokens`.
+           budget holds (`[memory] fill_first_message = true`) instead of
+           `[memory] retrieved_max_tokens`; "context, auto at N tokens/s" what
+           "auto" gives it on an engine reading N prompt tokens a second (a fixed
+           extra reading time, `first_message_extra_seconds`). Found, not told: of
+           the evidence turns in the fusion's top 10, the share the context shows
+           not at all (neither whole nor a sentence of it).
   ranking  the top 10 events mapped back to their dia_ids: recall@2, @5, @10, hit@10 for
     bm25     FTS5 BM25 alone;
     rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
     vector   cosine over the stored vectors alone;
     session  the session stream alone (BM25 and vector evidence spread to the turns
              around it in its session: not a single stream, shown for transparency);
-    fusion   every stream of app.recall.fusion.STREAMS fused by weighted RRF.
+    fusion   every stream of app.recall.fusion.STREAMS fused by weighted RRF;
+    search_memory  `hilo memory search`'s hits (they must lose nothing against fusion).
 Latency is per question with a fresh Query for each method (nothing cached between
 them) and excludes embedding the question (its p50 is given separately).
 
 Development conversations (conv-26, 30, 41, 42, 43, 44) are where anything was chosen;
-the held-out ones (conv-47, 48, 49, 50) are run once a change has been chosen.
+the held-out ones (conv-47, 48, 49, 50) are run once a change has been chosen, and every
+run that scores them is appended to tests/bench/heldout_runs.jsonl (report.py).
+`--jobs 2` scores the two splits in a process each.
 
 `--form legacy` stores the form earlier versions of this benchmark used, for comparison
 only: every turn as role `user` with content "[8 May 2023] Speaker: text [photo:
