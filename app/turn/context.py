@@ -193,7 +193,6 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
     """Top-k relevant items, or the k most recent when nothing matches."""
     user_id = query.user_id

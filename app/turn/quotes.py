@@ -36,7 +36,9 @@ PART_FROM_CHARS = 160
 # How deep the past messages are searched for quoting: first the fusion's own depth, so
 # the search shares the BM25 and vector reads of the session stream; twice that only
 # when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
-# messages).
+# messages). On LoCoMo (tests/bench/locomo.py, quick) context recall was 0.933 with one
+# look, 0.935 with this, 0.938 looking 100 deep every time, which costs ~2 ms a turn at
+# 10^5 events.
 QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
 LOOK_DEEPER_BELOW = 0.75
 # Less room than this many tokens holds no quoted line worth having (role and words).
@@ -65,10 +67,12 @@ class PastEvent:
 class Quote:
     """A past message as the prompt may quote it: whole (`line`), and, when some of its
     sentences hold the question's words and others do not, in part (`part`): those
-    sentences (and QUOTE_AFTER after each) with "…" where the rest was. A message none
-    of whose sentences holds a word (found by meaning, or beside a match) has no part:
-    nothing says which part answers. The part is read only when asked for (a build
-    considers a hundred messages and quotes a few)."""
+    sentences (and QUOTE_AFTER after each) with "…" where the rest was. The part goes
+    in when the whole would be cut (over EVENT_LINE_CHARS) or does not fit the room
+    left: a long message then costs what its answer costs instead of being skipped. A
+    message none of whose sentences holds a word (found by meaning, or beside a match)
+    has no part: nothing says which part answers. The part is read only when asked for
+    (a build considers a hundred messages and quotes a few)."""
 
     def __init__(self, event: PastEvent, held: WordsHeld) -> None:
         self.event, self._held = event, held
