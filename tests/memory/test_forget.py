@@ -10,7 +10,8 @@ import numpy as np
 
 from app.db import connect_readonly
 from app.events import append_event
-from app.memory import forget_fact, list_facts, store_fact, upsert_fact
+from app.memory import list_facts, store_fact, upsert_fact
+from app.memory.forget import forget_fact
 from app.recall.vectors import Owner, store_vectors
 from tests.cli.test_messages import hilo
 
@@ -77,9 +78,20 @@ def test_a_new_statement_after_a_forget_is_a_new_fact(writer, config):
     writer.submit(lambda con: forget_fact(con, "ana", written.fact_id))
     time.sleep(0.01)
     _, new = learn(writer, config, "I moved to 9 Praça Nova", "lives at 9 Praça Nova")
-    assert new.action == "supersede"
+    assert new.action == "insert"  # the forgotten fact kept no key for it to supersede
     assert [f.value for f in list_facts(connect_readonly(writer.path), "ana")] == [
         "lives at 9 Praça Nova"]
+
+
+def test_a_forgotten_fact_keeps_no_key(writer, config):
+    _, written = learn(writer, config, f"I {SECRET}", SECRET, key="flat on rua das flores")
+    writer.submit(lambda con: forget_fact(con, "ana", written.fact_id))
+    dump = json.dumps(rows(writer, "SELECT * FROM facts") + rows(writer, "SELECT * FROM memory_log"))
+    assert "flores" not in dump.casefold()
+    assert rows(writer, "SELECT rowid FROM facts_fts WHERE facts_fts MATCH 'flores'") == []
+    # What stays is enough to know the same key and value again: still not learned.
+    assert learn(writer, config, f"Again: I {SECRET}", SECRET,
+                 key="flat on rua das flores")[1].action == "tombstoned"
 
 
 def test_deleted_but_not_forgotten_still_blocks_every_worker_statement(writer, config):
