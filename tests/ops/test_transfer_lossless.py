@@ -14,7 +14,8 @@ from app.config import load_config
 from app.datadir import BOOTSTRAP_TEMPLATE, DataDir
 from app.db import Durability, connect_readonly
 from app.events import append_event
-from app.memory import current_fact, forget_fact, store_fact, upsert_fact
+from app.memory import current_fact, store_fact, upsert_fact
+from app.memory.forget import forget_fact
 from app.ops.transfer import export_jsonl, export_markdown, import_path
 from app.tasks.store import add_task, list_tasks
 from app.timeutil import parse_rfc3339

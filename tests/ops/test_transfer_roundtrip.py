@@ -30,10 +30,10 @@ from app.memory import (
     delete_fact,
     delete_profile,
     fold_cards,
-    forget_fact,
     set_profile,
     upsert_fact,
 )
+from app.memory.forget import forget_fact
 from app.ops.transfer import export_jsonl, export_markdown, import_path
 from app.ops.transfer.markdown import read_markdown
 from app.ops.transfer.records import Problem

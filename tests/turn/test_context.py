@@ -43,7 +43,8 @@ def rich_memory(writer, config):
                 " created_at, updated_at) VALUES ('ana', 'old', ?, 'deploy, docker', ?, ?, ?)",
                 (f"Discussed deploying service {i} with docker compose. " * 4, i,
                  f"2026-10-{i + 1:02d}T00:00:00Z", f"2026-10-{i + 1:02d}T00:00:00Z"))
-        con.execute("INSERT INTO sessions VALUES ('ana', 'old', NULL, 't', 't', 't')")
+        con.execute("INSERT INTO sessions (user_id, id, started_at, last_event_at, ended_at) "
+                    "VALUES ('ana', 'old', 't', 't', 't')")
         con.execute("INSERT INTO diary (user_id, session_id, entry, created_at) VALUES "
                     "('ana', 'old', 'Ana set up the staging server and chose Postgres.', "
                     "'2026-10-20T00:00:00Z')")
