@@ -190,6 +190,16 @@ def forgotten_key(key: str) -> str:
     return FORGOTTEN_KEY_PREFIX + hashlib.sha256(normalise_key(key).encode("utf-8")).hexdigest()
 
 
+def forget_old_keys(con: apsw.Connection) -> int:
+    """Hash the keys forgotten facts kept before keys were forgotten too (rebuild); returns
+    how many."""
+    rows = list(con.execute("SELECT id, key FROM facts WHERE forgotten_hash IS NOT NULL "
+                            "AND key NOT LIKE ?", (FORGOTTEN_KEY_PREFIX + "%",)))
+    for fact_id, key in rows:
+        con.execute("UPDATE facts SET key = ? WHERE id = ?", (forgotten_key(key), fact_id))
+    return len(rows)
+
+
 def is_forgotten(con: apsw.Connection, fact: Fact) -> bool:
     """Whether `fact` is the tombstone `forget_fact` leaves."""
     row = con.execute("SELECT forgotten_hash FROM facts WHERE id = ?", (fact.id,)).fetchone()

@@ -157,7 +157,17 @@ def _props(body: dict) -> dict:
 
 
 def _user_lines(prompt: str) -> str:
-    return "\n".join(line for line in prompt.splitlines() if line.startswith(("USER:", "TOOL")))
+    """The prompt's USER and TOOL lines, and what it quotes under them (app/learn/quoting.py)."""
+    kept, quoting = [], False
+    for line in prompt.splitlines():
+        if line.startswith("> "):
+            if quoting:
+                kept.append(line[2:])
+            continue
+        quoting = line.startswith(("TOOL", "QUOTED"))
+        if line.startswith(("USER:", "TOOL")):
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def scripted_model(body: dict) -> Any:

@@ -42,12 +42,12 @@ def imported_memory_md_path(config: Config) -> Path:
 
 def keep_imported_memory_md(config: Config, text: str) -> tuple[str, Path | None]:
     """Keep an exported MEMORY.md beside the data directory's own: ("pending", its path);
-    ("unchanged", None) where it is the same as MEMORY.md, or the import brings only the
-    template."""
+    ("unchanged", None) where it is the same as MEMORY.md or as the one already waiting,
+    or the import brings only the template."""
     current = memory_md_text(config)
-    if current == text or text == BOOTSTRAP_TEMPLATE:
-        return "unchanged", None
     beside = imported_memory_md_path(config)
+    if text in (current, BOOTSTRAP_TEMPLATE) or read_own_file(beside) == text.encode("utf-8"):
+        return "unchanged", None  # the same, or already waiting
     write_file(beside, text.encode("utf-8"))
     return "pending", beside
 
