@@ -1,4 +1,4 @@
--- Provenance by default (DESIGN §9, app/memory/provenance.py): a row is the owner's only
+-- Provenance by default (docs/trust.md, app/memory/provenance.py): a row is the owner's only
 -- when a write says so; one that states nothing is content from outside.
 --
 -- 1. The from_outside columns of events, facts, profile, context_cards and diary default

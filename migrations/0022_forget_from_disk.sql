@@ -1,4 +1,4 @@
--- Forget means gone from the database files (DESIGN §9). A full-text index deletes a row
+-- Forget means gone from the database files (docs/trust.md). A full-text index deletes a row
 -- by writing a delete marker beside its old entries, which keep the words until a merge;
 -- with 'secure-delete' the entries themselves are removed (sqlite.org/fts5.html, "The
 -- secure-delete Configuration Option"). Every connection also sets PRAGMA secure_delete,

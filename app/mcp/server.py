@@ -15,8 +15,8 @@ a tool error carrying its one-line message in one place, `_reported`.
 
 What the tools write is a model's text, the MCP client's, and that model may have read
 anything: facts, profile values, hand-off notes and task prompts written here are content
-from outside (DESIGN §9, app.memory.provenance.is_outside), so a turn that reads them acts
-only on a fresh yes. Forgetting is the client's to ask (its
+from outside (docs/trust.md, *The rules*; app.memory.provenance.is_outside), so a turn
+that reads them acts only on a fresh yes. Forgetting is the client's to ask (its
 tool is marked destructive, which MCP clients confirm with their user).
 """
 

@@ -24,6 +24,7 @@ statement of a fact, from the user or a worker, goes through one dedupe policy
     importance.py  decay of what is not read
     provenance.py  is_outside, the one rule of whose hand a row is; memory_log, the
                    record of every change
+    bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
     sessions.py    sessions as listed to the user, and ending one
     validation.py  InvalidMemory and the checks every write makes
 """

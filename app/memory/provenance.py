@@ -1,5 +1,6 @@
 """Provenance: whose hand each stored row and context layer is (`is_outside`, the one rule
-of DESIGN §9), and each change to a profile key, fact, card or diary entry (memory_log).
+of docs/trust.md, *The rules*), and each change to a profile key, fact, card or diary
+entry (memory_log).
 
 Every write path states its provenance through `is_outside`: a row is the owner's only
 when the owner's own hand wrote it — the person's message as typed, the CLI at the

@@ -358,7 +358,7 @@ def test_only_app_events_writes_the_events_table():
 
 # -- provenance: every write path states it, and one that states none is outside -------------
 
-# The tables whose rows carry their provenance (DESIGN §9, app/memory/provenance.py).
+# The tables whose rows carry their provenance (docs/trust.md, app/memory/provenance.py).
 PROVENANCE_TABLES = ("events", "facts", "profile", "context_cards", "diary", "sessions",
                      "scheduled_tasks")
 INSERT_SQL = re.compile(
