@@ -172,6 +172,9 @@ def test_events_and_facts_say_where_they_came_from(hilo: HiloServer) -> None:
         ("user", "client", True), ("tool", "client", True),
         ("user", "typed", False), ("assistant", "model", False)]
     assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [True]
+    # A session holds content from outside once one of its events is.
+    assert {s["id"]: s["from_outside"] for s in api.get("/memory/sessions").json()["sessions"]
+            } == {"s1": True, "s2": False}
 
 
 def test_an_event_with_an_unknown_role_is_refused(hilo: HiloServer) -> None:
