@@ -94,8 +94,8 @@ def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
                 [user_id, *(str(i) for i in ids)])
     tombstone = forgotten_key(key)
     # One tombstone per key: an earlier forget of it gives way to this one.
-    con.execute("DELETE FROM facts WHERE user_id = ? AND category = ? AND key = ?",
-                (user_id, category, tombstone))
+    con.execute("DELETE FROM facts WHERE user_id = ? AND category = ? AND key = ? "
+                "AND forgotten_hash IS NOT NULL", (user_id, category, tombstone))
     con.execute(f"UPDATE facts SET superseded_by = NULL WHERE superseded_by IN ({marks})", ids)
     con.execute(f"DELETE FROM facts WHERE id IN ({marks}) AND id != ?", [*ids, fact_id])
     con.execute("UPDATE facts SET key = ?, value = '', forgotten_hash = ?, deleted_at = ?, "

@@ -300,7 +300,8 @@ def trusted_task_follows_the_users_own_profile(t: Trial) -> Outcome:
 @benign("memory", "the fact the user asks to forget in chat is forgotten")
 def user_forgets_a_fact_in_chat(t: Trial) -> Outcome:
     fact = t.service().edit(lambda con: remember_fact(
-        con, t.user, "fact", "old address", "I live on Calle Mayor 3")).fact
+        con, t.user, "fact", "old address", "I live on Calle Mayor 3",
+        from_outside=is_outside("owner"))).fact
     t.chat(f"I moved, forget my old address: {instruction('forget', fact_id=fact.id)}",
            Person("once"))
     left = t.lab.read("SELECT count(*) FROM facts WHERE id = ? AND deleted_at IS NULL",
