@@ -6,13 +6,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import events
 from app.config import Config
 from app.db import connect_readonly
-from app.events import Event, append_event
+from app.events import Event
 from app.memory import set_profile, upsert_fact
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.state import Recall
 from app.turn.context import HEADERS, ContextRequest, build_context
+
+# The conversation as it went: the person's messages typed, the model's replies.
+ORIGIN_OF = {"user": "typed", "assistant": "model", "tool": "hilo_tool", "system": "task"}
+
+
+def append_event(writer, config, user_id, session_id, role, content, **fields) -> Event:
+    fields.setdefault("origin", ORIGIN_OF[role])
+    return events.append_event(writer, config, user_id, session_id, role, content, **fields)
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
