@@ -568,8 +568,9 @@ class ChatService:
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
                                      before_event_id=user_event.id, client=history, turn=True)
-        # The message itself may be content from outside (an imported task's prompt).
-        context = context.reading([user_event, *continued])
+        # The message itself may be content from outside (an imported task's prompt), and
+        # so may what a client resends of the session (a reply written reading a page).
+        context = context.reading([user_event, *continued, *(client.events if client else ())])
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()

@@ -119,10 +119,17 @@ class Quote:
         return {"quoted": f"{len(kept)} of {len(said)} sentences"}
 
 
+# Who said a past message from outside, as a quote shows it: never the user's words.
+OUTSIDE_SPEAKER = "quoted from outside (not the user's words)"
+
+
 def _line(event: PastEvent, content: str) -> str:
     if len(content) > EVENT_LINE_CHARS:
         content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-    return f"- {event.role}: {content}"
+    speaker = event.role
+    if event.from_outside:  # documents a client retrieved, a page, a client's history
+        speaker = OUTSIDE_SPEAKER if event.role == "user" else f"{event.role}, from outside"
+    return f"- {speaker}: {content}"
 
 
 def day_line(day: str) -> str:

@@ -170,10 +170,15 @@ def test_events_and_facts_say_where_they_came_from(hilo: HiloServer) -> None:
     api.post("/memory/facts", json={"key": "city", "value": "Lisbon"})
 
     events = {s: api.get(f"/memory/sessions/{s}/events").json()["events"] for s in ("s1", "s2")}
+    # Only the person's message as typed is theirs: what a client posts to the memory API
+    # is its own word (app.memory.provenance), the reply to the typed message is Hilo's.
     assert [(e["role"], e["origin"], e["from_outside"]) for e in events["s1"] + events["s2"]] == [
-        ("user", "client", False), ("tool", "client", True),
+        ("user", "client", True), ("tool", "client", True),
         ("user", "typed", False), ("assistant", "model", False)]
-    assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [False]
+    assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [True]
+    # A session holds content from outside once one of its events is.
+    assert {s["id"]: s["from_outside"] for s in api.get("/memory/sessions").json()["sessions"]
+            } == {"s1": True, "s2": False}
 
 
 def test_an_event_with_an_unknown_role_is_refused(hilo: HiloServer) -> None:

@@ -255,7 +255,7 @@ def ingest(writer: Writer, config: Config, conv: Conversation, form: Form) -> di
     for turn in conv.turns:
         event = prepare_event(config, conv.sample_id, f"session_{turn.session}",
                               form.role(conv, turn), form.content(turn),
-                              created_at=to_rfc3339(turn.when))
+                              created_at=to_rfc3339(turn.when), origin="typed")
         jobs.append((turn.dia_id, writer.submit_nowait(lambda con, e=event: insert_event(con, e))))
     return {job.result().id: dia_id for dia_id, job in jobs}
 

@@ -6,13 +6,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import events
 from app.config import Config
 from app.db import connect_readonly
-from app.events import Event, append_event
+from app.events import Event
 from app.memory import set_profile, upsert_fact
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.state import Recall
 from app.turn.context import HEADERS, ContextRequest, build_context
+
+# The conversation as it went: the person's messages typed, the model's replies.
+ORIGIN_OF = {"user": "typed", "assistant": "model", "tool": "hilo_tool", "system": "task"}
+
+
+def append_event(writer, config, user_id, session_id, role, content, **fields) -> Event:
+    fields.setdefault("origin", ORIGIN_OF[role])
+    return events.append_event(writer, config, user_id, session_id, role, content, **fields)
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
@@ -43,7 +52,8 @@ def rich_memory(writer, config):
                 " created_at, updated_at) VALUES ('ana', 'old', ?, 'deploy, docker', ?, ?, ?)",
                 (f"Discussed deploying service {i} with docker compose. " * 4, i,
                  f"2026-10-{i + 1:02d}T00:00:00Z", f"2026-10-{i + 1:02d}T00:00:00Z"))
-        con.execute("INSERT INTO sessions VALUES ('ana', 'old', NULL, 't', 't', 't')")
+        con.execute("INSERT INTO sessions (user_id, id, started_at, last_event_at, ended_at) "
+                    "VALUES ('ana', 'old', 't', 't', 't')")
         con.execute("INSERT INTO diary (user_id, session_id, entry, created_at) VALUES "
                     "('ana', 'old', 'Ana set up the staging server and chose Postgres.', "
                     "'2026-10-20T00:00:00Z')")
