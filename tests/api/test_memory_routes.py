@@ -105,7 +105,7 @@ def test_search_finds_facts_and_events_and_explains_ranks(hilo: HiloServer) -> N
     assert "explain" not in plain[0]
 
 
-def test_search_shows_only_what_matches_and_why(hilo: HiloServer) -> None:
+def test_search_shows_what_ranks_highest_and_why(hilo: HiloServer) -> None:
     api = hilo.client()
     api.post("/memory/events", json={"session_id": "s1", "events": [
         {"role": "user", "content": "my Brompton has a flat tyre"},
@@ -114,8 +114,12 @@ def test_search_shows_only_what_matches_and_why(hilo: HiloServer) -> None:
 
     hits = api.get("/memory/search", params={"q": "flat tyre"}).json()["hits"]
 
-    assert [(h["text"], h["why"]) for h in hits] == [
-        ("user: my Brompton has a flat tyre", {"words": ["flat", "tyre"]})]
+    assert (hits[0]["text"], hits[0]["why"]) == (
+        "user: my Brompton has a flat tyre", {"words": ["flat", "tyre"]})
+    # The reply beside it ranks next, for that reason; every hit says why it is there.
+    assert hits[1]["text"] == "assistant: Patch kits are cheap."
+    assert hits[1]["why"] == {"beside": hits[0]["id"], "link": "near"}
+    assert all(h["why"] for h in hits)
 
 
 def test_context_shows_what_the_model_would_get_and_why(hilo: HiloServer) -> None:
