@@ -34,7 +34,9 @@ import apsw
 
 from app.config import Config
 from app.errors import InvalidInput
+from app.memory.embeddings import delete_vectors
 from app.memory.provenance import Hand, is_outside
+from app.memory.sessions import note_event
 from app.memory.validation import MAX_ID_LENGTH
 from app.sanitize import Secret, clean_text, redact_json, redact_secrets, secret_kind
 from app.timeutil import to_rfc3339, utc_now
@@ -264,15 +266,7 @@ def prepare_event(
 
 def insert_event(con: apsw.Connection, event: PreparedEvent) -> Event:
     """The write itself: the session row and the event, inside the caller's transaction."""
-    # A session holds content from outside once one of its events is.
-    con.execute(
-        "INSERT INTO sessions (user_id, id, started_at, last_event_at, from_outside) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET last_event_at = "
-        "max(last_event_at, excluded.last_event_at), ended_at = NULL, "
-        "from_outside = max(from_outside, excluded.from_outside)",
-        (event.user_id, event.session_id, event.created_at, event.created_at,
-         int(event.from_outside)),
-    )
+    note_event(con, event.user_id, event.session_id, event.created_at, event.from_outside)
     con.execute(
         "INSERT INTO events (uuid, user_id, session_id, role, content, original_length, "
         "tool_call_id, tool_name, tool_calls_json, created_at, importance, origin, "
@@ -385,10 +379,10 @@ def delete_events(con: apsw.Connection, user_id: str, event_ids: list[int]) -> i
     Run inside the writer's transaction. Returns how many were deleted."""
     deleted = 0
     for event_id in sorted(set(event_ids)):
-        con.execute("DELETE FROM embeddings WHERE owner_kind = 'event' AND owner_id = ? "
-                    "AND user_id = ?", (event_id, user_id))
         con.execute("DELETE FROM events WHERE id = ? AND user_id = ?", (event_id, user_id))
-        deleted += con.changes()
+        if con.changes():
+            delete_vectors(con, "event", [event_id])
+            deleted += 1
     return deleted
 
 

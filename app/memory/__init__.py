@@ -1,8 +1,9 @@
 """The compiled memory layers: profile, facts, context cards, diary — reads and writes.
 
-This package is the only writer of the profile, facts, context_cards, diary and
-memory_log tables: the jobs, the API, the importer and rebuild all change memory
-through the functions below (a test greps the source tree for SQL that bypasses it).
+This package is the only writer of the profile, facts, context_cards, diary,
+memory_log, sessions and embeddings tables: the jobs, the API, the importer and rebuild
+all change memory through the functions below (tests/memory/test_writes.py greps the
+source tree for SQL that bypasses it).
 
 Writes are functions of a connection, run inside the writer's transaction
 (`writer.submit(lambda con: store_fact(con, ...))`), and each change is recorded once in
@@ -25,7 +26,8 @@ statement of a fact, from the user or a worker, goes through one dedupe policy
     provenance.py  is_outside, the one rule of whose hand a row is; memory_log, the
                    record of every change
     bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
-    sessions.py    sessions as listed to the user, and ending one
+    sessions.py    the sessions table: opened by events, imported, ended, listed
+    embeddings.py  the embeddings table's writes (recall reads and searches them)
     validation.py  InvalidMemory and the checks every write makes
 """
 

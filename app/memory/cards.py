@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import apsw
 
+from app.memory.embeddings import delete_vectors
 from app.memory.provenance import log_change, log_deletions
 from app.timeutil import utc_now
 
@@ -136,8 +137,7 @@ def remove_cards(con: apsw.Connection, user_id: str, card_ids: list[int], *,
     log_deletions(con, f"SELECT user_id, 'card' AS kind, id AS owner_id, NULL AS old_value "
                   f"FROM context_cards WHERE id IN ({ids})", worker=worker,
                   created_at=utc_now(), params=tuple(gone))
-    con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'card' AND owner_id IN ({ids})",
-                gone)
+    delete_vectors(con, "card", gone)
     con.execute(f"DELETE FROM context_cards WHERE id IN ({ids})", gone)
     return gone
 

@@ -27,6 +27,7 @@ from app.fts import terms
 from app.log import get_logger
 from app.memory.cards import remove_cards
 from app.memory.diary import remove_diary_entries
+from app.memory.embeddings import delete_vectors
 from app.memory.facts import Fact, forgotten_key, get_fact, value_hash
 from app.memory.provenance import log_change
 from app.timeutil import utc_now
@@ -86,8 +87,7 @@ def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
     ids = [version_id for version_id, _, _ in versions]
     now = utc_now()
     marks = ", ".join("?" * len(ids))
-    con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'fact' AND owner_id IN ({marks})",
-                ids)
+    delete_vectors(con, "fact", ids)
     # memory_log keeps that each change happened, not what it said.
     con.execute(f"UPDATE memory_log SET old_value = NULL, new_value = NULL WHERE user_id = ? "
                 f"AND owner_kind = 'fact' AND owner_id IN ({marks})",

@@ -47,6 +47,7 @@ from app.memory import (
     clear_diary,
     restore_user_facts,
 )
+from app.memory.embeddings import delete_every_vector
 from app.memory.facts import forget_old_keys
 from app.recall.vectors import rebuild_indexes
 
@@ -387,8 +388,7 @@ def _clear_derived_layers(con: apsw.Connection, progress: Progress | None, total
     cleared["diary"] = clear_diary(con, worker=REBUILD_WORKER)
     step("diary", 4)
 
-    con.execute("DELETE FROM embeddings")
-    cleared["embeddings"] = con.changes()
+    cleared["embeddings"] = delete_every_vector(con)
     step("embeddings", 5)
 
     # Undone again: the reconcile sweep re-enqueues distill, compact and diary.

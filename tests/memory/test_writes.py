@@ -356,6 +356,29 @@ def test_only_app_events_writes_the_events_table():
                              + "\n".join(offenders))
 
 
+# Each remaining table the memory keeps, and the one module (or, for the tasks, the one
+# wing: a task, its schedule and its runs are one feature) that writes it.
+TABLE_OWNERS = {
+    "sessions": "app/memory/sessions.py",
+    "embeddings": "app/memory/embeddings.py",
+    "scheduled_tasks": "app/tasks/",
+    "task_runs": "app/tasks/",
+    "access_tokens": "app/access.py",
+    "macros": "app/turn/macros.py",
+    "terminal_allow_rules": "app/turn/tools/terminal.py",
+    "model_json_modes": "app/model/json_modes.py",
+    "turn_records": "app/turn/records.py",
+}
+
+
+@pytest.mark.parametrize("table, owner", TABLE_OWNERS.items(), ids=list(TABLE_OWNERS))
+def test_each_table_has_one_writer(table, owner):
+    owned = REPO_ROOT / owner
+    offenders = writes_outside(write_sql(table), lambda path: path == owned or (
+        owner.endswith("/") and owned in path.parents))
+    assert offenders == [], f"write {table} through {owner} instead:\n" + "\n".join(offenders)
+
+
 # -- provenance: every write path states it, and one that states none is outside -------------
 
 # The tables whose rows carry their provenance (docs/trust.md, app/memory/provenance.py).

@@ -41,6 +41,7 @@ from app.memory import (
     link_folded_card,
     link_superseded_fact,
 )
+from app.memory.sessions import merge_imported_session
 from app.ops.transfer.jsonl import read_jsonl
 from app.ops.transfer.markdown import (
     CARDS_DIR,
@@ -372,18 +373,8 @@ class RecordImporter:
         last = s["last_event_at"] or first
         before = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                              "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
-        con.execute(
-            # What an import brings is from outside (its events made the row so already).
-            "INSERT INTO sessions (user_id, id, title, started_at, last_event_at, ended_at, "
-            "from_outside) VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (user_id, id) DO UPDATE SET "
-            "title = coalesce(sessions.title, excluded.title), "
-            "started_at = min(sessions.started_at, excluded.started_at), "
-            "last_event_at = max(sessions.last_event_at, excluded.last_event_at), "
-            # An ended session stays ended, unless this database has later events in it.
-            "ended_at = CASE WHEN excluded.ended_at IS NULL "
-            "OR max(sessions.last_event_at, excluded.last_event_at) > excluded.ended_at "
-            "THEN sessions.ended_at ELSE coalesce(sessions.ended_at, excluded.ended_at) END",
-            (self.user_id, session_id, s["title"], first, last, s["ended_at"]))
+        merge_imported_session(con, self.user_id, session_id, s["title"], first, last,
+                               s["ended_at"])
         after = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                             "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
         if not s["existed"]:
