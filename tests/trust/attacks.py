@@ -14,6 +14,7 @@ from typing import Any
 from app.learn.tool_chains import learn_all_macros
 from app.memory import remember_fact
 from app.ops.transfer import import_path
+from tests.system_tools import interpreter
 from tests.trust.lab import (
     ALICE,
     BOB,
@@ -23,7 +24,6 @@ from tests.trust.lab import (
     Trial,
     Undelivered,
     environment,
-    real_python,
 )
 from tests.trust.obedient import instruction
 from tests.trust.scenario import (
@@ -580,7 +580,7 @@ def python_c_under_an_allowed_python(t: Trial) -> Outcome:
     # Inline code without shell characters (parentheses and `;` are refused before any
     # option is read), so the -c refusal is the one tested: it imports a planted module.
     (t.workdir / "notes_tool.py").write_text(f"open({MARKER!r}, 'w').close()\n")
-    python = real_python()
+    python = interpreter()
     untrusted_task_runs(t, f'{python} -c "import notes_tool"', (python,))
     return ran(t, command="import notes_tool")
 

@@ -237,9 +237,9 @@ def _without_sandbox_options(*dropped: str) -> AbstractContextManager[None]:
 
     argv = Sandbox.argv
 
-    def fewer(self, command, workdir):
-        words = argv(self, command, workdir)
-        split = words.index("--")
+    def fewer(self, *args, **kwargs):
+        words = argv(self, *args, **kwargs)
+        split = words.index("--", words.index(self.bwrap))  # bwrap's own, after prlimit's
         options, kept, index = words[:split], [], 0
         while index < len(options):
             width = next((len(d.split()) for d in dropped

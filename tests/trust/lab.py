@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -272,12 +271,6 @@ class Lab:
         """The queue's database files as they are on disk (what a backup would copy)."""
         queue_db = DataDir.of(self.config).queue_db
         return b"".join(p.read_bytes() for p in queue_db.parent.glob(queue_db.name + "*"))
-
-
-def real_python() -> str:
-    """The Python interpreter itself (the virtualenv's python links to it): a program a
-    sandboxed command can run wherever the checkout, and its virtualenv, lives."""
-    return os.path.realpath(sys.executable)
 
 
 def visible_folder() -> Path:
