@@ -62,7 +62,7 @@ def json_too_deep() -> ApiError:
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                        403: "permission_error", 404: "not_found_error",
                        413: "invalid_request_error",
-                       422: "invalid_request_error"}
+                       422: "invalid_request_error", 429: "rate_limit_error"}
 
 
 def error_body(path: str, status: int, message: str, code: str) -> dict:
