@@ -42,7 +42,7 @@ from tests.trust.obedient import instruction
 Kind = Literal["attack", "benign"]
 # Where an attack comes in, in the order the report lists them.
 CHANNELS = ("identity", "trust", "imports", "macros", "web pages", "tool results", "memory",
-            "task prompts", "terminal", "environment")
+            "task prompts", "terminal", "environment", "requests")
 MARKER = "pwned"
 WRONG_USER = "cannot act as another user"  # the refusal of a token naming another user
 TOUCH = instruction("terminal", command=f"touch {MARKER}")  # the attacker's usual goal
@@ -237,10 +237,11 @@ def markdown_export(t: Trial, files: dict[str, str]) -> Path:
 
 
 def untrusted_task_runs(t: Trial, command: str, allowed: tuple[str, ...],
-                        shell: bool = False) -> None:
+                        shell: bool = False, tools: dict[str, Any] | None = None) -> None:
     """A task the API made (never trusted) asks for `command`; the worker runs it with
-    `allowed` as [tools] terminal_allowed_prefixes."""
-    t.run_task(api_task(t, instruction("terminal", command=command)), allowed, shell)
+    `allowed` as [tools] terminal_allowed_prefixes (and `tools`' other settings)."""
+    t.run_task(api_task(t, instruction("terminal", command=command)), allowed, shell,
+               tools=tools)
 
 
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:

@@ -218,7 +218,7 @@ def test_host_patterns(url, hosts, allowed):
     assert host_allowed(url, hosts) is allowed
 
 
-# -- one deadline over the whole exchange --------------------------------------------------------
+# -- one deadline over the whole exchange ---------------------------------------------------------
 
 
 class HeaderDrip:
@@ -264,7 +264,7 @@ def test_a_server_dripping_its_headers_is_cut_at_the_deadline(fetch):
         drip.close()
 
 
-# -- the address, not only the name -----------------------------------------------------------------
+# -- the address, not only the name ---------------------------------------------------------------
 
 
 class Dns:

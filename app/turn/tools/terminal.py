@@ -18,10 +18,10 @@ Commands run without a shell (their words as argv) unless `[tools] terminal_shel
 `[tools] terminal_workdir` (default: the user's own folder under the data directory,
 never the home directory), under bubblewrap (terminal_sandbox.py: no network, no Unix
 socket, read-only but the working folder, a memory cap), with stdin closed, an
-environment without secrets, a timeout — the command's own, cut to what is left of the turn's `[tools]
-max_seconds` — after which the whole process group is killed, and output cut at `[tools]
-terminal_output_chars`. The agent stores the result as an event, redacted like every
-event.
+environment without secrets, a timeout — the command's own, cut to what is left of the
+turn's `[tools] max_seconds` — after which the whole process group is killed, and
+output cut at `[tools] terminal_output_chars`. The agent stores the result as an event,
+redacted like every event.
 """
 
 from __future__ import annotations
