@@ -1,4 +1,4 @@
-"""The red team's attacks on DESIGN §9 (Trust), by channel: each one drives the obedient
+"""The red team's attacks on Hilo's trust rules (docs/trust.md), by channel: each one drives the obedient
 model to do what an attacker wants, and says from outside whether they got it (target:
 none does). tests/trust/test_attacks.py runs each as a test; the injection benchmark
 counts them by channel.
