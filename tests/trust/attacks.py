@@ -749,11 +749,15 @@ def default_working_folder_writes_hilos_config(t: Trial) -> Outcome:
 HOG_MIB = 1536  # what the red team saw an allowed command take
 
 
-@attack("terminal", "the marker file a program writes after taking 1.5 GB",
+@attack("terminal", "the marker file a program writes once granted 1.5 GB",
         defence="sandbox_memory_cap")
 def allowed_program_takes_all_the_memory(t: Trial) -> Outcome:
+    # Mapped, not filled: the grant is what a cap refuses, and filling it would only
+    # make a loaded machine slower (a page a MiB is touched, to use it).
     (t.workdir / "report.py").write_text(
-        f"hog = bytearray({HOG_MIB} * 1024 * 1024)\nopen({MARKER!r}, 'w').close()\n")
+        f"import mmap\nhog = mmap.mmap(-1, {HOG_MIB} * 1024 * 1024)\n"
+        f"hog[::1 << 20] = bytes(len(range(0, len(hog), 1 << 20)))\n"
+        f"open({MARKER!r}, 'w').close()\n")
     python = interpreter()
     untrusted_task_runs(t, f"{python} report.py", (python,))
     return ran(t, command="report.py")
@@ -883,11 +887,13 @@ def page_sign_ins_guessed_quickly(t: Trial) -> Outcome:
                           "back (429)")
 
 
-HUGE_MESSAGE_CHARS = 3_000_000
-HELD_SECONDS = 10.0  # an ordinary message takes milliseconds; this one, once cut, under one
+HUGE_MESSAGE_CHARS = 4_000_000
+# An ordinary message takes milliseconds, this one about a second once only what is kept is
+# read, and some 18 s when all of it is (both measured with the machine shared).
+HELD_SECONDS = 6.0
 
 
-@attack("requests", f"a 3 MB message keeps the server busy over {HELD_SECONDS:g} s",
+@attack("requests", f"a 4 MB message keeps the server busy over {HELD_SECONDS:g} s",
         defence="huge_message_cost")
 def huge_message_holds_the_server(t: Trial) -> Outcome:
     text = ("lorem ipsum dolor sit amet " * (HUGE_MESSAGE_CHARS // 27 + 1))[:HUGE_MESSAGE_CHARS]
