@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Config
+from app.errors import Unavailable
 from app.log import get_logger
 from app.sanitize import secret_kind
 from app.turn.tools.registry import ToolFailed
@@ -120,7 +121,7 @@ _MACHINES = {
 _MACHINE_NAMES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
-class UnknownMachine(ValueError):
+class UnknownMachine(Unavailable):
     """No seccomp filter is known for this machine's architecture."""
 
 
