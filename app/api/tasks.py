@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import Service, Who
+from app.api.deps import JsonRoute, Service, Who
 from app.api.errors import ApiError
 from app.memory import is_outside
 from app.tasks.runs import request_run, task_log
@@ -22,7 +22,7 @@ from app.tasks.store import (
     resume_task,
 )
 
-router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"])
+router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"], route_class=JsonRoute)
 
 
 class TaskIn(BaseModel):

@@ -346,9 +346,10 @@ def check_terminal_sandbox(config: Config) -> Check:
         sandbox_for(config)
     except ToolFailed as exc:
         return Check("terminal sandbox", Status.WARN, exc.message,
-                     "apt-get install bubblewrap (and allow user namespaces)")
+                     "apt-get install bubblewrap util-linux (and allow user namespaces)")
     return Check("terminal sandbox", Status.OK,
-                 "bubblewrap: no network, read-only but the working folder")
+                 "bubblewrap: no network, no Unix socket, read-only but the working folder, "
+                 f"{tools.terminal_memory_mb} MiB at most")
 
 
 def run_checks(config: Config) -> list[Check]:

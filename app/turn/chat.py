@@ -305,9 +305,10 @@ class Turn:
         if self._client is None:
             return ()
         # Message by message: the same texts come with every request (app.sanitize
-        # remembers what it found in each).
+        # remembers what it found in each); each as far as it is kept.
+        kept = self.service.kept
         return tuple(dict.fromkeys(secret for m in self._client.messages
-                                   for secret in find_secrets(message_text(m))))
+                                   for secret in find_secrets(kept(message_text(m)))))
 
     def run(self) -> TurnOutcome:
         """Consume the whole reply; ModelError propagates after the user event is stored."""
@@ -505,10 +506,17 @@ class ChatService:
         while the keyword streams run (make_query's `ahead`), unless embed_ahead began
         it already."""
         embedder = self.query_embedder
+        text = self.kept(text)
         if embedder is None:
             return make_query(user_id, text, recall=self.recall, con=self.reader())
         return make_query(user_id, text, embedder, recall=self.recall, con=self.reader(),
                           ahead=True, on_embedding=_timed_embedding)
+
+    def kept(self, text: str) -> str:
+        """What Hilo reads of a message to search its memory and scan it: what it stores
+        ([memory] max_message_chars), so a huge message costs the time of what is kept
+        (it is still relayed to the model whole)."""
+        return text[:self.config.memory.max_message_chars]
 
     def embed_ahead(self, user_id: str, text: str) -> None:
         """Begin embedding the question of a turn about to be answered: a front-end calls
@@ -517,8 +525,8 @@ class ChatService:
         (app/recall/query.py, embed_ahead). Nothing without an embedder ready."""
         embedder = self.query_embedder
         if embedder is not None:
-            embed_ahead(user_id, text, embedder, recall=self.recall, con=self.reader(),
-                        on_embedding=_timed_embedding)
+            embed_ahead(user_id, self.kept(text), embedder, recall=self.recall,
+                        con=self.reader(), on_embedding=_timed_embedding)
 
     # -- the turn ----------------------------------------------------------------------------
 

@@ -281,8 +281,10 @@ class _Carried:
     """What a request's messages already say, as Hilo would store it (secrets redacted,
     whitespace squashed): a recalled line that says nothing more would only repeat it."""
 
-    def __init__(self, messages: list[dict]) -> None:
-        texts = (" ".join(redact_secrets(text_to_store(m)).text.split()) for m in messages)
+    def __init__(self, messages: list[dict], kept_chars: int) -> None:
+        # Each message as far as it is stored: a huge one costs no more than that.
+        texts = (" ".join(redact_secrets(text_to_store(m)[:kept_chars]).text.split())
+                 for m in messages)
         self._text = "\n".join(t for t in texts if t)
 
     def holds(self, content: str) -> bool:
@@ -485,7 +487,8 @@ class _Turn:
     def _carried(self, said: list[dict]) -> _Carried:
         """What the prompt says besides Hilo's memory: the client's system message, and
         `said`, the conversation it shows."""
-        return _Carried([*([self.opening] if self.opening else []), *said])
+        return _Carried([*([self.opening] if self.opening else []), *said],
+                        self.config.memory.max_message_chars)
 
     def _first_message(self) -> bool:
         """Nothing said before it in this conversation: no window, no earlier reply."""

@@ -8,14 +8,19 @@ whether the user got what they asked for (target: at least 95 % do).
 from __future__ import annotations
 
 import json
+from typing import Any
+from urllib.parse import quote
 
+from app.api.gate import TOKEN_COOKIE
+from app.datadir import DataDir
 from app.learn.tool_chains import learn_all_macros
 from app.memory import is_outside, remember_fact, set_profile
 from app.ops.transfer import export_jsonl, import_path
 from app.ops.transfer.memory_md import accept_imported_memory_md
 from app.tasks.store import trust_task
 from tests.fixtures.rag import rag_messages
-from tests.trust.lab import Outcome, Person, Trial
+from tests.system_tools import interpreter
+from tests.trust.lab import Outcome, Person, Trial, environment
 from tests.trust.obedient import instruction
 from tests.trust.scenario import (
     SCHEDULE,
@@ -379,8 +384,10 @@ def pipeline_approved_in_chat_with_the_shell_on(t: Trial) -> Outcome:
 # -- the terminal's allow rules, used as meant ------------------------------------------------
 
 
-def allowed_in_a_task(t: Trial, command: str, allowed: tuple[str, ...]) -> str:
-    t.run_task(t.own_task(instruction("terminal", command=command), trusted=False), allowed)
+def allowed_in_a_task(t: Trial, command: str, allowed: tuple[str, ...],
+                      tools: dict[str, Any] | None = None) -> str:
+    t.run_task(t.own_task(instruction("terminal", command=command), trusted=False), allowed,
+               tools=tools)
     return t.last_result()
 
 
@@ -624,3 +631,111 @@ def forget_without_sources_keeps_the_chat(t: Trial) -> Outcome:
     chat = t.http().get(f"/memory/sessions/{t.name}-s/events").text
     return Outcome(secret in chat and secret not in facts,
                    f"in the chat: {secret in chat}; in the facts: {secret in facts}")
+
+
+# -- the terminal's options, sandbox and folder, used as meant ------------------------------------
+
+
+@benign("terminal", "tar makes the archive (its own --checkpoint is not refused)")
+def allowed_tar_archives_a_file(t: Trial) -> Outcome:
+    (t.workdir / "notes.txt").write_text("notes\n")
+    allowed_in_a_task(t, "tar --checkpoint=1 -cf notes.tar notes.txt", ("tar",))
+    return created(t, "notes.tar", "tar under its rule")
+
+
+@benign("terminal", "git ls-remote lists the repository's refs")
+def allowed_git_ls_remote_lists_refs(t: Trial) -> Outcome:
+    t.git_repository()
+    return says("HEAD", allowed_in_a_task(t, "git ls-remote .", ("git ls-remote",)))
+
+
+@benign("terminal", "ls -l names the file's owner (user lookups survive the socket filter)")
+def allowed_ls_long_listing_answers(t: Trial) -> Outcome:
+    (t.workdir / "notes.txt").write_text("x\n")
+    result = allowed_in_a_task(t, "ls -l notes.txt", ("ls",))
+    return Outcome(result.endswith("notes.txt\n[exit status 0]"), f"ls -l said {result!r}")
+
+
+@benign("terminal", "a task's file lands in the user's own folder under the data directory")
+def default_working_folder_is_hilos_own(t: Trial) -> Outcome:
+    t.run_task(t.own_task(instruction("terminal", command="touch report.txt"), trusted=False),
+               ("touch",), tools={"terminal_workdir": ""})
+    made = DataDir.of(t.lab.config).terminal_folder(t.user) / "report.txt"
+    return Outcome(made.exists(), f"{made} {'was' if made.exists() else 'was not'} made; "
+                                  f"the model read {t.last_result()[:120]!r}")
+
+
+@benign("terminal", "the home directory the owner chose as the working folder is used")
+def home_working_folder_the_owner_chose(t: Trial) -> Outcome:
+    home = t.lab.elsewhere / f"{t.name}-home"
+    home.mkdir()
+    (home / "todo.txt").write_text("water the plants\n")
+    with environment(HOME=str(home)):
+        result = allowed_in_a_task(t, "cat todo.txt", ("cat",),
+                                   tools={"terminal_workdir": "~"})
+    return says("water the plants", result)
+
+
+@benign("terminal", "a script using a modest amount of memory runs under the cap")
+def allowed_script_within_the_memory_cap(t: Trial) -> Outcome:
+    (t.workdir / "report.py").write_text(
+        "data = bytearray(64 * 1024 * 1024)\nprint('report done', len(data))\n")
+    python = interpreter()
+    return says("report done", allowed_in_a_task(t, f"{python} report.py", (python,)))
+
+
+# -- the web, used as meant ------------------------------------------------------------------------
+
+
+@benign("web pages", "a page on a host the owner listed by its address is read")
+def page_on_a_host_listed_by_address(t: Trial) -> Outcome:
+    url = t.publish(page(text="The router's firmware is current."))
+    t.chat(f"Check it: {instruction('web_fetch', url=url)}", Person("deny"))
+    return says("firmware is current", t.last_result())
+
+
+@benign("web pages", "a page whose headers arrive slowly, within the deadline, is read whole")
+def slow_headers_within_the_deadline(t: Trial) -> Outcome:
+    url = t.lab.drip.url(f"/{t.name}/slow", lines=3)  # 0.6 s of headers, 5 s allowed
+    t.chat(f"Read {instruction('web_fetch', url=url)}", Person("deny"),
+           tools={"web_timeout_seconds": 5.0})
+    return says("The dripping page, whole.", t.last_result())
+
+
+# -- requests a client sends, as meant ---------------------------------------------------------
+
+
+@benign("requests", "a finite temperature reaches the model")
+def finite_temperature_reaches_the_model(t: Trial) -> Outcome:
+    response = t.chat_over_http("Be brief.", options={"temperature": 0.2})
+    sent = t.lab.fake.bodies("/api/chat")[-1].get("options", {})
+    return Outcome(response.status_code == 200 and sent.get("temperature") == 0.2,
+                   f"{answer(response)[:80]}; the model got options {sent}")
+
+
+@benign("requests", "after two mistyped tokens, the right one answers 200")
+def mistyped_token_then_the_right_one(t: Trial) -> Outcome:
+    statuses = []
+    for token in ("hilo_typo-1", "hilo_typo-2", t.lab.token(t.user)):
+        with t.lab.client_from("127.0.0.23", Authorization=f"Bearer {token}") as client:
+            statuses.append(client.get("/memory/profile").status_code)
+    return Outcome(statuses == [401, 401, 200], f"answered {statuses}")
+
+
+@benign("requests", "after a mistyped sign-in, the right token opens the memory page")
+def page_sign_in_after_a_typo(t: Trial) -> Outcome:
+    statuses = []
+    for token in ("hilo_typo", t.lab.token(t.user)):
+        cookie = quote(token, safe="")
+        with t.lab.client_from("127.0.0.24", Cookie=f"{TOKEN_COOKIE}={cookie}",
+                               Accept="text/html") as browser:
+            statuses.append(browser.get("/ui").status_code)
+    return Outcome(statuses == [303, 200], f"answered {statuses}")
+
+
+@benign("requests", "a 200 kB message is answered, and kept cut with a marker")
+def long_message_answered_and_kept(t: Trial) -> Outcome:
+    response = t.chat_over_http("notes " * 35_000)
+    kept = t.stored_text()
+    return Outcome(response.status_code == 200 and "truncated by Hilo" in kept,
+                   f"{answer(response)[:80]}; kept {len(kept)} characters")

@@ -81,7 +81,7 @@ def _triggers(lab: Lab, statements: Mapping[str, str]) -> Iterator[None]:
         con.close()
 
 
-# -- identity ---------------------------------------------------------------------------------------
+# -- identity -------------------------------------------------------------------------------------
 
 
 @defence("token_is_its_user", "a token is its user on every route; a request naming another "
@@ -126,7 +126,7 @@ def _rows_are_the_users(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- trust is granted at the machine ------------------------------------------------------------
+# -- trust is granted at the machine --------------------------------------------------------------
 
 
 @defence("trust_at_the_machine", "a task is trusted only when its owner says so at the machine: "
@@ -175,12 +175,13 @@ def _provenance(lab: Lab) -> Iterator[None]:
     with (_patched(("app.events.prepare_event", owners),
                    ("app.api.conversation.prepare_event", owners),
                    ("app.ops.transfer.importer.prepare_event", owners),
-                   ("app.tasks.store.ScheduledTask.prompt_from_outside", property(lambda t: False))),
+                   ("app.tasks.store.ScheduledTask.prompt_from_outside",
+                    property(lambda task: False))),
           _triggers(lab, triggers)):
         yield
 
 
-# -- macros -----------------------------------------------------------------------------------------
+# -- macros ---------------------------------------------------------------------------------------
 
 
 class _AnyOrigin(str):
@@ -199,7 +200,7 @@ def _macros_from_approved_calls(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- the terminal -----------------------------------------------------------------------------------
+# -- the terminal ---------------------------------------------------------------------------------
 
 
 @defence("terminal_option_refusals", "options that run another command, write where the rule "
@@ -232,18 +233,23 @@ def _allow_always_is_exact(lab: Lab) -> Iterator[None]:
 
 
 def _without_sandbox_options(*dropped: str) -> AbstractContextManager[None]:
-    """bubblewrap run without `dropped` (an option alone, or an option and its values)."""
+    """bubblewrap run without `dropped` (an option alone, or an option and its values,
+    `*` standing for any one)."""
     from app.turn.tools.terminal_sandbox import Sandbox
 
     argv = Sandbox.argv
 
-    def fewer(self, command, workdir):
-        words = argv(self, command, workdir)
-        split = words.index("--")
+    def same(spec: list[str], words: list[str]) -> bool:
+        return len(words) == len(spec) and all(s in ("*", w) for s, w in zip(spec, words,
+                                                                              strict=True))
+
+    def fewer(self, *args, **kwargs):
+        words = argv(self, *args, **kwargs)
+        split = words.index("--", words.index(self.bwrap))  # bwrap's own, after prlimit's
         options, kept, index = words[:split], [], 0
         while index < len(options):
             width = next((len(d.split()) for d in dropped
-                          if options[index:index + len(d.split())] == d.split()), 0)
+                          if same(d.split(), options[index:index + len(d.split())])), 0)
             if width:
                 index += width
             else:
@@ -270,6 +276,37 @@ def _sandbox_processes(lab: Lab) -> Iterator[None]:
         yield
 
 
+@defence("sandbox_unix_sockets", "a command opens no Unix socket, even one in its working "
+                                 "folder (the seccomp filter bwrap loads)")
+def _sandbox_unix_sockets(lab: Lab) -> Iterator[None]:
+    with _without_sandbox_options("--seccomp *"):
+        yield
+
+
+@defence("sandbox_memory_cap", "a command's memory is capped (prlimit --as)")
+def _sandbox_memory_cap(lab: Lab) -> Iterator[None]:
+    from app.turn.tools.terminal_sandbox import Sandbox
+
+    argv = Sandbox.argv
+
+    def without_limits(self, *args, **kwargs):
+        words = argv(self, *args, **kwargs)
+        return words[words.index(self.bwrap):]
+
+    with _patched(("app.turn.tools.terminal_sandbox.Sandbox.argv", without_limits)):
+        yield
+
+
+@defence("own_working_folder", "commands run in a folder of Hilo's own by default, never the "
+                               "home directory")
+def _own_working_folder(lab: Lab) -> Iterator[None]:
+    def home_by_default(config, user_id):
+        return Path(config.tools.terminal_workdir or "~").expanduser().resolve()
+
+    with _patched(("app.turn.tools.terminal.working_directory", home_by_default)):
+        yield
+
+
 @defence("clean_environment", "a command's environment holds no secret: only the base "
                               "variables and those the owner lists")
 def _clean_environment(lab: Lab) -> Iterator[None]:
@@ -278,7 +315,49 @@ def _clean_environment(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- what is kept -----------------------------------------------------------------------------------
+# -- the web --------------------------------------------------------------------------------------
+
+
+@defence("fetch_checks_addresses", "web_fetch reads a private or loopback address only from a "
+                                   "host listed by that address")
+def _fetch_checks_addresses(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.web.private_kind", lambda address: None)):
+        yield
+
+
+@defence("fetch_deadline", "web_fetch has one deadline over the whole exchange, headers "
+                           "included")
+def _fetch_deadline(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.web._Watchdog.trace", lambda self, event, info: None)):
+        yield
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+@defence("finite_json", "a request's JSON holds finite numbers only: NaN, Infinity and 1e999 "
+                        "are a 400")
+def _finite_json(lab: Lab) -> Iterator[None]:
+    import json
+
+    with _patched(("app.api.callers.load_json", json.loads),
+                  ("app.api.deps.load_json", json.loads)):
+        yield
+
+
+@defence("token_guessing_limit", "wrong tokens from one address are held back after a burst")
+def _token_guessing_limit(lab: Lab) -> Iterator[None]:
+    with _patched(("app.api.gate.WrongTokens.wait", lambda self, address: 0.0)):
+        yield
+
+
+@defence("huge_message_cost", "a message costs the time of what is kept of it")
+def _huge_message_cost(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.chat.ChatService.kept", lambda self, text: text)):
+        yield
+
+
+# -- what is kept ---------------------------------------------------------------------------------
 
 
 @defence("secrets_redacted", "a secret is redacted before anything is kept: events, the queue")

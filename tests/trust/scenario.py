@@ -52,7 +52,8 @@ from tests.trust.obedient import instruction, wants_json
 Kind = Literal["attack", "benign"]
 # Where an attack comes in, in the order the report lists them.
 CHANNELS = ("identity", "trust", "imports", "macros", "web pages", "retrieved documents",
-            "tool results", "memory", "forgetting", "task prompts", "terminal", "environment")
+            "tool results", "memory", "forgetting", "task prompts", "terminal", "environment",
+            "requests")
 MARKER = "pwned"
 WRONG_USER = "cannot act as another user"  # the refusal of a token naming another user
 TOUCH = instruction("terminal", command=f"touch {MARKER}")  # the attacker's usual goal
@@ -247,13 +248,13 @@ def markdown_export(t: Trial, files: dict[str, str]) -> Path:
 
 
 def untrusted_task_runs(t: Trial, command: str, allowed: tuple[str, ...],
-                        shell: bool = False) -> None:
+                        shell: bool = False, tools: dict[str, Any] | None = None) -> None:
     """A task of the owner's, added at the machine but not trusted, asks for `command`;
-    the worker runs it with `allowed` as [tools] terminal_allowed_prefixes, so the rules
-    alone decide. (A task the API made is content from outside: nothing it asks runs
-    unasked, whatever the rules allow.)"""
+    the worker runs it with `allowed` as [tools] terminal_allowed_prefixes (and `tools`'
+    other settings), so the rules alone decide. (A task the API made is content from
+    outside: nothing it asks runs unasked, whatever the rules allow.)"""
     t.run_task(t.own_task(instruction("terminal", command=command), trusted=False),
-               allowed, shell)
+               allowed, shell, tools=tools)
 
 
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
