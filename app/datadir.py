@@ -7,6 +7,8 @@ that use it.
     logs/              log files of front-ends on a terminal (`hilo chat`: chat.log)
     repl_history       `hilo chat`'s input history
     vectors/           approximate vector indexes, derived from memory.sqlite3 (app/recall/vectors.py)
+    work/<user>/       the terminal's working folder of each user, unless [tools]
+                       terminal_workdir names one (app/turn/tools/terminal.py)
     <role>.<pid>.pid   one per running worker or server (below)
 
 `DataDir` is the one place this layout is known; everything else asks it for a path.
@@ -19,11 +21,13 @@ live process. A file whose process is gone is stale and ignored.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from app.config import Config
 from app.db import (
@@ -42,6 +46,7 @@ LOGS_DIR = "logs"
 CHAT_LOG = "chat.log"
 REPL_HISTORY_FILE = "repl_history"
 VECTOR_INDEX_DIR = "vectors"
+WORK_DIR = "work"
 # Roles of the processes that announce themselves, and how refusals name them.
 PID_ROLES = {"worker": "the worker", "serve": "the server"}
 
@@ -121,6 +126,14 @@ class DataDir:
     def vector_indexes(self) -> Path:
         """Where the approximate vector indexes persist; deleting it only costs a rebuild."""
         return self.root / VECTOR_INDEX_DIR
+
+    def terminal_folder(self, user_id: str) -> Path:
+        """`<root>/work/<user>`: the user's id as one file name (percent-encoded; hashed
+        when that would be long or a dot), so no id reaches another folder."""
+        name = quote(user_id, safe="")
+        if len(name) > 200 or name.strip(".") == "":
+            name = "user-" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+        return self.root / WORK_DIR / name
 
     def pid_file(self, role: str, pid: int) -> Path:
         """`<root>/<role>.<pid>.pid`."""

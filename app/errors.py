@@ -50,6 +50,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
             NotifyFailed          workers.notify
             QueueError            workers.inspection
                 QueueUnavailable  workers.inspection
+            UnknownMachine        app.turn.tools.terminal_sandbox
             WriterClosed          app.writer
         ApiError                  app.api.errors
         BackupError               app.ops.backup

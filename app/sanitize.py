@@ -160,6 +160,8 @@ def _replace(text: str, findings: list[Finding]) -> str:
 def clean_text(text: str) -> str:
     """Text SQLite stores as it was meant: lone surrogates (which UTF-8 cannot encode)
     become "?", NUL bytes are dropped."""
+    if text.isascii() and "\x00" not in text:
+        return text  # nothing to clean: no copy of a long message (each check is in C)
     return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
 
 

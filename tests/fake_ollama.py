@@ -668,6 +668,25 @@ _LEARNED_BEFORE = re.compile(r"(\d+) of the user's messages among them were lear
 _MEMORY_NOTE = re.compile(r"\A<memory>\n.*?\n</memory>\n\n", re.DOTALL)
 
 
+def _quoted_sources(question: str) -> list[str]:
+    """The USER and TOOL lines a question quotes, and the text under a label that quotes
+    outside content ('QUOTED FROM OUTSIDE …:' or 'TOOL …, from outside…:', then '> ' lines;
+    app/learn/quoting.py): an obedient model reads both."""
+    said: list[str] = []
+    quoting = False
+    for line in question.splitlines():
+        if line.startswith("> "):
+            if quoting:
+                said[-1] = f"{said[-1]}\n{line[2:]}".strip()
+            continue
+        quoting = line.startswith(("TOOL", "QUOTED")) and line.endswith(":")
+        if quoting:
+            said.append("")
+        elif (match := _SOURCE_LINE.match(line)):
+            said.append(match.group(1).strip())
+    return [text for text in said if text]
+
+
 def learning_sources(body: dict[str, Any]) -> list[str]:
     """What a learning call asks facts of, as a model would find it: the USER and TOOL
     lines it quotes, or the user's messages and tool results of the chat above that it
@@ -676,7 +695,7 @@ def learning_sources(body: dict[str, Any]) -> list[str]:
     says were learned before."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     question = str(body.get("prompt") or (messages[-1].get("content") if messages else "") or "")
-    quoted = [m.group(1).strip() for m in _SOURCE_LINE.finditer(question)]
+    quoted = _quoted_sources(question)
     if quoted:
         return quoted
     last, before = _LAST_HELD.search(question), _HELD_BEFORE.search(question)

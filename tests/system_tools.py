@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +27,11 @@ def required_tool(name: str, install: str) -> str:
     if in_ci():
         pytest.fail(f"CI is set but {message}", pytrace=False)
     pytest.skip(message)
+
+
+def interpreter() -> str:
+    """This Python's interpreter itself, not the virtualenv's link to it: a program a
+    sandboxed command can run wherever the checkout lives (the sandbox gives commands an
+    empty /tmp, which hides a checkout there, its virtualenv with it)."""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return str(base) if base.is_file() else os.path.realpath(sys.executable)

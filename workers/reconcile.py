@@ -17,6 +17,7 @@ import apsw
 
 from app.config import Config
 from app.learn.reading import reading
+from app.memory.sessions import end_idle_sessions
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 from workers.retry import total_backoff
@@ -73,15 +74,6 @@ def diary_due(con: apsw.Connection, cutoff: str) -> list[tuple[str, str]]:
         "AND (d.id IS NULL OR d.created_at < s.last_event_at)", (cutoff,)))
 
 
-def _close_idle(con: apsw.Connection, idle_cutoff: str, now: str) -> list[tuple[str, str]]:
-    idle = list(con.execute("SELECT user_id, id FROM sessions WHERE ended_at IS NULL "
-                            "AND last_event_at <= ?", (idle_cutoff,)))
-    for user_id, session_id in idle:
-        con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? "
-                    "AND ended_at IS NULL", (now, user_id, session_id))
-    return idle
-
-
 def find_undone_work(writer: Writer, config: Config, *, now: datetime | None = None,
                      grace_seconds: float | None = None) -> UndoneWork:
     """Close idle sessions and list the undone work (the caller enqueues it)."""
@@ -94,7 +86,7 @@ def find_undone_work(writer: Writer, config: Config, *, now: datetime | None = N
         anything_idle = con.execute("SELECT 1 FROM sessions WHERE ended_at IS NULL "
                                     "AND last_event_at <= ? LIMIT 1", (idle_cutoff,)).fetchone()
     if anything_idle:
-        work.closed = writer.submit(lambda con: _close_idle(con, idle_cutoff, to_rfc3339(now)))
+        work.closed = writer.submit(lambda con: end_idle_sessions(con, idle_cutoff, to_rfc3339(now)))
     with reading(writer) as con:
         work.distill = undistilled(con, cutoff)
         work.compact = over_threshold(con, config, cutoff)

@@ -26,6 +26,7 @@ curl examples send none.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -122,13 +123,32 @@ def caller_of(request: Request) -> Caller:
     return identify(request.app.state.config, request.scope.get(TOKEN_USER), request.headers)
 
 
+def load_json(raw: bytes | str) -> Any:
+    """JSON as its standard has it, the one way request bodies are read: NaN, Infinity
+    and numbers past a double's range (1e999) are not JSON numbers, and would reach the
+    model server, the database or a comparison as nothing it can use: each is refused
+    with a json.JSONDecodeError saying so."""
+    def constant(name: str) -> Any:
+        raise json.JSONDecodeError(f"{name} is not a number JSON has: send a finite number",
+                                   "", 0)
+
+    def finite(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):
+            raise json.JSONDecodeError(f"the number {text[:40]} is too large: send a finite "
+                                       "number", "", 0)
+        return number
+
+    return json.loads(raw, parse_constant=constant, parse_float=finite)
+
+
 async def json_body(request: Request) -> dict[str, Any]:
     """The body as a JSON object, whatever the Content-Type; an empty body is {}."""
     raw = await request.body()
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = load_json(raw)
     except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}", "invalid_json") from None
     except RecursionError:  # deeper than the parser goes: far deeper than MAX_JSON_DEPTH

@@ -1,14 +1,17 @@
 """What a FastAPI route handler is handed: who is asking (app/api/callers.py decides it)
-and the service that answers.
+and the service that answers; and `JsonRoute`, the routes whose body is read as
+app/api/callers.py reads every request's JSON.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Request, Response
+from fastapi.routing import APIRoute
 
-from app.api.callers import Caller, caller_of
+from app.api.callers import Caller, caller_of, load_json
 from app.turn.chat import ChatService
 
 UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id "
@@ -28,3 +31,23 @@ def service_of(request: Request) -> ChatService:
 
 Who = Annotated[Caller, Depends(caller)]
 Service = Annotated[ChatService, Depends(service_of)]
+
+
+class _JsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = load_json(await self.body())
+        return self._json
+
+
+class JsonRoute(APIRoute):
+    """A JSON API route: its body read by `load_json` (NaN, Infinity and numbers past a
+    double's range are a 400 saying so, as on the chat routes)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return answer

@@ -62,7 +62,7 @@ def json_too_deep() -> ApiError:
 _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                        403: "permission_error", 404: "not_found_error",
                        413: "invalid_request_error",
-                       422: "invalid_request_error"}
+                       422: "invalid_request_error", 429: "rate_limit_error"}
 
 
 def error_body(path: str, status: int, message: str, code: str) -> dict:
@@ -105,8 +105,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     problems = []
     for error in exc.errors():
         if error.get("type") == "json_invalid":
-            message = f"the request body is not valid JSON: {error.get('msg', '')}"
-            return 400, message, "invalid_json"
+            why = (error.get("ctx") or {}).get("error") or error.get("msg", "")
+            return 400, f"the request body is not valid JSON: {why}", "invalid_json"
         if tuple(error.get("loc", ())) == ("body",):
             return 400, "the request body must be a JSON object", "invalid_json"
         loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body")

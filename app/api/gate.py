@@ -14,6 +14,11 @@ In order:
   shared token lets the header choose. The memory page (/ui, app/ui) sends the same
   token from a cookie, which is read on its paths only; a browser there without a token
   is sent to /ui/login instead of answered 401.
+- Guessing: wrong tokens (a header's, or the page's cookie after signing in) are counted
+  per client address in a token bucket (`WrongTokens`: a burst, then one more every few
+  seconds); past it, a request presenting any token is answered 429 with Retry-After
+  and its token is not checked at all, so no guess is answered, right or wrong. The
+  first refusal of a run of them is logged.
 - Body: at most `max_body` bytes, chunked bodies included.
 
 A pure ASGI middleware, so streamed replies pass through untouched.
@@ -24,7 +29,11 @@ from __future__ import annotations
 import fnmatch
 import hmac
 import ipaddress
+import math
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -35,6 +44,9 @@ from app.api.errors import error_response
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly, corrupt_memory
+from app.log import get_logger
+
+log = get_logger(__name__)
 
 # Routes open without the token.
 OPEN_PATHS = frozenset({"/health", "/ui/login"})
@@ -46,6 +58,44 @@ TOKEN_COOKIE = "hilo_token"
 # Where the gate leaves the user a per-user token belongs to (read by deps.caller).
 TOKEN_USER = "hilo.token_user"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Wrong tokens one client address may present: a burst, then one every few seconds (ten a
+# minute): a person mistyping is never held up, a guesser gets nowhere.
+WRONG_TOKEN_BURST = 10
+WRONG_TOKEN_EVERY_SECONDS = 6.0
+# Addresses remembered at most; the oldest are forgotten first (their buckets refill).
+WRONG_TOKEN_ADDRESSES = 10_000
+
+
+class WrongTokens:
+    """A token bucket of wrong tokens per client address. `wait(address)`: how long
+    before that address may present a token again (0: now); `wrong(address)`: one was
+    wrong. Used on the event loop's thread; a lock keeps it right anywhere."""
+
+    def __init__(self, burst: int = WRONG_TOKEN_BURST,
+                 every: float = WRONG_TOKEN_EVERY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst, self.every, self.clock = burst, every, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # left, when
+        self._lock = threading.Lock()
+
+    def _left(self, address: str, now: float) -> float:
+        left, when = self._buckets.get(address, (float(self.burst), now))
+        return min(float(self.burst), left + (now - when) / self.every)
+
+    def wait(self, address: str) -> float:
+        with self._lock:
+            left = self._left(address, self.clock())
+            if left >= self.burst:
+                self._buckets.pop(address, None)  # full again: nothing to remember
+            return 0.0 if left >= 1 else (1 - left) * self.every
+
+    def wrong(self, address: str) -> None:
+        with self._lock:
+            now = self.clock()
+            self._buckets[address] = (max(0.0, self._left(address, now) - 1), now)
+            self._buckets.move_to_end(address)
+            while len(self._buckets) > WRONG_TOKEN_ADDRESSES:
+                self._buckets.popitem(last=False)
 
 
 def is_loopback(host: str) -> bool:
@@ -93,6 +143,8 @@ class Gate:
         self.allowed_origins = _patterns(config.server.allowed_origins)
         self.db_path = DataDir.of(config).memory_db
         self._local = threading.local()
+        self.wrong_tokens = WrongTokens()
+        self._limited: set[str] = set()  # addresses refused since their last good token
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -104,14 +156,23 @@ class Gate:
         if refusal is not None:
             await error_response(path, 403, refusal, "forbidden")(scope, receive, send)
             return
+        open_path = path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
+        presented = b"" if open_path else self._presented(scope, headers)
+        address = str((scope.get("client") or ("",))[0])
+        if presented and (wait := self.wrong_tokens.wait(address)) > 0:
+            await self._guessing(scope, receive, send, address, wait)
+            return
         try:
-            allowed = (path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
-                       or self._authenticate(scope, headers))
+            allowed = open_path or self._authenticate(scope, presented)
         except apsw.Error as exc:  # the token table cannot be read: a damaged database
             error = corrupt_memory(self.db_path, f"cannot be read ({exc})")
             await error_response(path, error.http_status, str(error), error.code)(
                 scope, receive, send)
             return
+        if presented and not allowed:
+            self.wrong_tokens.wrong(address)
+        elif presented:
+            self._limited.discard(address)
         if not allowed and _is_page(scope, headers):
             await _sign_in_first(scope, receive, send)
             return
@@ -193,12 +254,17 @@ class Gate:
 
     # -- who sends it
 
-    def _authenticate(self, scope: dict, headers: dict[bytes, bytes]) -> bool:
-        """True when the request may go on; a per-user token's user goes in the scope."""
+    @staticmethod
+    def _presented(scope: dict, headers: dict[bytes, bytes]) -> bytes:
+        """The token a request presents: its bearer token, or on the page its cookie's."""
         scheme, _, presented = headers.get(b"authorization", b"").partition(b" ")
         presented = presented.strip() if scheme.lower() == b"bearer" else b""
         if not presented and _under(scope["path"], PAGE_PREFIX):
             presented = _cookie(headers, TOKEN_COOKIE)
+        return presented
+
+    def _authenticate(self, scope: dict, presented: bytes) -> bool:
+        """True when the request may go on; a per-user token's user goes in the scope."""
         if self.token and presented and hmac.compare_digest(presented, self.token):
             return True
         if presented.startswith(TOKEN_PREFIX.encode()):
@@ -214,6 +280,20 @@ class Gate:
         if con is None:
             con = self._local.con = connect_readonly(self.db_path)
         return con
+
+    async def _guessing(self, scope: dict, receive: Any, send: Any, address: str,
+                        wait: float) -> None:
+        seconds = math.ceil(wait)
+        if address not in self._limited:
+            if len(self._limited) >= WRONG_TOKEN_ADDRESSES:
+                self._limited.clear()
+            self._limited.add(address)
+            log.warning("gate.wrong_tokens_limited", client=address, burst=WRONG_TOKEN_BURST,
+                        retry_after=seconds)
+        await error_response(
+            scope["path"], 429, f"too many wrong tokens from {address or 'this address'}: "
+            f"no token is checked from it for {seconds} s; send the right one then",
+            "too_many_wrong_tokens", {"Retry-After": str(seconds)})(scope, receive, send)
 
     # -- its size
 

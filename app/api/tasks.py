@@ -9,8 +9,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import Service, Who
+from app.api.deps import JsonRoute, Service, Who
 from app.api.errors import ApiError
+from app.memory import is_outside
 from app.tasks.runs import request_run, task_log
 from app.tasks.store import (
     add_task,
@@ -21,7 +22,7 @@ from app.tasks.store import (
     resume_task,
 )
 
-router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"])
+router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"], route_class=JsonRoute)
 
 
 class TaskIn(BaseModel):
@@ -56,7 +57,8 @@ def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
     added = add_task(
         service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
         name=body.name, oneshot=body.oneshot, timezone_name=body.timezone,
-        wake=service.handoff.wake_scheduler)
+        wake=service.handoff.wake_scheduler,
+        from_outside=is_outside("outside"))  # a client's text: the owner trusts it at the machine
     return added.to_json()
 
 

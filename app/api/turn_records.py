@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.api.deps import Service, Who
+from app.api.deps import JsonRoute, Service, Who
 from app.api.errors import ApiError
 from app.api.memory import MAX_ROW_ID
 from app.turn.chat import ChatService
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 TurnId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a turn record's id")]
 
-router = APIRouter(prefix="/memory", tags=["Memory API"])
+router = APIRouter(prefix="/memory", tags=["Memory API"], route_class=JsonRoute)
 
 
 def turn_view(service: ChatService, user_id: str, record_id: int) -> TurnView:

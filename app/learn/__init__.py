@@ -11,5 +11,6 @@
     model_output.py asking the model for JSON (bounded schemas, output limits) and judging the answer
     grounding.py    what a message supports: the rule a learned item passes, and its source
     engine_time.py  what learning costs the engine, beside the chat; whether its model answers
+    quoting.py      how a learning prompt shows a message: outside content quoted, never the user's
     reading.py      read-only connections beside the writer
 """

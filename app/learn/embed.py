@@ -23,11 +23,11 @@ from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.errors import Unavailable
 from app.log import get_logger
+from app.memory.embeddings import delete_other_models
 from app.model.embedders import Embedder, make_embedder
 from app.recall.vectors import (
     Owner,
     count_pending,
-    delete_other_models,
     pending_owners,
     store_error,
     store_vectors,

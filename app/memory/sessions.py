@@ -1,4 +1,5 @@
-"""Sessions as the memory API shows them, and the end of one (its diary is then due)."""
+"""The sessions table: every write of it (a session opened by its events, imported, ended,
+closed when idle) and how the memory API lists them."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ class SessionInfo:
     last_event_at: str
     ended_at: str | None
     events: int
+    from_outside: bool = True  # it holds content from outside (app/memory/provenance.py)
 
 
 def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> list[SessionInfo]:
     return [
-        SessionInfo(*row)
+        SessionInfo(*row[:5], from_outside=bool(row[5]))
         for row in con.execute(
             "SELECT s.id, s.started_at, s.last_event_at, s.ended_at, "
-            "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id) "
+            "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id), "
+            "s.from_outside "
             "FROM sessions s WHERE s.user_id = ? ORDER BY s.last_event_at DESC LIMIT ?",
             (user_id, limit),
         )
@@ -40,3 +43,45 @@ def end_session(con: apsw.Connection, user_id: str, session_id: str) -> bool:
     con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? AND ended_at IS NULL",
                 (utc_now(), user_id, session_id))
     return con.changes() > 0
+
+
+def note_event(con: apsw.Connection, user_id: str, session_id: str, at: str,
+               from_outside: bool) -> None:
+    """A session has an event at `at`: opened if new, else its last event moved and its end
+    undone. A session holds content from outside once one of its events does."""
+    con.execute(
+        "INSERT INTO sessions (user_id, id, started_at, last_event_at, from_outside) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET last_event_at = "
+        "max(last_event_at, excluded.last_event_at), ended_at = NULL, "
+        "from_outside = max(from_outside, excluded.from_outside)",
+        (user_id, session_id, at, at, int(from_outside)))
+
+
+def merge_imported_session(con: apsw.Connection, user_id: str, session_id: str,
+                           title: str | None, started_at: str, last_event_at: str,
+                           ended_at: str | None) -> None:
+    """An imported session's row merged with this database's: the earlier start, the later
+    last event, the title kept. What an import brings is from outside (its events made the
+    row so already)."""
+    con.execute(
+        "INSERT INTO sessions (user_id, id, title, started_at, last_event_at, ended_at, "
+        "from_outside) VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (user_id, id) DO UPDATE SET "
+        "title = coalesce(sessions.title, excluded.title), "
+        "started_at = min(sessions.started_at, excluded.started_at), "
+        "last_event_at = max(sessions.last_event_at, excluded.last_event_at), "
+        # An ended session stays ended, unless this database has later events in it.
+        "ended_at = CASE WHEN excluded.ended_at IS NULL "
+        "OR max(sessions.last_event_at, excluded.last_event_at) > excluded.ended_at "
+        "THEN sessions.ended_at ELSE coalesce(sessions.ended_at, excluded.ended_at) END",
+        (user_id, session_id, title, started_at, last_event_at, ended_at))
+
+
+def end_idle_sessions(con: apsw.Connection, idle_before: str, now: str) -> list[tuple[str, str]]:
+    """End every open session whose last event is before `idle_before`; (user, session) of
+    each ended."""
+    idle = list(con.execute("SELECT user_id, id FROM sessions WHERE ended_at IS NULL "
+                            "AND last_event_at <= ?", (idle_before,)))
+    for user_id, session_id in idle:
+        con.execute("UPDATE sessions SET ended_at = ? WHERE user_id = ? AND id = ? "
+                    "AND ended_at IS NULL", (now, user_id, session_id))
+    return idle

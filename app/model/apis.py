@@ -157,8 +157,7 @@ class OpenAIAPI:
         received: list[str] = []
         usage: Mapping[str, Any] = {}
         finish_reason = None
-        engine = None
-        calls = ReplyRecord()  # gathers the tool calls, streamed in pieces
+        calls = ReplyRecord()  # gathers the tool calls and the engine's counters, streamed in pieces
         with self._transport.open_stream(self._chat_path, body, received, sent) as lines:
             yield ACCEPTED
             for line in lines:
@@ -168,9 +167,8 @@ class OpenAIAPI:
                 if frame is _DONE:
                     calls.end_of_openai_stream()
                     return _openai_reply(usage, "".join(received), model, finish_reason,
-                                         calls.tool_calls, engine)
+                                         calls.tool_calls, calls.engine)
                 usage = frame.get("usage") or usage
-                engine = engine_time(frame) or engine
                 calls.read_openai(frame)
                 for choice in frame.get("choices") or []:
                     piece = frame_field(choice, "delta", "content") or ""
@@ -182,7 +180,7 @@ class OpenAIAPI:
             # Some servers close without [DONE]; a finish_reason already says the reply is whole.
             calls.end_of_openai_stream()
             return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls,
-                                 engine)
+                                 calls.engine)
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(

@@ -21,8 +21,13 @@ class ChatReply:
     tool_calls: tuple[dict[str, Any], ...] = ()
     # Of the prompt's tokens, those the server found in its cache (None if unreported).
     prompt_cached_count: int | None = None
-    # The engine's own time for the reply, when the server reports it (app/model/usage.py).
+    # The engine's own counters for the reply, when the server reports them (app/model/usage.py).
     engine: EngineTime | None = None
+
+    @property
+    def prompt_read(self) -> tuple[int, float] | None:
+        """(tokens, ms) of prompt the server read anew, for its reading speed; None if unreported."""
+        return self.engine.prompt_read if self.engine is not None else None
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

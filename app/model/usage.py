@@ -1,10 +1,13 @@
 """What a model call cost the engine, as each server reports it, and the budget of a
 learning call.
 
-`EngineTime` is the engine's own time for one call: Ollama's done frame
-(`prompt_eval_duration`, `eval_duration`, `total_duration`, in nanoseconds), llama.cpp's
-`timings` (`prompt_ms`, `predicted_ms`), or, from a server that reports neither, the
-wall time Hilo saw. `JsonCall` is one learning call as it ended — its job, tokens, engine
+`EngineTime` is the engine's own counters for one call: Ollama's done frame
+(`prompt_eval_count`, `prompt_eval_duration`, `eval_duration`, `total_duration`, in
+nanoseconds), llama.cpp's `timings` (`prompt_n`, `prompt_ms`, `predicted_ms`), or, from a
+server that reports neither, the wall time Hilo saw. `engine_time` is the one parser of
+those counters: the engine time of chat turns and learning calls, and the prompt reading
+speed of the first message (`EngineTime.prompt_read`, app/model/prompt_speed.py), read it.
+`JsonCall` is one learning call as it ended — its job, tokens, engine
 time, wall time and outcome — told to the client's `on_json_call` (the worker records
 it: app/learn/engine_time.py).
 
@@ -33,29 +36,45 @@ OUTCOMES = (ANSWERED, TOO_LONG, PAST_DEADLINE, GAVE_WAY, FAILED)
 @dataclass(frozen=True)
 class EngineTime:
     """One call's time in the engine, in milliseconds; `clock` "engine" when the server
-    reported it, "wall" when Hilo measured it from outside (queueing and network in)."""
+    reported it, "wall" when Hilo measured it from outside (queueing and network in).
+    `prompt_tokens` is the prompt the engine read anew (past its cache), when it says."""
 
     prompt_ms: float | None
     reply_ms: float | None
     total_ms: float
     clock: str = "engine"
+    prompt_tokens: int | None = None
+
+    @property
+    def prompt_read(self) -> tuple[int, float] | None:
+        """(tokens, milliseconds) of prompt read anew, for the reading speed
+        (app/model/prompt_speed.py); None when either is unreported or nothing was read."""
+        tokens, ms = self.prompt_tokens, self.prompt_ms
+        if not isinstance(tokens, int) or tokens <= 0 or ms is None or ms <= 0:
+            return None
+        return tokens, ms
 
 
 def engine_time(frame: Mapping[str, Any]) -> EngineTime | None:
-    """The engine's own time from a reply's last frame (or whole reply), in either API;
-    None when the server reports none (the caller then uses the wall time)."""
-    total = frame.get("total_duration")
-    if _number(total):  # Ollama, in nanoseconds
-        prompt, reply = frame.get("prompt_eval_duration"), frame.get("eval_duration")
-        return EngineTime(prompt / 1e6 if _number(prompt) else None,
-                          reply / 1e6 if _number(reply) else None, total / 1e6)
+    """The engine's own counters from a reply's last frame (or whole reply), in either API —
+    the one place they are read, for engine time and for the prompt reading speed; None
+    when the server reports none (the caller then uses the wall time)."""
+    total, prompt, reply = (frame.get(key) for key in
+                            ("total_duration", "prompt_eval_duration", "eval_duration"))
+    if _number(total) or _number(prompt):  # Ollama, in nanoseconds
+        prompt_ms = prompt / 1e6 if _number(prompt) else None
+        reply_ms = reply / 1e6 if _number(reply) else None
+        total_ms = total / 1e6 if _number(total) else (prompt_ms or 0.0) + (reply_ms or 0.0)
+        return EngineTime(prompt_ms, reply_ms, total_ms,
+                          prompt_tokens=_count(frame.get("prompt_eval_count")))
     timings = frame.get("timings")  # llama.cpp's server, in milliseconds
     if isinstance(timings, Mapping) and (_number(timings.get("prompt_ms"))
                                          or _number(timings.get("predicted_ms"))):
         prompt, reply = timings.get("prompt_ms"), timings.get("predicted_ms")
         prompt = float(prompt) if _number(prompt) else None
         reply = float(reply) if _number(reply) else None
-        return EngineTime(prompt, reply, (prompt or 0.0) + (reply or 0.0))
+        return EngineTime(prompt, reply, (prompt or 0.0) + (reply or 0.0),
+                          prompt_tokens=_count(timings.get("prompt_n")))
     return None
 
 
@@ -65,6 +84,10 @@ def wall_time(seconds: float) -> EngineTime:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ import numpy as np
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.log import get_logger
+from app.memory.embeddings import save_error, save_vectors
 from app.recall.ann import HnswIndex, use_one_thread
 from app.recall.owners import OwnerKind
-from app.timeutil import utc_now
 
 log = get_logger(__name__)
 
@@ -64,22 +64,13 @@ def decode_vector(blob: bytes) -> np.ndarray:
 def store_vectors(con: apsw.Connection, owners: Sequence[Owner], model: str,
                   vectors: np.ndarray) -> None:
     """Store one vector per owner (replacing an earlier vector or error for this model)."""
-    now = utc_now()
-    con.executemany(
-        "INSERT OR REPLACE INTO embeddings (user_id, owner_kind, owner_id, model, dim, vector, "
-        "error, created_at) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
-        [(o.user_id, o.kind, o.id, model, int(v.shape[0]), encode_vector(v), now)
-         for o, v in zip(owners, vectors, strict=True)],
-    )
+    save_vectors(con, [(o.user_id, o.kind, o.id, model, int(v.shape[0]), encode_vector(v))
+                       for o, v in zip(owners, vectors, strict=True)])
 
 
 def store_error(con: apsw.Connection, owner: Owner, model: str, error: str) -> None:
     """Record why this owner has no vector for this model; embed_pending retries it."""
-    con.execute(
-        "INSERT OR REPLACE INTO embeddings (user_id, owner_kind, owner_id, model, dim, vector, "
-        "error, created_at) VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
-        (owner.user_id, owner.kind, owner.id, model, error[:1000], utc_now()),
-    )
+    save_error(con, owner.user_id, owner.kind, owner.id, model, error)
 
 
 # Owners without a stored vector for a model (an error row counts as missing).
@@ -133,12 +124,6 @@ def count_pending(con: apsw.Connection, model: str, *, user_id: str | None = Non
     return sum(con.execute(_COUNT_SQL[kind].format(user=_user_filter(kind, user_id)),
                            params).fetchone()[0]
                for kind in OWNER_KINDS)
-
-
-def delete_other_models(con: apsw.Connection, model: str) -> int:
-    """Drop every stored vector not made by `model` (after a completed backfill)."""
-    con.execute("DELETE FROM embeddings WHERE model != ?", (model,))
-    return con.changes()
 
 
 # -- the in-memory index -----------------------------------------------------------------

@@ -41,6 +41,7 @@ from app.model.messages import (
     events_as_messages,
     message_text,
 )
+from app.model.prompt_speed import PromptSpeed
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
 from app.model.transport import ModelActivity
@@ -305,9 +306,10 @@ class Turn:
         if self._client is None:
             return ()
         # Message by message: the same texts come with every request (app.sanitize
-        # remembers what it found in each).
+        # remembers what it found in each); each as far as it is kept.
+        kept = self.service.kept
         return tuple(dict.fromkeys(secret for m in self._client.messages
-                                   for secret in find_secrets(message_text(m))))
+                                   for secret in find_secrets(kept(message_text(m)))))
 
     def run(self) -> TurnOutcome:
         """Consume the whole reply; ModelError propagates after the user event is stored."""
@@ -330,7 +332,7 @@ class Turn:
                 # Words written while reading outside content carry it on.
                 from_outside=self.outcome.context.outside_content)
         if self._stream.done:
-            self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
+            self.service.calibrate(self.outcome.context, self._stream.reply)
         reply = self._stream.reply
         engine = None if reply is None else (
             reply.engine or wall_time(time.perf_counter() - self._started))
@@ -403,6 +405,7 @@ class ChatService:
         self.recall = Recall(config.embedder.ann_threshold,
                              searches_vectors=self.embedder is not None)
         self.tokens = TokenCounter()
+        self.prompt_speed = PromptSpeed()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self.plans = ContextPlans()
         self._local = threading.local()
@@ -495,7 +498,8 @@ class ChatService:
             history_sent=client.sent if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
             show_window=client is None or client.with_window, plan=plan,
-            message_id=before_event_id))
+            message_id=before_event_id,
+            prompt_speed=self.prompt_speed.tokens_per_second(model or self.config.llm.chat_model)))
         if turn and context.plan is not None:
             self.plans.put(user_id, session_id, context.plan)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
@@ -506,10 +510,17 @@ class ChatService:
         while the keyword streams run (make_query's `ahead`), unless embed_ahead began
         it already."""
         embedder = self.query_embedder
+        text = self.kept(text)
         if embedder is None:
             return make_query(user_id, text, recall=self.recall, con=self.reader())
         return make_query(user_id, text, embedder, recall=self.recall, con=self.reader(),
                           ahead=True, on_embedding=_timed_embedding)
+
+    def kept(self, text: str) -> str:
+        """What Hilo reads of a message to search its memory and scan it: what it stores
+        ([memory] max_message_chars), so a huge message costs the time of what is kept
+        (it is still relayed to the model whole)."""
+        return text[:self.config.memory.max_message_chars]
 
     def embed_ahead(self, user_id: str, text: str) -> None:
         """Begin embedding the question of a turn about to be answered: a front-end calls
@@ -518,8 +529,8 @@ class ChatService:
         (app/recall/query.py, embed_ahead). Nothing without an embedder ready."""
         embedder = self.query_embedder
         if embedder is not None:
-            embed_ahead(user_id, text, embedder, recall=self.recall, con=self.reader(),
-                        on_embedding=_timed_embedding)
+            embed_ahead(user_id, self.kept(text), embedder, recall=self.recall,
+                        con=self.reader(), on_embedding=_timed_embedding)
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -569,8 +580,9 @@ class ChatService:
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
                                      before_event_id=user_event.id, client=history, turn=True)
-        # The message itself may be content from outside (an imported task's prompt).
-        context = context.reading([user_event, *continued])
+        # The message itself may be content from outside (an imported task's prompt), and
+        # so may what a client resends of the session (a reply written reading a page).
+        context = context.reading([user_event, *continued, *(client.events if client else ())])
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()
@@ -590,9 +602,13 @@ class ChatService:
             raise
         return Turn(self, outcome, stream, started, client)
 
-    def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
+    def calibrate(self, context: BuiltContext, reply: ChatReply | None) -> None:
+        """Learn from the server's counters: the prompt's tokens, and how fast it read them."""
+        if reply is None:
+            return
         chars = sum(len(message_text(m)) for m in context.messages)
-        self.tokens.observe(context.explain["model"], chars, prompt_eval_count)
+        self.tokens.observe(context.explain["model"], chars, reply.prompt_eval_count)
+        self.prompt_speed.observe(context.explain["model"], reply.prompt_read)
 
     def end_session(self, user_id: str, session_id: str) -> bool:
         """Close the session and ask the workers for its diary entry."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import httpx
 import ollama
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 from app.api import BindRefused, check_bind, is_loopback, run_server
+from app.api.gate import TOKEN_COOKIE, WRONG_TOKEN_BURST, WrongTokens
 from tests.api.support import HiloServer, serve
 
 TOKEN = "s3cret-token"
@@ -80,3 +83,50 @@ def test_with_the_token_both_clients_chat_and_the_memory_api_answers(guarded: Hi
     assert completion.choices[0].message.content == "ok: again"
     events = guarded.client(token=TOKEN).get("/memory/sessions/s1/events").json()["events"]
     assert [e["content"] for e in events] == ["hello", "ok: hello", "again", "ok: again"]
+
+
+# -- guessing tokens ------------------------------------------------------------------------------
+
+
+def from_address(server: HiloServer, address: str, token: str | None = None,
+                 cookie: str | None = None) -> httpx.Client:
+    """A client of `server` connecting from another loopback address (127.0.0.0/8)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if cookie is not None:
+        headers["Cookie"] = f"{TOKEN_COOKIE}={cookie}"
+    return httpx.Client(base_url=server.url, headers=headers, timeout=30,
+                        transport=httpx.HTTPTransport(local_address=address))
+
+
+def test_wrong_tokens_from_one_address_are_held_back_after_a_burst(guarded: HiloServer) -> None:
+    with capture_logs() as logged, from_address(guarded, "127.0.0.5", "wrong") as guesser:
+        answers = [guesser.get("/memory/profile").status_code for _ in range(WRONG_TOKEN_BURST + 5)]
+        limited = guesser.get("/memory/profile")
+    assert answers == [401] * WRONG_TOKEN_BURST + [429] * 5
+    assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    assert "too many wrong tokens from 127.0.0.5" in limited.json()["error"]
+    with from_address(guarded, "127.0.0.5", TOKEN) as owner:  # not even checked meanwhile
+        assert owner.get("/memory/profile").status_code == 429
+    with from_address(guarded, "127.0.0.6", TOKEN) as elsewhere:
+        assert elsewhere.get("/memory/profile").status_code == 200
+    assert [e["client"] for e in logged if e["event"] == "gate.wrong_tokens_limited"] == [
+        "127.0.0.5"]  # once, for the whole run of refusals
+
+
+def test_wrong_tokens_signed_in_on_the_page_are_held_back_too(guarded: HiloServer) -> None:
+    with from_address(guarded, "127.0.0.7", cookie="wrong") as browser:
+        answers = [browser.get("/ui", headers={"Accept": "text/html"}).status_code
+                   for _ in range(WRONG_TOKEN_BURST + 1)]
+    assert answers == [303] * WRONG_TOKEN_BURST + [429]  # to /ui/login?refused=1, then held
+
+
+def test_the_wrong_token_bucket_refills_with_time() -> None:
+    now = [0.0]
+    bucket = WrongTokens(burst=2, every=6.0, clock=lambda: now[0])
+    bucket.wrong("a")
+    bucket.wrong("a")
+    assert bucket.wait("a") == 6.0 and bucket.wait("b") == 0.0
+    now[0] = 3.0
+    assert bucket.wait("a") == 3.0
+    now[0] = 6.0
+    assert bucket.wait("a") == 0.0

@@ -322,6 +322,11 @@ def test_an_unknown_model_is_the_servers_404_and_a_hint_naming_the_fix(hilo: Hil
 @pytest.mark.parametrize("body, message", [
     (b"{not json", "not valid JSON"),
     (b"[1, 2]", "must be a JSON object"),
+    # Numbers JSON does not have: a NaN temperature once reached the model server (a 500).
+    (b'{"model": "m", "messages": [], "temperature": NaN}', "NaN is not a number JSON has"),
+    (b'{"model": "m", "messages": [], "options": {"temperature": NaN}}', "NaN is not a number"),
+    (b'{"model": "m", "messages": [], "top_p": -Infinity}', "-Infinity is not a number"),
+    (b'{"model": "m", "messages": [], "temperature": 1e999}', "the number 1e999 is too large"),
 ])
 def test_bad_input_is_a_400_in_the_apis_own_shape(hilo: HiloServer, path: str, body: bytes,
                                                     message: str) -> None:
@@ -331,6 +336,22 @@ def test_bad_input_is_a_400_in_the_apis_own_shape(hilo: HiloServer, path: str, b
     error = response.json()["error"]
     assert message in (error["message"] if path.startswith("/v1/") else error)
     assert hilo.client().get("/memory/sessions").json()["sessions"] == []
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("post", "/memory/facts", b'{"key": "k", "value": "v", "importance": NaN}'),
+    ("put", "/memory/profile/city", b'{"value": "Lisbon", "n": Infinity}'),
+    ("post", "/memory/tasks", b'{"schedule": "every day at 9", "prompt": "x", "n": NaN}'),
+    ("post", "/memory/context", b'{"session_id": "s", "text": "x", "budget": 1e400}'),
+])
+def test_non_finite_numbers_are_a_400_on_every_json_route(hilo: HiloServer, method: str,
+                                                          path: str, body: bytes) -> None:
+    response = getattr(hilo.client(), method)(path, content=body,
+                                              headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 400, response.text
+    assert "not valid JSON" in response.json()["error"]
+    assert "send a finite number" in response.json()["error"]
 
 
 def test_wrongly_typed_fields_are_a_422_naming_the_field(hilo: HiloServer) -> None:

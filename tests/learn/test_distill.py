@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from app.events import append_event
 from app.learn.distill import (
     Held,
     TurnEvent,
@@ -17,6 +18,7 @@ from app.learn.distill import (
     parse_extraction,
 )
 from app.learn.model_output import InvalidOutput, output_limit
+from app.learn.quoting import QUOTED_LABEL
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
 from app.model.messages import SentChat
 from app.timeutil import utc_now
@@ -322,4 +324,28 @@ def test_turns_the_chat_does_not_hold_are_quoted(case):
     chat = None if case == "no chat" else chat_holding(("Remember code alpha1", "Noted."),
                                                        ("And alpha2", "Done."))
     assert held_by(chat, events) is None
-    assert "USER: And alpha2" in learning_prompt(events, chat=chat) or case == "from outside"
+    prompt = learning_prompt(events, chat=chat)
+    if case == "from outside":  # quoted as app/learn/quoting.py says, never as the user's line
+        assert f"{QUOTED_LABEL}:\n> And alpha2" in prompt and "USER: And alpha2" not in prompt
+    else:
+        assert "USER: And alpha2" in prompt
+    assert "messages above" not in prompt
+
+
+def test_a_chat_holding_outside_content_is_quoted_not_pointed_at(job_parts):
+    """Only the owner's own turns are pointed at in the chat; a turn from outside (documents
+    a client retrieved) is quoted, even when the chat above holds it."""
+    cfg, writer, model, fake = job_parts
+    own = add_turn(writer, cfg, "ana", "s1", "Remember code alpha1, please", "Noted.")
+    rag = append_event(writer, cfg, "ana", "s1", "user", "<context>code alpha2</context>",
+                       origin="typed", from_outside=True)
+    reply = append_event(writer, cfg, "ana", "s1", "assistant", "Done.", origin="model",
+                         from_outside=True)
+    chat = chat_holding(("Remember code alpha1, please", "Noted."),
+                        ("<context>code alpha2</context>", "Done."))
+    distill_turn(writer, model, cfg, "ana", "s1", [*own, rag.id, reply.id], after=chat)
+    [asked] = fake.bodies("/api/chat")
+    question = asked["messages"][-1]["content"]
+    assert "messages above" not in question
+    assert "USER: Remember code alpha1, please" in question
+    assert f"{QUOTED_LABEL}:\n> <context>code alpha2</context>" in question

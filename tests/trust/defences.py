@@ -81,7 +81,7 @@ def _triggers(lab: Lab, statements: Mapping[str, str]) -> Iterator[None]:
         con.close()
 
 
-# -- identity ---------------------------------------------------------------------------------------
+# -- identity -------------------------------------------------------------------------------------
 
 
 @defence("token_is_its_user", "a token is its user on every route; a request naming another "
@@ -126,7 +126,7 @@ def _rows_are_the_users(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- trust is granted at the machine ------------------------------------------------------------
+# -- trust is granted at the machine --------------------------------------------------------------
 
 
 @defence("trust_at_the_machine", "a task is trusted only when its owner says so at the machine: "
@@ -175,12 +175,13 @@ def _provenance(lab: Lab) -> Iterator[None]:
     with (_patched(("app.events.prepare_event", owners),
                    ("app.api.conversation.prepare_event", owners),
                    ("app.ops.transfer.importer.prepare_event", owners),
-                   ("app.tasks.store.ScheduledTask.prompt_from_outside", property(lambda t: False))),
+                   ("app.tasks.store.ScheduledTask.prompt_from_outside",
+                    property(lambda task: False))),
           _triggers(lab, triggers)):
         yield
 
 
-# -- macros -----------------------------------------------------------------------------------------
+# -- macros ---------------------------------------------------------------------------------------
 
 
 class _AnyOrigin(str):
@@ -199,7 +200,7 @@ def _macros_from_approved_calls(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- the terminal -----------------------------------------------------------------------------------
+# -- the terminal ---------------------------------------------------------------------------------
 
 
 @defence("terminal_option_refusals", "options that run another command, write where the rule "
@@ -232,18 +233,23 @@ def _allow_always_is_exact(lab: Lab) -> Iterator[None]:
 
 
 def _without_sandbox_options(*dropped: str) -> AbstractContextManager[None]:
-    """bubblewrap run without `dropped` (an option alone, or an option and its values)."""
+    """bubblewrap run without `dropped` (an option alone, or an option and its values,
+    `*` standing for any one)."""
     from app.turn.tools.terminal_sandbox import Sandbox
 
     argv = Sandbox.argv
 
-    def fewer(self, command, workdir):
-        words = argv(self, command, workdir)
-        split = words.index("--")
+    def same(spec: list[str], words: list[str]) -> bool:
+        return len(words) == len(spec) and all(s in ("*", w) for s, w in zip(spec, words,
+                                                                              strict=True))
+
+    def fewer(self, *args, **kwargs):
+        words = argv(self, *args, **kwargs)
+        split = words.index("--", words.index(self.bwrap))  # bwrap's own, after prlimit's
         options, kept, index = words[:split], [], 0
         while index < len(options):
             width = next((len(d.split()) for d in dropped
-                          if options[index:index + len(d.split())] == d.split()), 0)
+                          if same(d.split(), options[index:index + len(d.split())])), 0)
             if width:
                 index += width
             else:
@@ -270,6 +276,37 @@ def _sandbox_processes(lab: Lab) -> Iterator[None]:
         yield
 
 
+@defence("sandbox_unix_sockets", "a command opens no Unix socket, even one in its working "
+                                 "folder (the seccomp filter bwrap loads)")
+def _sandbox_unix_sockets(lab: Lab) -> Iterator[None]:
+    with _without_sandbox_options("--seccomp *"):
+        yield
+
+
+@defence("sandbox_memory_cap", "a command's memory is capped (prlimit --as)")
+def _sandbox_memory_cap(lab: Lab) -> Iterator[None]:
+    from app.turn.tools.terminal_sandbox import Sandbox
+
+    argv = Sandbox.argv
+
+    def without_limits(self, *args, **kwargs):
+        words = argv(self, *args, **kwargs)
+        return words[words.index(self.bwrap):]
+
+    with _patched(("app.turn.tools.terminal_sandbox.Sandbox.argv", without_limits)):
+        yield
+
+
+@defence("own_working_folder", "commands run in a folder of Hilo's own by default, never the "
+                               "home directory")
+def _own_working_folder(lab: Lab) -> Iterator[None]:
+    def home_by_default(config, user_id):
+        return Path(config.tools.terminal_workdir or "~").expanduser().resolve()
+
+    with _patched(("app.turn.tools.terminal.working_directory", home_by_default)):
+        yield
+
+
 @defence("clean_environment", "a command's environment holds no secret: only the base "
                               "variables and those the owner lists")
 def _clean_environment(lab: Lab) -> Iterator[None]:
@@ -278,7 +315,49 @@ def _clean_environment(lab: Lab) -> Iterator[None]:
         yield
 
 
-# -- what is kept -----------------------------------------------------------------------------------
+# -- the web --------------------------------------------------------------------------------------
+
+
+@defence("fetch_checks_addresses", "web_fetch reads a private or loopback address only from a "
+                                   "host listed by that address")
+def _fetch_checks_addresses(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.web.private_kind", lambda address: None)):
+        yield
+
+
+@defence("fetch_deadline", "web_fetch has one deadline over the whole exchange, headers "
+                           "included")
+def _fetch_deadline(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.web._Watchdog.trace", lambda self, event, info: None)):
+        yield
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+@defence("finite_json", "a request's JSON holds finite numbers only: NaN, Infinity and 1e999 "
+                        "are a 400")
+def _finite_json(lab: Lab) -> Iterator[None]:
+    import json
+
+    with _patched(("app.api.callers.load_json", json.loads),
+                  ("app.api.deps.load_json", json.loads)):
+        yield
+
+
+@defence("token_guessing_limit", "wrong tokens from one address are held back after a burst")
+def _token_guessing_limit(lab: Lab) -> Iterator[None]:
+    with _patched(("app.api.gate.WrongTokens.wait", lambda self, address: 0.0)):
+        yield
+
+
+@defence("huge_message_cost", "a message costs the time of what is kept of it")
+def _huge_message_cost(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.chat.ChatService.kept", lambda self, text: text)):
+        yield
+
+
+# -- what is kept ---------------------------------------------------------------------------------
 
 
 @defence("secrets_redacted", "a secret is redacted before anything is kept: events, the queue")
@@ -293,4 +372,110 @@ def _secrets_redacted(lab: Lab) -> Iterator[None]:
 
     with _patched(("app.sanitize.redact_secrets", kept), ("app.sanitize.redact_json", as_is),
                   ("app.events.redact_secrets", kept), ("app.events.redact_json", as_is)):
+        yield
+
+
+# -- provenance of layers, retrieved documents, forgetting (issue 40) -------------------------------
+
+
+@defence("imported_memory_md_waits", "an imported MEMORY.md waits beside the owner's, unread, "
+                                     "until the owner accepts it at the machine")
+def _imported_memory_md_waits(lab: Lab) -> Iterator[None]:
+    from app.ops.transfer import memory_md
+
+    def installed(config, text):
+        memory_md.write_bootstrap(DataDir.of(config).bootstrap, text)
+        return "pending", DataDir.of(config).bootstrap
+
+    with _patched(("app.ops.transfer.importer.keep_imported_memory_md", installed)):
+        yield
+
+
+@defence("retrieved_documents_by_structure", "a message quoting documents a client retrieved "
+                                             "is outside in every form RAG templates give it")
+def _retrieved_documents_by_structure(lab: Lab) -> Iterator[None]:
+    import re
+
+    # What was recognised before: an exact, closed <context>…</context> block.
+    with _patched(("app.model.messages._RETRIEVED_DOCUMENTS",
+                   re.compile(r"<context>.*?</context>", re.DOTALL))):
+        yield
+
+
+@defence("outside_content_quoted", "learning and later chats show outside content quoted, never "
+                                   "as the user's words")
+def _outside_content_quoted(lab: Lab) -> Iterator[None]:
+    from app.turn.quotes import PastEvent
+
+    def as_said(label, role, text, from_outside):
+        return f"{label}: {text}"
+
+    def line(event: PastEvent, content: str) -> str:
+        return f"- [{event.created_at[:10]}] {event.role}: {content}"
+
+    with _patched(*((f"app.learn.{module}.learning_line", as_said)
+                    for module in ("distill", "compact", "diary_entry")),
+                  ("app.turn.quotes._line", line)):
+        yield
+
+
+@defence("reply_matching", "a client's copy of a stored reply, a few edits away, is that reply "
+                           "with its provenance, never the client's own")
+def _reply_matching(lab: Lab) -> Iterator[None]:
+    with _patched(("app.api.conversation.near_copy", lambda stored, said: False)):
+        yield
+
+
+@defence("secure_delete", "what is deleted is overwritten (PRAGMA secure_delete), never left in "
+                          "the database file's free pages")
+def _secure_delete(lab: Lab) -> Iterator[None]:
+    from app import db
+
+    configure = db._configure
+
+    def insecure(con):
+        configure(con)
+        con.execute("PRAGMA secure_delete = OFF")
+
+    writer = lab.service.writer
+    writer.submit(lambda con: con.execute("PRAGMA secure_delete = OFF"))
+    try:
+        with _patched(("app.db._configure", insecure)):
+            yield
+    finally:
+        writer.submit(lambda con: con.execute("PRAGMA secure_delete = ON"))
+
+
+@defence("index_secure_delete", "a deleted row's words leave the full-text indexes' own data "
+                                "(FTS5 secure-delete)")
+def _index_secure_delete(lab: Lab) -> Iterator[None]:
+    con = connect(DataDir.of(lab.config).memory_db)
+    tables = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
+    try:
+        for table in tables:
+            con.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 0)")
+        yield
+    finally:
+        for table in tables:
+            con.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 1)")
+        con.close()
+
+
+@defence("forget_truncates_the_log", "a forget ends with the write-ahead log checkpointed and "
+                                     "truncated")
+def _forget_truncates_the_log(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.checkpoint_wal", lambda path: True)):
+        yield
+
+
+@defence("forget_takes_the_replies", "forgetting with the sources takes the assistant's replies "
+                                     "that repeat them")
+def _forget_takes_the_replies(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.replies_to", lambda con, user_id, event_ids: [])):
+        yield
+
+
+@defence("forgotten_key_hashed", "a forgotten fact keeps a hash of its key, not the key")
+def _forgotten_key_hashed(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.forgotten_key", lambda key: key)):
         yield

@@ -23,8 +23,9 @@ import asyncio
 import json
 import os
 import shutil
+import socket
+import socketserver
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ from app.cli.repl import ReplApprover
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.memory import remember_fact, set_profile
+from app.memory import is_outside, remember_fact, set_profile
 from app.model.messages import stored_tool_calls
 from app.tasks.runs import TaskRunResult
 from app.tasks.store import add_task
@@ -129,6 +130,123 @@ class PageServer:
         self._thread.join()
 
 
+class HeaderDrip:
+    """A web server that answers every request with its status line, then one header
+    line every `every` seconds, `lines` of them, then a short page; it notes, by path,
+    whether the client was still there after the last line (held all that time)."""
+
+    def __init__(self, lines: int = 20, every: float = 0.2) -> None:
+        self.lines, self.every = lines, every
+        self._held: dict[str, bool] = {}
+        self._answered = threading.Condition()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.host = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True, name="trust-drip").start()
+
+    def url(self, path: str, lines: int | None = None) -> str:
+        return f"http://{self.host}{path}" + ("" if lines is None else f"?lines={lines}")
+
+    def held(self, path: str, wait: float = 10.0) -> bool | None:
+        """True: the client stayed to the last line; False: it left before (the server
+        notices at its next line); None: no answer to `path` ended within `wait` s."""
+        with self._answered:
+            self._answered.wait_for(lambda: path in self._held, wait)
+            return self._held.get(path)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            target = connection.recv(65536).split(b" ", 2)[1].decode("latin-1")
+            path, _, query = target.partition("?")
+            lines = int(query.removeprefix("lines=")) if query.startswith("lines=") else self.lines
+            try:
+                connection.sendall(b"HTTP/1.1 200 OK\r\n")
+                for index in range(lines):
+                    if self._stop.wait(self.every):
+                        return
+                    connection.sendall(f"X-Line-{index}: dripping\r\n".encode())
+                page = b"<p>The dripping page, whole.</p>"
+                connection.sendall(b"Content-Type: text/html\r\nContent-Length: "
+                                   + str(len(page)).encode() + b"\r\n\r\n" + page)
+                held = True
+            except OSError:
+                held = False
+        with self._answered:
+            self._held[path] = held
+            self._answered.notify_all()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+
+class UnixSocketApi:
+    """An HTTP API on a Unix socket (as Docker's is), every request kept: what a command
+    reaching it could make it do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.requests: list[str] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                api.requests.append(self.path)
+                body = b'[{"Id": "c0ffee", "Image": "postgres"}]'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def address_string(self) -> str:
+                return "unix"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self._server = Server(str(path), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name="trust-unix-api").start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# Names the lab's DNS answers (an attacker's: every one points at this machine).
+LAB_DOMAIN = "hilo-lab.test"
+
+
+@contextmanager
+def lab_dns() -> Iterator[None]:
+    """Every name under LAB_DOMAIN resolves to 127.0.0.1, as an attacker who controls a
+    listed domain's DNS could make it; other names resolve as usual."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.rstrip(".").endswith("." + LAB_DOMAIN):
+            return real("127.0.0.1", port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+    try:
+        yield
+    finally:
+        socket.getaddrinfo = real
+
+
 def hidden(text: str) -> str:
     """Text a person viewing the page does not see; its text, as web_fetch reads it, holds it."""
     return f'<div style="display:none">{text}</div>'
@@ -180,12 +298,15 @@ class Lab:
         self.fake.responder = obey
         self.pages = PageServer().start()
         self._stack.callback(self.pages.stop)
+        self.drip = HeaderDrip()
+        self._stack.callback(self.drip.stop)
+        self._stack.enter_context(lab_dns())
         config = load_config(path=REPO_ROOT / "config.toml", env={}, data_dir=root / "data")
         self.config = config.replace(
             llm={"url": self.fake.url}, embedder={"kind": "none"},
             queue={"chat_idle_seconds": 0.0},
-            tools={"http": True, "web_allowed_hosts": (self.pages.host,),
-                   "terminal_workdir": str(root)})
+            tools={"http": True, "terminal_workdir": str(root), "web_allowed_hosts": (
+                self.pages.host, self.drip.host, f"*.{LAB_DOMAIN}")})
         DataDir.of(self.config).init()
         self.server = HiloServer(self.config, self.fake).start()
         self._stack.callback(self.server.stop)
@@ -232,6 +353,12 @@ class Lab:
                 headers={"Authorization": f"Bearer {self.token(user)}"})
         return self._clients[user]
 
+    def client_from(self, address: str, **headers: str) -> httpx.Client:
+        """An HTTP client of `hilo serve` connecting from another loopback address (all
+        of 127.0.0.0/8 is this machine): what it is refused is refused to it alone."""
+        return httpx.Client(base_url=self.server.url, timeout=60, headers=headers,
+                            transport=httpx.HTTPTransport(local_address=address))
+
     def mcp(self, user: str, calls: list[tuple[str, dict[str, Any]]],
             headers: dict[str, str] | None = None) -> list[tuple[bool, str]]:
         """Call MCP tools at /mcp with the official SDK's client holding the user's token:
@@ -274,12 +401,6 @@ class Lab:
         return b"".join(p.read_bytes() for p in queue_db.parent.glob(queue_db.name + "*"))
 
 
-def real_python() -> str:
-    """The Python interpreter itself (the virtualenv's python links to it): a program a
-    sandboxed command can run wherever the checkout, and its virtualenv, lives."""
-    return os.path.realpath(sys.executable)
-
-
 def visible_folder() -> Path:
     """A folder on the real disk that a sandboxed command sees as it is: not under the
     system temp folder (the sandbox gives commands an empty one)."""
@@ -319,7 +440,7 @@ class Trial:
         self.user = name
         self.workdir = lab.root / "work" / name
         self.workdir.mkdir(parents=True)
-        self._first_request = len(lab.fake.requests)
+        self.first_request = len(lab.fake.requests)
         self._services: dict[tuple, ChatService] = {}
         self._stack = ExitStack()
 
@@ -334,25 +455,28 @@ class Trial:
 
     # -- what a scenario drives
 
-    def config(self, allowed: tuple[str, ...] = (), shell: bool = False) -> Config:
-        """The lab's config with this trial's terminal: its folder and allowed prefixes."""
+    def config(self, allowed: tuple[str, ...] = (), shell: bool = False,
+               tools: dict[str, Any] | None = None) -> Config:
+        """The lab's config with this trial's terminal: its folder and allowed prefixes;
+        `tools`: other [tools] settings of the trial (its working folder too)."""
         return self.lab.config.replace(tools={
             "terminal_workdir": str(self.workdir), "terminal_allowed_prefixes": tuple(allowed),
-            "terminal_shell": shell, "terminal_timeout_seconds": 10.0})
+            "terminal_shell": shell, "terminal_timeout_seconds": 10.0, **(tools or {})})
 
-    def service(self, allowed: tuple[str, ...] = (), shell: bool = False) -> ChatService:
+    def service(self, allowed: tuple[str, ...] = (), shell: bool = False,
+                tools: dict[str, Any] | None = None) -> ChatService:
         """A chat service as `hilo chat` or `hilo worker` holds one, with this terminal."""
-        key = (tuple(allowed), shell)
+        key = (tuple(allowed), shell, tuple(sorted((tools or {}).items())))
         if key not in self._services:
             self._services[key] = self._stack.enter_context(
-                ChatService(self.config(allowed, shell)))
+                ChatService(self.config(allowed, shell, tools)))
         return self._services[key]
 
     def chat(self, text: str, person: Person, *, session: str = "repl",
              allowed: tuple[str, ...] = (), user: str | None = None,
-             shell: bool = False) -> AgentOutcome:
+             shell: bool = False, tools: dict[str, Any] | None = None) -> AgentOutcome:
         """One turn of `hilo chat`: the REPL's agent, its approver asking `person`."""
-        agent = Agent(self.service(allowed, shell), surface="chat",
+        agent = Agent(self.service(allowed, shell, tools), surface="chat",
                       approver=ReplApprover(person))
         return agent.start_turn(user or self.user, session, text).run()
 
@@ -360,12 +484,13 @@ class Trial:
         """A task the user adds at the machine (`hilo tasks add [--trusted]`); its id."""
         service = self.service()
         return add_task(service.writer, service.config, "every day at 9", prompt,
-                        user_id=self.user, name=name, trusted=trusted).task.id
+                        user_id=self.user, name=name, trusted=trusted,
+                        from_outside=is_outside("owner")).task.id
 
     def run_task(self, task_id: int, allowed: tuple[str, ...] = (), shell: bool = False,
-                 user: str | None = None) -> TaskRunResult:
+                 user: str | None = None, tools: dict[str, Any] | None = None) -> TaskRunResult:
         """The worker runs the task (`run_task_now`, as the scheduler runs a due one)."""
-        service = self.service(allowed, shell)
+        service = self.service(allowed, shell, tools)
         return run_task_now(service.config, service.writer, Agent(service, surface="task"),
                             user or self.user, task_id)
 
@@ -407,7 +532,7 @@ class Trial:
 
     def prompts(self) -> str:
         """Every chat request the model received since the trial began, as JSON text."""
-        bodies = [r.body for r in self.lab.fake.requests[self._first_request:]
+        bodies = [r.body for r in self.lab.fake.requests[self.first_request:]
                   if r.path in ("/api/chat", "/v1/chat/completions")]
         return json.dumps(bodies, ensure_ascii=False)
 

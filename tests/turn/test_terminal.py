@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from app.turn.tools.terminal_rules import (
 from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for
 from tests.cli.test_messages import hilo
 from tests.fake_ollama import FakeOllama, Reply
+from tests.system_tools import interpreter
 
 USER = "default"
 
@@ -209,6 +209,28 @@ def test_shell_metacharacters_never_smuggle_a_command_past_a_rule(command, workd
     # writers, for when the owner runs commands unsandboxed
     ("rm *", "rm -rf /home/ana", "/home/ana is outside"),
     ("tee *", "tee /etc/motd", "/etc/motd is outside"),
+    # long options abbreviated, as getopt_long and git's parser take them
+    ("tar *", "tar '--checkpoint-act=exec=touch X' --checkpoint=1 -cf u.tar notes.txt",
+     "tar --checkpoint-act (for --checkpoint-action) runs another command"),
+    ("git ls-remote *", "git ls-remote '--upload-pa=touch X' .",
+     "git --upload-pa (for --upload-pack) can write files or run commands"),
+    ("git *", "git --git-d=/srv/repo log", "git --git-dir"),
+    ("sort *", "sort --compress=sh notes.txt", "sort --compress (for --compress-program)"),
+    ("wget *", "wget --exec=x http://example.org", "wget --exec (for --execute)"),
+    ("node *", "node --ev=1", "node --ev (for --eval) runs the code"),
+    ("sed *", "sed --expr='1e touch x' notes.txt", "sed's e, w and r commands"),
+    ("sed *", "sed --fi=x.sed notes.txt", "sed -f runs a script"),
+    ("sed *", "sed --s notes.txt", "sed --s names no sed option, or more than one"),
+    ("sed *", "sed -l 5 '1e touch x' notes.txt", "sed's e, w and r commands"),
+    # one-letter options in clusters, and tar's first word without its dash
+    ("tar *", "tar -cI gzip -f x.tar notes.txt", "tar -I runs another command"),
+    ("tar *", "tar cIf gzip x.tar notes.txt", "tar -I runs another command"),
+    ("ssh *", "ssh -vo ProxyCommand=id host", "ssh -o can run a local command"),
+    ("rsync *", "rsync -avze ssh a b", "rsync -e runs another command"),
+    ("less *", "less -SO log notes.txt", "less -O runs commands or writes files"),
+    ("git *", "git clone -qu touch . x", "git clone -u can write files"),
+    ("grep *", "grep -rf/etc/shadow x", "-rf/etc/shadow is outside"),
+    ("tar *", "tar -xf~/.ssh/keys.tar", "-xf~/.ssh/keys.tar is outside"),
 ])
 def test_dangerous_options_are_refused_whatever_the_rule_says(rule, command, why, workdir):
     words = shlex.split(command)
@@ -229,6 +251,11 @@ def test_dangerous_options_are_refused_whatever_the_rule_says(rule, command, why
     "find . -name '*.py'", "sed -n 1,5p notes.txt", "sed s/error/warning/ notes.txt",
     "awk '{print}' notes.txt", "python3 build.py -c x", "python3 -X dev build.py",
     "grep -rn TODO .", "df -h /", "sed -n -e 1,5p notes.txt", "sed -i.bak s/a/b/ notes.txt",
+    "tar --checkpoint=100 -cf u.tar notes.txt", "tar czf u.tgz notes.txt", "tar -tvf u.tar",
+    "tar -cf u.tar -- -I", "sed --quiet --regexp-extended s/a/b/ notes.txt",
+    "sed --expression=s/a/b/ notes.txt", "git diff --no-ext-diff", "git log --oneline -p",
+    "curl -s -e http://example.org/ http://example.org", "rsync -avz src/ dst/",
+    "ssh -p 2222 host",
 ])
 def test_ordinary_commands_are_not_refused(command, workdir):
     assert refusal(shlex.split(command), workdir) is None
@@ -266,7 +293,7 @@ def test_with_the_shell_configured_a_command_line_is_a_shell_line(tmp_path, sand
 
 
 def test_a_command_runs_in_the_working_directory_with_stdin_closed(tmp_path, sandbox):
-    run = run_command(f"{sys.executable} -c \"import os, sys; print(os.getcwd()); "
+    run = run_command(f"{interpreter()} -c \"import os, sys; print(os.getcwd()); "
                       "print(repr(sys.stdin.read()))\"",
                       shell=False, cwd=tmp_path, timeout=10, output_chars=1000, sandbox=sandbox)
     assert run.output.splitlines() == [str(tmp_path), "''"]

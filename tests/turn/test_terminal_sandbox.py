@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,16 @@ from app.config import Config
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.turn.tools import terminal_sandbox
+from app.turn.tools.registry import ToolFailed
 from app.turn.tools.terminal import run_command
-from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for, scrubbed_environment
+from app.turn.tools.terminal_sandbox import (
+    Sandbox,
+    sandbox_for,
+    scrubbed_environment,
+    unix_socket_filter,
+)
 from tests.fake_ollama import FakeOllama
-from tests.system_tools import required_tool
+from tests.system_tools import interpreter, required_tool
 from tests.turn.test_terminal import Answers, results, terminal
 from tests.workers.support import wait_until
 
@@ -104,7 +110,7 @@ def test_a_sandboxed_command_cannot_reach_the_network(tmp_path, sandbox):
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     port = listener.getsockname()[1]
-    connect = (f"{sys.executable} -c \"import socket; "
+    connect = (f"{interpreter()} -c \"import socket; "
                f"socket.create_connection(('127.0.0.1', {port}), timeout=5); print('connected')\"")
     try:
         sandboxed = run(connect, tmp_path, sandbox)
@@ -130,7 +136,8 @@ def test_hilos_data_and_config_are_hidden_from_a_sandboxed_command(config, data_
     (data_dir / "memory.sqlite3").write_bytes(b"memories")
     assert data_dir.parent == tmp_path  # the working folder holds the data directory
     assert run(f"ls -A {data_dir}", tmp_path, sandbox) == f"$ ls -A {data_dir}\n[exit status 0]"
-    assert "memory.sqlite3" in run(f"ls -A {data_dir}", tmp_path, Sandbox(sandbox.bwrap))
+    unhidden = replace(sandbox, hidden_folders=(), hidden_files=())
+    assert "memory.sqlite3" in run(f"ls -A {data_dir}", tmp_path, unhidden)
     assert config.origin.file is not None and "[tools]" in config.origin.file.read_text()
     assert "[tools]" not in run(f"cat {config.origin.file}", tmp_path, sandbox)
 
@@ -152,6 +159,98 @@ def test_a_sandboxed_commands_processes_end_with_it(tmp_path, sandbox):
         return found
 
     assert wait_until(lambda: not sleepers(), 10, "the sandbox's processes to end")
+
+
+def test_a_sandboxed_command_cannot_open_a_unix_socket_even_in_the_working_folder(tmp_path,
+                                                                                   sandbox):
+    # A socket anyone could drop in the working folder (a Docker or D-Bus one, an agent's).
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "api.sock"))
+    listener.listen(1)
+    connect = (f"{interpreter()} -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+               "s.connect('api.sock'); print('connected')\"")
+    try:
+        assert "PermissionError" in run(connect, tmp_path, sandbox)
+        assert "connected\n[exit status 0]" in run(connect, tmp_path, None)
+        pair = f"{interpreter()} -c \"import socket; socket.socketpair(); print('paired')\""
+        assert "paired\n[exit status 0]" in run(pair, tmp_path, sandbox)  # no one else's end
+    finally:
+        listener.close()
+
+
+def test_a_sandboxed_command_that_looks_up_users_still_answers(tmp_path, sandbox):
+    (tmp_path / "notes.txt").write_text("x\n")
+    shown = run("ls -l notes.txt", tmp_path, sandbox)  # nss may try a socket, then files
+    assert shown.endswith("notes.txt\n[exit status 0]"), shown
+
+
+def test_a_sandboxed_command_cannot_set_up_io_uring(tmp_path, sandbox):
+    # io_uring's operations open sockets past the seccomp filter: no io_uring at all.
+    setup = (f"{interpreter()} -c \"import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+             "print(libc.syscall(425, 1, 0), ctypes.get_errno())\"")
+    assert "-1 38\n[exit status 0]" in run(setup, tmp_path, sandbox)  # ENOSYS
+
+
+def test_a_sandboxed_command_gets_at_most_its_memory(tmp_path, sandbox):
+    capped = replace(sandbox, memory_bytes=256 * 1024 * 1024)
+    allocate = f"{interpreter()} -c \"x = bytearray({{}} * 1024 * 1024); print('allocated')\""
+    assert "MemoryError" in run(allocate.format(400), tmp_path, capped)
+    assert "allocated\n[exit status 0]" in run(allocate.format(64), tmp_path, capped)
+    fill = "head -c 300000000 /dev/zero"  # into /tmp and /dev/shm, which are memory too
+    for folder in ("/tmp", "/dev/shm"):
+        shown = run_command(f"{fill} > {folder}/x", shell=True, cwd=tmp_path, timeout=30,
+                            output_chars=400, sandbox=capped).report(400, 30)
+        assert "No space left on device" in shown, shown
+
+
+def test_a_sandboxed_command_sees_no_device_but_the_harmless_ones(tmp_path, sandbox):
+    shown = set(run("ls /dev", tmp_path, sandbox).splitlines()[1:-1])
+    assert shown <= {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr",
+                     "stdin", "stdout", "tty", "urandom", "zero"}, shown
+    assert "Read-only file system" in run("touch /dev/made", tmp_path, sandbox)
+
+
+def test_the_default_working_folder_is_the_users_own_under_the_data_directory(config, data_dir,
+                                                                               sandbox):
+    from app.turn.tools.terminal import working_directory
+
+    (data_dir / "memory.sqlite3").write_bytes(b"memories")
+    folder = working_directory(config, "ana")
+    assert folder == (data_dir / "work" / "ana").resolve() and folder.is_dir()
+    assert working_directory(config, "../bob").parent == folder.parent  # ids stay one folder
+    assert working_directory(config, "..").parent == folder.parent
+    assert run("touch made", folder, sandbox).endswith("[exit status 0]")
+    assert (folder / "made").exists()
+    # The rest of the data directory is still hidden, and read-only.
+    assert run(f"ls -A {data_dir}", folder, sandbox) == f"$ ls -A {data_dir}\nwork\n[exit status 0]"
+    assert "Read-only file system" in run(f"touch {data_dir}/planted", folder, sandbox)
+
+
+def test_a_program_the_sandbox_hides_is_named_as_such(tmp_path, sandbox):
+    elsewhere = Path(tempfile.mkdtemp())  # under the system temp folder, like a checkout there
+    try:
+        program = elsewhere / "tool"
+        program.write_text("#!/bin/sh\necho hi\n")
+        program.chmod(0o755)
+        with pytest.raises(ToolFailed, match="which the sandbox hides from commands"):
+            run(str(program), tmp_path, sandbox)
+    finally:
+        shutil.rmtree(elsewhere)
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "amd64", "aarch64", "arm64", "riscv64"])
+def test_the_seccomp_filter_is_known_for_the_common_machines(machine):
+    program = unix_socket_filter(machine)
+    assert len(program) % 8 == 0 and 8 <= len(program) // 8 <= 16  # struct sock_filter each
+
+
+def test_on_a_machine_without_a_known_filter_the_terminal_is_off(cfg, fake_ollama,
+                                                                   monkeypatch):
+    monkeypatch.setattr(terminal_sandbox.platform, "machine", lambda: "s390x")
+    with ChatService(cfg) as service:
+        terminal(fake_ollama, "touch made")
+        [result] = results(Agent(service, surface="task"), trusted=True)
+    assert result.startswith("error: the terminal is off: no seccomp filter is known for s390x")
 
 
 # -- without the sandbox -------------------------------------------------------------------------

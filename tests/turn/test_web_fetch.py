@@ -5,6 +5,7 @@ cannot stretch them."""
 from __future__ import annotations
 
 import functools
+import socket
 import struct
 import threading
 import time
@@ -18,7 +19,7 @@ import pytest
 from app.config import Config
 from app.turn.chat import ChatService
 from app.turn.tools import ToolContext, default_registry
-from app.turn.tools.web import host_allowed
+from app.turn.tools.web import host_allowed, private_kind
 
 PAGE = (b"<html><head><title>Docs</title><script>var secret = 1;</script></head>"
         b"<body><h1>shlex</h1><p>Simple lexical analysis.</p></body></html>")
@@ -160,9 +161,11 @@ def test_size_and_time_are_bounded(fetch, site):
 
 
 def test_a_page_that_drips_is_cut_at_the_deadline(fetch, site):
-    dripped = fetch(f"{site}/drip")  # a byte every 0.2 s: no single read waits 0.5 s
+    # A byte every 0.2 s: no single read waits 2 s. (The deadline covers the headers too:
+    # 2 s, not 0.5, so a loaded machine still has them in time.)
+    dripped = fetch(f"{site}/drip", web_timeout_seconds=2.0)
     assert dripped.ok and dripped.text.startswith(f"{site}/drip (HTTP 200, text/plain):\nx")
-    assert dripped.text.endswith("[… the page was cut: it did not arrive whole within 0.5 s]")
+    assert dripped.text.endswith("[… the page was cut: it did not arrive whole within 2 s]")
 
 
 def test_a_fetch_still_running_when_the_turn_ends_is_cut(fetch_within, site):
@@ -215,3 +218,117 @@ def test_an_http_error_is_a_tool_error(fetch, site):
 ])
 def test_host_patterns(url, hosts, allowed):
     assert host_allowed(url, hosts) is allowed
+
+
+# -- one deadline over the whole exchange ---------------------------------------------------------
+
+
+class HeaderDrip:
+    """A server that sends its status line, then one header line every `every` seconds
+    (`lines` of them): a client still there after the last one was held all that time."""
+
+    def __init__(self, lines: int = 40, every: float = 0.1) -> None:
+        self.lines, self.every = lines, every
+        self.held_to_the_end = threading.Event()
+        self.left_early = threading.Event()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/page"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        connection, _ = self._listener.accept()
+        with connection:
+            connection.recv(65536)
+            try:
+                connection.sendall(b"HTTP/1.1 200 OK\r\n")
+                for index in range(self.lines):
+                    if self._stop.wait(self.every):
+                        return
+                    connection.sendall(f"X-Line-{index}: a\r\n".encode())
+                connection.sendall(b"Content-Length: 2\r\n\r\nok")
+                self.held_to_the_end.set()
+            except OSError:
+                self.left_early.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+
+def test_a_server_dripping_its_headers_is_cut_at_the_deadline(fetch):
+    drip = HeaderDrip()  # 4 s of headers, a line every 0.1 s: no read waits 0.5 s
+    try:
+        result = fetch(drip.url)
+        assert result.text == f"error: {drip.url} did not answer within 0.5 s"
+        assert drip.left_early.wait(10) and not drip.held_to_the_end.is_set()
+    finally:
+        drip.close()
+
+
+# -- the address, not only the name ---------------------------------------------------------------
+
+
+class Dns:
+    """Names under .test resolve to what a test puts in `answers`: one answer per lookup
+    (the last repeats), each a list of addresses; `lookups` counts them by name."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[list[str]]] = {}
+        self.lookups: dict[str, int] = {}
+
+
+@pytest.fixture
+def dns(monkeypatch) -> Dns:
+    fake, real = Dns(), socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if not str(host).endswith(".test"):
+            return real(host, port, *args, **kwargs)
+        fake.lookups[host] = fake.lookups.get(host, 0) + 1
+        answers = fake.answers[host]
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                 (a, port)) for a in answers[min(fake.lookups[host], len(answers)) - 1]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return fake
+
+
+def test_a_listed_name_that_resolves_to_a_private_address_is_refused(fetch, site, dns):
+    port = site.rsplit(":", 1)[1]
+    dns.answers["intranet.test"] = [["93.184.216.34", "127.0.0.1"]]
+    result = fetch(f"http://intranet.test:{port}/page", web_allowed_hosts=("*.test",))
+    assert result.text == (
+        f"error: http://intranet.test:{port}/page: intranet.test resolves to 127.0.0.1, a "
+        "loopback address; web_fetch reads such addresses only from a host [tools] "
+        'web_allowed_hosts lists by its address (such as "127.0.0.1:8080" or "localhost")')
+    dns.answers["router.test"] = [["192.168.1.1"]]
+    assert "a private address" in fetch("http://router.test/", web_allowed_hosts=("*.test",)).text
+
+
+def test_the_request_goes_to_the_address_that_was_checked(fetch, site, dns, monkeypatch):
+    # The attacker's DNS answers a public address to the check and loopback afterwards.
+    port = int(site.rsplit(":", 1)[1])
+    dns.answers["rebind.test"] = [["93.184.216.34"], ["127.0.0.1"]]
+    connected = []
+
+    def create_connection(address, *args, **kwargs):
+        connected.append(address)
+        raise ConnectionRefusedError("refused by the test")
+
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    result = fetch(f"http://rebind.test:{port}/page", web_allowed_hosts=("*.test",))
+    assert connected == [("93.184.216.34", port)]
+    assert dns.lookups == {"rebind.test": 1}
+    assert result.text.startswith(f"error: could not fetch http://rebind.test:{port}/page")
+
+
+@pytest.mark.parametrize("address, kind", [
+    ("93.184.216.34", None), ("2606:2800:220:1:248:1893:25c8:1946", None),
+    ("127.0.0.1", "loopback"), ("::1", "loopback"), ("10.1.2.3", "private"),
+    ("192.168.1.1", "private"), ("169.254.169.254", "link-local"), ("fe80::1%eth0", "link-local"),
+    ("::ffff:127.0.0.1", "loopback"), ("64:ff9b::a01:203", "private"), ("0.0.0.0", "private"),
+    ("100.64.0.1", "reserved"), ("224.0.0.1", "reserved"),
+])
+def test_which_addresses_are_not_public(address, kind):
+    assert private_kind(address) == kind

@@ -136,8 +136,10 @@ def scalar(config: Config, sql: str, params: tuple = ()) -> Any:
 
 def add_turn(writer: Writer, config: Config, user_id: str, session_id: str, user_text: str,
              assistant_text: str = "Noted.") -> list[int]:
-    user = append_event(writer, config, user_id, session_id, "user", user_text)
-    reply = append_event(writer, config, user_id, session_id, "assistant", assistant_text)
+    """A chat turn: the person's message as typed, and the model's reply to it."""
+    user = append_event(writer, config, user_id, session_id, "user", user_text, origin="typed")
+    reply = append_event(writer, config, user_id, session_id, "assistant", assistant_text,
+                         origin="model")
     return [user.id, reply.id]
 
 

@@ -41,6 +41,7 @@ from app.memory import (
     link_folded_card,
     link_superseded_fact,
 )
+from app.memory.sessions import merge_imported_session
 from app.ops.transfer.jsonl import read_jsonl
 from app.ops.transfer.markdown import (
     CARDS_DIR,
@@ -50,7 +51,7 @@ from app.ops.transfer.markdown import (
     looks_like_markdown_export,
     read_markdown,
 )
-from app.ops.transfer.memory_md import install_memory_md
+from app.ops.transfer.memory_md import keep_imported_memory_md
 from app.ops.transfer.records import (
     RECORD_TYPES,
     VALUE_LIMIT,
@@ -345,15 +346,14 @@ class RecordImporter:
         text = r["text"]
         if not isinstance(text, str):
             raise ValueError("MEMORY.md must be text")
-        outcome, beside = install_memory_md(self.config, text)
-        # MEMORY.md is sent with every conversation: the owner reads what an import put there.
-        if outcome == "added":
-            self.report.notes.append("MEMORY.md is now the imported one: read it, it is sent "
-                                     "with every conversation.")
-        elif outcome == "kept":
-            self.report.notes.append(f"MEMORY.md: kept this data directory's own; the imported "
-                                     f"one is at {beside}: merge them by hand.")
-        return "added" if outcome == "added" else "unchanged"
+        outcome, beside = keep_imported_memory_md(self.config, text)
+        # MEMORY.md is every conversation's, as the owner's own words: theirs to accept.
+        if outcome == "pending":
+            self.report.notes.append(
+                f"MEMORY.md: the imported one is kept beside it at {beside}, which no "
+                "conversation reads; to use it, read it and run `hilo memory accept-import`.")
+            return "added"
+        return "unchanged"
 
     # -- links across records
 
@@ -373,17 +373,8 @@ class RecordImporter:
         last = s["last_event_at"] or first
         before = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                              "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
-        con.execute(
-            "INSERT INTO sessions (user_id, id, title, started_at, last_event_at, ended_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET "
-            "title = coalesce(sessions.title, excluded.title), "
-            "started_at = min(sessions.started_at, excluded.started_at), "
-            "last_event_at = max(sessions.last_event_at, excluded.last_event_at), "
-            # An ended session stays ended, unless this database has later events in it.
-            "ended_at = CASE WHEN excluded.ended_at IS NULL "
-            "OR max(sessions.last_event_at, excluded.last_event_at) > excluded.ended_at "
-            "THEN sessions.ended_at ELSE coalesce(sessions.ended_at, excluded.ended_at) END",
-            (self.user_id, session_id, s["title"], first, last, s["ended_at"]))
+        merge_imported_session(con, self.user_id, session_id, s["title"], first, last,
+                               s["ended_at"])
         after = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                             "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
         if not s["existed"]:

@@ -15,12 +15,13 @@ or trust applies: only what the person approves now runs. A command's output is 
 owner's data (it ran on their authority), unless the command ran in such a turn.
 
 Commands run without a shell (their words as argv) unless `[tools] terminal_shell`, in
-`[tools] terminal_workdir` (default: home), under bubblewrap (terminal_sandbox.py: no
-network, read-only but the working folder), with stdin closed, an environment without
-secrets, a timeout — the command's own, cut to what is left of the turn's `[tools]
-max_seconds` — after which the whole process group is killed, and output cut at `[tools]
-terminal_output_chars`. The agent stores the result as an event, redacted like every
-event.
+`[tools] terminal_workdir` (default: the user's own folder under the data directory,
+never the home directory), under bubblewrap (terminal_sandbox.py: no network, no Unix
+socket, read-only but the working folder, a memory cap), with stdin closed, an
+environment without secrets, a timeout — the command's own, cut to what is left of the
+turn's `[tools] max_seconds` — after which the whole process group is killed, and
+output cut at `[tools] terminal_output_chars`. The agent stores the result as an event,
+redacted like every event.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from typing import Any
 import apsw
 
 from app.config import Config
+from app.datadir import DataDir
 from app.timeutil import utc_now
 from app.turn.tools.registry import OUTSIDE_KINDS, Tool, ToolContext, ToolFailed, schema
 from app.turn.tools.terminal_rules import (
@@ -51,7 +54,7 @@ from app.turn.tools.terminal_rules import (
     refusal,
     rule_to_store,
 )
-from app.turn.tools.terminal_sandbox import Sandbox, sandbox_for, scrubbed_environment
+from app.turn.tools.terminal_sandbox import Sandbox, filter_fd, sandbox_for, scrubbed_environment
 from app.writer import Writer
 
 # Bytes read per character kept: UTF-8 takes at most four.
@@ -170,14 +173,24 @@ def run_command(command: str, *, shell: bool, cwd: Path, timeout: float, output_
     at `timeout` or when interrupted."""
     argv = ["/bin/sh", "-c", command] if shell else command_words(command)
     env = scrubbed_environment(os.environ if environ is None else environ, passed_environment)
-    _check_program(argv[0], cwd, env)
-    if sandbox is not None:
-        argv = sandbox.argv(argv, cwd)
+    program = _check_program(argv[0], cwd, env)
+    if sandbox is not None and sandbox.hides(program, cwd):
+        raise ToolFailed(f"{argv[0]!r} is in {program.parent}, which the sandbox hides from "
+                         "commands (an empty /tmp, no /run, no Hilo data): install it elsewhere")
+    with filter_fd(sandbox.seccomp) if sandbox is not None else nullcontext(None) as fd:
+        if sandbox is not None:
+            argv = sandbox.argv(argv, cwd, fd, timeout)
+        return _run(argv, command, cwd, env, timeout, output_chars,
+                    pass_fds=() if fd is None else (fd,))
+
+
+def _run(argv: list[str], command: str, cwd: Path, env: Mapping[str, str], timeout: float,
+         output_chars: int, pass_fds: tuple[int, ...]) -> CommandRun:
     started = time.monotonic()
     try:
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, pass_fds=pass_fds)
     except FileNotFoundError:
         raise ToolFailed(f"no program {argv[0]!r} on the PATH") from None
     except PermissionError:
@@ -218,14 +231,15 @@ def run_command(command: str, *, shell: bool, cwd: Path, timeout: float, output_
     return CommandRun(command, status, output, total, timed_out, time.monotonic() - started)
 
 
-def _check_program(program: str, cwd: Path, env: Mapping[str, str]) -> None:
-    """ToolFailed for a program that is not there (inside the sandbox, bwrap would only
-    say so on the command's output)."""
+def _check_program(program: str, cwd: Path, env: Mapping[str, str]) -> Path:
+    """Where the program is; ToolFailed for one that is not there (inside the sandbox,
+    bwrap would only say so on the command's output)."""
     path = cwd / program if os.sep in program else shutil.which(program, path=env.get("PATH"))
     if path is None or not Path(path).exists():
         raise ToolFailed(f"no program {program!r} on the PATH")
     if not os.access(path, os.X_OK) or Path(path).is_dir():
         raise ToolFailed(f"{program!r} is not executable")
+    return Path(os.path.realpath(path))
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -236,8 +250,15 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def working_directory(config: Config) -> Path:
-    folder = Path(config.tools.terminal_workdir or "~").expanduser()
+def working_directory(config: Config, user_id: str) -> Path:
+    """`[tools] terminal_workdir`, else the user's own folder under the data directory
+    (made here): Hilo's, never the home directory, whose keys and dotfiles (a config.toml
+    Hilo would read) no allow rule should reach by default."""
+    if not config.tools.terminal_workdir:
+        folder = DataDir.of(config).terminal_folder(user_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder.resolve()
+    folder = Path(config.tools.terminal_workdir).expanduser()
     if not folder.is_dir():
         raise ToolFailed(f"the working directory {folder} does not exist: fix [tools] "
                          "terminal_workdir")
@@ -253,7 +274,7 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
     command = args["command"].strip()
     words = command_words(command)  # refuses what does not parse before anyone is asked
     tools = ctx.config.tools
-    folder = working_directory(ctx.config)
+    folder = working_directory(ctx.config, ctx.user_id)
     sandbox = sandbox_for(ctx.config)  # no sandbox, no command: nobody is asked in vain
     refused = refusal(words, folder)
     if refused is None and tools.terminal_shell and has_metacharacters(command):
@@ -272,7 +293,7 @@ def terminal(ctx: ToolContext, args: dict[str, Any]) -> str:
             raise ToolFailed(not_run_reason(command, refused, ctx.trusted))
         rule = rule_to_store(command, folder)
         decision = ctx.approver.approve_command(
-            command, rule, why_not_always(command, ctx.config) if rule is None else "")
+            command, rule, why_not_always(command, ctx.config, ctx.user_id) if rule is None else "")
         if decision == "deny":
             raise ToolFailed(f"not run: the user denied `{command}`")
         if decision == "always" and rule is not None:
@@ -296,13 +317,13 @@ def not_run_reason(command: str, refused: str | None, trusted: bool) -> str:
             "the task trusted (hilo tasks add --trusted)")
 
 
-def why_not_always(command: str, config: Config) -> str:
+def why_not_always(command: str, config: Config, user_id: str) -> str:
     """Why "allow always" is not offered for `command` (rule_to_store said None): what
     the person approving it once should know."""
     words = plain_words(command)
     if words is None:
         return "it has shell characters"
-    refused = refusal(words, working_directory(config))
+    refused = refusal(words, working_directory(config, user_id))
     if refused is not None:
         return refused
     return "a word of it would read as a rule's placeholder (* or <path>)"

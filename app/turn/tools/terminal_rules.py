@@ -18,6 +18,15 @@ Whatever a rule says, a command is covered only when it has no shell metacharact
 did not say, or read outside the working folder (`find -exec`, `git -c`, `env`,
 `sh -c`, `python -c`, `xargs`, awk's `system`, `cat /etc/shadow`, …). Such a command
 runs only when a person approves that very call.
+
+Options are read as the programs read them, or refused when that is unsure: a long
+option may be abbreviated to any prefix that names one option (getopt_long, git's
+parse-options, argparse and Getopt::Long all take `--checkpoint-act` for tar's
+`--checkpoint-action`, `--upload-pa` for git's `--upload-pack`), so a prefix of a
+refused option is refused, even one that could name another option too; one-letter
+options may be clustered (`-xI`, and tar's first word `xIf` without its dash), so a
+refused letter anywhere in a cluster is refused, even where it would be a value; and
+words after `--` are operands, not options.
 """
 
 from __future__ import annotations
@@ -176,9 +185,47 @@ def _reaches_outside(word: str, workdir: Path) -> bool:
         candidates.append(word.lstrip("@"))  # curl's @file
     if "=" in word:
         candidates.append(word.split("=", 1)[1])  # --file=/x, dd's if=/x
-    elif re.fullmatch(r"-[A-Za-z].+", word) and ("/" in word or "~" in word):
-        candidates.append(word[2:])  # -f/etc/x
+    elif re.fullmatch(r"-[A-Za-z].+", word):
+        # A value attached to a letter of a cluster: -f/etc/x, -xf~/.ssh/key, -xf../x.
+        # Which letter takes it depends on the program: each place a path could start.
+        candidates += [word[at:] for at in range(2, len(word))
+                       if word[at] in "/~" or word.startswith("..", at)]
     return any(c and c != "-" and not inside(c, workdir) for c in candidates)
+
+
+# -- reading options as getopt does --------------------------------------------------------------
+
+
+def long_option(word: str) -> str | None:
+    """The option a word names when it is a long one (`--name` of `--name=value`)."""
+    if not word.startswith("--") or word == "--":
+        return None
+    return word.split("=", 1)[0]
+
+
+def abbreviates(name: str, option: str) -> bool:
+    """Whether a long option as typed, `name`, may stand for `option`: the whole of it, or
+    a prefix (what getopt_long takes when no other option shares it; refused here
+    even when one does, since which one the program reads is then unsure)."""
+    return len(name) > 2 and option.startswith(name)
+
+
+def _naming(typed: str, option: str) -> str:
+    """An option as a refusal names it: as typed, and what it stands for if abbreviated."""
+    return typed if typed == option else f"{typed} (for {option})"
+
+
+def short_letters(word: str) -> str:
+    """The letters of a cluster of one-letter options (`-xvf` → "xvf"), else ""."""
+    if len(word) < 2 or word[0] != "-" or word[1] == "-":
+        return ""
+    return word[1:]
+
+
+def option_words(args: Sequence[str]) -> list[str]:
+    """The words that may be options: all before a `--` (getopt reads options after
+    operands too, unless POSIXLY_CORRECT)."""
+    return list(args[:args.index("--")]) if "--" in args else list(args)
 
 
 # Programs that read or write the files they name: a path outside the working folder
@@ -235,8 +282,9 @@ def _interpreter(program: str, args: list[str]) -> str | None:
         option = args[index]
         name = option.split("=", 1)[0]
         if option.startswith("--"):
-            if name in _INLINE_CODE_LONG:
-                return f"{program} {name} runs the code it is given"
+            inline = next((o for o in _INLINE_CODE_LONG if abbreviates(name, o)), None)
+            if inline is not None:
+                return f"{program} {_naming(name, inline)} runs the code it is given"
         elif any(letter in option[1:] for letter in letters):
             return f"{program} -{letters[0]} runs the code it is given"
         if option in takes_a_value:
@@ -277,10 +325,13 @@ _GIT_SHORT = {"-o": ("archive", "format-patch"), "-u": ("clone", "fetch", "pull"
 
 
 def _git_global(option: str) -> str | None:
-    """The refused global option this word is (`-c`, `-Cdir`, `--git-dir=x`), if any."""
-    name = option.split("=", 1)[0]
+    """The refused global option this word is (`-c`, `-Cdir`, `--git-dir=x`, `--git-d`,
+    `-pc`), if any."""
+    name = long_option(option)
     for refused in _GIT_GLOBAL:
-        if name == refused or (len(refused) == 2 and option.startswith(refused)):
+        if name is not None and (abbreviates(name, refused) or name == refused):
+            return refused
+        if len(refused) == 2 and refused[1] in short_letters(option):
             return refused
     return None
 
@@ -295,14 +346,19 @@ def _git(program: str, args: list[str]) -> str | None:
     subcommand = args[index] if index < len(args) else ""
     if subcommand in _GIT_SUBCOMMANDS or subcommand.startswith("credential-"):
         return f"git {subcommand} can change configuration or run commands"
-    for arg in args[index + 1:]:
-        name = arg.split("=", 1)[0]
-        if any(name.startswith(option) for option in _GIT_LONG):
-            return f"git {name} can write files or run commands"
-        if arg[:2] in _GIT_SHORT and subcommand in _GIT_SHORT[arg[:2]]:
-            return f"git {subcommand} {arg[:2]} can write files or run commands"
-        if arg.startswith(("alias.", "ext::")):
-            return "git aliases and ext:: remotes run commands"
+    if any(arg.startswith(("alias.", "ext::")) for arg in args):
+        return "git aliases and ext:: remotes run commands"
+    for arg in option_words(args[index + 1:]):
+        name = long_option(arg)
+        # `--output-directory` starts with a refused name; `--upload-pa` abbreviates one.
+        refused = name and next((o for o in _GIT_LONG
+                                 if name.startswith(o) or abbreviates(name, o)), None)
+        if refused:
+            return f"git {_naming(name, refused)} can write files or run commands"
+        letter = next((letter for letter in short_letters(arg)
+                       if subcommand in _GIT_SHORT.get(f"-{letter}", ())), None)
+        if letter is not None:
+            return f"git {subcommand} -{letter} can write files or run commands"
     return None
 
 
@@ -311,7 +367,8 @@ _AWK_DANGER = re.compile(r"\bsystem\s*\(|getline|[|>]|@load")
 
 def _awk(program: str, args: list[str]) -> str | None:
     for arg in args:
-        if arg.startswith("-l") or arg == "--load" or arg.startswith("--load="):
+        name = long_option(arg)
+        if "l" in short_letters(arg) or (name is not None and abbreviates(name, "--load")):
             return f"{program} -l loads code"
         if _AWK_DANGER.search(arg):
             return (f"{program}'s system, getline, pipes and redirections run commands or "
@@ -323,25 +380,60 @@ def _awk(program: str, args: list[str]) -> str | None:
 _SED_BODIES = re.compile(r"[sy]([^\\\n])(?:\\.|(?!\1)[^\\\n])*\1(?:\\.|(?!\1)[^\\\n])*\1"
                          r"|/(?:\\.|[^/\\\n])*/")
 _SED_COMMANDS_THAT_ACT = re.compile(r"[ewWrR]")
+# GNU sed's long options (getopt_long: any unambiguous prefix stands for one), and
+# those that take the next word as their value when no `=` gives it.
+_SED_LONG = ("--expression", "--file", "--line-length", "--in-place", "--null-data",
+             "--zero-terminated", "--posix", "--quiet", "--silent", "--regexp-extended",
+             "--separate", "--sandbox", "--unbuffered", "--debug", "--follow-symlinks",
+             "--binary", "--help", "--version")
+_SED_LONG_VALUES = ("--expression", "--file", "--line-length")
+_SED_SHORT_VALUES = "efl"  # the rest of the word, or the next word; -i takes only the rest
+
+
+def _sed_long(name: str) -> str | None:
+    """The sed option a typed long option names: exactly, or as its one prefix."""
+    if name in _SED_LONG:
+        return name
+    found = [option for option in _SED_LONG if abbreviates(name, option)]
+    return found[0] if len(found) == 1 else None
 
 
 def _sed(program: str, args: list[str]) -> str | None:
     scripts: list[str] = []
     operands: list[str] = []
-    words = iter(args)
-    for arg in words:
-        if arg == "--expression" or arg.startswith("--expression="):
-            scripts.append(arg.split("=", 1)[1] if "=" in arg else next(words, ""))
-        elif arg == "--file" or arg.startswith("--file="):
-            return "sed -f runs a script this rule cannot read"
-        elif arg.startswith("-") and not arg.startswith("--") and arg != "-":
-            for at, letter in enumerate(arg[1:], start=2):  # a cluster: -n, -ne, -nf
-                if letter == "f":
-                    return "sed -f runs a script this rule cannot read"
-                if letter == "e":
-                    scripts.append(arg[at:] or next(words, ""))
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            operands += args[index:]
+            break
+        name = long_option(arg)
+        if name is not None:
+            option = _sed_long(name)
+            if option is None:
+                return f"sed {name} names no sed option, or more than one"
+            value = arg.split("=", 1)[1] if "=" in arg else None
+            if value is None and option in _SED_LONG_VALUES:
+                value, index = (args[index] if index < len(args) else ""), index + 1
+            if option == "--file":
+                return "sed -f runs a script this rule cannot read"
+            if option == "--expression":
+                scripts.append(value or "")
+        elif short_letters(arg):
+            for at, letter in enumerate(arg[1:], start=2):  # a cluster: -n, -ne, -nf, -i.bak
+                if letter == "i":
+                    break  # the rest of the word is its suffix
+                if letter in _SED_SHORT_VALUES:
+                    value = arg[at:]
+                    if not value:
+                        value, index = (args[index] if index < len(args) else ""), index + 1
+                    if letter == "f":
+                        return "sed -f runs a script this rule cannot read"
+                    if letter == "e":
+                        scripts.append(value)
                     break
-        elif not arg.startswith("-"):
+        else:
             operands.append(arg)
     if not scripts and operands:
         scripts.append(operands[0])
@@ -351,30 +443,50 @@ def _sed(program: str, args: list[str]) -> str | None:
     return None
 
 
-def _refused_options(*options: str, reason: str, initial_commands: bool = False):
-    """A check refusing these options (alone, `--option=value`, or a one-letter one with
-    its value attached: `-oProxyCommand=…`), and with `initial_commands` any `+command`
-    word (less, more)."""
+def _refused_options(*options: str, reason: str, initial_commands: bool = False,
+                     known: tuple[str, ...] = (), old_style: bool = False):
+    """A check refusing these options as the program reads them (module docstring): a
+    long one whole, with `=value`, or abbreviated — unless the word is one of the
+    program's `known` harmless options (exact names win over prefixes); a one-letter one
+    anywhere in a cluster (`-vo ProxyCommand=…`), with `old_style` in a first word
+    without its dash too (tar's `xIf`); one of several letters (zip's `-TT`) at the start
+    of a word; and with `initial_commands` any `+command` word (less, more)."""
+    long = [o for o in options if o.startswith("--")]
+    letters = {o[1] for o in options if len(o) == 2 and o[0] == "-" and o[1] != "-"}
+    several = [o for o in options if not o.startswith("--") and len(o) > 2]
+
     def check(program: str, args: list[str]) -> str | None:
-        for arg in args:
-            name = arg.split("=", 1)[0]
-            if name in options or (initial_commands and arg.startswith("+")):
-                return f"{program} {name} {reason}"
-            attached = next((o for o in options if len(o) == 2 and arg.startswith(o)), None)
+        for at, arg in enumerate(option_words(args)):
+            if initial_commands and arg.startswith("+"):
+                return f"{program} {arg.split('=', 1)[0]} {reason}"
+            name = long_option(arg)
+            if name is not None:
+                refused = None if name in known else next(
+                    (o for o in long if abbreviates(name, o)), None)
+                if refused is not None:
+                    return f"{program} {_naming(name, refused)} {reason}"
+                continue
+            attached = next((o for o in several if arg.startswith(o)), None)
             if attached is not None:
                 return f"{program} {attached} {reason}"
+            cluster = short_letters(arg) or (arg if old_style and at == 0 else "")
+            letter = next((letter for letter in cluster if letter in letters), None)
+            if letter is not None:
+                return f"{program} -{letter} {reason}"
         return None
     return check
 
 
-def _fetcher(program: str, args: list[str]) -> str | None:
-    for arg in args:
-        if "file:" in arg.lower():
+def _fetcher(*options: str):
+    """curl's or wget's check: file: URLs, and the options that read a configuration
+    or run a command (as _refused_options reads them)."""
+    refused = _refused_options(*options, reason="reads or runs commands from elsewhere")
+
+    def check(program: str, args: list[str]) -> str | None:
+        if any("file:" in arg.lower() for arg in args):
             return f"{program} file: URLs read local files"
-        name = arg.split("=", 1)[0]
-        if name in ("-K", "--config", "-e", "--execute", "--use-askpass"):
-            return f"{program} {name} reads or runs commands from elsewhere"
-    return None
+        return refused(program, args)
+    return check
 
 
 _CHECKS = {
@@ -388,15 +500,16 @@ _CHECKS = {
     "sed": _sed,
     "tar": _refused_options("--to-command", "--checkpoint-action", "--use-compress-program",
                             "-I", "--info-script", "--new-volume-script", "-F",
-                            "--rsh-command", "--rmt-command", reason="runs another command"),
+                            "--rsh-command", "--rmt-command", reason="runs another command",
+                            known=("--checkpoint",), old_style=True),
     "rsync": _refused_options("-e", "--rsh", "--rsync-path", reason="runs another command"),
     "zip": _refused_options("-TT", "--unzip-command", reason="runs another command"),
     "less": _refused_options("--log-file", "-o", "-O", reason="runs commands or writes files",
                              initial_commands=True),
     "more": _refused_options(reason="runs commands", initial_commands=True),
     "man": _refused_options("-P", "--pager", "-H", "--html", reason="runs another program"),
-    "curl": _fetcher,
-    "wget": _fetcher,
+    "curl": _fetcher("-K", "--config"),
+    "wget": _fetcher("-e", "--execute", "--use-askpass", "--config"),
     "sort": _refused_options("--compress-program", reason="runs another program"),
     "make": _refused_options("--eval", "-E", reason="runs the code it is given"),
     **{name: _refused_options("-o", "-F", "-S", "-J", reason="can run a local command")
