@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app import db
 from tests.api.support import HiloServer
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.workers.support import drain, query, scripted_queue
@@ -52,3 +53,20 @@ def test_learning_engine_seconds_per_chat_turn_are_set_against_the_chats_own(
     assert spend.ratio == pytest.approx(sum(c[2] for c in calls) / sum(t[0] for t in turns),
                                         rel=1e-3)
     assert "s of the engine per chat turn" in spend.line() and learning.stall is None
+
+
+def test_a_database_at_0022_gets_the_engine_time_migration(tmp_path):
+    """0027 comes after main's 0022 (and numbers others hold): a database migrated before it
+    gains the learning_calls table and the turn records' engine time, its rows kept."""
+    con = db.connect(tmp_path / "m.sqlite3")
+    con.execute(f"CREATE TABLE {db.MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT)")
+    for migration in (m for m in db.available_migrations() if m.number <= 22):
+        con.execute(migration.sql)
+        con.execute(f"INSERT INTO {db.MIGRATIONS_TABLE} VALUES (?, 'then')", (migration.name,))
+    assert db.schema_version(con) == 22
+
+    assert "0027_engine_time.sql" in db.migrate(con)
+    columns = {row[1] for row in con.execute("PRAGMA table_info(turn_records)")}
+    assert {"engine_ms", "engine_clock"} <= columns
+    assert con.execute("SELECT count(*) FROM learning_calls").fetchone() == (0,)
+    assert db.migrate(con) == []  # applied once
