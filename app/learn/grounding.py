@@ -33,12 +33,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Protocol
 
-import snowballstemmer
-
-from app.fts import terms
+from app.fts import stems, terms
 from app.learn.capture import capture_statements
 
 # Of a value's content words, the share its supporting message must hold.
@@ -86,20 +83,11 @@ class Judged:
     dropped: list[Dropped] = field(default_factory=list)
 
 
-@cache
-def _stems(word: str) -> frozenset[str]:
-    """The word's English and Spanish stems (Snowball): "failed" and "fails" are "fail"."""
-    return frozenset(stemmer.stemWord(word) for stemmer in _STEMMERS)
-
-
-_STEMMERS = [snowballstemmer.stemmer(language) for language in ("english", "spanish")]
-
-
 def _same_word(a: str, b: str) -> bool:
     if a == b:
         return True
     short = min(len(a), len(b))
-    return short >= 4 and (bool(_stems(a) & _stems(b)) or a.startswith(b) or b.startswith(a)
+    return short >= 4 and (bool(stems(a) & stems(b)) or a.startswith(b) or b.startswith(a)
                            or (short >= STEM_CHARS and a[:STEM_CHARS] == b[:STEM_CHARS]))
 
 
