@@ -185,9 +185,10 @@ class Engine:
     """llama-server on a free loopback port, a fresh KV cache each start."""
 
     def __init__(self, binary: Path, model: Path, logs: Path,
-                 flags: tuple[str, ...] = ()) -> None:
+                 flags: tuple[str, ...] = (), alias: str = MODEL) -> None:
         self.binary, self.model, self.logs = binary, model, logs
         self.flags = flags  # more of llama-server's own options (--swa-full)
+        self.alias = alias  # the model's name in requests
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -199,7 +200,7 @@ class Engine:
     def start(self) -> None:
         self.starts += 1
         self.port = free_port()
-        argv = [str(self.binary), "-m", str(self.model), "--alias", MODEL,
+        argv = [str(self.binary), "-m", str(self.model), "--alias", self.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "-c", str(CONTEXT),
                 "-np", "1", "-n", str(ENGINE_N_PREDICT), "--temp", "0", "--seed", str(SEED),
                 "--threads", str(os.cpu_count() or 2), "--metrics", "--slots", "--jinja",
