@@ -211,8 +211,7 @@ class ChatModel:
 
 def ask_all(conversations: list[Conversation], sample: list[tuple[Conversation, Question]],
             chat: ChatModel, workdir: Path) -> tuple[list[Asked], dict[str, Any]]:
-    """Every sampled question, each lane in turn for it (so the machine's load falls on
-    the three alike); the memories built first."""
+    """Every sampled question in every lane; the memories built first."""
     config = Config().replace(llm={"num_ctx": chat.num_ctx, "provider": chat.provider,
                                    "chat_model": chat.model})
     form = Form("product")
@@ -233,36 +232,39 @@ def ask_all(conversations: list[Conversation], sample: list[tuple[Conversation, 
     log(f"memories built in {memory_s:.0f} s; asking {len(sample)} questions")
     recall = Recall()
     asked: list[Asked] = []
-    for n, (conv, q) in enumerate(sample, 1):
-        record = Asked(conv.sample_id, q.text, q.category, q.answer)
-        asked_at = conv.turns[-1].when + timedelta(minutes=1)
+    prompts: list[dict[str, list[dict]]] = []
+    for conv, q in sample:
+        asked.append(Asked(conv.sample_id, q.text, q.category, q.answer))
         con = connect_readonly(paths[conv.sample_id])
         try:
             query = make_query(conv.sample_id, q.text, embedder, recall=recall, con=con,
-                               now=asked_at)
+                               now=conv.turns[-1].when + timedelta(minutes=1))
             built = build_context(con, config, counter, ContextRequest(
                 conv.sample_id, q.text, session_id=QUESTION_SESSION, window=[], query=query,
                 client_system=SYSTEM))
         finally:
             con.close()
         question = {"role": "user", "content": q.text}
-        prompts = {
+        prompts.append({
             "hilo": built.messages,
             "none": [{"role": "system", "content": SYSTEM}, question],
             "cut": [{"role": "system", "content": SYSTEM},
                     *cut_history(conv, form, budget, counter, chat.model), question],
-        }
-        for lane in LANES:
+        })
+    # A conversation's questions one lane after another: the cut history is the same
+    # prefix each time, which the server's prompt cache keeps, as it would for a client.
+    order = sorted(range(len(sample)), key=lambda i: sample[i][0].sample_id)
+    for lane in LANES:
+        for done, i in enumerate(order, 1):
+            record, messages = asked[i], prompts[i][lane]
             started = time.perf_counter()
-            reply = chat.answer(prompts[lane])
+            reply = chat.answer(messages)
             record.seconds[lane] = round(time.perf_counter() - started, 3)
             record.replies[lane] = reply
-            record.scores[lane] = locomo_f1(reply, q.answer, q.category)
-            record.prompt_chars[lane] = sum(len(str(m.get("content") or ""))
-                                            for m in prompts[lane])
-        asked.append(record)
-        if n % 10 == 0:
-            log(f"{n} of {len(sample)} questions")
+            record.scores[lane] = locomo_f1(reply, record.answer, record.category)
+            record.prompt_chars[lane] = sum(len(str(m.get("content") or "")) for m in messages)
+            if done % 25 == 0:
+                log(f"{lane}: {done} of {len(sample)} questions")
     return asked, {"memory_build_s": round(memory_s, 1)}
 
 

@@ -97,9 +97,12 @@ SDIST = "llama-cpp-python==0.3.36"
 CACHE = REPO_ROOT / ".cache" / "engine"
 MODEL = "hilo-bench-random"
 CONTEXT = 4096
-# The engine's own cap on a reply when the request names none; a safety net: replies
-# and JSON end on their own long before (engine_model.py).
+# The engine's own cap on a reply when the request names none; a safety net for the
+# random model, whose replies and JSON end on their own long before (engine_model.py).
+# A real model runs as a user starts llama-server: no cap (-1), so that what bounds a
+# learning call is Hilo's own budget, as on a user's server.
 ENGINE_N_PREDICT = 256
+UNCAPPED = -1
 SEED = 27
 # The capping client's limits, as chat front-ends send them.
 CLIENT_LIMITS = {"max_tokens": 16, "stop": ["\nuser:"]}
@@ -204,10 +207,12 @@ class Engine:
     """llama-server on a free loopback port, a fresh KV cache each start."""
 
     def __init__(self, binary: Path, model: Path, logs: Path,
-                 flags: tuple[str, ...] = (), alias: str = MODEL) -> None:
+                 flags: tuple[str, ...] = (), alias: str = MODEL,
+                 n_predict: int = ENGINE_N_PREDICT) -> None:
         self.binary, self.model, self.logs = binary, model, logs
         self.flags = flags  # more of llama-server's own options (--swa-full)
         self.alias = alias  # the model's name in requests
+        self.n_predict = n_predict
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -221,7 +226,7 @@ class Engine:
         self.port = free_port()
         argv = [str(self.binary), "-m", str(self.model), "--alias", self.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "-c", str(CONTEXT),
-                "-np", "1", "-n", str(ENGINE_N_PREDICT), "--temp", "0", "--seed", str(SEED),
+                "-np", "1", "-n", str(self.n_predict), "--temp", "0", "--seed", str(SEED),
                 "--threads", str(os.cpu_count() or 2), "--metrics", "--slots", "--jinja",
                 "--no-webui", *self.flags]
         out = (self.logs / f"engine-{self.starts}.log").open("wb")
@@ -786,8 +791,11 @@ def markdown(results: dict) -> str:
         "`hilo serve` (`[llm] provider = \"openai\"`, local embedder) and `hilo worker` "
         "on the same engine, the memory seeded with an earlier session. The capped client "
         f"sends `max_tokens` {CLIENT_LIMITS['max_tokens']} and `stop` "
-        f"{json.dumps(CLIENT_LIMITS['stop'])}; the uncapped one neither (the engine's "
-        f"default cap, {ENGINE_N_PREDICT}, is never reached).",
+        f"{json.dumps(CLIENT_LIMITS['stop'])}; the uncapped one neither "
+        + (f"(the engine's default cap, {results['engine_n_predict']}, is never reached)."
+           if results.get("engine_n_predict", ENGINE_N_PREDICT) > 0 else
+           "(the engine caps nothing, as llama-server's default: a learning call is bounded "
+           "by Hilo's own budget alone)."),
         "",
     ]
     ran = [variant for variant in VARIANTS if variant in results]
@@ -888,14 +896,16 @@ def main(args: Any) -> None:
     binary = llama_server()
     model = packaged_model(packaged) if packaged else model_file(shape)
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-"))
-    engine = Engine(binary, model, root, alias=packaged.name if packaged else MODEL)
+    engine = Engine(binary, model, root, alias=packaged.name if packaged else MODEL,
+                    n_predict=UNCAPPED if packaged else ENGINE_N_PREDICT)
     proxy = CountingProxy()
     results: dict[str, Any] = {"engine": ENGINE, "shape": args.engine_shape,
                                "model": asdict(shape), "turns": count,
                                "think_s": think, "pauses": pauses,
                                "client_limits": CLIENT_LIMITS,
                                "settings": settings,
-                               "engine_model": packaged.described if packaged else None}
+                               "engine_model": packaged.described if packaged else None,
+                               "engine_n_predict": engine.n_predict}
     try:
         for variant in variants:
             log(f"{variant} client, directly to the engine")

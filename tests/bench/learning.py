@@ -292,7 +292,7 @@ class RealModel(Model):
         from tests.bench.packaged_model import SMOLLM2, packaged_model
 
         self.engine = engine.Engine(engine.llama_server(), packaged_model(SMOLLM2), root,
-                                    alias=SMOLLM2.name)
+                                    alias=SMOLLM2.name, n_predict=engine.UNCAPPED)
         self.engine.start()
         self.proxy = engine.CountingProxy()
         self.proxy.reset(self.engine.url)
