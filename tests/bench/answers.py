@@ -110,6 +110,16 @@ def token_f1(prediction: str, answer: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def answer_tokens_shown(prompt: str, answer: str) -> float:
+    """The share of the answer's normalised, stemmed tokens that the prompt holds: what a
+    model could copy, at best."""
+    wanted = [_STEMMER.stem(w) for w in normalize_answer(answer).split()]
+    if not wanted:
+        return 0.0
+    shown = {_STEMMER.stem(w) for w in normalize_answer(prompt).split()}
+    return sum(w in shown for w in wanted) / len(wanted)
+
+
 def multi_answer_f1(prediction: str, answer: str) -> float:
     """Multi-hop: each comma-separated part of the answer scored against its best part
     of the prediction, averaged."""
@@ -182,6 +192,7 @@ class Asked:
     scores: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
+    answer_shown: dict[str, float] = field(default_factory=dict)
 
 
 class ChatModel:
@@ -262,7 +273,9 @@ def ask_all(conversations: list[Conversation], sample: list[tuple[Conversation, 
             record.seconds[lane] = round(time.perf_counter() - started, 3)
             record.replies[lane] = reply
             record.scores[lane] = locomo_f1(reply, record.answer, record.category)
-            record.prompt_chars[lane] = sum(len(str(m.get("content") or "")) for m in messages)
+            told = "\n".join(str(m.get("content") or "") for m in messages)
+            record.prompt_chars[lane] = len(told)
+            record.answer_shown[lane] = answer_tokens_shown(told, record.answer)
             if done % 25 == 0:
                 log(f"{lane}: {done} of {len(sample)} questions")
     return asked, {"memory_build_s": round(memory_s, 1)}
@@ -286,6 +299,7 @@ def summarise(asked: list[Asked]) -> dict[str, Any]:
                            for c in sorted(CATEGORIES)},
             "seconds_mean": round(float(np.mean([a.seconds[lane] for a in asked])), 2),
             "prompt_chars_mean": round(float(np.mean([a.prompt_chars[lane] for a in asked]))),
+            "answer_shown_mean": round(float(np.mean([a.answer_shown[lane] for a in asked])), 3),
         }
     differences = {}
     for other in ("none", "cut"):
@@ -304,7 +318,8 @@ def markdown(results: dict) -> str:
     s = results["summary"]
     head = ["lane", "F1, all [95% CI]", *[f"{name} (n={s['lanes']['hilo']['categories'][name]['n']})"
                                           for name in CATEGORIES.values()],
-            "prompt chars (mean)", "s per answer (mean)"]
+            "answer's words in the prompt (mean)", "prompt chars (mean)",
+            "s per answer (mean)"]
     lines = [
         f"Model: {results['model']} ({results['provider']} at {results['where']}), "
         f"temperature 0, replies of at most {REPLY_TOKENS} tokens, num_ctx "
@@ -325,7 +340,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| {names[lane]} | {_ci(cell['f1'])} | "
                      + " | ".join(f"{cell['categories'][n]['mean']:.3f}"
                                   for n in CATEGORIES.values())
-                     + f" | {cell['prompt_chars_mean']:,} | {cell['seconds_mean']} |")
+                     + f" | {cell['answer_shown_mean']:.3f} | {cell['prompt_chars_mean']:,} | "
+                     f"{cell['seconds_mean']} |")
     lines += ["", "Paired differences (the same questions):", "",
               "| | all [95% CI] | " + " | ".join(CATEGORIES.values()) + " |",
               "|---|---:|" + "---:|" * len(CATEGORIES)]

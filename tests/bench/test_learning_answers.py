@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.answers import (
+    answer_tokens_shown,
     bootstrap_interval,
     locomo_f1,
     normalize_answer,
@@ -51,6 +52,12 @@ def test_multi_hop_answers_are_scored_part_by_part():
 def test_open_domain_answers_keep_what_comes_before_a_semicolon():
     assert locomo_f1("likely yes", "Likely yes; she enjoys it", 3) == 1.0
     assert locomo_f1("likely yes", "Likely yes; she enjoys it", 2) < 1.0
+
+
+def test_the_answer_s_words_shown_in_a_prompt_are_counted_after_normalising():
+    assert answer_tokens_shown("Caroline: I went running in Paris.", "runs, Paris") == 1.0
+    assert answer_tokens_shown("Caroline went to Paris.", "Paris and Rome") == 0.5
+    assert answer_tokens_shown("anything", "") == 0.0
 
 
 def test_bootstrap_interval_holds_the_mean_and_is_fixed_by_its_seed():
