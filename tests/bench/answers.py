@@ -366,6 +366,8 @@ def main() -> None:
     p.add_argument("--model", help="the chat model's name on --url")
     p.add_argument("--provider", choices=("ollama", "openai"), default="openai",
                    help="the API --url speaks")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="llama-server's threads here (default: all the cores)")
     p.add_argument("--num-ctx", type=int, default=4096, help="the model's context window")
     p.add_argument("--per-category", type=int, default=None,
                    help="questions drawn per category (default 25; 3 with --quick)")
@@ -388,10 +390,11 @@ def main() -> None:
         from tests.bench.packaged_model import SMOLLM2, packaged_model
 
         logs = Path(tempfile.mkdtemp(prefix="hilo-bench-answers-engine-"))
-        engine = Engine(llama_server(), packaged_model(SMOLLM2), logs, alias=SMOLLM2.name)
+        engine = Engine(llama_server(), packaged_model(SMOLLM2), logs, alias=SMOLLM2.name,
+                        threads=args.engine_threads)
         engine.start()
         url, model, provider = engine.url, SMOLLM2.name, "openai"
-        where = f"llama-server here, {SMOLLM2.described}"
+        where = (f"llama-server here, {engine.threads} threads, {SMOLLM2.described}")
         args.num_ctx = CONTEXT
     chat = ChatModel(url, model, provider, args.num_ctx)
     began = time.perf_counter()

@@ -208,11 +208,14 @@ class Engine:
 
     def __init__(self, binary: Path, model: Path, logs: Path,
                  flags: tuple[str, ...] = (), alias: str = MODEL,
-                 n_predict: int = ENGINE_N_PREDICT) -> None:
+                 n_predict: int = ENGINE_N_PREDICT, threads: int | None = None) -> None:
         self.binary, self.model, self.logs = binary, model, logs
         self.flags = flags  # more of llama-server's own options (--swa-full)
         self.alias = alias  # the model's name in requests
         self.n_predict = n_predict
+        # All the cores, as a user's server; on a machine busy with other work, one thread
+        # spares the engine's threads from waiting on each other at every step.
+        self.threads = threads or os.cpu_count() or 2
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -227,7 +230,7 @@ class Engine:
         argv = [str(self.binary), "-m", str(self.model), "--alias", self.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "-c", str(CONTEXT),
                 "-np", "1", "-n", str(self.n_predict), "--temp", "0", "--seed", str(SEED),
-                "--threads", str(os.cpu_count() or 2), "--metrics", "--slots", "--jinja",
+                "--threads", str(self.threads), "--metrics", "--slots", "--jinja",
                 "--no-webui", *self.flags]
         out = (self.logs / f"engine-{self.starts}.log").open("wb")
         self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -785,7 +788,8 @@ def markdown(results: dict) -> str:
         "between a reply and the next message"
         + "".join(f", {s:g} s after turn {t}" for t, s in results["pauses"].items())
         + f") on a real engine: llama.cpp's `llama-server` ({SDIST}'s vendored source, "
-        f"built here), one slot, {CONTEXT}-token context, temperature 0, seed {SEED}; "
+        f"built here), one slot, {results.get('engine_threads') or 'all'} threads, "
+        f"{CONTEXT}-token context, temperature 0, seed {SEED}; "
         f"{model_words(results)}. Prompt tokens evaluated anew are the engine's own "
         "`timings.prompt_n` per request, cross-checked with /metrics. Through Hilo: a real "
         "`hilo serve` (`[llm] provider = \"openai\"`, local embedder) and `hilo worker` "
@@ -897,7 +901,8 @@ def main(args: Any) -> None:
     model = packaged_model(packaged) if packaged else model_file(shape)
     root = Path(tempfile.mkdtemp(prefix="hilo-bench-engine-"))
     engine = Engine(binary, model, root, alias=packaged.name if packaged else MODEL,
-                    n_predict=UNCAPPED if packaged else ENGINE_N_PREDICT)
+                    n_predict=UNCAPPED if packaged else ENGINE_N_PREDICT,
+                    threads=args.engine_threads)
     proxy = CountingProxy()
     results: dict[str, Any] = {"engine": ENGINE, "shape": args.engine_shape,
                                "model": asdict(shape), "turns": count,
@@ -905,7 +910,8 @@ def main(args: Any) -> None:
                                "client_limits": CLIENT_LIMITS,
                                "settings": settings,
                                "engine_model": packaged.described if packaged else None,
-                               "engine_n_predict": engine.n_predict}
+                               "engine_n_predict": engine.n_predict,
+                               "engine_threads": engine.threads}
     try:
         for variant in variants:
             log(f"{variant} client, directly to the engine")

@@ -287,12 +287,13 @@ class FakeModel(Model):
 class RealModel(Model):
     """SmolLM2 on llama-server, every request through the counting proxy."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, n_predict: int, threads: int | None) -> None:
         from tests.bench import engine
         from tests.bench.packaged_model import SMOLLM2, packaged_model
 
         self.engine = engine.Engine(engine.llama_server(), packaged_model(SMOLLM2), root,
-                                    alias=SMOLLM2.name, n_predict=engine.UNCAPPED)
+                                    alias=SMOLLM2.name, n_predict=n_predict,
+                                    threads=threads)
         self.engine.start()
         self.proxy = engine.CountingProxy()
         self.proxy.reset(self.engine.url)
@@ -376,9 +377,11 @@ def diary_entries(config: Config) -> int:
     return learned(config)["diary"]
 
 
-def run_lane(lane: str, root: Path) -> LaneRun:
+def run_lane(lane: str, root: Path, n_predict: int = -1,
+             threads: int | None = None) -> LaneRun:
     run = LaneRun(lane)
-    model: Model = RealModel(root) if lane == "real" else FakeModel(lane == "rules")
+    model: Model = (RealModel(root, n_predict, threads) if lane == "real"
+                    else FakeModel(lane == "rules"))
     config = lane_config(root, model)
     DataDir.of(config).init()
     logs = root / "logs"
@@ -507,7 +510,9 @@ def markdown(results: dict) -> str:
         "defaults; lanes: the fake model extracting what a capable model would (`fake`), "
         "the fake answering every learning call with unusable JSON so that learning falls "
         "back to rules (`rules`), and SmolLM2-135M-Instruct Q4_1 on llama-server (`real`, "
-        f"replies capped at {REAL_REPLY_TOKENS} tokens by the client). A fact is learned "
+        f"replies capped at {REAL_REPLY_TOKENS} tokens by the client; the engine's own cap "
+        f"{results['engine_n_predict']}, -1 for none; threads "
+        f"{results['engine_threads'] or 'all'}). A fact is learned "
         "when an active fact or profile entry about it holds its current value and none "
         "holds a value taken back (tests/bench/learning.py says how each is matched). "
         "The machine is shared with other work.",
@@ -539,6 +544,11 @@ def main() -> None:
     p.add_argument("--lanes", default=",".join(LANES),
                    help="which lanes, comma-separated (fake, rules, real)")
     p.add_argument("--keep-logs", action="store_true", help="keep the data directories")
+    p.add_argument("--engine-n-predict", type=int, default=-1,
+                   help="llama-server's own cap on a reply (default -1: none, as its default; "
+                        "Hilo's learning budget bounds the calls)")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="llama-server's threads (default: all the cores)")
     args = p.parse_args()
     lanes = ["fake"] if args.quick else [x.strip() for x in args.lanes.split(",") if x.strip()]
     unknown = set(lanes) - set(LANES)
@@ -548,14 +558,15 @@ def main() -> None:
         args.no_write = True  # BENCHMARKS.md records the three lanes side by side
     soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, 120.0)  # the local embedder loads slowly
     facts = [f for c in CONVERSATIONS for f in c.facts]
-    results: dict[str, Any] = {"facts": len(facts),
+    results: dict[str, Any] = {"engine_n_predict": args.engine_n_predict,
+                               "engine_threads": args.engine_threads, "facts": len(facts),
                                "changed": sum(1 for f in facts if f.stale),
                                "lanes": {}, "per_fact": {}}
     kept = []
     for lane in lanes:
         root = Path(tempfile.mkdtemp(prefix=f"hilo-bench-learning-{lane}-"))
         log(f"lane {lane} in {root}")
-        run = run_lane(lane, root)
+        run = run_lane(lane, root, args.engine_n_predict, args.engine_threads)
         results["lanes"][lane] = lane_summary(run)
         results["per_fact"][lane] = run.judgement.facts
         results.setdefault("calls", {})[lane] = [asdict(c) for c in run.calls]
