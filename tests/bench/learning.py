@@ -554,8 +554,6 @@ def main() -> None:
     unknown = set(lanes) - set(LANES)
     if unknown:
         raise SystemExit(f"unknown lane(s) {', '.join(sorted(unknown))}: choose from {LANES}")
-    if set(lanes) != set(LANES):
-        args.no_write = True  # BENCHMARKS.md records the three lanes side by side
     soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, 120.0)  # the local embedder loads slowly
     facts = [f for c in CONVERSATIONS for f in c.facts]
     results: dict[str, Any] = {"engine_n_predict": args.engine_n_predict,
