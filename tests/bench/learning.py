@@ -479,6 +479,17 @@ def _cell(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
+LANE_WORDS = {
+    "fake": lambda r: "the fake model extracting what a capable model would (`fake`)",
+    "rules": lambda r: ("the fake answering every learning call with unusable JSON, so "
+                        "that learning falls back to rules (`rules`)"),
+    "real": lambda r: ("SmolLM2-135M-Instruct Q4_1 on llama-server (`real`, replies capped "
+                       f"at {REAL_REPLY_TOKENS} tokens by the client; the engine's own cap "
+                       f"{r['engine_n_predict']}, -1 for none; threads "
+                       f"{r['engine_threads'] or 'all'})"),
+}
+
+
 def markdown(results: dict) -> str:
     lanes = results["lanes"]
     names = list(lanes)
@@ -507,12 +518,8 @@ def markdown(results: dict) -> str:
         f"{len(CONVERSATIONS)} scripted conversations ({sum(len(c.turns) for c in CONVERSATIONS)} "
         f"turns, {results['facts']} facts, {results['changed']} of them changed later in the "
         "conversation) through a real `hilo serve` and `hilo worker` on the product's "
-        "defaults; lanes: the fake model extracting what a capable model would (`fake`), "
-        "the fake answering every learning call with unusable JSON so that learning falls "
-        "back to rules (`rules`), and SmolLM2-135M-Instruct Q4_1 on llama-server (`real`, "
-        f"replies capped at {REAL_REPLY_TOKENS} tokens by the client; the engine's own cap "
-        f"{results['engine_n_predict']}, -1 for none; threads "
-        f"{results['engine_threads'] or 'all'}). A fact is learned "
+        "defaults; lanes: " + "; ".join(LANE_WORDS[n](results) for n in names)
+        + ". A fact is learned "
         "when an active fact or profile entry about it holds its current value and none "
         "holds a value taken back (tests/bench/learning.py says how each is matched). "
         "The machine is shared with other work.",
