@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tests.bench.localmodel_script import _request_text, _schema_properties, user_lines
+from tests.bench.localmodel_script import _schema_properties
+from tests.fake_ollama import learning_sources
 
 
 @dataclass(frozen=True)
@@ -357,7 +358,8 @@ _TURNS = {turn.user: turn for c in CONVERSATIONS for turn in c.turns}
 
 
 def model_reply(body: dict) -> Any:
-    """Scripted chat replies; asked for JSON, the scripted extraction of the USER lines."""
+    """Scripted chat replies; asked for JSON, the scripted extraction of the user's lines
+    the call shows or points at."""
     props = _schema_properties(body)
     if not props:
         users = [m for m in body.get("messages") or [] if isinstance(m, dict)
@@ -365,7 +367,8 @@ def model_reply(body: dict) -> Any:
         said = users[-1].get("content") if users else ""
         turn = _TURNS.get(said if isinstance(said, str) else "")
         return turn.reply if turn else "Sure."
-    said = [line for line in user_lines(_request_text(body)) if line in _TURNS]
+    # What the call quotes, or points at in the chat it continues.
+    said = [line for line in learning_sources(body) if line in _TURNS]
     reply: dict[str, Any] = {}
     if "facts" in props:
         items = [item for line in said for item in _TURNS[line].extract]
