@@ -10,12 +10,13 @@ it, only the user setting it again. New statements of a fact arrive through
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import apsw
 
 from app.events import delete_events
+from app.memory.corrections import mark_corrected, mark_forgotten
 from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.memory.validation import (
     InvalidMemory,
@@ -426,10 +427,11 @@ def facts_by_ids(con: apsw.Connection, user_id: str, ids: list[int]) -> list[Fac
 
 
 def facts_as_of(con: apsw.Connection, user_id: str, when: str) -> list[Fact]:
-    """The facts that were current at time `when` (RFC 3339); never a forgotten one,
-    whose key is part of what was forgotten."""
+    """The facts that were current at time `when` (RFC 3339), as they were then: what
+    happened to them later (superseded, deleted, stated again) is not shown; never a
+    forgotten one, whose key is part of what was forgotten."""
     return [
-        _fact(row)
+        _as_it_was(_fact(row), when)
         for row in con.execute(
             f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = ? AND forgotten_hash IS NULL "
             "AND created_at <= ? "
@@ -438,6 +440,13 @@ def facts_as_of(con: apsw.Connection, user_id: str, when: str) -> list[Fact]:
             (user_id, when, when, when),
         )
     ]
+
+
+def _as_it_was(fact: Fact, when: str) -> Fact:
+    """`fact`, current at `when`, as it was then: not yet superseded nor deleted, and last
+    stated when it was stored unless it was stated again before `when`."""
+    stated = fact.updated_at if fact.updated_at <= when else fact.created_at
+    return replace(fact, superseded_at=None, deleted_at=None, updated_at=stated)
 
 
 def fact_history(con: apsw.Connection, user_id: str, fact_id: int) -> list[dict]:
