@@ -250,41 +250,72 @@ def _next_stored(stored_keys: list[Key], after: int, said: Key) -> tuple[int, in
     return None
 
 
-def matched_prefix(keys: list[Key], stored: list[Event]) -> tuple[int, Event | None]:
-    """How far into the request the session's stored events reach — the index of the
-    first new message — and the stored event of the message before it.
+@dataclass(frozen=True)
+class Match:
+    """How far into a request a session's stored events reach: `end`, the index of the
+    first new message; `anchor`, the stored event of the message before it; `path`, the
+    stored events the request's messages are, in order."""
 
-    (0, None) when the match has nowhere to start (module docstring).
-    """
+    end: int = 0
+    anchor: Event | None = None
+    path: tuple[Event, ...] = ()
+
+
+def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
+    """How far into the request the session's stored events reach (Match); nowhere
+    (end 0) when the match has nowhere to start (module docstring)."""
     if not stored or not keys:
-        return 0, None
+        return Match()
     stored_keys = [event_key(e) for e in stored]
     first = _next_stored(stored_keys, 0, keys[0])
     if first is not None:
-        end, last = 1, first[1]
+        end, (start, last) = 1, first
     else:
         # The client's setup (few-shot examples) may stand before the session's first event.
         opening = next(((i, found) for i, key in enumerate(keys)
                         if (found := _stored_as(stored_keys, 0, key)) is not None), None)
         if opening is None:
-            return 0, None
-        end, last = opening[0] + 1, opening[1]
+            return Match()
+        end, start, last = opening[0] + 1, 0, opening[1]
+    path = stored[start:last + 1]
     anchor, after = stored[last], last + 1
     for key in keys[end:]:
         found = _next_stored(stored_keys, after, key)
         if found is None:
             break
         end, anchor, after = end + 1, stored[found[1]], found[1] + 1
-    return end, anchor
+        path += stored[found[0]:found[1] + 1]
+    return Match(end, anchor, tuple(path))
 
 
 @dataclass(frozen=True)
 class Unstored:
     """What a request brings that the session lacks: its turns from `start` on (None:
-    nothing), and `resent`, the stored event its last message is when it brings nothing."""
+    nothing), and `resent`, the stored event its last message is when it brings nothing.
+    `replaced`: the stored reply to that message, which the client no longer has (it
+    asked again: "Try Again", a retry), superseded once the new reply is stored.
+    `chosen_again`: replies superseded earlier that the client's history has again (it
+    went back to them), current again from this request on."""
 
     start: int | None
     resent: Event | None = None
+    replaced: tuple[int, ...] = ()
+    chosen_again: tuple[int, ...] = ()
+
+
+def _reply_after(stored: list[Event], message: Event) -> tuple[int, ...]:
+    """The current reply stored after `message` (a user or tool message): the assistant
+    and tool events that follow it, up to the next user message."""
+    if message.role not in ("user", "tool"):
+        return ()  # a resent reply is continued ("Continue Response"), not replaced
+    at = next(i for i, e in enumerate(stored) if e.id == message.id)
+    reply = []
+    for event in stored[at + 1:]:
+        if event.role == "user":
+            break
+        if event.superseded_by is None:
+            reply.append(event.id)
+    return tuple(reply)
 
 
 def unstored_messages(service: ChatService, user_id: str, session_id: str,
@@ -297,15 +328,17 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
-            return Unstored(None, inputs[-1])
+            return Unstored(None, inputs[-1], _reply_after(stored, inputs[-1]))
         return Unstored(0)
-    end, anchor = matched_prefix(keys, stored)
-    if end == len(turns):
-        return Unstored(None, anchor)
-    if end == 0:
+    match = matched_prefix(keys, stored)
+    again = tuple(e.id for e in match.path if e.superseded_by is not None)
+    if match.end == len(turns):
+        assert match.anchor is not None  # every message matched
+        return Unstored(None, match.anchor, _reply_after(stored, match.anchor), again)
+    if match.end == 0:
         users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
         return Unstored(users[-1] if users else len(turns) - 1)
-    return Unstored(end)
+    return Unstored(match.end, chosen_again=again)
 
 
 def store_messages(service: ChatService, user_id: str, session_id: str,
@@ -358,7 +391,7 @@ def continued_session(service: ChatService, user_id: str,
     for session_id in (c for c in candidates if not is_task_session(c)):
         stored = [e for e in session_events(con, user_id, session_id)
                   if e.role in ("user", "assistant", "tool")]
-        end, _ = matched_prefix(keys, stored)
+        end = matched_prefix(keys, stored).end
         # A reply the client has and the session lacks: another conversation.
         if any(m.get("role") == "assistant" for m in turns[end:]):
             continue

@@ -61,7 +61,7 @@ def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
         "ORDER BY first_event_id", (user_id, session_id))]
     lines += [(role.upper(), content) for role, content in con.execute(
         "SELECT role, content FROM events WHERE user_id = ? AND session_id = ? AND compacted = 0 "
-        "AND role IN ('user', 'assistant', 'tool') ORDER BY id", (user_id, session_id))]
+        "AND role IN ('user', 'assistant', 'tool') AND superseded_by IS NULL ORDER BY id", (user_id, session_id))]
     if not lines:
         return None
     (outside,) = con.execute("SELECT EXISTS (SELECT 1 FROM events WHERE user_id = ? AND "

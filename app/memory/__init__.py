@@ -20,7 +20,8 @@ take any connection (the front-end uses read-only ones).
     cards.py       layer 2: context cards, folding
     diary.py       layer 5: one entry per session
     edits.py       the edits a person makes by hand: remember, correct, a diary entry
-    importance.py  decay of what is not read
+    importance.py  what is read: recall counts, and decay of what is not
+    corrections.py what said a fact the person corrected or forgot since
     log.py         memory_log, the provenance of every change
     sessions.py    sessions as listed to the user, and ending one
     validation.py  InvalidMemory and the checks every write makes

@@ -137,6 +137,9 @@ def upsert_fact(
                         (now, importance, int(from_outside), current.id))
             return FactWrite("unchanged", current.id)
         con.execute("UPDATE facts SET superseded_at = ? WHERE id = ?", (now, current.id))
+        if source == "user" and current.deleted_at is None:
+            # The person's correction: what said the old value is recalled with the new one.
+            mark_corrected(con, user_id, category, key, current.value, value, at=now)
     con.execute(
         "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
         "updated_at, importance, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -158,14 +161,15 @@ def upsert_fact(
 def delete_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str = "user") -> bool:
     """Tombstone a current fact. Returns False when the user has no such current fact."""
     row = con.execute(
-        "SELECT value FROM facts WHERE id = ? AND user_id = ? AND superseded_at IS NULL "
-        "AND deleted_at IS NULL",
+        "SELECT value, category, key FROM facts WHERE id = ? AND user_id = ? "
+        "AND superseded_at IS NULL AND deleted_at IS NULL",
         (fact_id, user_id),
     ).fetchone()
     if row is None:
         return False
     now = utc_now()
     con.execute("UPDATE facts SET deleted_at = ?, updated_at = ? WHERE id = ?", (now, now, fact_id))
+    mark_corrected(con, user_id, row[1], row[2], row[0], None, at=now)
     log_change(con, user_id, "fact", fact_id, "delete", row[0], None, worker=worker, created_at=now)
     return True
 
@@ -206,11 +210,13 @@ def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
     if current is None:
         return None
     category, key, value = current
-    versions = [(row[0], row[1]) for row in con.execute(
-        "SELECT id, source_event_id FROM facts WHERE user_id = ? AND category = ? AND key = ?",
-        (user_id, category, key))]
-    ids = [version_id for version_id, _ in versions]
+    versions = [(row[0], row[1], row[2]) for row in con.execute(
+        "SELECT id, source_event_id, value FROM facts WHERE user_id = ? AND category = ? "
+        "AND key = ?", (user_id, category, key))]
+    ids = [version_id for version_id, _, _ in versions]
     now = utc_now()
+    # What said any of its values is never recalled again (sources deleted below or not).
+    mark_forgotten(con, user_id, category, key, [v for _, _, v in versions], at=now)
     marks = ", ".join("?" * len(ids))
     con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'fact' AND owner_id IN ({marks})",
                 ids)
@@ -226,7 +232,7 @@ def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
     log_change(con, user_id, "fact", fact_id, "delete", None, None, worker=worker, created_at=now)
     events = 0
     if with_sources:
-        events = delete_events(con, user_id, [e for _, e in versions if e is not None])
+        events = delete_events(con, user_id, [e for _, e, _ in versions if e is not None])
     return Forgotten(fact_id, category, key, len(ids), events)
 
 

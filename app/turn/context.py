@@ -83,6 +83,7 @@ from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
 from app.sanitize import redact_secrets
+from app.turn.corrected import corrected_conversation, corrected_items
 from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -476,6 +477,9 @@ def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
     else:
         base = (request.client_system or DEFAULT_SYSTEM_PROMPT).strip()
     key = (model, total, api, _digest(base), _digest(request.bootstrap))
+    window, tail = corrected_conversation(con, request.user_id, request.session_id,
+                                          request.window, tail)
+    request = replace(request, window=window)
     # Read first: whatever changes after it is checked again at the next turn.
     generation = memory_generation(con)
     turn = _Turn(con, config, request, query, model, api, opening, base, tail, total, ratio,
@@ -606,15 +610,19 @@ class _Turn:
         # (when none matched) take only what the past messages that matched leave.
         later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
                  if fallback and budget.retrieval is not None}
-        lines = {"facts": [_fact_line(f) for f in facts], "cards": [_card_line(c) for c in cards]}
+        cards, card_lines = corrected_items(con, user_id, "card", cards, _card_line)
+        lines = {"facts": [_fact_line(f) for f in facts], "cards": card_lines}
         for name in ("facts", "cards"):
             if name not in later:
                 sections[name], reports[name] = budget.take_section(name, HEADERS[name],
                                                                     lines[name])
 
-        diary = last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k)
-        sections["diary"], reports["diary"] = budget.take_section(
-            "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
+        diary, diary_lines = corrected_items(
+            con, user_id, "diary",
+            last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k),
+            lambda d: f"[{d.created_at[:10]}] {d.entry}")
+        sections["diary"], reports["diary"] = budget.take_section("diary", HEADERS["diary"],
+                                                                  diary_lines)
 
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
@@ -737,8 +745,9 @@ class _Turn:
         sections = {}
         sections["facts"], facts_report = budget.take_section(
             "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
-        sections["cards"], cards_report = budget.take_section(
-            "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+        cards, card_lines = corrected_items(con, query.user_id, "card", cards, _card_line)
+        sections["cards"], cards_report = budget.take_section("cards", HEADERS["cards"],
+                                                              card_lines)
         quotable, past = _quotable_events(con, query, self.request.session_id, window, carried,
                                           budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}

@@ -3,11 +3,12 @@ the sentences that hold the question's words (app/turn/context.py chooses which)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import apsw
 
+from app.memory.corrections import corrections_of
 from app.recall.sentences import WordsHeld, sentences
 
 TRUNCATION_MARKER = " […]"
@@ -35,6 +36,8 @@ class PastEvent:
     content: str
     compacted: bool
     from_outside: bool = False
+    # It said a fact the person corrected since: what the fact says now, quoted with it.
+    correction: str | None = None
 
     def quote(self, held: WordsHeld) -> Quote:
         """The message as the prompt may quote it (Quote)."""
@@ -100,13 +103,20 @@ class Quote:
 def _line(event: PastEvent, content: str) -> str:
     if len(content) > EVENT_LINE_CHARS:
         content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-    return f"- [{event.created_at[:10]}] {event.role}: {content}"
+    corrected = f" [{event.correction}]" if event.correction else ""
+    return f"- [{event.created_at[:10]}] {event.role}: {content}{corrected}"
 
 
 def past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, PastEvent]:
+    """The user's events `ids`, as quotable: with the correction of any fact they said
+    that the person has corrected since (app/memory/corrections.py)."""
     if not ids:
         return {}
     rows = con.execute(
         "SELECT id, session_id, created_at, role, content, compacted, from_outside FROM events "
         f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
-    return {row[0]: PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
+    found = {row[0]: PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
+    for event_id, correction in corrections_of(con, user_id, "event", list(found)).items():
+        if correction.note:
+            found[event_id] = replace(found[event_id], correction=correction.note)
+    return found

@@ -28,6 +28,7 @@ from app.memory import (
     session_exists,
 )
 from app.memory.bootstrap import read_bootstrap
+from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
 from app.ui.render import PageRoute, page
 
@@ -161,7 +162,8 @@ def session(request: Request, who: Who, service: Service, session_id: str) -> HT
         raise ApiError(404, f"no session {session_id!r}", "not_found")
     events = session_events(service.reader(), who.user_id, session_id)
     return page(request, who, "session.html", session_id=session_id, events=events,
-                origin_words=ORIGIN_WORDS)
+                origin_words=ORIGIN_WORDS, corrections=corrections_of(
+                    service.reader(), who.user_id, "event", [e.id for e in events]))
 
 
 @router.get("/search", response_class=HTMLResponse)

@@ -10,10 +10,12 @@ import json
 
 import pytest
 
+from app.learn.session import learn_session
 from tests.api.support import HiloServer
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
 from tests.fake_ollama import Fault
+from tests.ui.support import browser, follow, submit, text
 
 USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
                 "X-OpenWebUI-User-Email": "ana@example.com", "X-OpenWebUI-User-Role": "user"}
@@ -185,3 +187,120 @@ def test_documents_a_search_found_are_stored_as_content_from_outside(hilo: HiloS
              for e in hilo.client().get(f"/memory/sessions/{session}/events").json()["events"]}
     # The reply was written reading them; the next chat read nothing from outside.
     assert marks == {"### Task:\n": True, "Your notes": True, "hello": False, "Hello!": False}
+
+
+# -- a person's corrections reach every prompt --------------------------------------------
+
+
+def learn(server: HiloServer, chat_id: str = "chat-1") -> None:
+    """The worker learns the chat (the queue's job runs the same function), its model
+    finding that the user's lawyer is Vidal."""
+    server.fake.script_generate(json.dumps({"profile": {}, "facts": [
+        {"category": "fact", "key": "lawyer", "value": "Vidal"}]}))
+    service = server.app.state.service
+    learn_session(service.writer, service.model, server.config, "default", chat_id)
+
+
+def the_fact(server: HiloServer) -> dict:
+    (fact,) = server.client().get("/memory/facts").json()["facts"]
+    return fact
+
+
+def prompt_lines(server: HiloServer) -> list[str]:
+    """Every line of Hilo's last call to the model: system prompt, notes and messages."""
+    return [line for m in sent_to_model(server) for line in str(m["content"]).splitlines()]
+
+
+def last_turn(server: HiloServer) -> dict:
+    server.app.state.service.writer.submit(lambda con: None)  # the turn's record is committed
+    newest = server.client().get("/memory/turns", params={"limit": 1}).json()["turns"][0]
+    return server.client().get(f"/memory/turns/{newest['id']}").json()
+
+
+def test_a_fact_corrected_on_the_page_is_nowhere_current_in_the_next_prompts(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Noted: your lawyer is Vidal.")
+    told = [user("My lawyer is Vidal, by the way.")]
+    chat = [*told, say(hilo, told)]
+    learn(hilo)
+    fact = the_fact(hilo)
+    assert (fact["key"], fact["value"]) == ("lawyer", "Vidal")
+
+    page = browser(hilo)
+    follow(page, submit(page, f"/ui/facts/{fact['id']}/edit", {"value": "Ortega"}))
+    hilo.fake.script_chat("Your lawyer is Ortega.", "Ortega, since you corrected it.")
+
+    # The chat goes on (its prompt stretch held the old words), and a new chat begins.
+    say(hilo, [*chat, user("who is my lawyer again?")])
+    running = prompt_lines(hilo)
+    say(hilo, [user("who is my lawyer?")], chat_id="chat-2")
+    fresh = prompt_lines(hilo)
+
+    for lines in (running, fresh):
+        said = [line for line in lines if "vidal" in line.lower()]
+        assert said, "the old messages are still recalled (with their correction)"
+        assert all(line.endswith("[corrected since: lawyer is now Ortega]") for line in said), said
+    turn = last_turn(hilo)
+    shown = [r for r in turn["recalled"] if "Vidal" in (r["text"] or "")]
+    assert shown and {r["state"] for r in shown} == {"corrected since"}
+
+
+def test_a_fact_forgotten_on_the_page_leaves_no_message_that_said_it_in_the_prompt(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Noted: your lawyer is Vidal.")
+    told = [user("My lawyer is Vidal, by the way.")]
+    chat = [*told, say(hilo, told)]
+    learn(hilo)
+
+    page = browser(hilo)
+    follow(page, submit(page, f"/ui/facts/{the_fact(hilo)['id']}/forget"))
+
+    say(hilo, [*chat, user("who is my lawyer again?")])
+    running = prompt_lines(hilo)
+    say(hilo, [user("who is my lawyer?")], chat_id="chat-2")
+    fresh = prompt_lines(hilo)
+
+    assert not [line for line in running + fresh if "vidal" in line.lower()]
+    assert "[forgotten at the user's request]" in running
+    forgotten = {e["id"] for e in hilo.client().get("/memory/sessions/chat-1/events").json()[
+        "events"] if "Vidal" in e["content"]}
+    assert len(forgotten) == 2  # the message, and the reply that repeated it
+    assert not forgotten & {r["id"] for r in last_turn(hilo)["recalled"] if r["kind"] == "event"}
+
+
+# -- "Try Again" ---------------------------------------------------------------------------
+
+
+def quoted_in_another_chat(server: HiloServer, question: str) -> str:
+    server.fake.script_chat("As we said.")
+    say(server, [user(question)], chat_id="chat-2")
+    return "\n".join(str(m["content"]) for m in sent_to_model(server))
+
+
+def test_a_reply_the_user_regenerated_is_never_quoted_again(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Call the boat Sirena.", "Call the boat Albatros.")
+    ask = [user("What should I call my new boat?")]
+    say(hilo, ask)
+    chosen = say(hilo, ask)  # "Try Again"
+
+    prompt = quoted_in_another_chat(hilo, "which name did we choose for the boat?")
+
+    assert chosen["content"] == "Call the boat Albatros."
+    assert "Albatros" in prompt and "Sirena" not in prompt
+    assert [c for role, c in hilo.events("chat-1") if role == "assistant"] == [
+        "Call the boat Sirena.", "Call the boat Albatros."]  # kept, and shown as replaced
+    page = text(browser(hilo).get("/ui/sessions/chat-1"))
+    assert "replaced by a regenerated reply" in page
+
+
+def test_a_reply_the_user_goes_back_to_is_the_one_recalled(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Call the boat Sirena.", "Call the boat Albatros.", "Sirena it is.")
+    ask = [user("What should I call my new boat?")]
+    first = say(hilo, ask)
+    say(hilo, ask)  # "Try Again", then back to the first reply with "<" and on from there
+    say(hilo, [*ask, first, user("I like that one")])
+
+    prompt = quoted_in_another_chat(hilo, "which name did we choose for the boat?")
+
+    assert "Sirena" in prompt and "Albatros" not in prompt
+
