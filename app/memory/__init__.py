@@ -76,7 +76,7 @@ from app.memory.facts import (
     restore_user_facts,
     upsert_fact,
 )
-from app.memory.importance import ImportanceFloors, decay_unread_importance
+from app.memory.importance import ImportanceFloors, add_reads, decay_unread_importance
 from app.memory.profile import (
     ProfileEntry,
     clear_agent_profile,
@@ -95,8 +95,8 @@ __all__ = [
     "Card", "Category", "DiaryEntry", "EditedFact", "Fact", "FactNotFound", "FactRecord",
     "FactWrite", "Forgotten", "ImportanceFloors", "InvalidMemory", "NewCard", "ProfileEntry",
     "SessionInfo", "WriteAction",
-    "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
-    "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
+    "add_card", "add_diary_entry", "add_reads", "cards_by_ids", "clear_agent_facts",
+    "clear_agent_profile", "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
     "delete_fact", "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids",
     "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
     "import_profile", "last_diary",

@@ -30,6 +30,7 @@ from app.memory import (
 from app.memory.bootstrap import read_bootstrap
 from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
+from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
@@ -127,7 +128,9 @@ def fact(request: Request, who: Who, service: Service,
         con, user, [h["source_event_id"] for h in history if h["source_event_id"]])}
     return page(request, who, "fact.html", fact=found, versions=versions, history=history,
                 sources=sources, origin=provenances(service, user, [found])[0],
-                current=found.superseded_at is None and found.deleted_at is None)
+                current=found.superseded_at is None and found.deleted_at is None,
+                # The worker counts the turns' recalls every minute; the newest are added here.
+                recalled=found.access_count + recalls_not_counted(con, user, "fact", fact_id))
 
 
 @router.get("/cards", response_class=HTMLResponse)
