@@ -87,7 +87,13 @@ from app.memory.profile import (
     set_profile,
 )
 from app.memory.provenance import WriteAction, memory_generation, retracted_since
-from app.memory.sessions import SessionInfo, end_session, list_sessions, session_exists
+from app.memory.sessions import (
+    SessionInfo,
+    end_session,
+    known_users,
+    list_sessions,
+    session_exists,
+)
 from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
@@ -99,7 +105,7 @@ __all__ = [
     "clear_agent_profile", "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
     "delete_fact", "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids",
     "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
-    "import_profile", "last_diary",
+    "import_profile", "known_users", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
     "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.api.errors import ApiError
 from app.api.memory import MAX_ROW_ID, search_hits
 from app.datadir import DataDir
@@ -32,6 +32,7 @@ from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
 from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
+from app.ui.users import Who
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 

@@ -7,11 +7,14 @@ each thing once and never send an abandoned branch to the model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from app.learn.session import learn_session
-from tests.api.support import HiloServer
+from app.access import issue_token
+from app.learn.session import learn_by_rules, learn_session
+from tests.api.support import HiloServer, serve
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
 from tests.fake_ollama import Fault
@@ -304,3 +307,83 @@ def test_a_reply_the_user_goes_back_to_is_the_one_recalled(hilo: HiloServer) -> 
 
     assert "Sirena" in prompt and "Albatros" not in prompt
 
+
+# -- one memory page for every user --------------------------------------------------------
+
+OPEN_WEBUI_USER = "X-OpenWebUI-User-Id"
+
+
+@pytest.fixture
+def mapped(config, data_dir, fake_ollama) -> Iterator[HiloServer]:
+    """Hilo told that Open WebUI's user header names its users (docs/clients.md)."""
+    yield from serve(config.replace(server={"client_user_header": OPEN_WEBUI_USER}),
+                     fake_ollama)
+
+
+def learned_for(server: HiloServer, open_webui_id: str, value: str,
+                client: httpx.Client | None = None) -> None:
+    """A chat of one Open WebUI account, and a fact the worker learned from it."""
+    headers = {**USER_HEADERS, OPEN_WEBUI_USER: open_webui_id, "X-OpenWebUI-Chat-Id": "c1"}
+    client = client or server.client()
+    answer = client.post("/api/chat", headers=headers, json={
+        "model": MODEL, "stream": False, "messages": [user(f"I use {value} for notes.")]})
+    assert answer.status_code == 200, answer.text
+    learn_by_rules(server.app.state.service.writer, server.config,
+                   answer.headers["X-Hilo-User"], "c1")
+
+
+def test_the_owner_opens_and_corrects_any_open_webui_accounts_memory(mapped: HiloServer) -> None:
+    learned_for(mapped, "u-1", "Obsidian")
+    owner = browser(mapped)  # at the machine: no token
+
+    listed = text(owner.get("/ui"))
+    shown = follow(owner, submit(owner, "/ui/user", {"user": "openwebui:u-1"}))
+    facts = text(owner.get("/ui/facts"))
+    (fact,) = mapped.client().get("/memory/facts", headers={OPEN_WEBUI_USER: "u-1"}).json()[
+        "facts"]
+    follow(owner, submit(owner, f"/ui/facts/{fact['id']}/edit", {"value": "uses Logseq"}))
+
+    assert "default" in listed and "openwebui:u-1" in listed
+    assert "Showing the memory of openwebui:u-1" in text(shown)
+    assert "uses Obsidian for notes" in facts
+    assert [f["value"] for f in mapped.client().get(
+        "/memory/facts", headers={OPEN_WEBUI_USER: "u-1"}).json()["facts"]] == ["uses Logseq"]
+    assert mapped.client().get("/memory/facts").json()["facts"] == []  # not the default user's
+
+
+def test_an_open_webui_account_sees_only_its_own_memory_on_the_page(mapped: HiloServer) -> None:
+    learned_for(mapped, "u-1", "Obsidian")
+    learned_for(mapped, "u-2", "Notion")
+    person = browser(mapped, **{OPEN_WEBUI_USER: "u-2"})
+
+    own = text(person.get("/ui/facts"))
+    refused = submit(person, "/ui/user", {"user": "openwebui:u-1"})
+    person.cookies.set("hilo_user", "openwebui%3Au-1", path="/ui")  # a forged choice
+    still_own = text(person.get("/ui/facts"))
+
+    assert "uses Notion for notes" in own and "Obsidian" not in own
+    assert "openwebui:u-1" not in own and 'action="/ui/user"' not in person.get("/ui").text
+    assert refused.status_code == 403
+    assert "uses Notion for notes" in still_own and "Obsidian" not in still_own
+
+
+def test_a_tokens_holder_opens_the_tokens_own_open_webui_accounts_only(
+        mapped: HiloServer) -> None:
+    writer = mapped.app.state.service.writer
+    webui, other = issue_token(writer, "webui").token, issue_token(writer, "other").token
+    learned_for(mapped, "u-1", "Obsidian",
+                httpx.Client(base_url=mapped.url, timeout=30,
+                             headers={"Authorization": f"Bearer {webui}"}))
+    learned_for(mapped, "u-9", "Notion",
+                httpx.Client(base_url=mapped.url, timeout=30,
+                             headers={"Authorization": f"Bearer {other}"}))
+    holder = browser(mapped)
+    follow(holder, submit(holder, "/ui/login", {"token": webui}))
+
+    listed = text(holder.get("/ui"))
+    follow(holder, submit(holder, "/ui/user", {"user": "webui/openwebui:u-1"}))
+    facts = text(holder.get("/ui/facts"))
+
+    assert "webui/openwebui:u-1" in listed and "other" not in listed and "default" not in listed
+    assert "uses Obsidian for notes" in facts
+    assert submit(holder, "/ui/user", {"user": "other/openwebui:u-9"}).status_code == 403
