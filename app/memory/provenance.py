@@ -60,3 +60,12 @@ def retracted_since(con: apsw.Connection, user_id: str, generation: int) -> bool
     return con.execute(
         f"SELECT 1 FROM memory_log WHERE id > ? AND +user_id = ? AND {_RETRACTION} LIMIT 1",
         (generation, user_id)).fetchone() is not None
+
+
+def retractions_since(con: apsw.Connection, user_id: str,
+                      generation: int) -> list[tuple[str, str, str]]:
+    """The changes since `generation` that took back or corrected some of the user's
+    memory (retracted_since): (owner kind, owner id, when), oldest first."""
+    return [tuple(row) for row in con.execute(
+        "SELECT owner_kind, owner_id, created_at FROM memory_log WHERE id > ? AND +user_id = ? "
+        f"AND {_RETRACTION} ORDER BY id", (generation, user_id))]

@@ -25,9 +25,11 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
   there on later turns. So a turn reads anew only its own message and that note.
 - When the next turn would not fit, the stretch ends and a new one starts from the
   current message: one large step rather than a sliding window that changes the prompt
-  at every turn. So does a change that takes back what the prompt may show (a fact
+  at every turn. So does a change that takes back what the prompt shows (a fact
   forgotten or corrected, a profile key deleted, from any process: the memory
-  generation, app/memory/provenance.py): it leaves the very next prompt.
+  generation, app/memory/provenance.py, and app/turn/corrected.py): it leaves the very
+  next prompt, which app/turn/corrected.py's rule builds; a session whose prompt shows
+  none of it keeps its stretch (and the server's cache of it).
 
 Nothing recalled repeats what the prompt already says: no past message whose words its
 messages hold, and no fact or card learned from messages of this session that it holds
@@ -64,7 +66,6 @@ from app.memory import (
     list_facts,
     list_profile,
     memory_generation,
-    retracted_since,
 )
 from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
 from app.model.messages import (
@@ -83,7 +84,7 @@ from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
 from app.sanitize import redact_secrets
-from app.turn.corrected import corrected_conversation, corrected_items
+from app.turn.corrected import corrected_conversation, corrected_items, takes_back_shown
 from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -154,7 +155,7 @@ class ContextPlan:
     explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
     outside: frozenset[str] = frozenset()  # what the layers and notes show from outside
     # The memory generation (app/memory/provenance.py) its layers and notes were read at:
-    # a fact forgotten or corrected since ends the stretch.
+    # a change since that takes back what it shows ends the stretch.
     generation: int = 0
 
 
@@ -489,8 +490,9 @@ def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
         reason = "first turn"
     elif plan.key != key:
         reason = "the model, budget or system prompt changed"
-    elif retracted_since(con, request.user_id, plan.generation):
-        # What the stretch shows may be forgotten or corrected: it leaves the prompt now.
+    elif takes_back_shown(con, request.user_id, request.session_id, plan.shown,
+                          plan.explain.get("diary", []), plan.generation):
+        # What the stretch shows was forgotten or corrected: it leaves the prompt now.
         reason = "memory was forgotten or corrected"
     else:
         built = turn.continue_stretch(plan)

@@ -8,15 +8,17 @@ One rule, wherever a prompt shows something said before a correction:
   history a client resends — says only FORGOTTEN_MESSAGE in its place;
 - a reply a client regenerated is no part of the conversation: the window leaves it out
   (a client's own history has the reply it chose).
-A correction or forget also ends the session's prompt stretch (app/turn/context.py), so
-the next prompt of every session, running ones too, is built by this rule. Quoted past
+A correction or forget also ends the prompt stretch (app/turn/context.py) of every
+session whose prompt shows what it takes back (`takes_back_shown`), so their next prompt
+is built by this rule; the other sessions keep their prompt, and the model server's
+cache of it. Quoted past
 messages carry their correction from app/turn/quotes.py; context cards and diary entries
 from `corrected_items`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
@@ -24,6 +26,7 @@ import apsw
 
 from app.events import Event, superseded_among
 from app.memory.corrections import Correction, MarkedKind, corrections_of, session_corrections
+from app.memory.provenance import retractions_since
 from app.model.messages import text_to_store, with_text_appended
 from app.sanitize import redact_secrets
 
@@ -91,3 +94,36 @@ def corrected_items(con: apsw.Connection, user_id: str, kind: MarkedKind, items:
 
 
 _NONE = Correction(withheld=False)
+
+
+def takes_back_shown(con: apsw.Connection, user_id: str, session_id: str,
+                     shown: frozenset[str], diary_sessions: Iterable[str],
+                     generation: int) -> bool:
+    """Whether a change since `generation` takes back or corrects what a session's prompt
+    shows: a fact it shows (any version of it), or an item the change marked (app/memory/
+    corrections.py) that it shows — a recalled message, card or diary entry (`shown`,
+    `diary_sessions`: the ContextPlan's), or a message of the session itself. A profile
+    key, card or diary entry taken back counts as shown (the layers may hold it)."""
+    changes = retractions_since(con, user_id, generation)
+    if not changes:
+        return False
+    if any(kind != "fact" for kind, _, _ in changes):
+        return True
+    changed = [int(owner_id) for _, owner_id, _ in changes]
+    marks = ",".join("?" * len(changed))
+    versions = {row[0] for row in con.execute(
+        "SELECT v.id FROM facts f JOIN facts v ON v.user_id = f.user_id "
+        f"AND v.category = f.category AND v.key = f.key WHERE f.id IN ({marks})", changed)}
+    if any(f"fact:{fact_id}" in shown for fact_id in versions | set(changed)):
+        return True
+    diaries = set(diary_sessions)
+    for kind, owner_id, session in con.execute(
+            "SELECT c.owner_kind, c.owner_id, coalesce(e.session_id, d.session_id) "
+            "FROM corrections c LEFT JOIN events e ON c.owner_kind = 'event' "
+            "AND e.id = c.owner_id LEFT JOIN diary d ON c.owner_kind = 'diary' "
+            "AND d.id = c.owner_id WHERE c.user_id = ? AND c.created_at >= ?",
+            (user_id, min(at for _, _, at in changes))):
+        if (f"{kind}:{owner_id}" in shown or (kind == "event" and session == session_id)
+                or (kind == "diary" and session in diaries)):
+            return True
+    return False

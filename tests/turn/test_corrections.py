@@ -143,3 +143,42 @@ def test_a_worker_s_newer_value_and_what_is_said_after_a_correction_are_not_mark
 
     said = saying(ask(writer, config, recall, "did Vidal call?"), "vidal")
     assert [line for line in said if "Vidal called" in line and "corrected" not in line]
+
+
+# -- which running prompts start anew ------------------------------------------------------
+
+
+def turn(writer, config, recall, text: str, plan, session: str = "s"):
+    """A turn of a session whose client resends its history: the stretch carried on."""
+    con = connect_readonly(writer.path)
+    history = [*({"role": role, "content": said} for role, said in TOLD),
+               {"role": "user", "content": text}]
+    return build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", text, session_id=session, window=[], history=history, show_window=False,
+        plan=plan, recall=recall))
+
+
+def test_a_correction_the_prompt_does_not_show_keeps_its_stretch(writer, config, recall):
+    told(writer, config, session="s")
+    other = writer.submit(lambda con: upsert_fact(con, "ana", "preference", "editor",
+                                                  "uses helix", source="user", worker="user"))
+    first = turn(writer, config, recall, "what is the address of my lawyer?", None)
+    assert "helix" not in "\n".join(lines(first))
+
+    writer.submit(lambda con: correct_fact(con, "ana", other.fact_id, "uses zed"))
+    later = turn(writer, config, recall, "and his phone number?", first.plan)
+
+    assert later.explain["stretch"]["turn"] == "continued"
+    assert later.messages[0] == first.messages[0]
+
+
+def test_a_correction_of_what_the_conversation_said_starts_the_prompt_anew(
+        writer, config, recall):
+    fact_id = told(writer, config, session="s")
+    first = turn(writer, config, recall, "what is the address of my lawyer?", None)
+
+    writer.submit(lambda con: correct_fact(con, "ana", fact_id, "Ortega"))
+    later = turn(writer, config, recall, "and his phone number?", first.plan)
+
+    assert later.explain["stretch"] == {"turn": "new", "why": "memory was forgotten or corrected"}
+    assert later.messages[1]["content"].endswith(NOTE)
