@@ -86,7 +86,7 @@ from app.memory.profile import (
     profile_as_of,
     set_profile,
 )
-from app.memory.provenance import WriteAction, memory_generation, retracted_since
+from app.memory.provenance import WriteAction, memory_generation, retractions_since
 from app.memory.sessions import (
     SessionInfo,
     end_session,
@@ -109,7 +109,7 @@ __all__ = [
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
     "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",
-    "retracted_since", "session_exists", "set_profile",
+    "retractions_since", "session_exists", "set_profile",
     "similar_facts",
     "store_fact", "upsert_fact", "write_diary_entry",
 ]

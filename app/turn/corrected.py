@@ -25,8 +25,8 @@ from typing import Protocol, TypeVar
 import apsw
 
 from app.events import Event, superseded_among
+from app.memory import retractions_since
 from app.memory.corrections import Correction, MarkedKind, corrections_of, session_corrections
-from app.memory.provenance import retractions_since
 from app.model.messages import text_to_store, with_text_appended
 from app.sanitize import redact_secrets
 
