@@ -27,7 +27,14 @@ Messages are compared as Hilo stores them (sanitised, an interrupted reply witho
 marker, tool calls by name and arguments). A stored user message that is the client's
 text with a block added on its own line before or after it is the same message: Open
 WebUI adds retrieved documents and web results to the user's message for that one
-request, and sends it plain in later histories.
+request, and sends it plain in later histories. A stored reply is the client's copy of
+it within a few edits (REPLY_EDITS: spacing, trimming, a character or word changed, as
+clients render and tidy replies): that copy is never stored again as the client's own,
+and the turn reads the stored reply's provenance — a reply written reading a page stays
+content from outside, however the client resends it.
+
+What the request stores is the person's message as typed ("typed", the owner's hand) and
+the client's history ("client": content from outside, app.memory.provenance).
 
 The session: `X-Hilo-Session`, else Open WebUI's chat id (`X-OpenWebUI-Chat-Id`, sent
 when Open WebUI runs with ENABLE_FORWARD_USER_INFO_HEADERS), else the history itself —
@@ -45,9 +52,11 @@ import json
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rapidfuzz.distance import Levenshtein
 
 from app.api.errors import ApiError
 from app.config import Config
@@ -105,15 +114,16 @@ class Conversation:
         users = [m for m in self.turns if m.get("role") == "user"]
         return message_text(users[-1] if users else self.turns[-1])
 
-    def client_chat(self, body: Mapping[str, Any]) -> ClientChat:
+    def client_chat(self, body: Mapping[str, Any], events: Sequence[Event] = ()) -> ClientChat:
         """The request to relay: its whole history; or, for a single message from a
         client that sends only its last, its system messages and that message, with the
-        stored window before it."""
+        stored window before it. `events`: the stored events its messages are."""
         if len(self.turns) > 1 or self.whole:
-            return ClientChat(self.api, body, self.messages, False, self.query)
+            return ClientChat(self.api, body, self.messages, False, self.query,
+                              events=tuple(events))
         last = self.turns[-1]
         kept = [m for m in self.messages if m is last or not is_conversation(m)]
-        return ClientChat(self.api, body, kept, True, self.query)
+        return ClientChat(self.api, body, kept, True, self.query, events=tuple(events))
 
 
 def read_conversation(api: str, body: Mapping[str, Any],
@@ -153,6 +163,12 @@ def event_key(event: Event) -> Key:
     return event.role, event.content.removesuffix(INTERRUPTED_MARKER), _calls_key(calls)
 
 
+# A client's copy of a stored reply may differ by this share of the reply's characters
+# (at least REPLY_EDITS_MIN): enough for a renderer's tidying, not for another answer.
+REPLY_EDITS = 0.05
+REPLY_EDITS_MIN = 2
+
+
 def same_message(stored: Key, said: Key) -> bool:
     """Whether a stored event (`event_key`) is this message of the client's."""
     (role, text, calls), (said_role, said_text, said_calls) = stored, said
@@ -160,14 +176,25 @@ def same_message(stored: Key, said: Key) -> bool:
         return False
     if _squash(text) == _squash(said_text):
         return True
+    if role == "assistant":
+        return near_copy(text, said_text)
     return (role == "user" and bool(said_text.strip())
             and (text.startswith(said_text + "\n") or text.endswith("\n" + said_text)))
+
+
+def near_copy(stored: str, said: str) -> bool:
+    """Whether `said` is `stored` within a few edits (module docstring), spacing aside."""
+    stored, said = _squash(stored), _squash(said)
+    allowed = max(REPLY_EDITS_MIN, int(REPLY_EDITS * max(len(stored), len(said))))
+    if abs(len(stored) - len(said)) > allowed or not said:
+        return False
+    return Levenshtein.distance(stored, said, score_cutoff=allowed) <= allowed
 
 
 def _as_stored(config: Config, user_id: str, message: dict[str, Any]) -> PreparedEvent:
     """The message as Hilo would store it: sanitised, capped."""
     return prepare_event(config, user_id, "-", stored_role(message), text_to_store(message),
-                         tool_calls=tool_calls_of(message) or None)
+                         tool_calls=tool_calls_of(message) or None, origin="client")
 
 
 def _prepared_key(prepared: PreparedEvent) -> Key:
@@ -203,7 +230,7 @@ class KnownKeys:
             if hit is not None and hit[0] is config:
                 self._keys.move_to_end(known)
                 return hit[1]
-        key = _prepared_key(prepare_event(config, user_id, "-", role, text))
+        key = _prepared_key(prepare_event(config, user_id, "-", role, text, origin="client"))
         size = len(text) + len(key[1])
         with self._lock:
             old = self._keys.pop(known, None)
@@ -253,19 +280,19 @@ def _next_stored(stored_keys: list[Key], after: int, said: Key) -> tuple[int, in
 @dataclass(frozen=True)
 class Match:
     """How far into a request a session's stored events reach: `end`, the index of the
-    first new message; `anchor`, the stored event of the message before it; `path`, the
-    stored events the request's messages are, in order."""
+    first new message; `anchor`, the stored event of the message before it; `events`,
+    the stored events the matched messages are."""
 
-    end: int = 0
+    end: int
     anchor: Event | None = None
-    path: tuple[Event, ...] = ()
+    events: tuple[Event, ...] = ()
 
 
 def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
-    """How far into the request the session's stored events reach (Match); nowhere
-    (end 0) when the match has nowhere to start (module docstring)."""
+    """How far into the request the session's stored events reach (Match); Match(0)
+    when the match has nowhere to start (module docstring)."""
     if not stored or not keys:
-        return Match()
+        return Match(0)
     stored_keys = [event_key(e) for e in stored]
     first = _next_stored(stored_keys, 0, keys[0])
     if first is not None:
@@ -275,30 +302,32 @@ def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
         opening = next(((i, found) for i, key in enumerate(keys)
                         if (found := _stored_as(stored_keys, 0, key)) is not None), None)
         if opening is None:
-            return Match()
+            return Match(0)
         end, start, last = opening[0] + 1, 0, opening[1]
-    path = stored[start:last + 1]
+    matched = stored[start:last + 1]
     anchor, after = stored[last], last + 1
     for key in keys[end:]:
         found = _next_stored(stored_keys, after, key)
         if found is None:
             break
+        matched += stored[found[0]:found[1] + 1]
         end, anchor, after = end + 1, stored[found[1]], found[1] + 1
-        path += stored[found[0]:found[1] + 1]
-    return Match(end, anchor, tuple(path))
+    return Match(end, anchor, tuple(matched))
 
 
 @dataclass(frozen=True)
 class Unstored:
     """What a request brings that the session lacks: its turns from `start` on (None:
-    nothing), and `resent`, the stored event its last message is when it brings nothing.
-    `replaced`: the stored reply to that message, which the client no longer has (it
-    asked again: "Try Again", a retry), superseded once the new reply is stored.
-    `chosen_again`: replies superseded earlier that the client's history has again (it
-    went back to them), current again from this request on."""
+    nothing), and `resent`, the stored event its last message is when it brings nothing;
+    `matched`, the stored events its other messages are. `replaced`: the stored reply to
+    the resent message, which the client no longer has (it asked again: "Try Again", a
+    retry), superseded once the new reply is stored. `chosen_again`: replies superseded
+    earlier that the client's history has again (it went back to them), current again
+    from this request on."""
 
     start: int | None
     resent: Event | None = None
+    matched: tuple[Event, ...] = ()
     replaced: tuple[int, ...] = ()
     chosen_again: tuple[int, ...] = ()
 
@@ -328,17 +357,18 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
-            return Unstored(None, inputs[-1], _reply_after(stored, inputs[-1]))
+            return Unstored(None, inputs[-1], replaced=_reply_after(stored, inputs[-1]))
         return Unstored(0)
     match = matched_prefix(keys, stored)
-    again = tuple(e.id for e in match.path if e.superseded_by is not None)
+    again = tuple(e.id for e in match.events if e.superseded_by is not None)
     if match.end == len(turns):
         assert match.anchor is not None  # every message matched
-        return Unstored(None, match.anchor, _reply_after(stored, match.anchor), again)
+        return Unstored(None, match.anchor, match.events, _reply_after(stored, match.anchor),
+                        again)
     if match.end == 0:
         users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
         return Unstored(users[-1] if users else len(turns) - 1)
-    return Unstored(match.end, chosen_again=again)
+    return Unstored(match.end, matched=match.events, chosen_again=again)
 
 
 def store_messages(service: ChatService, user_id: str, session_id: str,

@@ -131,7 +131,8 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         if unstored.chosen_again:  # the client went back to a reply it had replaced
             service.edit(lambda con: [choose_again(con, user_id, event_id)
                                       for event_id in unstored.chosen_again])
-        client = conversation.client_chat(body)
+        # The turn reads the provenance of every stored event the request's messages are.
+        client = conversation.client_chat(body, [*unstored.matched, *stored])
         replaced = unstored.replaced
         try:
             if agent.enabled and not (body.get("tools") or body.get("functions")):

@@ -16,14 +16,16 @@ class SessionInfo:
     last_event_at: str
     ended_at: str | None
     events: int
+    from_outside: bool = True  # it holds content from outside (app/memory/provenance.py)
 
 
 def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> list[SessionInfo]:
     return [
-        SessionInfo(*row)
+        SessionInfo(*row[:5], from_outside=bool(row[5]))
         for row in con.execute(
             "SELECT s.id, s.started_at, s.last_event_at, s.ended_at, "
-            "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id) "
+            "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id), "
+            "s.from_outside "
             "FROM sessions s WHERE s.user_id = ? ORDER BY s.last_event_at DESC LIMIT ?",
             (user_id, limit),
         )

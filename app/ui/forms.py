@@ -1,13 +1,13 @@
 """The corrections a person makes on the memory page — profile keys, facts (add, edit,
 forget) and MEMORY.md — through the same functions as the JSON memory routes, the CLI
 and MCP (app/memory/edits.py and friends), on the front-end's writer. Each form answers
-with a redirect to a page that says what was done."""
+with a redirect to a page that says what was done. What the person writes here, signed in
+as themselves, is the owner's own hand (app.memory.provenance)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-import apsw
 from fastapi import APIRouter, Depends, Form, Path
 from fastapi.responses import RedirectResponse
 
@@ -19,13 +19,13 @@ from app.memory import (
     FactNotFound,
     correct_fact,
     delete_profile,
-    forget_fact,
-    get_fact,
+    is_outside,
     remember_fact,
     set_profile,
 )
 from app.memory.bootstrap import write_bootstrap
-from app.memory.facts import Fact, Forgotten
+from app.memory.facts import Fact
+from app.memory.forget import forget as forget_for_good
 from app.ui.render import PageRoute, done, same_origin
 from app.ui.users import Who
 
@@ -48,7 +48,8 @@ def _shown(fact: Fact) -> str:
 @router.post("/profile")
 def save_profile_key(who: Who, service: Service, key: Text, value: Text) -> RedirectResponse:
     action = service.edit(lambda con: set_profile(con, who.user_id, key, value,
-                                                  source="user", worker="user"))
+                                                  source="user", worker="user",
+                                                  from_outside=is_outside("owner")))
     return done("/ui/profile", f"{ACTION_WORDS.get(action, action)}: {key.strip()}")
 
 
@@ -65,7 +66,7 @@ def add_fact(who: Who, service: Service, category: Text, key: Text,
              value: Text) -> RedirectResponse:
     edited = service.edit(lambda con: remember_fact(
         con, who.user_id, category, key, value,
-        similarity=service.config.memory.dedupe_similarity))
+        similarity=service.config.memory.dedupe_similarity, from_outside=is_outside("owner")))
     if edited.fact is None:
         return done("/ui/facts", f"Nothing stored: you forgot {category} · {key} before, and "
                                  "a forgotten fact stays forgotten", ok=False)
@@ -75,7 +76,8 @@ def add_fact(who: Who, service: Service, category: Text, key: Text,
 
 @router.post("/facts/{fact_id}/edit")
 def edit_fact(fact_id: FactId, who: Who, service: Service, value: Text) -> RedirectResponse:
-    edited = service.edit(lambda con: correct_fact(con, who.user_id, fact_id, value))
+    edited = service.edit(lambda con: correct_fact(con, who.user_id, fact_id, value,
+                                                   from_outside=is_outside("owner")))
     return done(f"/ui/facts/{edited.fact.id}",
                 f"{ACTION_WORDS.get(edited.action, edited.action)}: {_shown(edited.fact)}")
 
@@ -83,15 +85,11 @@ def edit_fact(fact_id: FactId, who: Who, service: Service, value: Text) -> Redir
 @router.post("/facts/{fact_id}/forget")
 def forget(fact_id: FactId, who: Who, service: Service,
            with_sources: Annotated[bool, Form()] = False) -> RedirectResponse:
-    def forget_current(con: apsw.Connection) -> tuple[Fact | None, Forgotten | None]:
-        # Read in the forget's own transaction, to say what was removed.
-        return get_fact(con, who.user_id, fact_id), forget_fact(
-            con, who.user_id, fact_id, worker="user", with_sources=with_sources)
-
-    fact, gone = service.edit(forget_current)
-    if gone is None:
+    gone = forget_for_good(service.writer, who.user_id, fact_id, worker="user",
+                           with_sources=with_sources)
+    if gone is None or gone.fact is None:
         raise FactNotFound(fact_id)
-    return done("/ui/facts", f"Forgot {_shown(fact)} — {gone.versions} version(s)"
+    return done("/ui/facts", f"Forgot {_shown(gone.fact)} — {gone.versions} version(s)"
                 + (f" and {gone.events} source message(s)" if with_sources else "")
                 + "; no worker will learn it again")
 

@@ -378,7 +378,9 @@ def test_a_task_stored_before_imports_were_marked_keeps_every_column(tmp_path):
 
     assert "0015_imported_tasks.sql" in db.migrate(con)
 
-    assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [row]
+    # Every column kept; migration 0021 adds whether its prompt is from outside: a task
+    # stored before then is from outside only if it was imported.
+    assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [(*row, 0)]
     con.execute("UPDATE scheduled_tasks SET source = 'import'")  # the new value is allowed
     with pytest.raises(apsw.ConstraintError):
         con.execute("UPDATE scheduled_tasks SET source = 'page'")
