@@ -12,9 +12,9 @@ from app.memory import (
     add_diary_entry,
     correct_fact,
     delete_fact,
-    forget_fact,
     upsert_fact,
 )
+from app.memory.forget import forget_fact
 from app.model.token_count import TokenCounter
 from app.turn.context import ContextRequest, build_context
 from app.turn.corrected import FORGOTTEN_MESSAGE
