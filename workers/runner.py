@@ -38,6 +38,7 @@ from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
+from app.turn.records import fold_recall_counts
 from app.writer import Writer
 from workers import jobs
 from workers import queue_metrics as job_metrics
@@ -314,8 +315,10 @@ class JobRunner:
         self.queue.put(LAST_DECAY_KEY, decayed_at)
 
     def reconcile(self, grace_seconds: float | None) -> None:
-        """The reconcile sweep: enqueue the work the database says is undone."""
+        """The reconcile sweep: enqueue the work the database says is undone, and count
+        what the turns since the last sweep recalled."""
         work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
+        fold_recall_counts(self.writer)  # what the turns recalled, for the memory page
         for user_id, session_id, event_ids in work.distill:
             jobs.distill(user_id, session_id, event_ids)
         for user_id, session_id in work.compact:

@@ -319,11 +319,32 @@ def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
 class Unstored:
     """What a request brings that the session lacks: its turns from `start` on (None:
     nothing), and `resent`, the stored event its last message is when it brings nothing;
-    `matched`, the stored events its other messages are."""
+    `matched`, the stored events its other messages are. `replaced`: the stored reply to
+    the resent message, which the client no longer has (it asked again: "Try Again", a
+    retry), superseded once the new reply is stored. `chosen_again`: replies superseded
+    earlier that the client's history has again (it went back to them), current again
+    from this request on."""
 
     start: int | None
     resent: Event | None = None
     matched: tuple[Event, ...] = ()
+    replaced: tuple[int, ...] = ()
+    chosen_again: tuple[int, ...] = ()
+
+
+def _reply_after(stored: list[Event], message: Event) -> tuple[int, ...]:
+    """The current reply stored after `message` (a user or tool message): the assistant
+    and tool events that follow it, up to the next user message."""
+    if message.role not in ("user", "tool"):
+        return ()  # a resent reply is continued ("Continue Response"), not replaced
+    at = next(i for i, e in enumerate(stored) if e.id == message.id)
+    reply = []
+    for event in stored[at + 1:]:
+        if event.role == "user":
+            break
+        if event.superseded_by is None:
+            reply.append(event.id)
+    return tuple(reply)
 
 
 def unstored_messages(service: ChatService, user_id: str, session_id: str,
@@ -336,15 +357,18 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
-            return Unstored(None, inputs[-1])
+            return Unstored(None, inputs[-1], replaced=_reply_after(stored, inputs[-1]))
         return Unstored(0)
     match = matched_prefix(keys, stored)
+    again = tuple(e.id for e in match.events if e.superseded_by is not None)
     if match.end == len(turns):
-        return Unstored(None, match.anchor, match.events)
+        assert match.anchor is not None  # every message matched
+        return Unstored(None, match.anchor, match.events, _reply_after(stored, match.anchor),
+                        again)
     if match.end == 0:
         users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
         return Unstored(users[-1] if users else len(turns) - 1)
-    return Unstored(match.end, matched=match.events)
+    return Unstored(match.end, matched=match.events, chosen_again=again)
 
 
 def store_messages(service: ChatService, user_id: str, session_id: str,

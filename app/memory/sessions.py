@@ -33,6 +33,18 @@ def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> li
     ]
 
 
+# Each table's users, one index seek per user (a loose index scan), however many rows.
+_USERS_SQL = ("WITH RECURSIVE u(id) AS (SELECT min(user_id) FROM {table} UNION ALL "
+              "SELECT (SELECT min(user_id) FROM {table} WHERE user_id > u.id) FROM u "
+              "WHERE u.id IS NOT NULL) SELECT id FROM u WHERE id IS NOT NULL")
+
+
+def known_users(con: apsw.Connection) -> list[str]:
+    """Every user Hilo keeps memory for (a session, a fact or a profile key), sorted."""
+    return sorted({row[0] for table in ("sessions", "facts", "profile")
+                   for row in con.execute(_USERS_SQL.format(table=table))})
+
+
 def session_exists(con: apsw.Connection, user_id: str, session_id: str) -> bool:
     return con.execute("SELECT 1 FROM sessions WHERE user_id = ? AND id = ?",
                        (user_id, session_id)).fetchone() is not None

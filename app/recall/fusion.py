@@ -21,7 +21,7 @@ import apsw
 
 from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
-from app.recall.owners import OwnerKind
+from app.recall.owners import OwnerKind, withheld
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.streams import (
@@ -167,6 +167,10 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
         ranked.update((name, stream(con, query, kind, depth))
                       for name, stream in streams.items() if name not in ranked)
     ranked = {name: ranked[name] for name in streams}  # the callers' stream order
+    left_out = withheld(con, user_id, kind, list({i for ids in ranked.values() for i in ids
+                                                   if i is not None}))
+    if left_out:  # never recalled: each stream's later owners move up
+        ranked = {name: [i for i in ids if i not in left_out] for name, ids in ranked.items()}
     return fuse(ranked, kind, WEIGHTS if weights is None else weights, limit)
 
 

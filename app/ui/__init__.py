@@ -9,6 +9,7 @@ lets the page's token arrive in a cookie.
     render.py   the templates, the page's route class (errors as pages), flash
                 messages, the same-origin check on every form
     auth.py     sign in (paste a token) and out
+    users.py    whose memory the page shows: every user Hilo keeps, to who may read them
     memory.py   the layers: overview, profile, facts and their history, cards, diary,
                 MEMORY.md, sessions and their events, search
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
@@ -50,10 +51,10 @@ def page_routes() -> APIRouter:
     from fastapi import APIRouter
     from fastapi.staticfiles import StaticFiles
 
-    from app.ui import auth, forms, memory, ops, turns
+    from app.ui import auth, forms, memory, ops, turns, users
 
     routes = APIRouter()
-    for pages in (auth, memory, forms, ops):
+    for pages in (auth, users, memory, forms, ops):
         routes.include_router(pages.router)
     routes.include_router(turns.pages)
     routes.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")

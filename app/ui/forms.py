@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Path
 from fastapi.responses import RedirectResponse
 
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.api.errors import ApiError
 from app.api.memory import MAX_ROW_ID
 from app.datadir import DataDir
@@ -27,6 +27,7 @@ from app.memory.bootstrap import write_bootstrap
 from app.memory.facts import Fact
 from app.memory.forget import forget as forget_for_good
 from app.ui.render import PageRoute, done, same_origin
+from app.ui.users import Who
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])

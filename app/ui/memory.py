@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.api.errors import ApiError
 from app.api.memory import MAX_ROW_ID, search_hits
 from app.datadir import DataDir
@@ -28,8 +28,11 @@ from app.memory import (
     session_exists,
 )
 from app.memory.bootstrap import read_bootstrap
+from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
+from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
+from app.ui.users import Who
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
@@ -126,7 +129,9 @@ def fact(request: Request, who: Who, service: Service,
         con, user, [h["source_event_id"] for h in history if h["source_event_id"]])}
     return page(request, who, "fact.html", fact=found, versions=versions, history=history,
                 sources=sources, origin=provenances(service, user, [found])[0],
-                current=found.superseded_at is None and found.deleted_at is None)
+                current=found.superseded_at is None and found.deleted_at is None,
+                # The worker counts the turns' recalls every minute; the newest are added here.
+                recalled=found.access_count + recalls_not_counted(con, user, "fact", fact_id))
 
 
 @router.get("/cards", response_class=HTMLResponse)
@@ -161,7 +166,8 @@ def session(request: Request, who: Who, service: Service, session_id: str) -> HT
         raise ApiError(404, f"no session {session_id!r}", "not_found")
     events = session_events(service.reader(), who.user_id, session_id)
     return page(request, who, "session.html", session_id=session_id, events=events,
-                origin_words=ORIGIN_WORDS)
+                origin_words=ORIGIN_WORDS, corrections=corrections_of(
+                    service.reader(), who.user_id, "event", [e.id for e in events]))
 
 
 @router.get("/search", response_class=HTMLResponse)

@@ -62,7 +62,9 @@ def page(request: Request, who: Caller | None, template: str, *, status: int = 2
     flash = _read_flash(request)
     html = templates.get_template(template).render(
         nav=NAV, user=who.user_id if who else None, flash=flash,
-        signed_in=TOKEN_COOKIE in request.cookies, path=request.url.path, **context)
+        signed_in=TOKEN_COOKIE in request.cookies, path=request.url.path,
+        # Whose memory the caller may open (app/ui/users.py), for the list in the header.
+        users=getattr(request.state, "readable_users", []) if who else [], **context)
     response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
     if flash is not None:
         response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)

@@ -4,6 +4,7 @@ from, whether from outside, and what it was before."""
 from __future__ import annotations
 
 from app.memory import store_fact
+from app.turn.records import fold_recall_counts
 from tests.api.support import HiloServer
 from tests.ui.support import browser, text
 
@@ -124,3 +125,21 @@ def test_sessions_cards_and_diary_have_pages(hilo: HiloServer) -> None:
     assert "No diary entries yet" in text(browser(hilo).get("/ui/diary"))
     missing = browser(hilo).get("/ui/sessions/nowhere")
     assert missing.status_code == 404 and "no session 'nowhere'" in text(missing)
+
+
+def test_a_fact_says_how_often_the_turns_recalled_it(hilo: HiloServer) -> None:
+    editor = add_fact(hilo, "preference", "editor", "I use Neovim")
+    for session in ("s1", "s2"):  # two new prompts that recall it
+        hilo.client().post("/api/chat", headers={"X-Hilo-Session": session}, json={
+            "model": "gemma3:4b", "stream": False,
+            "messages": [{"role": "user", "content": "which editor do I use?"}]})
+    service = hilo.app.state.service
+    service.writer.submit(lambda con: None)  # the turns' records are committed
+
+    before = text(browser(hilo).get(f"/ui/facts/{editor['id']}"))
+    fold_recall_counts(service.writer)  # what the worker does every minute
+    after = text(browser(hilo).get(f"/ui/facts/{editor['id']}"))
+
+    assert "recalled 2 times" in before and "recalled 2 times" in after
+    (fact,) = hilo.client().get("/memory/facts").json()["facts"]
+    assert fact["access_count"] == 2
