@@ -41,6 +41,8 @@ from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
 SESSION_PREFIX = "task:"
+# What a task without a prompt is told.
+NO_PROMPT = "what should the task do? give a prompt after the schedule"
 MAX_NAME_CHARS = 80
 MAX_PROMPT_CHARS = 8_000
 # SQLite's ids are signed 64-bit: a larger number names no task (and would not bind).
@@ -244,7 +246,7 @@ def clean_prompt(prompt: str) -> str:
     """A task's prompt as stored: secrets redacted, trimmed; TaskError if empty or too long."""
     text = redact_secrets(str(prompt)).text.strip()
     if not text:
-        raise TaskError("the prompt is empty: say what the task should ask the model")
+        raise TaskError(f"the prompt is empty: {NO_PROMPT}")
     if len(text) > MAX_PROMPT_CHARS:
         raise TaskError(f"the prompt has {len(text)} characters; at most {MAX_PROMPT_CHARS}")
     return text
@@ -290,9 +292,16 @@ def insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Sche
 def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, str]:
     """A task said in one sentence, "remind me to stretch in 30 seconds" or "every monday
     at 8 plan the week", as (schedule, prompt): the longest end, else the longest start,
-    that is a schedule. TaskError when no part of it is one."""
+    that is a schedule. TaskError when no part of it is one, or all of it is ("every day
+    at 9" is not "day at 9" with the prompt "every")."""
     time_zone(timezone_name)  # a bad zone is said as such, not as "found no schedule"
     words = str(text).split()
+    try:
+        parse_schedule(" ".join(words), timezone_name, now)
+    except ScheduleError:
+        pass
+    else:
+        raise TaskError(f'{NO_PROMPT}: "{" ".join(words)}" "water the plants"')
     cuts = [(words[i:], words[:i]) for i in range(1, len(words))]
     cuts += [(words[:i], words[i:]) for i in range(len(words) - 1, 0, -1)]
     for schedule, prompt in cuts:

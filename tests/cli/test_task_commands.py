@@ -93,3 +93,21 @@ def test_one_sentence_holds_the_schedule_and_the_prompt(data_dir, capsys):
     assert err == ('hilo tasks: found no schedule in "water the plants": give the schedule '
                    'and the prompt as two arguments, e.g. "in 30 seconds" "remind me to '
                    'stretch"\n')
+
+
+def test_a_schedule_alone_asks_what_the_task_should_do(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    for schedule in ("every day at 9", "tomorrow at 9", "in 10 minutes", "cada lunes a las 8"):
+        err = run(capsys, "tasks", "add", schedule, *d, code=1)
+        assert err == (f'hilo tasks: what should the task do? give a prompt after the '
+                       f'schedule: "{schedule}" "water the plants"\n')
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d)) == []
+
+
+def test_a_refusal_is_one_short_line_per_mistake(data_dir, capsys):
+    err = run(capsys, "tasks", "add", "every blue moon", "water the plants", "--data-dir",
+              str(data_dir), code=1)
+    first, *examples = err.splitlines()
+    assert first == ('hilo tasks: could not understand "blue moon" in "every blue moon": '
+                     'not a day, a time or an interval')
+    assert examples and all(len(line) <= 90 for line in examples)

@@ -329,7 +329,7 @@ def test_config_tasks_are_changed_in_the_file_not_from_the_cli(writer, config):
 
 def test_an_invalid_config_entry_stops_the_sync_and_changes_nothing(writer, config, read):
     bad = {"name": "bad", "schedule": "whenever", "prompt": "x"}
-    with pytest.raises(ConfigError, match=r'scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
+    with pytest.raises(ConfigError, match=r'(?s)scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
         sync_config_tasks(writer, with_entries(config, MORNING, bad), now=NOW)
     assert tasks_of(read) == []
 
