@@ -49,7 +49,8 @@ def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
         raise ApiError(403, "a task is trusted only by its owner at the machine: add it without "
                        '"trusted", then run `hilo tasks trust ID` there', "trust_refused")
     added = add_task(
-        service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
+        service.writer, service.config, body.schedule, body.prompt, source="http",
+        user_id=who.user_id,
         name=body.name, oneshot=body.oneshot, timezone_name=body.timezone,
         wake=service.handoff.wake_scheduler)
     return added.to_json()

@@ -42,7 +42,7 @@ the next run is returned in UTC. Daylight-saving time (documented, and tested):
 
 from __future__ import annotations
 
-__all__ = ["Schedule", "ScheduleError", "describe_schedule", "is_fixed_moment",
+__all__ = ["Schedule", "ScheduleError", "describe_schedule", "is_fixed_moment", "local_text",
            "next_occurrence", "parse_schedule", "time_zone", "validate_cron"]
 
 import re
@@ -121,7 +121,7 @@ def parse_schedule(text: str, timezone_name: str, now: datetime, *, oneshot: boo
     if moment is not None:
         if moment <= now and not allow_past:
             raise ScheduleError(
-                f'"{original}" is in the past: {_local_text(moment, zone)}, {timezone_name}')
+                f'"{original}" is in the past: {local_text(moment, zone)}, {timezone_name}')
         return _oneshot(original, timezone_name, moment)
 
     cron_expr = _parse_cron(original)
@@ -181,7 +181,7 @@ def describe_schedule(cron_expr: str, timezone_name: str, next_run_at: datetime 
     if oneshot:
         if next_run_at is None:
             return f"Runs once ({timezone_name}); its time has passed"
-        return f"Runs once at {_local_text(next_run_at, zone)}, {timezone_name}"
+        return f"Runs once at {local_text(next_run_at, zone)}, {timezone_name}"
     try:
         words = ExpressionDescriptor(cron_expr, _DESCRIBE_OPTIONS).get_description()
         words = words[0].lower() + words[1:]
@@ -189,7 +189,7 @@ def describe_schedule(cron_expr: str, timezone_name: str, next_run_at: datetime 
         words = f'on the cron schedule "{cron_expr}"'
     text = f"Runs {words}, {timezone_name}"
     if next_run_at is not None:
-        text += f"; next: {_local_text(next_run_at, zone)}"
+        text += f"; next: {local_text(next_run_at, zone)}"
     return text
 
 
@@ -220,7 +220,9 @@ def _is_second_pass(local: datetime) -> bool:
     return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
 
 
-def _local_text(moment: datetime, zone: ZoneInfo) -> str:
+def local_text(moment: datetime, zone: ZoneInfo) -> str:
+    """`moment` as the clock in `zone` says it, to the minute (to the second when it has
+    seconds: "in 30 seconds"), with its day: "2026-12-01 09:00 (Tuesday)"."""
     local = moment.astimezone(zone)
     seconds = f":{local:%S}" if local.second else ""  # "in 30 seconds"
     return f"{local:%Y-%m-%d %H:%M}{seconds} ({local:%A})"

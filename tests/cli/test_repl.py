@@ -119,7 +119,8 @@ def test_memory_commands_show_profile_facts_cards_diary_tasks_and_search(
     say(child, "/diary")
     child.expect_exact("earlier: We planned the trip to Lisbon.")
     say(child, "/tasks")
-    child.expect_exact("morning news: every weekday at 9 (next 2030-01-01T09:00:00Z)")
+    child.expect_exact("morning news: every weekday at 9\r\n")
+    child.expect_exact("next: 2030-01-01 09:00 (Tuesday)")  # once, in local time
     child.expect(PROMPT)
     assert "bob's reminder" not in child.before
     say(child, "/search editor")

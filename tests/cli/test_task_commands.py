@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from app.cli import main
 
@@ -19,7 +20,7 @@ def test_add_echoes_the_schedule_in_words_then_lists_it(data_dir, capsys):
     assert "Runs at 09:00, Monday through Friday, UTC; next:" in out
     listed = json.loads(run(capsys, "tasks", "list", "--json", *d))
     assert [(t["cron_expr"], t["prompt"], t["source"]) for t in listed] == [
-        ("0 9 * * 1-5", "summarise yesterday", "tool")]
+        ("0 9 * * 1-5", "summarise yesterday", "cli")]
 
 
 def test_pause_resume_and_remove(data_dir, capsys):
@@ -111,3 +112,15 @@ def test_a_refusal_is_one_short_line_per_mistake(data_dir, capsys):
     assert first == ('hilo tasks: could not understand "blue moon" in "every blue moon": '
                      'not a day, a time or an interval')
     assert examples and all(len(line) <= 90 for line in examples)
+
+
+def test_tasks_list_says_each_next_run_once_in_local_time_and_who_added_it(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    run(capsys, "tasks", "add", "every day at 9", "water the plants", "--tz", "Europe/Madrid",
+        *d)
+    listed = run(capsys, "tasks", "list", *d)
+
+    assert "T09:00" not in listed and "Z" not in listed  # no UTC time stamps
+    assert listed.count("next") == 1
+    assert re.search(r"next: \d{4}-\d\d-\d\d 09:00 \(\w+day\)\n", listed), listed
+    assert listed.splitlines()[0].endswith("added at this machine (hilo tasks add)")

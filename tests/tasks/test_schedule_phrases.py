@@ -227,7 +227,7 @@ def test_tasks_run_in_the_machines_zone_by_default(tmp_path):
 def test_a_task_keeps_its_own_zone_and_runs_by_it(writer, config, data_dir):
     now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     added = add_task(writer, config, "every day at 9", "standup notes", now=now,
-                     timezone_name="America/New_York")
+                     timezone_name="America/New_York", source="cli")
     task = added.task
     assert task.timezone == "America/New_York"
     assert added.description.startswith("Runs at 09:00, America/New_York; next: 2026-11-30")
@@ -244,7 +244,7 @@ def test_a_task_keeps_its_own_zone_and_runs_by_it(writer, config, data_dir):
 def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
     now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
     task = add_task(writer, config.replace(schedule={"timezone": MADRID}), "every day at 9",
-                    "x", now=now).task
+                    "x", now=now, source="cli").task
     assert task.timezone is None
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
 
@@ -252,7 +252,7 @@ def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
 def test_a_task_following_the_machines_zone_follows_it_when_it_changes(writer, config):
     now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
     task = add_task(writer, config.replace(schedule={"timezone": "UTC"}), "every day at 8",
-                    "stretch", now=now).task
+                    "stretch", now=now, source="cli").task
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
     # The machine moves to Madrid: what is listed agrees with itself, 08:00 there...
     [listed] = writer.submit(lambda con: list_tasks(con, task.user_id, MADRID))
@@ -284,7 +284,7 @@ def test_tasks_list_reads_a_changed_machine_zone_consistently(data_dir, monkeypa
 
 def test_a_bad_zone_for_a_task_is_refused(writer, config):
     with pytest.raises(ScheduleError, match="is not a time zone"):
-        add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land")
+        add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land", source="cli")
 
 
 # -- migration 0005 and a free number before it ----------------------------------------------

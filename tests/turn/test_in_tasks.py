@@ -63,7 +63,7 @@ def due_task(writer: Writer, cfg: Config, prompt: str, trusted: bool = False) ->
     """A task due now (made an hour ago, every 15 minutes); its session."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", prompt, user_id=USER, trusted=trusted,
-                     now=an_hour_ago)
+                     now=an_hour_ago, source="cli")
     return added.task.session_id
 
 

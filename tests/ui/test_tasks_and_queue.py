@@ -34,6 +34,20 @@ def test_a_task_shows_its_schedule_next_run_and_how_to_trust_it(hilo: HiloServer
     assert "/trust" not in browser(hilo).get("/ui/tasks").text
 
 
+def test_a_task_says_who_added_it(hilo: HiloServer) -> None:
+    from app.tasks.store import add_task as add_at_the_machine
+
+    add_task(hilo, "every day at 8", "check the backups")
+    add_at_the_machine(hilo.app.state.service.writer, hilo.config, "every day at 9",
+                       "water the plants", source="cli")
+
+    shown = text(browser(hilo).get("/ui/tasks"))
+
+    assert "added over HTTP (the API or the memory page)" in shown
+    assert "added at this machine (hilo tasks add)" in shown
+    assert "added by tool" not in shown
+
+
 def test_a_task_is_paused_run_and_removed_from_the_page(hilo: HiloServer) -> None:
     task = add_task(hilo, "every day at 8", "check the backups")
     page = browser(hilo)

@@ -244,7 +244,7 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
     # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", "Summarise what I decided yesterday",
-                     user_id="ana", now=an_hour_ago)
+                     user_id="ana", now=an_hour_ago, source="cli")
     session = f"task:{added.task.id}"
     consumer = consumers(cfg, tmp_path / "worker.log")
 
