@@ -83,7 +83,10 @@ def test_the_queue_shows_pending_and_failed_jobs_and_retries_one(hilo: HiloServe
     shown = text(page.get("/ui/queue"))
 
     assert "Pending (1)" in shown and "distill" in shown
-    assert "Failed (1)" in shown and "RuntimeError('disk on fire')" in shown
+    assert "Failed (1)" in shown and "RuntimeError('" not in shown
+    assert "an unexpected RuntimeError: disk on fire" in shown  # a record of before: a sentence
+    assert "learn facts from 2 messages of session s1, for default" in shown
+    assert "write the diary entry of session s2, for default" in shown
     assert "No worker is running" in shown
 
     retried = follow(page, submit(page, f"/ui/queue/{failed}/retry"))
