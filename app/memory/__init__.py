@@ -86,7 +86,13 @@ from app.memory.profile import (
     set_profile,
 )
 from app.memory.provenance import WriteAction, memory_generation, retracted_since
-from app.memory.sessions import SessionInfo, end_session, list_sessions, session_exists
+from app.memory.sessions import (
+    SessionInfo,
+    count_sessions,
+    end_session,
+    list_sessions,
+    session_exists,
+)
 from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
@@ -100,7 +106,7 @@ __all__ = [
     "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
     "import_profile", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
-    "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
+    "list_sessions", "count_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",
     "retracted_since", "session_exists", "set_profile",
     "similar_facts",

@@ -51,10 +51,14 @@ def page_routes() -> APIRouter:
     from fastapi.staticfiles import StaticFiles
 
     from app.ui import auth, forms, memory, ops, turns
+    from app.ui.render import no_such_page
 
     routes = APIRouter()
     for pages in (auth, memory, forms, ops):
         routes.include_router(pages.router)
     routes.include_router(turns.pages)
     routes.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    # Last: any other address under /ui answers a page, not the API's JSON 404.
+    routes.add_api_route("/ui/{rest:path}", no_such_page, include_in_schema=False,
+                         methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
     return routes
