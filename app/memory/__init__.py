@@ -23,6 +23,7 @@ take any connection (the front-end uses read-only ones).
     importance.py  decay of what is not read
     log.py         memory_log, the provenance of every change
     sessions.py    sessions as listed to the user, and ending one
+    restore.py     undoing a forget: the value a front-end held, stored again as it was
     validation.py  InvalidMemory and the checks every write makes
 """
 

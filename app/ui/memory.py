@@ -109,7 +109,8 @@ def facts(request: Request, who: Who, service: Service,
     category = category if category in CATEGORIES else None
     found = list_facts(service.reader(), who.user_id, category=category, limit=LISTED)
     return page(request, who, "facts.html", facts=found, category=category,
-                categories=CATEGORIES, origins=provenances(service, who.user_id, found))
+                categories=CATEGORIES, origins=provenances(service, who.user_id, found),
+                undos=request.app.state.forget_undos.pending(who.user_id))
 
 
 @router.get("/facts/{fact_id}", response_class=HTMLResponse)
