@@ -49,6 +49,16 @@ def profile_line(entry: ProfileEntry) -> str:
     return f"{entry.key}: {entry.value}"
 
 
+# Of a recalled text, what a line of /explain shows.
+EXCERPT_CHARS = 80
+
+
+def excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
+    """`text` on one line, cut to `chars` with "…"."""
+    line = " ".join(text.split())
+    return line if len(line) <= chars else line[:chars - 1].rstrip() + "…"
+
+
 def fact_text(fact: Fact) -> str:
     """The fact itself, as the context and search results show it."""
     return f"{fact.category} · {fact.key}: {fact.value}"
