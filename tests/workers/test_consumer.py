@@ -188,6 +188,28 @@ def test_huey_consumer_runs_the_same_tasks(cfg, writer, tmp_path):
     assert query(cfg, "SELECT value FROM profile") == [("Ana",)]
 
 
+READ_THE_QUEUE = """
+import os
+import workers.consumer
+from workers import jobs
+queue = workers.consumer.huey  # as Huey's own tools load it
+print(queue.pending_count(), queue.scheduled_count(), jobs.is_attached(), os.nice(0))
+"""
+
+
+def test_reading_the_queue_through_workers_consumer_starts_no_worker(config, tmp_path):
+    (tmp_path / "fresh").mkdir()  # a data directory no worker has started on
+    env = {**consumer_env(config), "HILO_DATA_DIR": str(tmp_path / "fresh"),
+           "HILO_QUEUE_WORKER_NICE": "10"}
+    read = subprocess.run([sys.executable, "-c", READ_THE_QUEUE], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+    assert read.returncode == 0, read.stderr
+    # No start-up sweep queued, no job runner, not niced, no memory made.
+    assert read.stdout.split() == ["0", "0", "False", str(os.nice(0))]
+    assert not (tmp_path / "fresh" / "memory.sqlite3").exists()
+
+
 def test_a_process_pool_is_refused_with_the_reason(config, capsys):
     assert run_worker(config, worker_type="process") == 2
     assert "one per process" in capsys.readouterr().err
