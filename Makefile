@@ -8,7 +8,7 @@ PYTHON := $(VENV)/bin/python
 HILO   := $(VENV)/bin/hilo
 PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test lint bench
+.PHONY: run try test lint bench
 
 $(PYTHON):
 	python3 -m venv $(VENV)
@@ -36,11 +36,14 @@ $(VENV)/.test-installed: pyproject.toml | $(PYTHON)
 # outlives the reader: Ctrl-C kills tee too, and honcho, writing "SIGINT received" to a
 # pipe nobody reads, would die of it before stopping serve and worker.
 # The recipe is not echoed (@): a person starting Hilo reads Hilo's lines, not make's.
-run: $(VENV)/.run-installed
+# `make try` is the same with Procfile.try: Hilo's demo model instead of a model server.
+run: PROCFILE := Procfile
+try: PROCFILE := Procfile.try
+run try: $(VENV)/.run-installed
 	@$(HILO) init
 	@trap : INT; export PATH="$(abspath $(VENV))/bin:$$PATH"; \
-	if [ -t 1 ]; then $(VENV)/bin/honcho start & \
-	else $(VENV)/bin/honcho start > >(trap '' INT; cat || cat >/dev/null) & fi; \
+	if [ -t 1 ]; then $(VENV)/bin/honcho start -f $(PROCFILE) & \
+	else $(VENV)/bin/honcho start -f $(PROCFILE) > >(trap '' INT; cat || cat >/dev/null) & fi; \
 	honcho=$$!; trap 'kill -TERM $$honcho 2>/dev/null' TERM; \
 	while wait $$honcho; status=$$?; [ $$status -gt 128 ] && kill -0 $$honcho 2>/dev/null; \
 	do :; done; \

@@ -55,6 +55,17 @@ def mcp(config: Config, user: str | None) -> int:
     return serve_stdio(config, user)
 
 
+@click.command("demo-model")
+@click.option("--wait", is_flag=True,
+              help="serve nothing: wait (30 s at most) until the demo model answers")
+@with_config
+def demo_model(config: Config, wait: bool) -> int:
+    """a scripted model at [llm] url, to try Hilo with no model server (make try)"""
+    from app.ops.demo.server import serve_demo_model, wait_for_demo_model  # start-up
+
+    return wait_for_demo_model(config) if wait else serve_demo_model(config)
+
+
 @click.command("worker")
 @click.option("--workers", type=click.IntRange(1, 64),
               help="threads, 1 to 64 (default: [queue] workers)")
