@@ -808,7 +808,7 @@ def _openai_error(status: int, message: str) -> dict[str, Any]:
 # that behaviour was learned. Set `fake.engine` to one of these names.
 ENGINES: dict[str, dict[str, tuple[int, Any]]] = {
     # Ollama 0.5 and later: a schema as `format`, json_object and json_schema on /v1
-    # (ollama/ollama docs/api.md "structured outputs"; github.com/ollama/ollama/issues/7991).
+    # (github.com/ollama/ollama/blob/main/docs/api.md "structured outputs"; github.com/ollama/ollama/issues/7991).
     "ollama": {},
     # Ollama before 0.5: `format` is a Go string, so an object fails to unmarshal: 400
     # (ollama/ollama#7991, ollama/ollama-python#428, with 0.3.13 and 0.4.0).

@@ -16,4 +16,5 @@
     notify.py        telling the person a task ran: webhook and desktop notification
     inspection.py    the queue as an operator sees it (`hilo queue`)
     queue_metrics.py the queue's part of /metrics: depth, failures, the jobs workers ran
+    cpu.py           the worker's share of the CPU, set before anything heavy runs
 """

@@ -27,7 +27,9 @@ The rooms, each one concept:
 - passthrough.py: everything else, relayed unchanged.
 - ollama.py, openai.py: the two APIs' routes.
 - memory.py: the /memory routes; tasks.py: /memory/tasks; turn_records.py: /memory/turns;
-  health.py: /health, /metrics.
+  health.py: /health, /metrics; mcp_route.py: /mcp, its MCP server built when first asked
+  for; docs.py: /docs and /redoc, their assets served from the package.
+- timeouts.py: deadlines for a slow client's request headers and body.
 """
 
 from app.api.server import BindRefused, check_bind, create_app, is_loopback, run_server

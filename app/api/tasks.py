@@ -35,6 +35,13 @@ class TaskIn(BaseModel):
     timezone: str | None = Field(None, description="an IANA zone; default [schedule] timezone")
 
 
+def refuse_trust(asked: bool) -> None:
+    """A 403 for a request asking for trust: the owner gives it at the machine."""
+    if asked:
+        raise ApiError(403, "a task is trusted only by its owner at the machine: add it without "
+                       '"trusted", then run `hilo tasks trust ID` there', "trust_refused")
+
+
 @router.get("", summary="List scheduled tasks: next run, last run, last error, paused")
 def get_tasks(who: Who, service: Service) -> dict:
     tz = service.config.schedule.timezone
@@ -45,9 +52,7 @@ def get_tasks(who: Who, service: Service) -> dict:
 @router.post("", summary="Add a task; the reply echoes the schedule in words",
              status_code=201)
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
-    if body.trusted:
-        raise ApiError(403, "a task is trusted only by its owner at the machine: add it without "
-                       '"trusted", then run `hilo tasks trust ID` there', "trust_refused")
+    refuse_trust(body.trusted)
     added = add_task(
         service.writer, service.config, body.schedule, body.prompt, source="http",
         user_id=who.user_id,

@@ -2,8 +2,9 @@
 
 One click group; the commands live by topic: ops.py (init, doctor, backup, restore,
 rebuild, export, import), run.py (chat, serve, mcp, worker), queue.py, tasks.py,
-memory.py, tokens.py and agent.py (macros, terminal); what they share (options, the
-Config, output, CommandError) is in common.py. A command's module is imported when the
+memory.py, access.py (token) and agent.py (macros, terminal); what they share (options,
+the Config, output, CommandError) is in common.py, how records read as text in
+format.py, and `hilo chat`'s REPL in repl.py. A command's module is imported when the
 command runs (`hilo --help` imports them all): defining every command's options is ~5
 ms, which a command that runs in tens of milliseconds should not pay for the others. A
 domain error becomes its one-line message and exit status in one place,

@@ -14,7 +14,7 @@ read-only connection, tasks go through app/tasks/store.py. The HiloError family 
 a tool error carrying its one-line message in one place, `_reported`.
 
 What the tools write is a model's text, the MCP client's, and that model may have read
-anything: facts and profile values written here are content from outside (DESIGN §9), so
+anything: facts and profile values written here are content from outside (docs/trust.md, *The rules*), so
 a turn that recalls them acts only on a fresh yes. Forgetting is the client's to ask (its
 tool is marked destructive, which MCP clients confirm with their user).
 """

@@ -6,7 +6,7 @@ through the functions below (a test greps the source tree for SQL that bypasses 
 
 Writes are functions of a connection, run inside the writer's transaction
 (`writer.submit(lambda con: store_fact(con, ...))`), and each change is recorded once in
-`memory_log` with its old and new value, source event and worker (log.py). Facts are
+`memory_log` with its old and new value, source event and worker (provenance.py). Facts are
 never overwritten: a changed value supersedes the current row, which is kept; a fact or
 profile key the user deleted is tombstoned and no worker re-creates it; a fact the user
 forgot (forget_fact) is gone, value, versions, vectors and log values, but for its key and a
@@ -21,7 +21,8 @@ take any connection (the front-end uses read-only ones).
     diary.py       layer 5: one entry per session
     edits.py       the edits a person makes by hand: remember, correct, a diary entry
     importance.py  decay of what is not read
-    log.py         memory_log, the provenance of every change
+    provenance.py  memory_log, the provenance of every change
+    bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
     sessions.py    sessions as listed to the user, and ending one
     restore.py     undoing a forget: the value a front-end held, stored again as it was
     validation.py  InvalidMemory and the checks every write makes

@@ -11,4 +11,6 @@
     embedders.py    the models that turn text into vectors
     token_count.py  token estimates, calibrated from what the server reports
     probe.py        are the models a configuration names there?
+    json_modes.py   how a server takes a request for JSON: a ladder, learned once per server and model
+    minilm.py       all-MiniLM-L6-v2 on ONNX Runtime: the `local` embedder's model
 """

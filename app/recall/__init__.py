@@ -9,6 +9,7 @@
     owners.py       what a search may return: the user's own, current owners
     state.py        Recall: the process's vector index, word counts and embedding threads
     event_labels.py who said an event and when, indexed beside its text
+    speakers.py     the names a question may call the two speakers by
     vectors.py      stored embeddings and the in-memory per-user vector index
     ann.py          the approximate nearest-neighbour graph for a large block of vectors
 """

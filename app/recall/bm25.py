@@ -22,15 +22,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import apsw
 
 from app.fts import build_match_query, terms
 from app.recall.owners import OwnerKind, owned
-
-if TYPE_CHECKING:
-    from app.recall.query import Query
 
 
 @dataclass(frozen=True)
@@ -229,30 +226,27 @@ def _fts_read(con: apsw.Connection, kind: OwnerKind, order: Literal["bm25", "new
     return con.execute(_FTS_JOINED_SQL[order][kind], (match, user_id, depth)).fetchall()
 
 
-def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
-    """Owners whose text holds the words searched, best BM25 first (see the module's
-    docstring for how the common words are scored)."""
-    return query.ranked_to(("bm25", kind), depth, lambda d: _bm25_ranks(con, query, kind, d))
-
-
-def _bm25_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
-    if query.match is None:
+def bm25_ranks(con: apsw.Connection, user_id: str, searched: str, match: str | None,
+               term_counts: TermCounts, kind: OwnerKind, depth: int) -> list[int]:
+    """The user's owners of `kind` whose text holds the words `searched` (`match`: their
+    FTS5 form), best BM25 first (see the module's docstring for how the common words are
+    scored). The stream that asks with a Query is app/recall/streams.py's bm25_stream."""
+    if match is None:
         return []
     # One read transaction: the row totals, the word counts and the rows scored all come
     # from one snapshot, whatever commits meanwhile.
     with con:
-        return _bm25_ranks_in_snapshot(con, query, kind, depth)
+        return _bm25_ranks_in_snapshot(con, user_id, searched, match, term_counts, kind, depth)
 
 
-def _bm25_ranks_in_snapshot(con: apsw.Connection, query: Query, kind: OwnerKind,
-                            depth: int) -> list[int]:
+def _bm25_ranks_in_snapshot(con: apsw.Connection, user_id: str, searched: str, match: str,
+                            term_counts: TermCounts, kind: OwnerKind, depth: int) -> list[int]:
     part = _FTS_PARTS[kind]
-    user_id = query.user_id
-    words = terms(query.searched)
+    words = terms(searched)
     rows, mean_length = _index_size(con, part.table)
-    counts = query.recall.term_counts.counts(con, part, words, rows)
+    counts = term_counts.counts(con, part, words, rows)
     if sum(counts.values()) <= BM25_ROW_BUDGET:
-        return [owner_id for owner_id, _ in _fts_read(con, kind, "bm25", query.match, user_id,
+        return [owner_id for owner_id, _ in _fts_read(con, kind, "bm25", match, user_id,
                                                        depth)]
     rare, spent = [], 0
     for word in sorted(words, key=counts.__getitem__):

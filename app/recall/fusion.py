@@ -21,12 +21,13 @@ import apsw
 
 from app.events import Event
 from app.model.messages import text_with_tool_calls
-from app.recall.bm25 import bm25_stream, indexed_texts
+from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.streams import (
+    bm25_stream,
     event_labels,
     importance_stream,
     labels_stream,
@@ -81,31 +82,13 @@ STREAMS: dict[str, Stream] = {
     "importance": importance_stream,
     "recency": recency_stream,
 }
-# A stream's weight multiplies its RRF term; streams not listed weigh 1. The text
-# evidence enters through the session stream, which already combines BM25 and vectors:
-# on LoCoMo's development conversations (tests/bench/locomo.py, all-MiniLM-L6-v2)
-# every extra weight on the raw BM25 and vector ranks lowered recall@10 (0.05 each:
-# -0.003, 0.1: -0.007, 0.25: -0.018), so they only break ties (and still show in
-# explain() and decide "did anything match"). Importance (>= 0.8: set on purpose by
-# the user or a worker) lifts an owner a few places among comparable matches; LoCoMo
-# has no important turns, so that weight is a choice, not a measurement. Recency only
-# breaks near-ties: more pushes the newest turns into every answer. Re-checked on the
-# product's stored form (issue 14; recall@10 with the labels stream, before the rule on
-# names): BM25 = vector = 0, 0.05, 0.1, 0.25: 0.754, 0.749, 0.749, 0.748; RRF k = 5,
-# 10, 20, 60: 0.753, 0.749, 0.748, 0.746; spreads (0.3, 0.2), (0.4, 0.3, 0.1), (0.5,
-# 0.3): 0.750, 0.753, 0.747 — all within noise, so nothing moved. Tried there and not
-# kept: re-ranking the top 50 by MiniLM cosine (-0.000 to -0.001), pseudo-relevance
-# feedback from the top 3-5 events, as BM25 terms (-0.009 to +0.007) or as a vector
-# (+0.004 to +0.006, recall@2 -0.003 to -0.005), and leaving the time words out of the
-# words searched (-0.003).
-# Nor is a learned combination (tests/bench/ltr.py, issue 28): linear, listwise and
-# boosted-tree rankers over 26 query-time features, cross-validated by conversation,
-# gain R@2 +0.016 to +0.024 but context recall -0.001 to +0.010, and cost open-domain
-# questions 0.03-0.04 of R@2: the evidence missing is not among the candidates.
-# Nor a stream of the question words' MiniLM neighbours in the memory's vocabulary
-# (tests/bench/wordnear.py): context recall +0.003 at best, as a stream or inside BM25.
-# The learned stream (app/recall/learned.py) weighs half: measured with LoCoMo's
-# observations stored as facts (its own has none), at 1 it crowded out direct matches.
+# A stream's weight multiplies its RRF term; streams not listed weigh 1. Chosen on
+# LoCoMo's development conversations (tests/bench/locomo.py): the text evidence enters
+# through the session stream, which already combines BM25 and vectors, so the raw BM25
+# and vector ranks only break ties; importance lifts what the user or a worker marked;
+# recency breaks near-ties; the learned stream (app/recall/learned.py) weighs half, as
+# at 1 it crowded out direct matches. What was tried and not kept, with its figures:
+# BENCHMARKS.md, the locomo section's notes and issue 28.
 WEIGHTS: dict[str, float] = {"bm25": 0.05, "vector": 0.05, "session": 1.0, "labels": 1.0,
                              "learned": 0.5, "importance": 0.25, "recency": 0.1}
 # Streams that judge the question itself; the others are priors over every owner.

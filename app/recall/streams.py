@@ -5,7 +5,7 @@ vector index (app/recall/vectors.py). importance: what was marked important (>= 
 recency: the newest. session: the BM25 and vector evidence combined and, for events,
 spread to the turns around them in their session. labels: for events, those said at
 the time the question names, or by the user when it names them. The full-text stream
-is app/recall/bm25.py; app/recall/fusion.py fuses them all. They stand together because
+is app/recall/bm25.py, asked here as bm25_stream; app/recall/fusion.py fuses them all. They stand together because
 they build on each other (session reads the full-text and vector ranks, labels the
 session's), and each is a few SQL statements and a ranking.
 """
@@ -18,12 +18,21 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
 
-from app.recall.bm25 import bm25_stream
+from app.recall.bm25 import bm25_ranks
 from app.recall.owners import CURRENT_ONLY, OwnerKind, current
 from app.recall.sentences import sentences
 
 if TYPE_CHECKING:
     from app.recall.query import Query
+
+
+# -- full text ---------------------------------------------------------------------------
+
+
+def bm25_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+    """Owners whose text holds the words searched, best BM25 first (app/recall/bm25.py)."""
+    return query.ranked_to(("bm25", kind), depth, lambda d: bm25_ranks(
+        con, query.user_id, query.searched, query.match, query.recall.term_counts, kind, d))
 
 
 # -- vectors -----------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class TaskRun:
     attempts: int
     retry_at: str | None
     session_id: str
-    # Delivery (migrations/0007, 0008): when a `hilo chat` showed it, when the webhook
+    # Delivery (migrations/0007_forget_and_delivery.sql, 0008_task_run_delivery.sql): when a `hilo chat` showed it, when the webhook
     # took it or why it did not.
     delivered_at: str | None = None
     notified_at: str | None = None

@@ -7,4 +7,5 @@
     tools/          the tools that agent may call, and their registry
     macros.py       tool chains learned from what the agent did
     metrics.py      what this process measures for /metrics
+    records.py      turn records: what each model call of a turn was sent, for the turn inspector
 """

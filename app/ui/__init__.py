@@ -12,6 +12,7 @@ lets the page's token arrive in a cookie.
     memory.py   the layers: overview, profile, facts and their history, cards, diary,
                 MEMORY.md, sessions and their events, search
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
+    undo.py     a forget's undo, held in this process's memory for a few minutes
     ops.py      scheduled tasks and the job queue
     turns.py    the turn inspector (inspector.py reads a turn's record as the memory is
                 now; its JSON is app/api/turn_records.py's, under /memory/turns)

@@ -1,4 +1,4 @@
-"""Identity is bound once (DESIGN.md §9): a per-user token is its user on every route, and
+"""Identity is bound once (docs/trust.md, *The rules*): a per-user token is its user on every route, and
 a request that names another user is refused, never handed that user's memory. A
 multi-person client's own user header counts only when the owner configures it, and then
 each of its users is a Hilo user of their own."""

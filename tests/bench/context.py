@@ -66,9 +66,10 @@ from app.events import session_events
 from app.learn.consolidate import FTS_MERGE_PAGES
 from app.log import configure_logging
 from app.model.token_count import TokenCounter
-from app.recall.bm25 import FTS_SQL, bm25_stream
+from app.recall.bm25 import FTS_SQL
 from app.recall.query import make_query
 from app.recall.state import Recall
+from app.recall.streams import bm25_stream
 from app.recall.vectors import Owner, encode_vector, rebuild_indexes, store_vectors
 from app.turn.context import ContextRequest, build_context, read_bootstrap
 from tests.bench.report import REPO_ROOT, emit, median, parser, peak_rss_mib, percentile

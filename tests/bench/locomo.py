@@ -73,11 +73,10 @@ from app.memory import set_profile
 from app.model.embedders import LOCAL_MODEL, Embedder
 from app.model.token_count import TokenCounter
 from app.recall import streams as recall_streams
-from app.recall.bm25 import bm25_stream
 from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search
 from app.recall.query import Query, focus_question
 from app.recall.state import Recall
-from app.recall.streams import SESSION_SPREAD, session_stream, vector_stream
+from app.recall.streams import SESSION_SPREAD, bm25_stream, session_stream, vector_stream
 from app.timeutil import to_rfc3339
 from app.turn.context import ContextRequest, build_context
 from app.writer import Writer

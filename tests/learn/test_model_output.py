@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
 from app.learn.compact import CARD_SCHEMA, parse_card
@@ -9,34 +10,59 @@ from app.learn.diary_entry import DIARY_SCHEMA, parse_entry
 from app.learn.distill import DISTILL_SCHEMA, parse_extraction
 from app.learn.model_output import InvalidOutput
 
+ANNOTATIONS = {"$ref", "$defs", "title", "description", "default", "examples"}
 
-def test_the_schemas_sent_ask_for_every_field_inline_and_without_annotations():
-    # What llama.cpp's grammars take: no $ref, no titles, every field required.
-    assert DISTILL_SCHEMA == {
-        "type": "object",
-        "properties": {
-            "profile": {"type": "object", "additionalProperties": {"type": "string"}},
-            "facts": {"type": "array", "items": {
-                "type": "object",
-                "properties": {
-                    "category": {"type": "string", "enum": ["fact", "decision", "solution",
-                                                            "preference", "conversation"]},
-                    "key": {"type": "string"},
-                    "value": {"type": "string"},
-                },
-                "required": ["category", "key", "value"],
-            }},
-        },
-        "required": ["profile", "facts"],
-    }
-    assert CARD_SCHEMA == {
-        "type": "object",
-        "properties": {"summary": {"type": "string"},
-                       "keywords": {"type": "array", "items": {"type": "string"}}},
-        "required": ["summary", "keywords"],
-    }
-    assert DIARY_SCHEMA == {"type": "object", "properties": {"entry": {"type": "string"}},
-                            "required": ["entry"]}
+
+def _objects(schema: dict):
+    """Every object schema inside `schema`, itself included."""
+    if schema.get("type") == "object":
+        yield schema
+    for value in schema.values():
+        for child in (value if isinstance(value, list) else [value]):
+            if isinstance(child, dict):
+                yield from _objects(child)
+
+
+def _annotations(schema: dict) -> set[str]:
+    found = set(schema) & ANNOTATIONS
+    for value in schema.values():
+        for child in (value if isinstance(value, list) else [value]):
+            if isinstance(child, dict):
+                found |= _annotations(child)
+    return found
+
+
+GOOD_ANSWERS = [
+    (DISTILL_SCHEMA, {"profile": {"city": "Madrid"},
+                      "facts": [{"category": "decision", "key": "db", "value": "use Postgres"}]},
+     lambda raw: parse_extraction(raw).facts == [("decision", "db", "use Postgres")]),
+    (CARD_SCHEMA, {"summary": "Moved the backups to S3.", "keywords": ["s3", "backups"]},
+     lambda raw: parse_card(raw).keywords == "s3, backups"),
+    (DIARY_SCHEMA, {"entry": "Planned the trip to Lisbon."},
+     lambda raw: parse_entry(raw) == "Planned the trip to Lisbon."),
+]
+
+
+@pytest.mark.parametrize("schema", [DISTILL_SCHEMA, CARD_SCHEMA, DIARY_SCHEMA])
+def test_a_schema_sent_is_what_llama_cpp_grammars_take(schema):
+    """Inline (no $ref), without annotations, every field of every object required: a
+    grammar built from it makes the model write every field."""
+    assert _annotations(schema) == set()
+    for obj in _objects(schema):
+        assert set(obj.get("required", [])) == set(obj.get("properties", {})), obj
+
+
+@pytest.mark.parametrize("schema, answer, parsed", GOOD_ANSWERS)
+def test_an_answer_the_schema_allows_is_what_the_job_reads(schema, answer, parsed):
+    jsonschema.validate(answer, schema)
+    assert parsed(answer)
+
+
+@pytest.mark.parametrize("schema, answer, _", GOOD_ANSWERS)
+def test_the_schema_refuses_an_answer_missing_a_field(schema, answer, _):
+    for field in answer:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({k: v for k, v in answer.items() if k != field}, schema)
 
 
 def test_a_bad_fact_is_dropped_and_the_others_kept():

@@ -1,4 +1,4 @@
-"""What is learned from outside content is marked so (DESIGN §9): a fact, profile key,
+"""What is learned from outside content is marked so (docs/trust.md, *The rules*): a fact, profile key,
 card or diary entry learned from a page, a command's output or a client's tool result
 carries `from_outside`, and a turn that reads it knows it may not act on it unasked.
 What the user said themselves stays theirs."""

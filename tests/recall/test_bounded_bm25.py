@@ -11,8 +11,8 @@ from app.events import append_event
 from app.fts import build_match_query
 from app.memory import upsert_fact
 from app.recall import bm25
-from app.recall.bm25 import bm25_stream
 from app.recall.query import make_query
+from app.recall.streams import bm25_stream
 
 EVENTS = [
     "alpha beta gamma",

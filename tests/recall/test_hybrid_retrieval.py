@@ -17,10 +17,15 @@ from app.db import connect_readonly
 from app.events import append_event
 from app.learn.embed import embed_pending
 from app.memory import set_profile, upsert_fact
-from app.recall.bm25 import bm25_stream
 from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, matching, search, search_ahead
 from app.recall.query import make_query
-from app.recall.streams import asking_share, session_neighbours, session_stream, vector_stream
+from app.recall.streams import (
+    asking_share,
+    bm25_stream,
+    session_neighbours,
+    session_stream,
+    vector_stream,
+)
 from app.recall.vectors import VectorIndex
 from tests.embedding_fixtures import ConceptEmbedder
 

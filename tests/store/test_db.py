@@ -129,7 +129,7 @@ def test_an_unchanged_memory_database_is_quick_checked_once_per_process(tmp_path
 
 
 def test_rows_stored_before_provenance_get_it_from_their_role_and_sources(tmp_path):
-    """migrations/0013: where each old event came from, as well as it can be told, and
+    """migrations/0013_provenance.sql: where each old event came from, as well as it can be told, and
     what was learned from a tool's result marked as from outside."""
     con = connect(tmp_path / "m.sqlite3")
     before = [m for m in db.available_migrations() if m.number < 13]

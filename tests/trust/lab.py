@@ -11,7 +11,10 @@ that user's token, and Hilo's own agent as `hilo chat` and the worker run it: in
 over the same database, with the code a person's request runs.
 
 Every outcome is read from outside: files in the working folder, rows in the database,
-the requests the fake model and the web server received.
+the requests the fake model and the web server received. What an attack plants beyond
+the working folder (a file it must not read) goes in `Lab.elsewhere`, a folder on the
+real disk, outside the system temp folder the sandbox replaces: so a defence that holds
+is the one tested, not the sandbox hiding the file by accident.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -40,6 +46,7 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.memory import remember_fact, set_profile
+from app.model.messages import stored_tool_calls
 from app.tasks.runs import TaskRunResult
 from app.tasks.store import add_task
 from app.turn.agent import Agent, AgentOutcome
@@ -165,6 +172,9 @@ class Lab:
 
     def _start(self) -> None:
         root = self.root
+        root.mkdir(parents=True, exist_ok=True)
+        self.elsewhere = Path(tempfile.mkdtemp(prefix="hilo-lab-", dir=visible_folder()))
+        self._stack.callback(shutil.rmtree, self.elsewhere, True)
         self.fake = FakeOllama().start()
         self._stack.callback(self.fake.stop)
         self.fake.responder = obey
@@ -264,7 +274,30 @@ class Lab:
         return b"".join(p.read_bytes() for p in queue_db.parent.glob(queue_db.name + "*"))
 
 
+def real_python() -> str:
+    """The Python interpreter itself (the virtualenv's python links to it): a program a
+    sandboxed command can run wherever the checkout, and its virtualenv, lives."""
+    return os.path.realpath(sys.executable)
+
+
+def visible_folder() -> Path:
+    """A folder on the real disk that a sandboxed command sees as it is: not under the
+    system temp folder (the sandbox gives commands an empty one)."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    for folder in (Path("/var/tmp"), Path.home()):
+        resolved = folder.resolve()
+        if (resolved.is_dir() and os.access(resolved, os.W_OK)
+                and temp != resolved and temp not in resolved.parents):
+            return resolved
+    raise Undelivered(f"no writable folder outside {temp} to plant files in")
+
+
 # -- one scenario ---------------------------------------------------------------------------------
+
+
+class Undelivered(AssertionError):
+    """The attack could not deliver its payload, or got an answer it did not expect: it
+    proves nothing either way, so it fails the suite instead of passing as defended."""
 
 
 @dataclass(frozen=True)
@@ -398,6 +431,34 @@ class Trial:
         return [tuple(row) for row in self.lab.read(
             "SELECT trigger_tool, trigger_args_pattern, next_tool, next_args FROM macros "
             "WHERE user_id = ? AND removed_at IS NULL ORDER BY id", (user or self.user,))]
+
+    def expect(self, response: httpx.Response, *statuses: int,
+               saying: str | None = None) -> httpx.Response:
+        """The response, when its status is one of `statuses` (and a refusal's message
+        holds `saying`, when given); else Undelivered: a 401 or a 500 is not a defence."""
+        if response.status_code not in statuses:
+            raise Undelivered(f"{response.request.method} {response.request.url.path} "
+                              f"answered {response.status_code}, not "
+                              f"{' or '.join(map(str, statuses))}: {response.text[:200]}")
+        if saying is not None and response.status_code >= 400 and saying not in response.text:
+            raise Undelivered(f"{response.request.url.path} refused with "
+                              f"{response.status_code} but not saying {saying!r}: "
+                              f"{response.text[:200]}")
+        return response
+
+    def asked_for(self, tool: str, text: str, user: str | None = None) -> bool:
+        """Whether the model called `tool` with arguments holding `text` (a stored call)."""
+        # The model's own calls (and a macro's), not a client's history of calls.
+        rows = self.lab.read("SELECT tool_calls_json FROM events WHERE user_id = ? AND "
+                             "role = 'assistant' AND origin IN ('model', 'hilo_tool_approved')",
+                             (user or self.user,))
+        for (calls_json,) in rows:
+            for call in stored_tool_calls(calls_json):
+                arguments = call.get("arguments")
+                if call.get("name") == tool and text in (
+                        arguments if isinstance(arguments, str) else json.dumps(arguments)):
+                    return True
+        return False
 
     def last_result(self) -> str:
         """The last tool result stored for this user (what the model read), or "none"."""

@@ -191,7 +191,7 @@ def test_the_chat_proposes_the_macro_and_runs_it_when_accepted(learned, start_ch
     assert rows(learned.data_dir, "SELECT used_count FROM macros") == [(1,)]
 
 
-# -- what may teach (DESIGN §9: macros learn only from Hilo's own approved or trusted calls) ------
+# -- what may teach (docs/trust.md: macros learn only from Hilo's own approved or trusted calls) ------
 
 
 class Approves:

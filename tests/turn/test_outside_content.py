@@ -1,4 +1,4 @@
-"""Outside content is data, not instructions (DESIGN §9): a page, a command's output, a
+"""Outside content is data, not instructions (docs/trust.md, *The rules*): a page, a command's output, a
 client's tool result, or memory learned from one of these, never borrows the person's
 authority. A turn whose context holds it fetches and changes tasks only on a fresh yes
 from the person at the terminal, and runs commands only under an allowed prefix or with

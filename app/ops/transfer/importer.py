@@ -4,7 +4,7 @@ Every reader (markdown.py, jsonl.py, kinder_agent.py) turns its input into recor
 `RecordImporter` here stores them. What is already there is recognised by a natural
 key (an event's uuid; a card's session, time and summary; a fact's category, key, time
 and value; a profile key; a session's diary entry), so importing twice adds nothing.
-Events go through `prepare_event` like every event and their marks through app/events;
+Events go through `prepare_event` like every event and their marks through app/events.py;
 every other write goes through app/memory, and all imported text is sanitised the same
 way (secrets redacted). Scheduled tasks arrive untrusted, whatever the input says: the
 report names the ones that were trusted there, for the owner to trust again here.

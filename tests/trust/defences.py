@@ -1,0 +1,296 @@
+"""The defences the red team's attacks test (DESIGN §9), each with a switch that turns it
+off: an attack names the defences it tests (tests/trust/scenario.py's `attack`), and
+with those switched off it must get what it wanted (tests/trust/test_defences.py).
+An attack that cannot succeed even then tests nothing: its payload never arrived, or
+its outcome is read where nothing could show.
+
+A switch is a context manager over the lab: it patches the one place in Hilo that makes
+the defence — a function, a rule table, a bubblewrap option — or, for provenance and
+trust kept in rows, adds triggers to the lab's database that store every row as the
+owner's (or every task as trusted) whatever wrote it. Switches are the red team's
+knowledge of where each defence lives: when a defence moves, its switch moves with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+
+from app.datadir import DataDir
+from app.db import connect
+
+if TYPE_CHECKING:
+    from tests.trust.lab import Lab
+
+Switch = Callable[["Lab"], AbstractContextManager[None]]
+
+
+@dataclass(frozen=True)
+class Defence:
+    name: str
+    holds: str  # what it holds, in a line
+    off: Switch
+
+
+DEFENCES: dict[str, Defence] = {}
+
+
+def defence(name: str, holds: str) -> Callable[[Callable[[Lab], Iterator[None]]], Defence]:
+    """Register a defence; the decorated generator is its switch (the code before its
+    `yield` turns the defence off, the code after turns it back on)."""
+    def register(switch: Callable[[Lab], Iterator[None]]) -> Defence:
+        found = Defence(name, holds, contextmanager(switch))
+        DEFENCES[name] = found
+        return found
+
+    return register
+
+
+@contextmanager
+def switched_off(lab: Lab, names: tuple[str, ...]) -> Iterator[None]:
+    """Every defence in `names` off, for as long as the block runs."""
+    with ExitStack() as stack:
+        for name in names:
+            stack.enter_context(DEFENCES[name].off(lab))
+        yield
+
+
+@contextmanager
+def _patched(*patches: tuple[str, Any]) -> Iterator[None]:
+    with ExitStack() as stack:
+        for target, new in patches:
+            stack.enter_context(mock.patch(target, new))
+        yield
+
+
+@contextmanager
+def _triggers(lab: Lab, statements: Mapping[str, str]) -> Iterator[None]:
+    """Triggers in the lab's memory database, by name, dropped again afterwards."""
+    con = connect(DataDir.of(lab.config).memory_db)
+    try:
+        for name, body in statements.items():
+            con.execute(f"CREATE TRIGGER {name} {body}")
+        yield
+    finally:
+        for name in statements:
+            con.execute(f"DROP TRIGGER IF EXISTS {name}")
+        con.close()
+
+
+# -- identity ---------------------------------------------------------------------------------------
+
+
+@defence("token_is_its_user", "a token is its user on every route; a request naming another "
+                              "user is refused")
+def _token_is_its_user(lab: Lab) -> Iterator[None]:
+    from app.api import callers
+
+    def identify(config, token_user, headers):
+        named = (headers.get("x-openwebui-user-id") or headers.get("x-hilo-user")
+                 or token_user or config.memory.user_id)
+        return callers.Caller(named, headers.get("x-hilo-session"), None, True)
+
+    def naming(self, user: str) -> str:
+        return user
+
+    with _patched(("app.api.callers.identify", identify), ("app.api.server.identify", identify),
+                  ("app.api.callers.Caller.naming", naming)):
+        yield
+
+
+@defence("rows_are_the_users", "every read is filtered by its user: a session or a task id "
+                               "of someone else's is not found")
+def _rows_are_the_users(lab: Lab) -> Iterator[None]:
+    from app import events
+    from app.tasks import store
+
+    def anyones_session(con, user_id, session_id, **kwargs):
+        owner = con.execute("SELECT user_id FROM events WHERE session_id = ? ORDER BY id "
+                            "LIMIT 1", (session_id,)).fetchone()
+        return events.session_events(con, owner[0] if owner else user_id, session_id, **kwargs)
+
+    def anyones_task(con, user_id, ref):
+        task_id = store.task_id_of(ref)
+        found = store.select_tasks(con, "WHERE t.id = ?", (task_id,)) if task_id else []
+        return found[0] if found else store.get_task(con, user_id, ref)
+
+    with _patched(("app.turn.chat.session_events", anyones_session),
+                  ("app.tasks.runs.session_events", anyones_session),
+                  ("app.api.memory.session_events", anyones_session),
+                  ("app.api.memory.session_exists", lambda con, user_id, session_id: True),
+                  ("app.tasks.runs.get_task", anyones_task)):
+        yield
+
+
+# -- trust is granted at the machine ------------------------------------------------------------
+
+
+@defence("trust_at_the_machine", "a task is trusted only when its owner says so at the machine: "
+                                 "never over HTTP or MCP, by the model, or from a file")
+def _trust_at_the_machine(lab: Lab) -> Iterator[None]:
+    with (_patched(("app.api.tasks.refuse_trust", lambda asked: None)),
+          _triggers(lab, {"redteam_every_task_trusted": (
+              "AFTER INSERT ON scheduled_tasks BEGIN UPDATE scheduled_tasks SET is_trusted = 1 "
+              "WHERE id = NEW.id; END")})):
+        yield
+
+
+@defence("task_sessions_closed", "no client writes into the session that holds a task's runs")
+def _task_sessions_closed(lab: Lab) -> Iterator[None]:
+    with _patched(("app.api.callers.is_task_session", lambda session_id: False)):
+        yield
+
+
+# -- outside content ------------------------------------------------------------------------------
+
+
+@defence("outside_is_data", "a turn whose context holds content from outside acts only on a "
+                            "fresh yes from the person at the terminal")
+def _outside_is_data(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.agent.AgentTurn._acting", lambda self: self.ctx)):
+        yield
+
+
+_MEMORY_TABLES = ("facts", "profile", "context_cards", "diary")
+
+
+@defence("provenance", "what came from outside, or was learned from it, is kept as outside "
+                       "and read as outside in every later turn and task")
+def _provenance(lab: Lab) -> Iterator[None]:
+    from app import events
+
+    prepare = events.prepare_event
+
+    def owners(*args, **kwargs):
+        return replace(prepare(*args, **kwargs), from_outside=False)
+
+    triggers = {f"redteam_{table}_{when}_owners": (
+        f"AFTER {when.upper()} ON {table} WHEN NEW.from_outside != 0 BEGIN "
+        f"UPDATE {table} SET from_outside = 0 WHERE rowid = NEW.rowid; END")
+        for table in _MEMORY_TABLES for when in ("insert", "update")}
+    with (_patched(("app.events.prepare_event", owners),
+                   ("app.api.conversation.prepare_event", owners),
+                   ("app.ops.transfer.importer.prepare_event", owners),
+                   ("app.tasks.store.ScheduledTask.prompt_from_outside", property(lambda t: False))),
+          _triggers(lab, triggers)):
+        yield
+
+
+# -- macros -----------------------------------------------------------------------------------------
+
+
+class _AnyOrigin(str):
+    """Equal to every origin: any tool result teaches."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@defence("macros_from_approved_calls", "macros learn only from calls a person approved or a "
+                                       "trusted task ran")
+def _macros_from_approved_calls(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.macros.TEACHING_ORIGIN", _AnyOrigin("any"))):
+        yield
+
+
+# -- the terminal -----------------------------------------------------------------------------------
+
+
+@defence("terminal_option_refusals", "options that run another command, write where the rule "
+                                     "did not say or load code are covered by no rule")
+def _terminal_option_refusals(lab: Lab) -> Iterator[None]:
+    with mock.patch.dict("app.turn.tools.terminal_rules._CHECKS", clear=True):
+        yield
+
+
+@defence("terminal_paths_in_workdir", "a path outside the working folder is covered by no rule")
+def _terminal_paths_in_workdir(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.terminal_rules._FILE_PROGRAMS", frozenset())):
+        yield
+
+
+@defence("terminal_shell_characters", "a command with shell characters is covered by no rule")
+def _terminal_shell_characters(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.terminal.has_metacharacters", lambda command: False),
+                  ("app.turn.tools.terminal_rules.has_metacharacters", lambda command: False)):
+        yield
+
+
+@defence("allow_always_is_exact", "\"allow always\" stores exactly the command approved")
+def _allow_always_is_exact(lab: Lab) -> Iterator[None]:
+    def whole_program(command: str, workdir: Path) -> str | None:
+        return f"{command.split()[0]} *"
+
+    with _patched(("app.turn.tools.terminal.rule_to_store", whole_program)):
+        yield
+
+
+def _without_sandbox_options(*dropped: str) -> AbstractContextManager[None]:
+    """bubblewrap run without `dropped` (an option alone, or an option and its values)."""
+    from app.turn.tools.terminal_sandbox import Sandbox
+
+    argv = Sandbox.argv
+
+    def fewer(self, command, workdir):
+        words = argv(self, command, workdir)
+        split = words.index("--")
+        options, kept, index = words[:split], [], 0
+        while index < len(options):
+            width = next((len(d.split()) for d in dropped
+                          if options[index:index + len(d.split())] == d.split()), 0)
+            if width:
+                index += width
+            else:
+                kept.append(options[index])
+                index += 1
+        return [*kept, *words[split:]]
+
+    return _patched(("app.turn.tools.terminal_sandbox.Sandbox.argv", fewer))
+
+
+@defence("sandbox_network", "a command has no network (bubblewrap's --unshare-net)")
+def _sandbox_network(lab: Lab) -> Iterator[None]:
+    with _without_sandbox_options("--unshare-net"):
+        yield
+
+
+@defence("sandbox_processes", "a command sees and reaches its own processes only (its own "
+                              "pid and user namespaces and /proc, no capabilities)")
+def _sandbox_processes(lab: Lab) -> Iterator[None]:
+    # Each of these alone keeps another process's environment out of reach (as root, the
+    # missing capabilities; for anyone, the user namespace): off, all of them.
+    with _without_sandbox_options("--unshare-pid", "--proc /proc", "--unshare-user-try",
+                                  "--cap-drop ALL"):
+        yield
+
+
+@defence("clean_environment", "a command's environment holds no secret: only the base "
+                              "variables and those the owner lists")
+def _clean_environment(lab: Lab) -> Iterator[None]:
+    with _patched(("app.turn.tools.terminal.scrubbed_environment",
+                   lambda environ, passed=(): dict(environ))):
+        yield
+
+
+# -- what is kept -----------------------------------------------------------------------------------
+
+
+@defence("secrets_redacted", "a secret is redacted before anything is kept: events, the queue")
+def _secrets_redacted(lab: Lab) -> Iterator[None]:
+    from app.sanitize import Redacted
+
+    def kept(text, *, echoes_of=()):
+        return Redacted(text, ())
+
+    def as_is(value, *, echoes_of=()):
+        return value
+
+    with _patched(("app.sanitize.redact_secrets", kept), ("app.sanitize.redact_json", as_is),
+                  ("app.events.redact_secrets", kept), ("app.events.redact_json", as_is)):
+        yield
