@@ -39,7 +39,6 @@ from app.log import get_logger
 from app.model.probe import announce_models
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
-from app.ui.undo import ForgetUndos
 from workers.huey_loader import load_huey
 
 log = get_logger(__name__)
@@ -93,7 +92,6 @@ def create_app(config: Config, service: ChatService | None = None) -> Starlette:
     app.state.service = service
     app.state.agent = Agent(service, surface="http")
     app.state.session_locks = SessionLocks()
-    app.state.forget_undos = ForgetUndos()  # the memory page's, held in this process only
     install_error_handlers(app)
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
     log_paths_without_queries()

@@ -31,7 +31,7 @@ from app.memory.bootstrap import write_bootstrap
 from app.memory.facts import Fact, Forgotten
 from app.memory.restore import restore_forgotten_fact
 from app.ui.render import PageRoute, done, page, same_origin
-from app.ui.undo import UNDO_SECONDS, ForgetUndos
+from app.ui.undo import UNDO_SECONDS, ForgetUndos, undos_of
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])
@@ -85,7 +85,7 @@ def edit_fact(fact_id: FactId, who: Who, service: Service, value: Text) -> Redir
 
 
 def _undos(request: Request) -> ForgetUndos:
-    return request.app.state.forget_undos
+    return undos_of(request.app.state)
 
 
 def _current_fact(service: Service, user_id: str, fact_id: int) -> Fact:

@@ -31,6 +31,7 @@ from app.memory import (
 from app.memory.bootstrap import read_bootstrap
 from app.tasks.store import list_tasks
 from app.ui.render import PageRoute, page
+from app.ui.undo import undos_of
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
@@ -110,7 +111,7 @@ def facts(request: Request, who: Who, service: Service,
     found = list_facts(service.reader(), who.user_id, category=category, limit=LISTED)
     return page(request, who, "facts.html", facts=found, category=category,
                 categories=CATEGORIES, origins=provenances(service, who.user_id, found),
-                undos=request.app.state.forget_undos.pending(who.user_id))
+                undos=undos_of(request.app.state).pending(who.user_id))
 
 
 @router.get("/facts/{fact_id}", response_class=HTMLResponse)

@@ -14,11 +14,13 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from app.memory.facts import Fact
 
 # How long a forget can be undone.
 UNDO_SECONDS = 300.0
+_MADE = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -72,3 +74,12 @@ class ForgetUndos:
     def _drop_expired(self, now: float) -> None:
         for token in [t for t, p in self._held.items() if p.until <= now]:
             del self._held[token]
+
+
+def undos_of(state: Any) -> ForgetUndos:
+    """The server's pending undos (its app `state`'s), made on the page's first need."""
+    with _MADE:
+        undos = getattr(state, "forget_undos", None)
+        if undos is None:
+            undos = state.forget_undos = ForgetUndos()
+        return undos
