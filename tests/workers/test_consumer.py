@@ -274,11 +274,16 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
         return query(cfg, "SELECT role, content FROM events WHERE session_id = ? ORDER BY id",
                      (session,))
 
+    def runs() -> tuple:
+        return query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
+                     (added.task.id,))[0]
+
     wait_until(lambda: len(replies()) >= 2, 30, "the task's turn in its session")
     assert replies()[0] == ("system", "Summarise what I decided yesterday")  # instructions, not the user
     assert replies()[1][0] == "assistant"
-    next_run = query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
-                     (added.task.id,))[0]
+    # The turn's events are stored before the run is marked finished: wait for that too.
+    wait_until(lambda: runs()[1] is not None, 30, "the run marked finished")
+    next_run = runs()
     assert next_run[0] > datetime.now(UTC).strftime("%Y-%m-%dT%H:%M") and next_run[1]
     assert consumer.terminate() == 0
 
