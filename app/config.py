@@ -120,10 +120,12 @@ HEADER_NAME = Allowed(lambda v: re.fullmatch(r"[A-Za-z0-9-]*", v) is not None,
 
 
 def setting(default: Any, allowed: Allowed | None = None,
-            parse: Callable[[str], str] | None = None) -> Any:
+            parse: Callable[[str], str] | None = None, words_for_bool: bool = False) -> Any:
     """A key: its default, what it accepts, and how its text is normalised (`parse`
-    raises ValueError saying what was expected)."""
-    return field(default=default, metadata={"allowed": allowed, "parse": parse})
+    raises ValueError saying what was expected). With `words_for_bool`, a string key
+    also takes TOML's true and false, as "true" and "false" (a key that was a switch)."""
+    return field(default=default, metadata={"allowed": allowed, "parse": parse,
+                                            "words_for_bool": words_for_bool})
 
 
 def model_server_url(text: str) -> str:
@@ -245,9 +247,13 @@ class MemoryConfig(ReadOnly):
     # What is retrieved for a message after a conversation's first (facts, cards, quoted
     # messages not shown yet), placed just before it: at most this many tokens.
     retrieved_max_tokens: int = setting(300, between(0, 100_000))
-    # True: a conversation's first message gets as much memory as the budget holds (best
-    # recall; on a CPU that prompt is read at tens of tokens a second).
-    fill_first_message: bool = setting(False)
+    # How much memory a conversation's first message gets: "true" as much as the budget
+    # holds (best recall; on a CPU that prompt is read at tens of tokens a second),
+    # "false" retrieved_max_tokens, "auto" what the engine reads in
+    # first_message_extra_seconds more (its measured speed: app/model/prompt_speed.py).
+    fill_first_message: str = setting("auto", one_of("auto", "true", "false"),
+                                      parse=lambda v: v.strip().lower(), words_for_bool=True)
+    first_message_extra_seconds: float = setting(1.0, between(0, 600))
 
 
 @dataclass
@@ -548,6 +554,8 @@ def _coerce(value: Any, typ: type, key: str, source: str, from_env: bool) -> Any
 def _check(section: str, name: str, value: Any, source: str) -> Any:
     f = _fields(section)[name]
     key = f"{section}.{name}"
+    if f.metadata.get("words_for_bool") and isinstance(value, bool):
+        value = "true" if value else "false"
     value = _coerce(value, _field_type(f), key, source, from_env=source.startswith("environment"))
     parse: Callable[[str], str] | None = f.metadata.get("parse")
     if parse is not None:

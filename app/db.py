@@ -29,6 +29,9 @@ from app.timeutil import utc_now
 MEMORY_DB = "memory.sqlite3"
 QUEUE_DB = "queue.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
+# A forget waits this long for readers to move past the deleted text before it leaves
+# the rest of the write-ahead log to the next checkpoint.
+CHECKPOINT_BUSY_MS = 2_000
 MIGRATIONS_TABLE = "_hilo_migrations"
 # The schema's full-text indexes (the migrations create them), for checks and rebuilds.
 FTS_TABLES = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
@@ -204,9 +207,25 @@ def create_memory_database(path: Path) -> list[str]:
             leftover.unlink(missing_ok=True)
 
 
+def checkpoint_wal(path: Path) -> bool:
+    """Copy the write-ahead log into the database file and truncate it to nothing, so what
+    was deleted is in no file (forget); False when a reader's older snapshot kept part of
+    it, which the next checkpoint then overwrites."""
+    con = connect(path)
+    try:
+        con.setbusytimeout(CHECKPOINT_BUSY_MS)
+        busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
+    finally:
+        con.close()
+
+
 def _configure(con: apsw.Connection) -> None:
     con.setbusytimeout(BUSY_TIMEOUT_MS)
     con.execute("PRAGMA foreign_keys = ON")
+    # What is deleted is overwritten with zeros, not left in free space: forgotten means
+    # gone from the file (a backup copies free pages too).
+    con.execute("PRAGMA secure_delete = ON")
     # Keep the WAL from growing without bound under steady writes.
     con.execute("PRAGMA journal_size_limit = 67108864")
 

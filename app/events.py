@@ -8,10 +8,12 @@ shape: app.sanitize.redact_json), and capped; ids that look like a secret are re
 since an id is stored, queued and logged as it is.
 
 Each event records where it came from (`origin`, ORIGINS below) and whether it is content
-from outside (`from_outside`): text no person at this machine wrote or authorised — a web
-page, a client's tool result, an import, memory learned from one — or the model's words
-and a command's output produced while its context held such text. Such content is data,
-never instructions. (A command the owner authorised prints the owner's data.)
+from outside (`from_outside`), decided from its origin by the one rule of provenance
+(app.memory.provenance.is_outside): only the person's message as typed is the owner's
+hand; the model's reply, and the result of a call Hilo ran, are Hilo's, from outside when
+what they were written reading was; a client's history and tool results, and an import,
+are from outside, as is an event that states no origin. Such content is data, never
+instructions. (A command the owner authorised prints the owner's data.)
 
 This module is the one owner of the events table: every write of an event or of the
 marks the workers set on it (distilled, compacted into a card) is a function here, run
@@ -32,6 +34,8 @@ import apsw
 
 from app.config import Config
 from app.errors import InvalidInput
+from app.memory.provenance import Hand, is_outside
+from app.memory.validation import MAX_ID_LENGTH
 from app.sanitize import Secret, clean_text, redact_json, redact_secrets, secret_kind
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
@@ -39,7 +43,11 @@ from app.writer import Writer
 ROLES = ("user", "assistant", "tool", "system")
 # Where an event came from (migrations/0013_provenance.sql says each one's meaning).
 ORIGINS = ("typed", "client", "model", "hilo_tool", "hilo_tool_approved", "task", "import")
-MAX_ID_LENGTH = 200
+# Whose hand each origin is (app.memory.provenance): a task's prompt is Hilo's to send,
+# from outside when the task's is (ScheduledTask.prompt_from_outside).
+ORIGIN_HANDS: dict[str, Hand] = {
+    "typed": "owner", "client": "outside", "model": "hilo", "hilo_tool": "hilo",
+    "hilo_tool_approved": "hilo", "task": "hilo", "import": "outside"}
 # Tool names are identifiers (OpenAI allows 64 characters); anything longer is not one.
 MAX_TOOL_NAME_LENGTH = 256
 # The JSON of an assistant message's tool calls (their arguments can hold a whole file).
@@ -189,9 +197,10 @@ def prepare_event(
 
     `echoes_of`: secrets the content may repeat in part (app.sanitize.redact_secrets),
     e.g. those of the prompt a model's reply answers. `origin`: where it came from
-    (ORIGINS; by default, sent by a client). An import, and a tool result that is not
-    Hilo's own, are always from outside; `from_outside` says so of anything else (a reply
-    to such a context, what Hilo's web_fetch or terminal returned).
+    (ORIGINS; unstated, sent by a client: from outside). `from_outside`: it quotes, or
+    was written reading, content from outside (a message quoting documents a client
+    retrieved, a reply to such a context, what Hilo's web_fetch returned); whether the
+    event is from outside is then decided by ORIGIN_HANDS and is_outside.
     """
     _check_id("user_id", user_id)
     _check_id("session_id", session_id)
@@ -247,18 +256,22 @@ def prepare_event(
         tool_name=_tool_field("tool_name", tool_name, MAX_TOOL_NAME_LENGTH),
         tool_calls_json=tool_calls_json,
         origin=origin,
-        from_outside=(from_outside or origin == "import"
-                      or (role == "tool" and not origin.startswith("hilo_tool"))),
+        # A tool result is a tool's, never a message typed by the person.
+        from_outside=is_outside("outside" if role == "tool" and origin == "typed"
+                                else ORIGIN_HANDS[origin], reading=from_outside),
     )
 
 
 def insert_event(con: apsw.Connection, event: PreparedEvent) -> Event:
     """The write itself: the session row and the event, inside the caller's transaction."""
+    # A session holds content from outside once one of its events is.
     con.execute(
-        "INSERT INTO sessions (user_id, id, started_at, last_event_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (user_id, id) DO UPDATE SET last_event_at = "
-        "max(last_event_at, excluded.last_event_at), ended_at = NULL",
-        (event.user_id, event.session_id, event.created_at, event.created_at),
+        "INSERT INTO sessions (user_id, id, started_at, last_event_at, from_outside) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET last_event_at = "
+        "max(last_event_at, excluded.last_event_at), ended_at = NULL, "
+        "from_outside = max(from_outside, excluded.from_outside)",
+        (event.user_id, event.session_id, event.created_at, event.created_at,
+         int(event.from_outside)),
     )
     con.execute(
         "INSERT INTO events (uuid, user_id, session_id, role, content, original_length, "
@@ -379,6 +392,25 @@ def delete_events(con: apsw.Connection, user_id: str, event_ids: list[int]) -> i
     return deleted
 
 
+def replies_to(con: apsw.Connection, user_id: str, event_ids: Sequence[int]) -> list[Event]:
+    """The assistant's replies to the user's events `event_ids`: in the same session, after
+    each one and before the next user message."""
+    replies: dict[int, Event] = {}
+    for event_id in sorted(set(event_ids)):
+        row = con.execute("SELECT session_id FROM events WHERE id = ? AND user_id = ?",
+                          (event_id, user_id)).fetchone()
+        if row is None:
+            continue
+        (next_user,) = con.execute(
+            "SELECT min(id) FROM events WHERE user_id = ? AND session_id = ? AND id > ? "
+            "AND role = 'user'", (user_id, row[0], event_id)).fetchone()
+        replies.update((r[0], _row_to_event(r)) for r in con.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE user_id = ? AND session_id = ? "
+            "AND id > ? AND id < ? AND role = 'assistant' ORDER BY id",
+            (user_id, row[0], event_id, next_user if next_user is not None else 2**63 - 1)))
+    return [replies[i] for i in sorted(replies)]
+
+
 # -- the marks the workers set ---------------------------------------------------------------
 
 
@@ -410,6 +442,15 @@ def restore_marks(con: apsw.Connection, event_id: int, *, compacted: bool, card_
     con.execute("UPDATE events SET compacted = ?, card_id = ?, distilled_at = ?, "
                 "consolidated_at = ? WHERE id = ?",
                 (1 if compacted else 0, card_id, distilled_at, consolidated_at, event_id))
+
+
+def uncompact(con: apsw.Connection, card_ids: Sequence[int]) -> int:
+    """Mark the events of the cards `card_ids` not compacted (their card is going, so
+    compaction makes them a new one); returns how many."""
+    marks = ",".join("?" * len(card_ids))
+    con.execute(f"UPDATE events SET compacted = 0, card_id = NULL WHERE card_id IN ({marks})",
+                tuple(card_ids))
+    return con.changes()
 
 
 def reset_derived_marks(con: apsw.Connection) -> int:

@@ -3,7 +3,7 @@
 -- tasks tool), 'config' (config.toml) or 'import'. Before this migration 'tool' stood for
 -- the first four alike: those rows become 'unrecorded', since who added them was not
 -- kept. SQLite cannot change a CHECK constraint in place: the table is rebuilt with the
--- same columns, rows and index.
+-- same columns (0021's from_outside included), rows and index.
 
 CREATE TABLE scheduled_tasks_new (
     id                INTEGER PRIMARY KEY,
@@ -21,15 +21,17 @@ CREATE TABLE scheduled_tasks_new (
     last_run_at       TEXT,
     created_at        TEXT NOT NULL,
     updated_at        TEXT NOT NULL,
-    timezone          TEXT
+    timezone          TEXT,
+    from_outside      INTEGER NOT NULL DEFAULT 1 CHECK (from_outside IN (0, 1))
 );
 
 INSERT INTO scheduled_tasks_new (id, user_id, name, cron_expr, original_schedule, prompt, source,
                                  is_oneshot, is_paused, is_trusted, next_run_at, last_run_at,
-                                 created_at, updated_at, timezone)
+                                 created_at, updated_at, timezone, from_outside)
     SELECT id, user_id, name, cron_expr, original_schedule, prompt,
            CASE source WHEN 'tool' THEN 'unrecorded' ELSE source END, is_oneshot,
-           is_paused, is_trusted, next_run_at, last_run_at, created_at, updated_at, timezone
+           is_paused, is_trusted, next_run_at, last_run_at, created_at, updated_at, timezone,
+           from_outside
     FROM scheduled_tasks;
 
 DROP TABLE scheduled_tasks;

@@ -83,6 +83,9 @@ class ApswSqliteStorage(SqliteStorage):
         if self._cache_mb:
             con.execute(f"PRAGMA cache_size = {-1000 * self._cache_mb}")
         con.execute(f"PRAGMA synchronous = {self._synchronous}")
+        # A finished job's arguments (a chat's prompt, for learning) are overwritten when
+        # Huey deletes it, not left in free pages: what a person forgets leaves the queue too.
+        con.execute("PRAGMA secure_delete = ON")
         if self._schema_on_connect:
             for sql in self.ddl:
                 con.execute(sql)

@@ -27,7 +27,14 @@ Messages are compared as Hilo stores them (sanitised, an interrupted reply witho
 marker, tool calls by name and arguments). A stored user message that is the client's
 text with a block added on its own line before or after it is the same message: Open
 WebUI adds retrieved documents and web results to the user's message for that one
-request, and sends it plain in later histories.
+request, and sends it plain in later histories. A stored reply is the client's copy of
+it within a few edits (REPLY_EDITS: spacing, trimming, a character or word changed, as
+clients render and tidy replies): that copy is never stored again as the client's own,
+and the turn reads the stored reply's provenance — a reply written reading a page stays
+content from outside, however the client resends it.
+
+What the request stores is the person's message as typed ("typed", the owner's hand) and
+the client's history ("client": content from outside, app.memory.provenance).
 
 The session: `X-Hilo-Session`, else Open WebUI's chat id (`X-OpenWebUI-Chat-Id`, sent
 when Open WebUI runs with ENABLE_FORWARD_USER_INFO_HEADERS), else the history itself —
@@ -47,9 +54,11 @@ import json
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rapidfuzz.distance import Levenshtein
 
 from app.api.errors import ApiError
 from app.config import Config
@@ -107,15 +116,16 @@ class Conversation:
         users = [m for m in self.turns if m.get("role") == "user"]
         return message_text(users[-1] if users else self.turns[-1])
 
-    def client_chat(self, body: Mapping[str, Any]) -> ClientChat:
+    def client_chat(self, body: Mapping[str, Any], events: Sequence[Event] = ()) -> ClientChat:
         """The request to relay: its whole history; or, for a single message from a
         client that sends only its last, its system messages and that message, with the
-        stored window before it."""
+        stored window before it. `events`: the stored events its messages are."""
         if len(self.turns) > 1 or self.whole:
-            return ClientChat(self.api, body, self.messages, False, self.query)
+            return ClientChat(self.api, body, self.messages, False, self.query,
+                              events=tuple(events))
         last = self.turns[-1]
         kept = [m for m in self.messages if m is last or not is_conversation(m)]
-        return ClientChat(self.api, body, kept, True, self.query)
+        return ClientChat(self.api, body, kept, True, self.query, events=tuple(events))
 
 
 def read_conversation(api: str, body: Mapping[str, Any],
@@ -155,6 +165,12 @@ def event_key(event: Event) -> Key:
     return event.role, event.content.removesuffix(INTERRUPTED_MARKER), _calls_key(calls)
 
 
+# A client's copy of a stored reply may differ by this share of the reply's characters
+# (at least REPLY_EDITS_MIN): enough for a renderer's tidying, not for another answer.
+REPLY_EDITS = 0.05
+REPLY_EDITS_MIN = 2
+
+
 def same_message(stored: Key, said: Key) -> bool:
     """Whether a stored event (`event_key`) is this message of the client's."""
     (role, text, calls), (said_role, said_text, said_calls) = stored, said
@@ -162,14 +178,25 @@ def same_message(stored: Key, said: Key) -> bool:
         return False
     if _squash(text) == _squash(said_text):
         return True
+    if role == "assistant":
+        return near_copy(text, said_text)
     return (role == "user" and bool(said_text.strip())
             and (text.startswith(said_text + "\n") or text.endswith("\n" + said_text)))
+
+
+def near_copy(stored: str, said: str) -> bool:
+    """Whether `said` is `stored` within a few edits (module docstring), spacing aside."""
+    stored, said = _squash(stored), _squash(said)
+    allowed = max(REPLY_EDITS_MIN, int(REPLY_EDITS * max(len(stored), len(said))))
+    if abs(len(stored) - len(said)) > allowed or not said:
+        return False
+    return Levenshtein.distance(stored, said, score_cutoff=allowed) <= allowed
 
 
 def _as_stored(config: Config, user_id: str, message: dict[str, Any]) -> PreparedEvent:
     """The message as Hilo would store it: sanitised, capped."""
     return prepare_event(config, user_id, "-", stored_role(message), text_to_store(message),
-                         tool_calls=tool_calls_of(message) or None)
+                         tool_calls=tool_calls_of(message) or None, origin="client")
 
 
 def _prepared_key(prepared: PreparedEvent) -> Key:
@@ -205,7 +232,7 @@ class KnownKeys:
             if hit is not None and hit[0] is config:
                 self._keys.move_to_end(known)
                 return hit[1]
-        key = _prepared_key(prepare_event(config, user_id, "-", role, text))
+        key = _prepared_key(prepare_event(config, user_id, "-", role, text, origin="client"))
         size = len(text) + len(key[1])
         with self._lock:
             old = self._keys.pop(known, None)
@@ -252,41 +279,53 @@ def _next_stored(stored_keys: list[Key], after: int, said: Key) -> tuple[int, in
     return None
 
 
-def matched_prefix(keys: list[Key], stored: list[Event]) -> tuple[int, Event | None]:
-    """How far into the request the session's stored events reach — the index of the
-    first new message — and the stored event of the message before it.
+@dataclass(frozen=True)
+class Match:
+    """How far into a request a session's stored events reach: `end`, the index of the
+    first new message; `anchor`, the stored event of the message before it; `events`,
+    the stored events the matched messages are."""
 
-    (0, None) when the match has nowhere to start (module docstring).
-    """
+    end: int
+    anchor: Event | None = None
+    events: tuple[Event, ...] = ()
+
+
+def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
+    """How far into the request the session's stored events reach (Match); Match(0)
+    when the match has nowhere to start (module docstring)."""
     if not stored or not keys:
-        return 0, None
+        return Match(0)
     stored_keys = [event_key(e) for e in stored]
     first = _next_stored(stored_keys, 0, keys[0])
     if first is not None:
-        end, last = 1, first[1]
+        end, (start, last) = 1, first
     else:
         # The client's setup (few-shot examples) may stand before the session's first event.
         opening = next(((i, found) for i, key in enumerate(keys)
                         if (found := _stored_as(stored_keys, 0, key)) is not None), None)
         if opening is None:
-            return 0, None
-        end, last = opening[0] + 1, opening[1]
+            return Match(0)
+        end, start, last = opening[0] + 1, 0, opening[1]
+    matched = stored[start:last + 1]
     anchor, after = stored[last], last + 1
     for key in keys[end:]:
         found = _next_stored(stored_keys, after, key)
         if found is None:
             break
+        matched += stored[found[0]:found[1] + 1]
         end, anchor, after = end + 1, stored[found[1]], found[1] + 1
-    return end, anchor
+    return Match(end, anchor, tuple(matched))
 
 
 @dataclass(frozen=True)
 class Unstored:
     """What a request brings that the session lacks: its turns from `start` on (None:
-    nothing), and `resent`, the stored event its last message is when it brings nothing."""
+    nothing), and `resent`, the stored event its last message is when it brings nothing;
+    `matched`, the stored events its other messages are."""
 
     start: int | None
     resent: Event | None = None
+    matched: tuple[Event, ...] = ()
 
 
 def unstored_messages(service: ChatService, user_id: str, session_id: str,
@@ -301,13 +340,13 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
             return Unstored(None, inputs[-1])
         return Unstored(0)
-    end, anchor = matched_prefix(keys, stored)
-    if end == len(turns):
-        return Unstored(None, anchor)
-    if end == 0:
+    match = matched_prefix(keys, stored)
+    if match.end == len(turns):
+        return Unstored(None, match.anchor, match.events)
+    if match.end == 0:
         users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
         return Unstored(users[-1] if users else len(turns) - 1)
-    return Unstored(end)
+    return Unstored(match.end, matched=match.events)
 
 
 def store_messages(service: ChatService, user_id: str, session_id: str,
@@ -362,7 +401,7 @@ def continued_session(service: ChatService, user_id: str,
     for session_id in (c for c in candidates if not is_task_session(c)):
         stored = [e for e in session_events(con, user_id, session_id)
                   if e.role in ("user", "assistant", "tool")]
-        end, _ = matched_prefix(keys, stored)
+        end = matched_prefix(keys, stored).end
         # A reply the client has and the session lacks: another conversation.
         if any(m.get("role") == "assistant" for m in turns[end:]):
             continue

@@ -18,8 +18,8 @@ from app.memory import (
     InvalidMemory,
     delete_profile,
     fact_history,
-    forget_fact,
     get_fact,
+    is_outside,
     list_facts,
     list_profile,
     list_sessions,
@@ -27,6 +27,7 @@ from app.memory import (
     session_exists,
     set_profile,
 )
+from app.memory.forget import forget
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
@@ -98,8 +99,9 @@ router = APIRouter(prefix="/memory", tags=["Memory API"])
 
 @router.post("/events", summary="Append events to a session", status_code=201)
 def append_events(body: AppendEvents, who: Who, service: Service) -> dict:
-    """Stored as the client sent them (sanitised: secrets redacted, size capped) and
-    handed to the workers like a chat turn."""
+    """Stored as the client sent them (sanitised: secrets redacted, size capped), as content
+    from outside (a client's, not the person typing), and handed to the workers like a
+    chat turn."""
     session_id = check_session(body.session_id)
     try:
         stored = [service.append(who.user_id, session_id, e.role, e.content,
@@ -153,8 +155,10 @@ def get_profile(who: Who, service: Service) -> dict:
 
 @router.put("/profile/{key}", summary="Set a profile key")
 def put_profile(key: str, body: ProfileValue, who: Who, service: Service) -> dict:
+    # A client's word, not the owner's own hand (app.memory.provenance).
     action = _edit(service, lambda con: set_profile(con, who.user_id, key, body.value,
-                                                    source="user", worker="user"))
+                                                    source="user", worker="user",
+                                                    from_outside=is_outside("outside")))
     # The entry as stored: cleaned, and redacted when it holds or is a secret.
     stored_key, _ = check_entry(key, body.value, PROFILE_KEY_CHARS, PROFILE_VALUE_CHARS)
     value = next((e.value for e in list_profile(service.reader(), who.user_id)
@@ -186,7 +190,8 @@ def add_fact(body: FactIn, who: Who, service: Service) -> dict:
     similar text under another key, supersedes the old fact, which is kept."""
     edited = _edit(service, lambda con: remember_fact(
         con, who.user_id, body.category, body.key, body.value, importance=body.importance,
-        similarity=service.config.memory.dedupe_similarity))
+        similarity=service.config.memory.dedupe_similarity,
+        from_outside=is_outside("outside")))  # a client's word (app.memory.provenance)
     return {"action": edited.action, "fact": _fact_dict(edited.fact) if edited.fact else None}
 
 
@@ -203,8 +208,8 @@ def get_one_fact(fact_id: FactId, who: Who, service: Service) -> dict:
 def remove_fact(fact_id: FactId, who: Who, service: Service, with_sources: bool = False) -> dict:
     """The value, its earlier versions, vectors and log values go; with `with_sources`,
     the messages it was learned from too."""
-    if not _edit(service, lambda con: forget_fact(con, who.user_id, fact_id, worker="user",
-                                                  with_sources=with_sources)):
+    if not forget(service.writer, who.user_id, fact_id, worker="user",
+                  with_sources=with_sources):
         raise ApiError(404, f"no current fact {fact_id}", "not_found")
     return {"id": fact_id, "deleted": True}
 

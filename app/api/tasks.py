@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import Service, Who
 from app.api.errors import ApiError
+from app.memory import is_outside
 from app.tasks.runs import request_run, task_log
 from app.tasks.store import (
     add_task,
@@ -57,7 +58,8 @@ def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
         service.writer, service.config, body.schedule, body.prompt, source="http",
         user_id=who.user_id,
         name=body.name, oneshot=body.oneshot, timezone_name=body.timezone,
-        wake=service.handoff.wake_scheduler)
+        wake=service.handoff.wake_scheduler,
+        from_outside=is_outside("outside"))  # a client's text: the owner trusts it at the machine
     return added.to_json()
 
 

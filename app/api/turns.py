@@ -128,7 +128,8 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
             raise ApiError(400, str(exc), "invalid_event") from exc
         answered = stored[-1] if stored else unstored.resent
         assert answered is not None  # what the request ends with is stored, or was
-        client = conversation.client_chat(body)
+        # The turn reads the provenance of every stored event the request's messages are.
+        client = conversation.client_chat(body, [*unstored.matched, *stored])
         try:
             if agent.enabled and not (body.get("tools") or body.get("functions")):
                 turn: StreamingTurn = agent.answer_client(answered, client, stored)

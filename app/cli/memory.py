@@ -190,11 +190,12 @@ def add(config: Config, category: str, key: str, value: str, user: str | None,
     a problem was solved), preference (what you like or how you work), conversation
     (what was discussed). KEY: a short name, e.g. editor; VALUE: the fact, in a sentence.
     """
-    from app.memory import remember_fact
+    from app.memory import is_outside, remember_fact
 
     user = user or config.memory.user_id
     return _edited(config, lambda con: remember_fact(
-        con, user, category, key, value, similarity=config.memory.dedupe_similarity), as_json)
+        con, user, category, key, value, similarity=config.memory.dedupe_similarity,
+        from_outside=is_outside("owner")), as_json)  # at the machine
 
 
 @memory.command("set-profile")
@@ -209,14 +210,15 @@ def set_profile_key(config: Config, key: str, value: str, user: str | None,
 
     A key you set wins over what the workers learn; `hilo memory profile` lists the keys.
     """
-    from app.memory import set_profile
+    from app.memory import is_outside, set_profile
     from app.memory.profile import KEY_CHARS, VALUE_CHARS
     from app.memory.validation import check_entry
 
     user = user or config.memory.user_id
     with _writer(config) as writer:
         action = writer.submit(lambda con: set_profile(con, user, key, value, source="user",
-                                                       worker="user"))
+                                                       worker="user",
+                                                       from_outside=is_outside("owner")))
     key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)  # as stored: redacted
     emit(as_json, {"key": key, "value": value, "action": action},
          lambda: print(f"{EDIT_VERBS.get(action, action)}: {key}: {value}"))
@@ -234,34 +236,54 @@ def edit(config: Config, fact_id: int, value: str, user: str | None, as_json: bo
 
     FACT_ID: the id shown by `hilo memory facts`
     """
-    from app.memory import correct_fact
+    from app.memory import correct_fact, is_outside
 
     user = user or config.memory.user_id
-    return _edited(config, lambda con: correct_fact(con, user, fact_id, value), as_json)
+    return _edited(config, lambda con: correct_fact(con, user, fact_id, value,
+                                                    from_outside=is_outside("owner")), as_json)
 
 
 @memory.command("forget")
 @click.argument("fact_id", type=FACT_ID)
-@click.option("--with-sources", is_flag=True, help="also delete the messages it was learned from")
+@click.option("--with-sources", is_flag=True,
+              help="also delete the messages it was learned from and the replies that repeat them")
 @user_option()
 @with_config
 @json_option
 def forget(config: Config, fact_id: int, with_sources: bool, user: str | None,
            as_json: bool) -> int:
-    """forget a fact for good: its value, earlier versions and vectors; workers will not
-    learn it again
+    """forget a fact for good: its value, key, earlier versions and vectors, gone from the
+    database files too; workers will not learn it again
 
     FACT_ID: the id shown by `hilo memory facts`
     """
-    from app.memory import FactNotFound, forget_fact
+    from app.memory import FactNotFound
+    from app.memory.forget import forget as forget_for_good
 
     user = user or config.memory.user_id
     with _writer(config) as writer:
-        gone = writer.submit(lambda con: forget_fact(con, user, fact_id, worker="user",
-                                                     with_sources=with_sources))
+        gone = forget_for_good(writer, user, fact_id, worker="user", with_sources=with_sources)
     if gone is None:
         raise FactNotFound(fact_id)
     emit(as_json, gone.to_json(), lambda: print(
         f"Forgot #{fact_id} ({gone.category} · {gone.key}): {gone.versions} version(s)"
         + (f", {gone.events} source message(s)" if with_sources else "")))
+    return 0
+
+
+@memory.command("accept-import")
+@with_config
+@json_option
+def accept_import(config: Config, as_json: bool) -> int:
+    """make the MEMORY.md an import brought (MEMORY.imported.md) this data directory's own
+
+    Every conversation reads MEMORY.md as your own words, so `hilo import` never installs
+    one: read MEMORY.imported.md first. The MEMORY.md it replaces is kept beside it.
+    """
+    from app.ops.transfer.memory_md import accept_imported_memory_md
+
+    installed, kept = accept_imported_memory_md(config)
+    emit(as_json, {"memory_md": str(installed), "replaced_kept_at": str(kept) if kept else None},
+         lambda: print(f"{installed} is now the imported one; every conversation reads it"
+                       + (f" (yours is kept at {kept})" if kept else "")))
     return 0

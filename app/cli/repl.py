@@ -44,13 +44,13 @@ from app.events import InvalidEvent, count_session_events, events_by_ids
 from app.log import configure_logging, get_logger
 from app.memory import (
     cards_by_ids,
-    forget_fact,
     get_fact,
     last_diary,
     list_cards,
     list_facts,
     list_profile,
 )
+from app.memory.forget import forget as forget_for_good
 from app.model.errors import ModelError
 from app.recall.fusion import event_text, search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
@@ -282,12 +282,11 @@ def forget(repl: Repl, arg: str) -> None:
         repl.say("Usage: /forget <fact id>  (the ids are in /facts)", "yellow")
         return
     fact_id = int(arg.lstrip("#"))
-    fact = get_fact(repl.service.reader(), repl.user_id, fact_id)
-    user_id = repl.user_id
-    if fact is None or not repl.service.edit(lambda con: forget_fact(con, user_id, fact_id)):
+    gone = forget_for_good(repl.service.writer, repl.user_id, fact_id)
+    if gone is None or gone.fact is None:
         repl.say(f"No fact #{fact_id} to forget (see /facts for the current ones).", "yellow")
         return
-    repl.say(f"Forgot fact #{fact_id}: {fact_text(fact)}")
+    repl.say(f"Forgot fact #{fact_id}: {fact_text(gone.fact)}")
 
 
 @command("/explain", "/explain            what the last context contained, and why")

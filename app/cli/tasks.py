@@ -58,6 +58,7 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
     """
     from datetime import datetime
 
+    from app.memory.provenance import is_outside
     from app.tasks.store import add_task, split_request
     from workers.notify import reply_channels
 
@@ -70,7 +71,8 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
                          user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
                          timezone_name=timezone_name,
-                         wake=lambda at: _wake_scheduler(config, at))
+                         wake=lambda at: _wake_scheduler(config, at),
+                         from_outside=is_outside("owner"))  # at the machine
         channels = reply_channels(config)
         emit(as_json, {**added.to_json(), "replies": channels},
              lambda: print(f"Added #{added.task.id} {added.task.name}: {added.description}\n"

@@ -9,5 +9,6 @@
     embed.py        vectors for events, facts and cards, and the re-embed backfill
     tool_chains.py  the tool chains in stored tool events → macros
     model_output.py asking the model for JSON and judging the answer
+    quoting.py      how a learning prompt shows a message: outside content quoted, never the user's
     reading.py      read-only connections beside the writer
 """

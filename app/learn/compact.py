@@ -12,7 +12,8 @@ Degraded path (`extractive=True`): the card quotes the chunk instead (is_extract
 and consolidate re-summarises it when the model is back.
 
 A card of a chunk holding content from outside (a tool's result, a reply that read one)
-is itself from outside.
+is itself from outside, and the summariser is shown that content quoted
+(app/learn/quoting.py).
 
 "system" events are instructions (a scheduled task's prompt), not the user speaking: the
 model is told so, and a quoted card leaves them out, so a task's card says what its
@@ -31,8 +32,9 @@ from app.config import Config
 from app.events import mark_compacted
 from app.learn import extractive
 from app.learn.model_output import CardOutput, ask_json, parse_output
+from app.learn.quoting import learning_line
 from app.learn.reading import reading
-from app.memory import NewCard, add_card
+from app.memory import NewCard, add_card, is_outside
 from app.model.client import ModelClient
 from app.model.messages import SentChat, text_with_tool_calls
 from app.writer import Writer
@@ -74,7 +76,8 @@ class ChunkEvent:
         label = LABELS.get(self.role, self.role.upper())
         if self.role == "tool" and self.tool_name:
             label = f"{label} ({self.tool_name})"
-        return f"{label}: {text_with_tool_calls(self.content, self.tool_calls_json)[:MAX_EVENT_CHARS]}"
+        text = text_with_tool_calls(self.content, self.tool_calls_json)[:MAX_EVENT_CHARS]
+        return learning_line(label, self.role, text, self.from_outside)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ def parse_card(raw: dict | list, text: str = "") -> CardText:
 def extractive_card(events: list[ChunkEvent]) -> CardText:
     # What the chunk says, without the instructions it answered (unless that is all of it).
     said = [e for e in events if e.role != "system"] or events
-    texts = [(e.role, text_with_tool_calls(e.content, e.tool_calls_json)) for e in said]
+    texts = [(e.role if not (e.from_outside and e.role == "user") else "quoted from outside",
+              text_with_tool_calls(e.content, e.tool_calls_json)) for e in said]
     return CardText(extractive.quote_lines(texts), ", ".join(extractive.keywords(t for _, t in texts)),
                     is_extractive=True)
 
@@ -131,7 +135,7 @@ def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list
                        first_event_id=ids[0], last_event_id=ids[-1], event_count=len(ids),
                        is_extractive=card.is_extractive,
                        importance=max(e.importance for e in events),
-                       from_outside=any(e.from_outside for e in events))
+                       from_outside=is_outside("hilo", reading=(e.from_outside for e in events)))
     card_id = add_card(con, user_id, new_card, worker=WORKER, source_event_id=ids[-1])
     if card_id is None:  # cards_one_per_chunk: this chunk already has its card
         return None

@@ -29,6 +29,7 @@ from app.db import FTS_TABLES, merge_fts_segments
 from app.learn import compact, extractive
 from app.learn.diary_entry import rewrite_extractive_diary
 from app.learn.model_output import InvalidOutput, ask_json
+from app.learn.quoting import OUTSIDE_NOTE
 from app.learn.reading import reading
 from app.log import get_logger
 from app.memory import (
@@ -37,6 +38,7 @@ from app.memory import (
     NewCard,
     decay_unread_importance,
     fold_cards,
+    is_outside,
     list_facts,
     merge_facts,
     replace_extractive_card,
@@ -183,7 +185,8 @@ def _fold_text(model: ModelClient | None, cards: list[OldCard]) -> compact.CardT
         texts = [("earlier", c.summary) for c in cards]
         words = extractive.keywords([c.summary + " " + c.keywords for c in cards])
         return compact.CardText(extractive.quote_lines(texts, 600), ", ".join(words), True)
-    notes = "\n".join(f"- {c.summary} ({c.keywords})" for c in cards)
+    notes = "\n".join(f"- {c.summary} ({c.keywords})" if not c.from_outside
+                      else f"- {OUTSIDE_NOTE}: \"{c.summary}\" ({c.keywords})" for c in cards)
     raw, text = ask_json(model, WORKER, FOLD_INSTRUCTIONS + notes, compact.CARD_SCHEMA, compact.SYSTEM)
     return compact.parse_card(raw, text)
 
@@ -197,7 +200,7 @@ def _folded_card(cards: list[OldCard], card: compact.CardText) -> NewCard:
                    first_event_id=min(firsts, default=None), last_event_id=max(lasts, default=None),
                    event_count=sum(c.event_count for c in cards), level=1,
                    is_extractive=card.is_extractive, importance=max(c.importance for c in cards),
-                   from_outside=any(c.from_outside for c in cards))
+                   from_outside=is_outside("hilo", reading=(c.from_outside for c in cards)))
 
 
 def fold_old_cards(writer: Writer, model: ModelClient | None, *, now: datetime,

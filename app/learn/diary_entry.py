@@ -18,8 +18,9 @@ import apsw
 from app.config import Config
 from app.learn import extractive
 from app.learn.model_output import DiaryOutput, ask_json, parse_output
+from app.learn.quoting import learning_line
 from app.learn.reading import reading
-from app.memory import add_diary_entry, end_session, replace_extractive_diary
+from app.memory import add_diary_entry, end_session, is_outside, replace_extractive_diary
 from app.model.client import ModelClient
 from app.model.messages import SentChat
 from app.writer import Writer
@@ -41,9 +42,10 @@ what was decided or solved, and what was left open.
 
 @dataclass(frozen=True)
 class SessionText:
-    lines: list[tuple[str, str]]  # (label, text), oldest first; earlier parts as card summaries
+    # (label, text, from outside), oldest first; earlier parts as card summaries.
+    lines: list[tuple[str, str, bool]]
     first_at: str
-    from_outside: bool = False  # the session holds content from outside
+    from_outside: bool = True  # the session holds content from outside
 
 
 def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
@@ -56,25 +58,26 @@ def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
         (user_id, session_id)).fetchone()
     if row is None or (not rewrite and row[2] is not None and row[2] >= row[1]):
         return None
-    lines = [("EARLIER", summary) for (summary,) in con.execute(
-        "SELECT summary FROM context_cards WHERE user_id = ? AND session_id = ? AND level = 0 "
-        "ORDER BY first_event_id", (user_id, session_id))]
-    lines += [(role.upper(), content) for role, content in con.execute(
-        "SELECT role, content FROM events WHERE user_id = ? AND session_id = ? AND compacted = 0 "
-        "AND role IN ('user', 'assistant', 'tool') ORDER BY id", (user_id, session_id))]
+    lines = [("EARLIER", summary, bool(outside)) for summary, outside in con.execute(
+        "SELECT summary, from_outside FROM context_cards WHERE user_id = ? AND session_id = ? "
+        "AND level = 0 ORDER BY first_event_id", (user_id, session_id))]
+    lines += [(role.upper(), content, bool(outside)) for role, content, outside in con.execute(
+        "SELECT role, content, from_outside FROM events WHERE user_id = ? AND session_id = ? "
+        "AND compacted = 0 AND role IN ('user', 'assistant', 'tool') ORDER BY id",
+        (user_id, session_id))]
     if not lines:
         return None
-    (outside,) = con.execute("SELECT EXISTS (SELECT 1 FROM events WHERE user_id = ? AND "
-                             "session_id = ? AND from_outside = 1)",
+    (outside,) = con.execute("SELECT from_outside FROM sessions WHERE user_id = ? AND id = ?",
                              (user_id, session_id)).fetchone()
-    return SessionText(lines, row[0], bool(outside))
+    return SessionText(lines, row[0], is_outside(
+        "hilo", reading=[bool(outside), *(quoted for *_, quoted in lines)]))
 
 
 def build_prompt(session: SessionText) -> str:
     kept: list[str] = []
     used = 0
-    for label, text in reversed(session.lines):  # the end of a session matters most
-        line = f"{label}: {text[:MAX_EVENT_CHARS]}"
+    for label, text, outside in reversed(session.lines):  # the end of a session matters most
+        line = learning_line(label, label.lower(), text[:MAX_EVENT_CHARS], outside)
         if used + len(line) > MAX_PROMPT_CHARS and kept:
             break
         kept.append(line)
@@ -87,8 +90,11 @@ def parse_entry(raw: dict | list, text: str = "") -> str:
 
 
 def extractive_entry(session: SessionText) -> str:
-    said = [(label.lower(), text) for label, text in session.lines if label in ("USER", "EARLIER")]
-    said = said or [(label.lower(), text) for label, text in session.lines]
+    # What the user said; a quote from outside is never put in their mouth.
+    said = [(label.lower(), text) for label, text, outside in session.lines
+            if label in ("USER", "EARLIER") and not outside]
+    said = said or [(label.lower() if not outside else "quoted from outside", text)
+                    for label, text, outside in session.lines]
     picks = said[:1] + said[-1:] if len(said) > 1 else said
     return f"Session of {session.first_at[:10]}: " + extractive.quote_lines(picks)
 

@@ -10,8 +10,10 @@ A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
 stored as "system", is what the task was told to do, not the user speaking, so it is
 the context; what the run found — the reply and the tool results — is the source.
 
-What is learned from a turn whose sources (above) hold content from outside — a tool's
-result, a reply written reading one, an import — is from outside itself.
+What is learned from a turn any of whose messages shown to the model is content from
+outside — a tool's result, a client's history, documents a client retrieved, a reply
+written reading one, an import — is from outside itself, and such messages are shown
+quoted, never as the user's line (app/learn/quoting.py).
 
 Writes and the events' distilled_at mark share one transaction, and the write first
 re-checks which events are still undistilled, so a second run does nothing.
@@ -31,8 +33,9 @@ from app.events import mark_distilled
 from app.fts import terms
 from app.learn.capture import capture_statements
 from app.learn.model_output import DistillOutput, ask_json, parse_output
+from app.learn.quoting import learning_line
 from app.learn.reading import reading
-from app.memory import InvalidMemory, set_profile, store_fact
+from app.memory import InvalidMemory, is_outside, set_profile, store_fact
 from app.model.client import ModelClient
 from app.model.messages import SentChat, text_with_tool_calls
 from app.tasks.store import is_task_session
@@ -191,7 +194,7 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
         text = event.text[:MAX_EVENT_CHARS]
         if len(text) > budget:
             text = text[:budget]
-        lines.append(f"{label}: {text}")
+        lines.append(learning_line(label, event.role, text, event.from_outside))
         budget -= len(text)
         if budget <= 0:
             break
@@ -239,13 +242,15 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent],
 
 
 def learned_from_outside(events: list[TurnEvent], session_id: str) -> bool:
-    """Whether what is learned from `events` comes from outside: one of its sources does."""
-    return any(e.from_outside for e in events if e.role in voices_of(session_id).sources)
+    """Whether what is learned from `events` comes from outside: one of the messages the
+    model is shown (a source or context) is."""
+    shown = voices_of(session_id).labels
+    return is_outside("hilo", reading=(e.from_outside for e in events if e.role in shown))
 
 
 def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
                      extraction: Extraction, worker: str, source_event_id: int | None,
-                     similarity: float, from_outside: bool = False) -> DistillResult:
+                     similarity: float, from_outside: bool = True) -> DistillResult:
     """Write what was extracted from `event_ids` and mark the ones still undistilled;
     nothing when another run marked them all first. `from_outside`: learned_from_outside."""
     pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
@@ -282,7 +287,7 @@ def _write(writer: Writer, config: Config, user_id: str, session_id: str,
     outside = learned_from_outside(events, session_id)
     result = writer.submit(lambda con: store_extraction(con, user_id, session_id, ids, extraction,
                                                         worker, source_event_id, similarity,
-                                                        outside))
+                                                        from_outside=outside))
     result.dropped += dropped
     return result
 

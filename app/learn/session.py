@@ -269,7 +269,7 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
 
     def write(con: apsw.Connection) -> tuple[DistillResult, int | None]:
         learned = store_extraction(con, user_id, session_id, pending, extraction, WORKER,
-                                   source_event_id, similarity, outside)
+                                   source_event_id, similarity, from_outside=outside)
         return learned, write_card(con, user_id, session_id, chunk, card)
 
     learned, card_id = writer.submit(write)

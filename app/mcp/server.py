@@ -14,8 +14,9 @@ read-only connection, tasks go through app/tasks/store.py. The HiloError family 
 a tool error carrying its one-line message in one place, `_reported`.
 
 What the tools write is a model's text, the MCP client's, and that model may have read
-anything: facts and profile values written here are content from outside (docs/trust.md, *The rules*), so
-a turn that recalls them acts only on a fresh yes. Forgetting is the client's to ask (its
+anything: facts, profile values, hand-off notes and task prompts written here are content
+from outside (docs/trust.md, *The rules*; app.memory.provenance.is_outside), so a turn
+that reads them acts only on a fresh yes. Forgetting is the client's to ask (its
 tool is marked destructive, which MCP clients confirm with their user).
 """
 
@@ -49,7 +50,7 @@ from app.memory import (
     FactNotFound,
     correct_fact,
     delete_profile,
-    forget_fact,
+    is_outside,
     last_diary,
     list_facts,
     list_profile,
@@ -57,6 +58,7 @@ from app.memory import (
     set_profile,
     write_diary_entry,
 )
+from app.memory.forget import forget
 from app.recall.fusion import search_memory
 from app.tasks.store import (
     add_task,
@@ -127,7 +129,7 @@ class MemoryTools:
         user = self.user()
         edited = self.service.edit(lambda con: remember_fact(
             con, user, category, key, value, importance=importance,
-            similarity=self.config.memory.dedupe_similarity, from_outside=True))
+            similarity=self.config.memory.dedupe_similarity, from_outside=is_outside("outside")))
         return {"action": edited.action,
                 "fact": _fact_dict(edited.fact) if edited.fact else None}
 
@@ -170,8 +172,8 @@ class MemoryTools:
             raise InvalidInput("give exactly one of fact_id and profile_key")
         user = self.user()
         if fact_id is not None:
-            gone = self.service.edit(lambda con: forget_fact(
-                con, user, fact_id, worker="user", with_sources=with_sources))
+            gone = forget(self.service.writer, user, fact_id, worker="user",
+                          with_sources=with_sources)
             if gone is None:
                 raise FactNotFound(fact_id)
             return gone.to_json()
@@ -193,7 +195,7 @@ class MemoryTools:
         """
         user = self.user()
         edited = self.service.edit(lambda con: correct_fact(con, user, fact_id, value,
-                                                            from_outside=True))
+                                                            from_outside=is_outside("outside")))
         return {"action": edited.action,
                 "fact": _fact_dict(edited.fact) if edited.fact else None}
 
@@ -215,8 +217,9 @@ class MemoryTools:
         Example: set_profile(key="timezone", value="Europe/Madrid")
         """
         user = self.user()
-        action = self.service.edit(lambda con: set_profile(con, user, key, value, source="user",
-                                                           worker="user", from_outside=True))
+        action = self.service.edit(lambda con: set_profile(
+            con, user, key, value, source="user", worker="user",
+            from_outside=is_outside("outside")))
         return {"key": key.strip().casefold(), "value": value.strip(), "action": action}
 
     def list_facts(
@@ -277,8 +280,8 @@ class MemoryTools:
         if action == "write":
             if session_id is None or entry is None:
                 raise InvalidInput("writing a hand-off needs session_id and entry")
-            written = self.service.edit(lambda con: write_diary_entry(con, user, session_id,
-                                                                      entry))
+            written = self.service.edit(lambda con: write_diary_entry(
+                con, user, session_id, entry, from_outside=is_outside("outside")))
             return {"session_id": session_id, "action": written}
         entries = last_diary(self.service.reader(), user, limit=limit)
         return {"entries": [asdict(entry) for entry in entries]}
@@ -318,7 +321,8 @@ class MemoryTools:
                 raise InvalidInput("adding a task needs schedule and prompt")
             return add_task(writer, self.config, schedule, prompt, source="mcp", user_id=user,
                             name=name, oneshot=oneshot,
-                            wake=self.service.handoff.wake_scheduler).to_json()
+                            wake=self.service.handoff.wake_scheduler,
+                            from_outside=is_outside("outside")).to_json()
         if task is None:
             raise InvalidInput(f"{action} needs task: its id or name (tasks action=list)")
         if action == "pause":

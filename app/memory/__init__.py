@@ -9,10 +9,10 @@ Writes are functions of a connection, run inside the writer's transaction
 `memory_log` with its old and new value, source event and worker (provenance.py). Facts are
 never overwritten: a changed value supersedes the current row, which is kept; a fact or
 profile key the user deleted is tombstoned and no worker re-creates it; a fact the user
-forgot (forget_fact) is gone, value, versions, vectors and log values, but for its key and a
-hash of its value. A new statement
-of a fact, from the user or a worker, goes through one dedupe policy (dedupe.py). Reads
-take any connection (the front-end uses read-only ones).
+forgot is gone, from every row and index and from the disk (forget.py: imported from
+there, since it reaches the events too), but for hashes of its key and value. A new
+statement of a fact, from the user or a worker, goes through one dedupe policy
+(dedupe.py). Reads take any connection (the front-end uses read-only ones).
 
     profile.py     layer 3: key → value, tombstones
     facts.py       layer 4: one current fact per (category, key), supersede, history
@@ -20,8 +20,10 @@ take any connection (the front-end uses read-only ones).
     cards.py       layer 2: context cards, folding
     diary.py       layer 5: one entry per session
     edits.py       the edits a person makes by hand: remember, correct, a diary entry
+    forget.py      a fact forgotten for good, with its sources if asked, off the disk too
     importance.py  decay of what is not read
-    provenance.py  memory_log, the provenance of every change
+    provenance.py  is_outside, the one rule of whose hand a row is; memory_log, the
+                   record of every change
     bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
     sessions.py    sessions as listed to the user, and ending one
     restore.py     undoing a forget: the value a front-end held, stored again as it was
@@ -61,14 +63,12 @@ from app.memory.facts import (
     Fact,
     FactRecord,
     FactWrite,
-    Forgotten,
     clear_agent_facts,
     current_fact,
     delete_fact,
     fact_history,
     facts_as_of,
     facts_by_ids,
-    forget_fact,
     get_fact,
     import_fact,
     link_superseded_fact,
@@ -87,7 +87,14 @@ from app.memory.profile import (
     profile_as_of,
     set_profile,
 )
-from app.memory.provenance import WriteAction, memory_generation, retracted_since
+from app.memory.provenance import (
+    HANDS,
+    Hand,
+    WriteAction,
+    is_outside,
+    memory_generation,
+    retracted_since,
+)
 from app.memory.sessions import (
     SessionInfo,
     count_sessions,
@@ -98,15 +105,15 @@ from app.memory.sessions import (
 from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
-    "CATEGORIES", "SIMILAR_FACT_THRESHOLD", "SOURCES",
+    "CATEGORIES", "HANDS", "SIMILAR_FACT_THRESHOLD", "SOURCES",
     "Card", "Category", "DiaryEntry", "EditedFact", "Fact", "FactNotFound", "FactRecord",
-    "FactWrite", "Forgotten", "ImportanceFloors", "InvalidMemory", "NewCard", "ProfileEntry",
+    "FactWrite", "Hand", "ImportanceFloors", "InvalidMemory", "NewCard", "ProfileEntry",
     "SessionInfo", "WriteAction",
     "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
     "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
     "delete_fact", "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids",
-    "fold_cards", "forget_fact", "get_fact", "import_diary_entry", "import_fact",
-    "import_profile", "last_diary",
+    "fold_cards", "get_fact", "import_diary_entry", "import_fact",
+    "import_profile", "is_outside", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
     "list_sessions", "count_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",

@@ -48,7 +48,8 @@ class NewCard:
     last_accessed_at: str | None = None
     created_at: str | None = None
     updated_at: str | None = None  # None: created_at
-    from_outside: bool = False  # it summarises content from outside
+    # It summarises content from outside (app.memory.provenance.is_outside; unstated: outside).
+    from_outside: bool = True
 
 
 def add_card(con: apsw.Connection, user_id: str, card: NewCard, *, worker: str,
@@ -111,6 +112,34 @@ def replace_extractive_card(con: apsw.Connection, card_id: int, summary: str, ke
     log_change(con, row[0], "card", card_id, "update", row[1], summary, worker=worker,
                created_at=now)
     return True
+
+
+def remove_cards(con: apsw.Connection, user_id: str, card_ids: list[int], *,
+                 worker: str) -> list[int]:
+    """Delete the user's cards `card_ids` and every card they were folded into (each
+    summarises what they said); the cards folded into a deleted one stand alone again
+    (ON DELETE SET NULL). Returns the ids deleted."""
+    if not card_ids:
+        return []
+    marks = ",".join("?" * len(card_ids))
+    gone = [row[0] for row in con.execute(
+        f"WITH RECURSIVE up (id) AS (SELECT id FROM context_cards WHERE user_id = ? AND id IN "
+        f"({marks}) UNION SELECT c.folded_into FROM context_cards c JOIN up ON c.id = up.id "
+        "WHERE c.folded_into IS NOT NULL) SELECT id FROM up ORDER BY id", (user_id, *card_ids))]
+    if not gone:
+        return []
+    ids = ",".join("?" * len(gone))
+    # The log keeps that each card was there, not what it said.
+    con.execute(f"UPDATE memory_log SET old_value = NULL, new_value = NULL WHERE user_id = ? "
+                f"AND owner_kind = 'card' AND owner_id IN ({ids})",
+                (user_id, *(str(i) for i in gone)))
+    log_deletions(con, f"SELECT user_id, 'card' AS kind, id AS owner_id, NULL AS old_value "
+                  f"FROM context_cards WHERE id IN ({ids})", worker=worker,
+                  created_at=utc_now(), params=tuple(gone))
+    con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'card' AND owner_id IN ({ids})",
+                gone)
+    con.execute(f"DELETE FROM context_cards WHERE id IN ({ids})", gone)
+    return gone
 
 
 def clear_cards(con: apsw.Connection, *, worker: str) -> int:

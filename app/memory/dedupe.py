@@ -82,7 +82,7 @@ def store_fact(
     source_event_id: int | None = None,
     importance: float = 0.5,
     similarity: float = SIMILAR_FACT_THRESHOLD,
-    from_outside: bool = False,
+    from_outside: bool = True,
 ) -> FactWrite:
     """Store a statement of a fact: upsert_fact, after redirecting a similar fact onto the
     existing row's key. `similarity` is the config's [memory] dedupe_similarity."""

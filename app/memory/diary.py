@@ -24,9 +24,10 @@ class DiaryEntry:
 
 def add_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entry: str, *,
                     is_extractive: bool, worker: str, created_at: str | None = None,
-                    from_outside: bool = False) -> WriteAction:
+                    from_outside: bool = True) -> WriteAction:
     """The session's entry, written or replacing the one it had: "insert" or "update".
-    `from_outside`: the session it sums up held content from outside."""
+    `from_outside` (app.memory.provenance.is_outside; unstated: outside): the entry is, or
+    sums up, content from outside."""
     created_at = created_at or utc_now()
     old = con.execute("SELECT entry FROM diary WHERE user_id = ? AND session_id = ?",
                       (user_id, session_id)).fetchone()
@@ -68,6 +69,25 @@ def import_diary_entry(con: apsw.Connection, user_id: str, session_id: str, entr
         return "unchanged"
     return add_diary_entry(con, user_id, session_id, entry, is_extractive=is_extractive,
                            worker=worker, created_at=created_at, from_outside=True)
+
+
+def remove_diary_entries(con: apsw.Connection, user_id: str, session_ids: list[str], *,
+                         worker: str) -> int:
+    """Delete the user's entries of the sessions `session_ids` (the diary job writes them
+    again from what the sessions still hold); returns how many. The log keeps that each
+    was there, not what it said."""
+    if not session_ids:
+        return 0
+    rows = (f"SELECT id FROM diary WHERE user_id = ? AND session_id IN "
+            f"({','.join('?' * len(session_ids))})")
+    con.execute(f"UPDATE memory_log SET old_value = NULL, new_value = NULL WHERE user_id = ? "
+                f"AND owner_kind = 'diary' AND owner_id IN (SELECT CAST(id AS TEXT) FROM "
+                f"({rows}))", (user_id, user_id, *session_ids))
+    log_deletions(con, f"SELECT ? AS user_id, 'diary' AS kind, id AS owner_id, "
+                  f"NULL AS old_value FROM ({rows})", worker=worker, created_at=utc_now(),
+                  params=(user_id, user_id, *session_ids))
+    con.execute(f"DELETE FROM diary WHERE id IN ({rows})", (user_id, *session_ids))
+    return con.changes()
 
 
 def clear_diary(con: apsw.Connection, *, worker: str) -> int:

@@ -2,6 +2,11 @@
 HTTP memory API, MCP clients) makes them the same way: as source and worker "user",
 through the dedupe policy, and answering with the row as it was stored, read in the same
 transaction. Run them on the front-end's writer (`service.edit(lambda con: ...)`).
+
+Each front-end states whose hand the edit is (`from_outside`,
+app.memory.provenance.is_outside): the owner's at the machine or on the memory page; a
+client's (the HTTP memory API, MCP) is content from outside, and so is an edit that
+states nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +16,11 @@ from dataclasses import dataclass
 import apsw
 
 from app.errors import NotFound
-from app.events import MAX_ID_LENGTH
 from app.memory.dedupe import SIMILAR_FACT_THRESHOLD, store_fact
 from app.memory.diary import add_diary_entry
 from app.memory.facts import Fact, get_fact, upsert_fact
 from app.memory.provenance import WriteAction
-from app.memory.validation import InvalidMemory, check_text
+from app.memory.validation import MAX_ID_LENGTH, InvalidMemory, check_text
 
 # A hand-written diary entry is a summary for the next session, not a transcript.
 DIARY_ENTRY_CHARS = 8000
@@ -38,10 +42,11 @@ class EditedFact:
 def remember_fact(con: apsw.Connection, user_id: str, category: str, key: str, value: str, *,
                   importance: float = 0.5,
                   similarity: float = SIMILAR_FACT_THRESHOLD,
-                  from_outside: bool = False) -> EditedFact:
+                  from_outside: bool = True) -> EditedFact:
     """The user states a fact: a new value, or a similar text under another key, supersedes
     the current fact (kept as history). `similarity` is [memory] dedupe_similarity;
-    `from_outside`: stated in a turn that held outside content (the agent's `remember`)."""
+    `from_outside`: not the owner's own hand, or stated reading outside content (module
+    docstring)."""
     written = store_fact(con, user_id, category, key, value, source="user", worker="user",
                          importance=importance, similarity=similarity,
                          from_outside=from_outside)
@@ -50,10 +55,10 @@ def remember_fact(con: apsw.Connection, user_id: str, category: str, key: str, v
 
 
 def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str, *,
-                 from_outside: bool = False) -> EditedFact:
+                 from_outside: bool = True) -> EditedFact:
     """A new value for a current fact, under its category and key: the old row is kept as
     superseded history. FactNotFound when the user has no such current fact.
-    `from_outside`: the new value is a model's (an MCP client's), not the user's own."""
+    `from_outside`: the new value is not the owner's own (module docstring)."""
     fact = get_fact(con, user_id, fact_id)
     if fact is None or fact.superseded_at is not None or fact.deleted_at is not None:
         raise FactNotFound(fact_id)
@@ -63,10 +68,12 @@ def correct_fact(con: apsw.Connection, user_id: str, fact_id: int, value: str, *
 
 
 def write_diary_entry(con: apsw.Connection, user_id: str, session_id: str,
-                      entry: str) -> WriteAction:
+                      entry: str, *, from_outside: bool = True) -> WriteAction:
     """The session's diary entry written by hand (a client's hand-off note for the next
-    session), replacing the one it had: "insert" or "update"."""
+    session), replacing the one it had: "insert" or "update". `from_outside`: not the
+    owner's own hand (module docstring): an MCP client's note is a model's text."""
     if not session_id.strip() or len(session_id) > MAX_ID_LENGTH or not session_id.isprintable():
         raise InvalidMemory(f"session_id must be 1 to {MAX_ID_LENGTH} printable characters")
     entry = check_text("value", entry, DIARY_ENTRY_CHARS)
-    return add_diary_entry(con, user_id, session_id, entry, is_extractive=False, worker="user")
+    return add_diary_entry(con, user_id, session_id, entry, is_extractive=False, worker="user",
+                           from_outside=from_outside)

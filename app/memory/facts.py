@@ -10,12 +10,11 @@ it, only the user setting it again. New statements of a fact arrive through
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import apsw
 
-from app.events import delete_events
 from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.memory.validation import (
     InvalidMemory,
@@ -113,19 +112,25 @@ def upsert_fact(
     worker: str,
     source_event_id: int | None = None,
     importance: float = 0.5,
-    from_outside: bool = False,
+    from_outside: bool = True,
 ) -> FactWrite:
     """One current fact per (user, category, key), without the dedupe of `store_fact`.
 
     Same value → unchanged; a new value supersedes the current row (kept, with
     superseded_at and superseded_by); a tombstoned key is left alone unless the user
-    sets it again. `from_outside`: the statement came from outside content (an unchanged
-    fact stays from outside only if every statement of it did).
+    sets it again. `from_outside` (app.memory.provenance.is_outside; unstated: outside):
+    the statement is content from outside (an unchanged fact stays from outside only if
+    every statement of it did).
     """
     key, value = check_fact(category, source, key, value)
     importance = min(1.0, max(0.0, float(importance)))
     now = utc_now()
     current = current_fact(con, user_id, category, key)
+    # A forgotten fact's tombstone keeps only hashes of its key and value (forget.py).
+    forgotten = current_fact(con, user_id, category, forgotten_key(key)) if current is None else None
+    if (forgotten is not None and source != "user"
+            and not _a_new_statement(con, forgotten, value, source_event_id)):
+        return FactWrite("tombstoned", None)
     if current is not None:
         if (current.deleted_at is not None and source != "user"
                 and not _a_new_statement(con, current, value, source_event_id)):
@@ -169,64 +174,30 @@ def delete_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
     return True
 
 
-@dataclass(frozen=True)
-class Forgotten:
-    """What `forget_fact` removed: the fact's versions, and the source messages if asked."""
-
-    fact_id: int
-    category: str
-    key: str
-    versions: int
-    events: int
-
-    def to_json(self) -> dict:
-        return {"forgotten": self.fact_id, "category": self.category, "key": self.key,
-                "versions": self.versions, "events": self.events}
-
-
 def value_hash(value: str) -> str:
     """What a forgotten fact keeps of its value: enough to know the same statement again."""
     return hashlib.sha256(normalise_key(value).encode("utf-8")).hexdigest()
 
 
-def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str = "user",
-                with_sources: bool = False) -> Forgotten | None:
-    """Forget a current fact for good: its value and every earlier version of it, their
-    vectors and FTS rows, and the values in memory_log; with `with_sources`, the messages
-    it was learned from too (app.events.delete_events). None when there is no such fact.
+FORGOTTEN_KEY_PREFIX = "forgotten:"
 
-    The (category, key) row stays as a tombstone holding a hash of the value, so no
-    worker learns the same statement again, nor anything from messages older than the
-    forget; a later, different statement is a new fact.
-    """
-    current = con.execute(
-        "SELECT category, key, value FROM facts WHERE id = ? AND user_id = ? "
-        "AND superseded_at IS NULL AND deleted_at IS NULL", (fact_id, user_id)).fetchone()
-    if current is None:
-        return None
-    category, key, value = current
-    versions = [(row[0], row[1]) for row in con.execute(
-        "SELECT id, source_event_id FROM facts WHERE user_id = ? AND category = ? AND key = ?",
-        (user_id, category, key))]
-    ids = [version_id for version_id, _ in versions]
-    now = utc_now()
-    marks = ", ".join("?" * len(ids))
-    con.execute(f"DELETE FROM embeddings WHERE owner_kind = 'fact' AND owner_id IN ({marks})",
-                ids)
-    # memory_log keeps that each change happened, not what it said.
-    con.execute(f"UPDATE memory_log SET old_value = NULL, new_value = NULL WHERE user_id = ? "
-                f"AND owner_kind = 'fact' AND owner_id IN ({marks})",
-                [user_id, *(str(i) for i in ids)])
-    con.execute(f"UPDATE facts SET superseded_by = NULL WHERE superseded_by IN ({marks})", ids)
-    con.execute(f"DELETE FROM facts WHERE id IN ({marks}) AND id != ?", [*ids, fact_id])
-    con.execute("UPDATE facts SET value = '', forgotten_hash = ?, deleted_at = ?, "
-                "updated_at = ?, source_event_id = NULL WHERE id = ?",
-                (value_hash(value), now, now, fact_id))
-    log_change(con, user_id, "fact", fact_id, "delete", None, None, worker=worker, created_at=now)
-    events = 0
-    if with_sources:
-        events = delete_events(con, user_id, [e for _, e in versions if e is not None])
-    return Forgotten(fact_id, category, key, len(ids), events)
+
+def forgotten_key(key: str) -> str:
+    """What a forgotten fact keeps of its key: a hash, enough to know the same key again
+    (the key named what was forgotten, so it is forgotten too)."""
+    if key.startswith(FORGOTTEN_KEY_PREFIX):
+        return key
+    return FORGOTTEN_KEY_PREFIX + hashlib.sha256(normalise_key(key).encode("utf-8")).hexdigest()
+
+
+def forget_old_keys(con: apsw.Connection) -> int:
+    """Hash the keys forgotten facts kept before keys were forgotten too (rebuild); returns
+    how many."""
+    rows = list(con.execute("SELECT id, key FROM facts WHERE forgotten_hash IS NOT NULL "
+                            "AND key NOT LIKE ?", (FORGOTTEN_KEY_PREFIX + "%",)))
+    for fact_id, key in rows:
+        con.execute("UPDATE facts SET key = ? WHERE id = ?", (forgotten_key(key), fact_id))
+    return len(rows)
 
 
 def is_forgotten(con: apsw.Connection, fact: Fact) -> bool:
@@ -285,6 +256,8 @@ def import_fact(con: apsw.Connection, user_id: str, record: FactRecord, *, worke
     one is stored as its history ("insert", already superseded). The log is dated
     when the fact was stated.
     """
+    if record.forgotten_hash is not None:  # an export made before keys were forgotten too
+        record = replace(record, key=forgotten_key(record.key))
     row = con.execute("SELECT id FROM facts WHERE user_id = ? AND category = ? AND key = ? "
                       "AND created_at = ? AND value = ?",
                       (user_id, record.category, record.key, record.created_at,

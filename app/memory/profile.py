@@ -37,11 +37,12 @@ def set_profile(
     source: str,
     worker: str,
     source_event_id: int | None = None,
-    from_outside: bool = False,
+    from_outside: bool = True,
 ) -> WriteAction:
     """Upsert one profile key. A key the user deleted is not re-created by a worker.
-    `from_outside`: the value came from outside content (kept as it is for an unchanged
-    value only if every statement of it did)."""
+    `from_outside` (app.memory.provenance.is_outside; unstated: outside): the value is
+    content from outside (kept as it is for an unchanged value only if every statement of
+    it did)."""
     key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)
     now = utc_now()
     row = con.execute(

@@ -1,16 +1,43 @@
-"""Provenance: each change to a profile key, fact, card or diary entry, in memory_log.
+"""Provenance: whose hand each stored row and context layer is (`is_outside`, the one rule
+of docs/trust.md, *The rules*), and each change to a profile key, fact, card or diary
+entry (memory_log).
 
-The write functions of this package record their change here in the same transaction
-as the change itself, once per change, so the log and the rows never disagree; nothing
-outside the package writes memory_log. "Why do you know that?", `as_of` queries and
-undo all read it.
+Every write path states its provenance through `is_outside`: a row is the owner's only
+when the owner's own hand wrote it — the person's message as typed, the CLI at the
+machine, the memory page signed in as that user — or Hilo made it from nothing but the
+owner's; anything else, and a write that states nothing, is content from outside (the
+schema's default too, migrations/0021_provenance_by_default.sql).
+
+The write functions of this package record their change in memory_log in the same
+transaction as the change itself, once per change, so the log and the rows never
+disagree; nothing outside the package writes memory_log. "Why do you know that?",
+`as_of` queries and undo all read it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 import apsw
+
+# Whose hand a write is. "owner": the person's own (a message as typed, the CLI at the
+# machine, the memory page signed in as them); "hilo": what Hilo makes (a model's reply,
+# what learning derives, its own tools' results); "outside": anyone else's (a client's
+# history, the HTTP memory API and MCP, an import, a web page, a client's tool).
+Hand = Literal["owner", "hilo", "outside"]
+HANDS: tuple[str, ...] = ("owner", "hilo", "outside")
+
+
+def is_outside(hand: Hand | None = None, *, reading: Iterable[bool] | bool = ()) -> bool:
+    """Whether what `hand` writes is content from outside: always for "outside" (and when
+    no hand is stated); for the owner's hand and Hilo's, when anything it quotes, was
+    made from or was written while reading (`reading`: each such item's own answer) is.
+    """
+    if hand not in ("owner", "hilo"):
+        return True
+    return reading if isinstance(reading, bool) else any(reading)
+
 
 # What a write did, as the write functions report it to their callers.
 WriteAction = Literal["insert", "update", "supersede", "unchanged", "tombstoned"]
@@ -29,13 +56,15 @@ def log_change(con: apsw.Connection, user_id: str, kind: OwnerKind, owner_id: st
     )
 
 
-def log_deletions(con: apsw.Connection, rows: str, *, worker: str, created_at: str) -> None:
-    """Log as deleted the rows `rows` selects as (user_id, kind, owner_id, old_value)."""
+def log_deletions(con: apsw.Connection, rows: str, *, worker: str, created_at: str,
+                  params: tuple = ()) -> None:
+    """Log as deleted the rows `rows` (with `params`) selects as (user_id, kind, owner_id,
+    old_value)."""
     # as_of queries replay memory_log, so a row cleared in bulk must be logged gone.
     con.execute(
         "INSERT INTO memory_log (user_id, owner_kind, owner_id, action, old_value, new_value, "
         f"worker, created_at) SELECT user_id, kind, owner_id, 'delete', old_value, NULL, ?, ? "
-        f"FROM ({rows})", (worker, created_at))
+        f"FROM ({rows})", (worker, created_at, *params))
 
 
 # A change that takes back or corrects what a prompt may already show: a delete or

@@ -20,6 +20,7 @@ class SessionInfo:
     last_event_at: str
     ended_at: str | None
     events: int
+    from_outside: bool = True  # it holds content from outside (app/memory/provenance.py)
     user_id: str = ""
     title: str = ""  # the first words of its first user message (else of its first message)
 
@@ -43,11 +44,12 @@ _FIRST_SAID = ("(SELECT substr(e.content, 1, 400) FROM events e WHERE e.id = (SE
 def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> list[SessionInfo]:
     """The user's sessions, the latest active first, each with its title."""
     return [
-        SessionInfo(*row[:5], user_id=user_id, title=session_title(row[5] or row[6]))
+        SessionInfo(*row[:5], from_outside=bool(row[5]), user_id=user_id,
+                    title=session_title(row[6] or row[7]))
         for row in con.execute(
             "SELECT s.id, s.started_at, s.last_event_at, s.ended_at, "
             "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id), "
-            f"{_FIRST_SAID.format(role='user')}, {_FIRST_SAID.format(role='%')} "
+            f"s.from_outside, {_FIRST_SAID.format(role='user')}, {_FIRST_SAID.format(role='%')} "
             "FROM sessions s WHERE s.user_id = ? ORDER BY s.last_event_at DESC LIMIT ?",
             (user_id, limit),
         )

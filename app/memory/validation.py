@@ -13,6 +13,8 @@ from app.errors import InvalidInput
 from app.sanitize import clean_text, redact_named_value
 
 SOURCES = ("agent", "user")
+# Ids (users, sessions, tool calls) are stored, queued and logged as they are.
+MAX_ID_LENGTH = 200
 
 
 class InvalidMemory(InvalidInput, ValueError):

@@ -10,6 +10,7 @@
     translate.py    an Ollama chat request and its reply, for a server that speaks only OpenAI's
     embedders.py    the models that turn text into vectors
     token_count.py  token estimates, calibrated from what the server reports
+    prompt_speed.py how fast the server reads a prompt, from its counters on every reply
     probe.py        are the models a configuration names there?
     json_modes.py   how a server takes a request for JSON: a ladder, learned once per server and model
     minilm.py       all-MiniLM-L6-v2 on ONNX Runtime: the `local` embedder's model

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
 from app.model.messages import Message, ReplyRecord, ToolSpec, cached_tokens, tool_calls_of
+from app.model.prompt_speed import prompt_read
 from app.model.stream import ACCEPTED, ChatReply
 from app.model.transport import Transport, frame_field
 
@@ -103,6 +104,7 @@ def _ollama_reply(frame: Mapping[str, Any], text: str, model: str,
         done_reason=frame.get("done_reason"),
         tool_calls=tuple(tool_calls),
         prompt_cached_count=frame.get("prompt_eval_cached_count"),
+        prompt_read=prompt_read(dict(frame)),
     )
 
 
@@ -161,7 +163,7 @@ class OpenAIAPI:
                 if frame is _DONE:
                     calls.end_of_openai_stream()
                     return _openai_reply(usage, "".join(received), model, finish_reason,
-                                         calls.tool_calls)
+                                         calls.tool_calls, calls.prompt_read)
                 usage = frame.get("usage") or usage
                 calls.read_openai(frame)
                 for choice in frame.get("choices") or []:
@@ -173,7 +175,8 @@ class OpenAIAPI:
         if finish_reason is not None:
             # Some servers close without [DONE]; a finish_reason already says the reply is whole.
             calls.end_of_openai_stream()
-            return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls)
+            return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls,
+                                 calls.prompt_read)
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
@@ -184,7 +187,9 @@ class OpenAIAPI:
         text = frame_field(data, "choices", 0, "message", "content")
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
-        return _openai_reply(data.get("usage") or {}, text, model, frame_field(data, "choices", 0, "finish_reason"))
+        return _openai_reply(data.get("usage") or {}, text, model,
+                             frame_field(data, "choices", 0, "finish_reason"),
+                             read=prompt_read(dict(data)) if isinstance(data, Mapping) else None)
 
     def generate_json(
         self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
@@ -218,7 +223,8 @@ class OpenAIAPI:
 
 
 def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None,
-                  tool_calls: Sequence[dict[str, Any]] = ()) -> ChatReply:
+                  tool_calls: Sequence[dict[str, Any]] = (),
+                  read: tuple[int, float] | None = None) -> ChatReply:
     return ChatReply(
         text=text,
         model=model,
@@ -227,6 +233,7 @@ def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason
         done_reason=finish_reason,
         tool_calls=tuple(tool_calls),
         prompt_cached_count=cached_tokens(usage),
+        prompt_read=read,
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.events import Event, InvalidEvent
+from app.model.prompt_speed import prompt_read
 from app.sanitize import clean_text
 
 Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
@@ -66,10 +67,21 @@ def image_count(message: Mapping[str, Any]) -> int:
     return count
 
 
-# Documents a client's search found, quoted into a message: Open WebUI's RAG template
-# (DEFAULT_RAG_TEMPLATE in its config.py, 0.6 to 0.12) puts them between <context> tags in
-# the user's message, or in the system message with RAG_SYSTEM_CONTEXT.
-_RETRIEVED_DOCUMENTS = re.compile(r"<context>.*?</context>", re.DOTALL)
+# Documents a client's search found, quoted into a message, recognised by the structure
+# RAG templates give them (tests/fixtures/rag.py holds each form): Open WebUI's
+# (DEFAULT_RAG_TEMPLATE in its config.py) wraps them in <context>, each a <source id=…> (or
+# in 0.5 a <source_id> and <source_context>), in the user's message or the system message
+# with RAG_SYSTEM_CONTEXT; others use <documents>/<document>, AnythingLLM "[CONTEXT n]:",
+# LlamaIndex's and LangChain's templates their opening sentence. An opening tag is
+# enough: a template edited, or a message cut short, may never close it.
+_RETRIEVED_DOCUMENTS = re.compile(
+    r"<\s*(?:context|sources?|source_id|source_context|documents?|document_content"
+    r"|search_results?)\b[^<>]*>"
+    r"|^\s*\[CONTEXT \d+\]:"
+    r"|^\s*Context information is below\b"
+    r"|\bUse the following (?:pieces of retrieved )?context\b"
+    r"|\bRespond to the user query using the provided context\b",
+    re.IGNORECASE | re.MULTILINE)
 
 
 def quotes_retrieved_documents(message: Mapping[str, Any]) -> bool:
@@ -246,7 +258,8 @@ class ClientChat:
     messages and last message when the stored window is to go before that message);
     `query` is what the memory layers are retrieved for. `sent`: how many of `messages`
     the client sent (None: all); the rest are an agent turn's own calls and results, whose
-    provenance their events carry (app/turn/agent.py).
+    provenance their events carry (app/turn/agent.py). `events`: the stored events the
+    client's messages are (app/api/conversation.py), whose provenance the turn reads.
     """
 
     api: str
@@ -255,6 +268,7 @@ class ClientChat:
     with_window: bool
     query: str
     sent: int | None = None
+    events: tuple[Event, ...] = ()
 
     @property
     def model(self) -> str:
@@ -287,6 +301,7 @@ class ReplyRecord:
     done_reason: str | None = None
     prompt_eval_count: int | None = None
     prompt_cached_count: int | None = None
+    prompt_read: tuple[int, float] | None = None  # tokens and ms read anew (prompt_speed)
     eval_count: int | None = None
     finished: bool = False
     media_type: str = "application/json"
@@ -314,6 +329,7 @@ class ReplyRecord:
             self.done_reason = frame.get("done_reason") or self.done_reason
             self.prompt_eval_count = frame.get("prompt_eval_count")
             self.prompt_cached_count = frame.get("prompt_eval_cached_count")
+            self.prompt_read = prompt_read(dict(frame))
             self.eval_count = frame.get("eval_count")
 
     def read_openai(self, frame: Mapping[str, Any]) -> None:
@@ -323,6 +339,8 @@ class ReplyRecord:
             self.prompt_eval_count = usage.get("prompt_tokens")
             self.prompt_cached_count = cached_tokens(usage)
             self.eval_count = usage.get("completion_tokens")
+        if isinstance(frame.get("timings"), Mapping):  # llama.cpp's server
+            self.prompt_read = prompt_read({"timings": dict(frame["timings"])})
         for choice in frame.get("choices") or []:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue  # with n > 1, the first choice is the one remembered

@@ -20,6 +20,9 @@ class ChatReply:
     tool_calls: tuple[dict[str, Any], ...] = ()
     # Of the prompt's tokens, those the server found in its cache (None if unreported).
     prompt_cached_count: int | None = None
+    # (tokens, milliseconds) of prompt the server read anew, from its own counters
+    # (app/model/prompt_speed.py: prompt_read); None if unreported.
+    prompt_read: tuple[int, float] | None = None
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

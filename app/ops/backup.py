@@ -6,9 +6,11 @@ transaction on the source, so the copy is the snapshot of the moment it began (W
 the writers never wait for it) and the copy is never restarted by their commits.
 `restore` puts a verified backup in place of the live file, keeping the old one;
 it refuses while a worker or server is running (their pid files, app/datadir.py).
-`rebuild` re-derives the full-text indexes and, with all_layers, clears every derived
-layer so the workers redo it from the events and the user's own edits (they are the truth;
-everything else is derived from them).
+`rebuild` re-derives the full-text indexes (which also drops the words of rows deleted
+before the indexes deleted securely) and hashes the keys facts forgotten before keys were
+forgotten too kept; with all_layers, it first clears every derived layer so the workers
+redo it from the events and the user's own edits (they are the truth; everything else is
+derived from them).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from app.memory import (
     clear_diary,
     restore_user_facts,
 )
+from app.memory.facts import forget_old_keys
 from app.recall.vectors import rebuild_indexes
 
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
@@ -355,6 +358,7 @@ class RebuildReport:
     all_layers: bool
     cleared: dict[str, int] = field(default_factory=dict)
     vector_indexes: int = 0  # approximate indexes written (blocks above ann_threshold)
+    forgotten_keys: int = 0  # keys of facts forgotten before keys were, hashed now
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -424,6 +428,8 @@ def rebuild(config: Config, all_layers: bool = False,
                 con.execute("ROLLBACK")
                 raise
         done = CLEAR_STEPS if all_layers else 0
+        with con:  # before the indexes are rebuilt: the old keys leave them too
+            forgotten_keys = forget_old_keys(con)
         for table in FTS_TABLES:
             # One statement, one transaction: readers see the old index until it commits.
             con.execute(f"INSERT INTO {table} ({table}) VALUES ('rebuild')")
@@ -436,4 +442,4 @@ def rebuild(config: Config, all_layers: bool = False,
     finally:
         con.close()
     return RebuildReport(fts_tables=list(FTS_TABLES), all_layers=all_layers, cleared=cleared,
-                         vector_indexes=vector_indexes)
+                         vector_indexes=vector_indexes, forgotten_keys=forgotten_keys)

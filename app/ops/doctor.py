@@ -26,6 +26,7 @@ from app.db import (
 from app.memory.bootstrap import read_bootstrap
 from app.model.probe import ModelStatus, probe_embedder, probe_models
 from app.model.token_count import estimate_tokens
+from app.ops.transfer.memory_md import imported_memory_md_path
 from workers.inspection import QueueError, QueueView
 from workers.queue import configure as bind_queue
 from workers.queue import held_locks
@@ -169,6 +170,11 @@ def check_bootstrap(config: Config) -> Check:
     if tokens > cap:
         return Check("MEMORY.md", Status.WARN, f"about {tokens} tokens; only {cap} are sent",
                      "shorten MEMORY.md or raise [memory] bootstrap_max_tokens")
+    pending = imported_memory_md_path(config)
+    if pending.exists():
+        return Check("MEMORY.md", Status.WARN, f"about {tokens} tokens; an imported one waits at "
+                     f"{pending}, which no conversation reads",
+                     "read it, then run `hilo memory accept-import` to use it, or delete it")
     return Check("MEMORY.md", Status.OK, f"about {tokens} tokens")
 
 

@@ -184,15 +184,24 @@ class Why:
     when: tuple[str, ...] = ()
     cosine: float | None = None
     beside: int | None = None  # the event id of that match
-    link: str | None = None  # how: "reply" or "question" (app/recall/streams.py, reach)
+    link: str | None = None  # how: "reply", "question" or "near" (streams.py, reach)
+    found_by: tuple[str, ...] = ()  # with nothing else to say: the streams that found it
 
     def __bool__(self) -> bool:
-        return bool(self.words or self.when or self.cosine is not None or self.beside)
+        return bool(self.words or self.when or self.cosine is not None or self.beside
+                    or self.found_by)
+
+    @property
+    def evidence(self) -> bool:
+        """Evidence of its own: words, a time the question names, or a close meaning."""
+        return bool(self.words or self.when or (
+            self.cosine is not None and self.cosine >= SEARCH_MIN_SIMILARITY))
 
     def to_dict(self) -> dict:
         return {name: value for name, value in (
             ("words", list(self.words)), ("when", list(self.when)), ("cosine", self.cosine),
-            ("beside", self.beside), ("link", self.link)) if value}
+            ("beside", self.beside), ("link", self.link), ("found_by", list(self.found_by)))
+            if value}
 
     def text(self) -> str:
         """One line for people: "words: dog, named; said in may 2023"."""
@@ -202,15 +211,19 @@ class Why:
         if self.when:
             parts.append("said in " + " or ".join(self.when))
         if self.cosine is not None:
-            parts.append(f"close in meaning ({self.cosine:.2f})")
+            parts.append(("close in meaning" if self.cosine >= SEARCH_MIN_SIMILARITY
+                          else "near in meaning") + f" ({self.cosine:.2f})")
         if self.beside:
             parts.append(_LINKS.get(self.link or "", "said beside event #{}").format(self.beside)
                          + ", which matches")
+        if self.found_by and not parts:
+            parts.append("ranked by " + ", ".join(self.found_by))
         return "; ".join(parts)
 
 
 # How an event without evidence of its own is said beside one that has it.
-_LINKS = {"reply": "the reply to event #{}", "question": "the question event #{} answers"}
+_LINKS = {"reply": "the reply to event #{}", "question": "the question event #{} answers",
+          "near": "said near event #{}"}
 
 
 @dataclass(frozen=True)
@@ -263,28 +276,55 @@ SEARCH_MIN_SIMILARITY = 0.6
 def search_memory(con: apsw.Connection, user_id: str, text: str, limit: int = 10, *,
                   recall: Recall, embedder: Embedder | None = None,
                   now: datetime | None = None) -> list[SearchHit]:
-    """What in memory matches the text, ranked as a chat turn ranks it (the same query,
-    time labels and fusion): facts, then cards, then raw events (compacted ones
-    included), each with why it matches (`Why`); no match, no hits. Searched through
-    `recall` (a ChatService's, or the caller's own Recall()); `now` is when the text is
-    asked ("yesterday" counts from it)."""
-    hits: list[SearchHit] = []
+    """What ranks highest for the text, as a chat turn ranks it (the same query, time
+    labels and fusion): facts, cards and raw events (compacted ones included) by their
+    fused score, the top `limit` of each kind's fusion and nothing left out, each with
+    why it is there (`reasons`). When nothing has evidence of its own (words, a time it
+    names, a close meaning), no hits. Searched through `recall` (a ChatService's, or the
+    caller's own Recall()); `now` is when the text is asked ("yesterday" counts from it)."""
     query = make_query(user_id, text, embedder, recall=recall, con=con, now=now)
+    found = [c for kind in ("fact", "card", "event")
+             for c in search(con, user_id, text, kind, limit, query=query)]
+    top = sorted(found, key=lambda c: -c.score)[:limit]  # stable: kinds in that order on ties
+    whys: dict[tuple[str, int], Why] = {}
     for kind in ("fact", "card", "event"):
-        found = search(con, user_id, text, kind, _stream_depth(limit), query=query)
-        whys = why_matched(con, query, kind, found)
-        for candidate in found:
-            if len(hits) >= limit:
-                return hits
-            if candidate.id not in whys:
-                continue
-            row = con.execute(_TEXT_SQL[kind], (candidate.id, user_id)).fetchone()
-            if row and kind == "event":
-                row = (said_text(*row[:3]), *row[3:])
-            if row:
-                hits.append(SearchHit(kind, candidate.id, row[0], row[1], candidate,
-                                      bool(row[2]), whys[candidate.id]))
+        whys.update(((kind, owner_id), why) for owner_id, why in
+                    reasons(con, query, kind, [c for c in top if c.kind == kind]).items())
+    if not any(why.evidence for why in whys.values()):
+        return []
+    hits: list[SearchHit] = []
+    for candidate in top:
+        row = con.execute(_TEXT_SQL[candidate.kind], (candidate.id, user_id)).fetchone()
+        if row and candidate.kind == "event":
+            row = (said_text(*row[:3]), *row[3:])
+        if row:
+            hits.append(SearchHit(candidate.kind, candidate.id, row[0], row[1], candidate,
+                                  bool(row[2]), whys[(candidate.kind, candidate.id)]))
     return hits
+
+
+def reasons(con: apsw.Connection, query: Query, kind: OwnerKind,
+            found: list[Candidate]) -> dict[int, Why]:
+    """Why each of `found` ranks where it does: what why_matched says, else its meaning's
+    closeness (any cosine), else, for an event, the match it was said near, else the
+    streams that found it."""
+    whys = why_matched(con, query, kind, found)
+    rest = [c for c in found if c.id not in whys]
+    if rest and query.model is not None and query.vector_now() is not None:
+        cosines = dict(nearest(con, query, kind, 2 * max(len(found), STREAM_DEPTH)))
+        whys.update((c.id, Why(cosine=round(cosines[c.id], 3))) for c in rest
+                    if c.id in cosines)
+    rest = [c for c in found if c.id not in whys]
+    if rest and kind == "event" and whys:
+        spreads, _ = reach(con, query.user_id, list(whys))
+        near: dict[int, Why] = {}
+        for c in found:  # best first: an event is near the best match reaching it
+            for spread in spreads.get(c.id, []) if c.id in whys else []:
+                near.setdefault(spread.neighbour, Why(beside=c.id, link=spread.link))
+        whys.update((c.id, near[c.id]) for c in rest if c.id in near)
+    whys.update((c.id, Why(found_by=tuple(s for s in c.ranks if s in MATCH_STREAMS)))
+                for c in found if c.id not in whys)
+    return whys
 
 
 def why_matched(con: apsw.Connection, query: Query, kind: OwnerKind,

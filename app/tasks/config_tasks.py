@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 
 from app.config import Config, ConfigError
+from app.memory.provenance import is_outside
 from app.tasks.schedule import Schedule, ScheduleError, is_fixed_moment, parse_schedule
 from app.tasks.store import (
     TaskError,
@@ -139,7 +140,8 @@ def sync_config_tasks(writer: Writer, config: Config,
                     continue
                 insert_task(con, user_id=spec.user_id, name=spec.name, schedule=spec.schedule,
                             prompt=spec.prompt, source="config", trusted=spec.trusted,
-                            paused=spec.paused, now=now)
+                            paused=spec.paused, now=now,
+                            from_outside=is_outside("owner"))  # the owner's config.toml
                 counts.added += 1
                 continue
             wanted = (spec.schedule.cron_expr, spec.schedule.original, spec.prompt,

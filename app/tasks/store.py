@@ -16,6 +16,11 @@ before migration 0026 kept no such record ("unrecorded").
 A trusted task's runs may use the terminal without asking. Only the owner at the
 machine trusts one (`hilo tasks add --trusted`, `hilo tasks trust`, config.toml): the
 HTTP API refuses to, and MCP, the model's tool and imports add tasks untrusted.
+
+Each task records whose hand its prompt is (`from_outside`, app.memory.provenance): the
+owner's at the machine or in config.toml, or Hilo's agent's from the owner's words; from
+outside for the HTTP API, MCP, an import, or an agent that read outside content, and for
+an add that states nothing.
 """
 
 from __future__ import annotations
@@ -97,6 +102,8 @@ class ScheduledTask:
     retry_at: str | None = None
     # Its own time zone (migration 0005); None: it follows [schedule] timezone.
     timezone: str | None = None
+    # Its prompt is not the owner's own hand (module docstring; migration 0021).
+    from_outside: bool = True
 
     @property
     def session_id(self) -> str:
@@ -104,9 +111,9 @@ class ScheduledTask:
 
     @property
     def prompt_from_outside(self) -> bool:
-        """Whether its prompt is text no person at this machine wrote or authorised: an
-        imported task's, until the owner trusts the task (`hilo tasks trust ID`)."""
-        return self.source == "import" and not self.is_trusted
+        """Whether its prompt is text no person at this machine wrote or authorised (the
+        module docstring), until the owner trusts the task (`hilo tasks trust ID`)."""
+        return self.from_outside and not self.is_trusted
 
     def zone(self, config: Config) -> str:
         """The time zone its schedule is read in."""
@@ -150,7 +157,7 @@ def moment_or_now(now: datetime | None) -> datetime:
 _TASK_COLUMNS = (
     "t.id, t.user_id, t.name, t.cron_expr, t.original_schedule, t.prompt, t.source, "
     "t.is_oneshot, t.is_paused, t.is_trusted, t.next_run_at, t.last_run_at, t.created_at, "
-    "t.updated_at, r.status, r.error, r.retry_at, t.timezone"
+    "t.updated_at, r.status, r.error, r.retry_at, t.timezone, t.from_outside"
 )
 # Each task with its latest run.
 _TASK_SELECT = (
@@ -161,13 +168,14 @@ _TASK_SELECT = (
 
 def _row_to_task(row: tuple) -> ScheduledTask:
     (id_, user_id, name, cron_expr, original, prompt, source, oneshot, paused, trusted,
-     next_run_at, last_run_at, created_at, updated_at, status, error, retry_at, zone) = row
+     next_run_at, last_run_at, created_at, updated_at, status, error, retry_at, zone,
+     from_outside) = row
     return ScheduledTask(
         id=id_, user_id=user_id, name=name, cron_expr=cron_expr, original_schedule=original,
         prompt=prompt, source=source, is_oneshot=bool(oneshot), is_paused=bool(paused),
         is_trusted=bool(trusted), next_run_at=next_run_at, last_run_at=last_run_at,
         created_at=created_at, updated_at=updated_at, last_status=status, last_error=error,
-        retry_at=retry_at, timezone=zone,
+        retry_at=retry_at, timezone=zone, from_outside=bool(from_outside),
     )
 
 
@@ -293,18 +301,21 @@ def _next_task_id(con: apsw.Connection) -> int:
 
 def insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Schedule,
                 prompt: str, source: str, trusted: bool, paused: bool, now: datetime,
-                timezone_name: str | None = None) -> int:
-    """Store a task (its name and prompt already clean) in the caller's transaction; its id."""
+                from_outside: bool, timezone_name: str | None = None) -> int:
+    """Store a task (its name and prompt already clean) in the caller's transaction; its id.
+    `from_outside`: its prompt is not the owner's (module docstring)."""
     task_id = _next_task_id(con)
     next_run = schedule.next_run(now)
     stamp = to_rfc3339(now)
     con.execute(
         "INSERT INTO scheduled_tasks (id, user_id, name, cron_expr, original_schedule, prompt, "
         "source, is_oneshot, is_paused, is_trusted, next_run_at, last_run_at, created_at, "
-        "updated_at, timezone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
+        "updated_at, timezone, from_outside) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
         (task_id, user_id, name, schedule.cron_expr, schedule.original, prompt, source,
          int(schedule.is_oneshot), int(paused), int(trusted),
-         to_rfc3339(next_run) if next_run else None, stamp, stamp, timezone_name))
+         to_rfc3339(next_run) if next_run else None, stamp, stamp, timezone_name,
+         int(from_outside)))
     return task_id
 
 
@@ -337,8 +348,11 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *, sour
              user_id: str | None = None, name: str | None = None, oneshot: bool = False,
              trusted: bool = False, now: datetime | None = None,
              timezone_name: str | None = None,
-             wake: Callable[[datetime], object] | None = None) -> AddedTask:
+             wake: Callable[[datetime], object] | None = None,
+             from_outside: bool = True) -> AddedTask:
     """A new task, added through `source` (one of ADDED_THROUGH: who added it).
+    `from_outside` (app.memory.provenance.is_outside; unstated: outside): its prompt is
+    not the owner's.
 
     `schedule` is cron or plain language (app/tasks/schedule.py), read in `timezone_name`
     (kept with the task), else in [schedule] timezone (followed as it changes).
@@ -358,7 +372,8 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *, sour
     def write(con: apsw.Connection) -> ScheduledTask:
         task_id = insert_task(con, user_id=user_id, name=task_name, schedule=parsed,
                               prompt=task_prompt, source=source, trusted=trusted,
-                              paused=False, now=now, timezone_name=timezone_name)
+                              paused=False, now=now, timezone_name=timezone_name,
+                              from_outside=from_outside)
         return get_task(con, user_id, task_id)
 
     task = writer.submit(write)
@@ -514,7 +529,7 @@ def import_task(con: apsw.Connection, config: Config, user_id: str, record: Task
                         "from: add its [[scheduled_tasks]] entry to this config.toml to run it here")
     task_id = insert_task(con, user_id=user_id, name=name, schedule=schedule, prompt=prompt,
                           source="import", trusted=False, paused=record.paused, now=now,
-                          timezone_name=record.timezone)
+                          timezone_name=record.timezone, from_outside=True)
     wanted = record.task_id
     if wanted is not None and wanted > 0 and con.execute(
             "SELECT 1 FROM scheduled_tasks WHERE id = ? UNION ALL "

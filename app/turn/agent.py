@@ -286,7 +286,8 @@ class AgentTurn:
         messages = [*client.messages, *events_as_messages(self._events, client.api)]
         return service.answer(self.user_event, stored=stored, continued=self._events,
                               client=ClientChat(client.api, body, messages, client.with_window,
-                                                client.query, sent=len(client.messages)))
+                                                client.query, sent=len(client.messages),
+                                                events=client.events))
 
     # -- running the calls -----------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from app.model.messages import (
     events_as_messages,
     message_text,
 )
+from app.model.prompt_speed import PromptSpeed
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
 from app.model.transport import ModelActivity
@@ -329,7 +330,7 @@ class Turn:
                 # Words written while reading outside content carry it on.
                 from_outside=self.outcome.context.outside_content)
         if self._stream.done:
-            self.service.calibrate(self.outcome.context, self._stream.prompt_eval_count)
+            self.service.calibrate(self.outcome.context, self._stream.reply)
         record_turn(self.service.writer, self.outcome.context, self.outcome.user_event,
                     self.outcome.reply_event, self._stream.reply, self.outcome.error)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
@@ -399,6 +400,7 @@ class ChatService:
         self.recall = Recall(config.embedder.ann_threshold,
                              searches_vectors=self.embedder is not None)
         self.tokens = TokenCounter()
+        self.prompt_speed = PromptSpeed()
         self.working = WorkingMemory(config.memory.working_memory_cap)
         self.plans = ContextPlans()
         self._local = threading.local()
@@ -491,7 +493,8 @@ class ChatService:
             history_sent=client.sent if client else None,
             num_ctx=client.num_ctx if client else None, api=client.api if client else None,
             show_window=client is None or client.with_window, plan=plan,
-            message_id=before_event_id))
+            message_id=before_event_id,
+            prompt_speed=self.prompt_speed.tokens_per_second(model or self.config.llm.chat_model)))
         if turn and context.plan is not None:
             self.plans.put(user_id, session_id, context.plan)
         metrics.CONTEXT_BUILD_SECONDS.observe(time.perf_counter() - started)
@@ -565,8 +568,9 @@ class ChatService:
                                      history.query if history else user_event.content,
                                      client_system=client_system, model=model,
                                      before_event_id=user_event.id, client=history, turn=True)
-        # The message itself may be content from outside (an imported task's prompt).
-        context = context.reading([user_event, *continued])
+        # The message itself may be content from outside (an imported task's prompt), and
+        # so may what a client resends of the session (a reply written reading a page).
+        context = context.reading([user_event, *continued, *(client.events if client else ())])
         outcome = TurnOutcome(user_event, context, stored=list(stored))
         opts = {"temperature": self.config.llm.temperature, **(options or {})}
         started = time.perf_counter()
@@ -586,9 +590,13 @@ class ChatService:
             raise
         return Turn(self, outcome, stream, started, client)
 
-    def calibrate(self, context: BuiltContext, prompt_eval_count: int | None) -> None:
+    def calibrate(self, context: BuiltContext, reply: ChatReply | None) -> None:
+        """Learn from the server's counters: the prompt's tokens, and how fast it read them."""
+        if reply is None:
+            return
         chars = sum(len(message_text(m)) for m in context.messages)
-        self.tokens.observe(context.explain["model"], chars, prompt_eval_count)
+        self.tokens.observe(context.explain["model"], chars, reply.prompt_eval_count)
+        self.prompt_speed.observe(context.explain["model"], reply.prompt_read)
 
     def end_session(self, user_id: str, session_id: str) -> bool:
         """Close the session and ask the workers for its diary entry."""

@@ -14,8 +14,9 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
 
 - A stretch's first turn builds the system prompt: the stable layers first (bootstrap,
   profile, diary), then what is retrieved for that message (facts, cards, past
-  messages), at most `[memory] retrieved_max_tokens` — or, with `[memory]
-  fill_first_message`, as much as the budget holds for a conversation's first message.
+  messages), at most `[memory] retrieved_max_tokens` — or, for a conversation's first
+  message, what `[memory] fill_first_message` says: as much as the budget holds, or
+  ("auto", the default) as much as the engine reads in a configured extra time.
   The window starts there.
 - The stretch's later turns keep that system prompt, word for word, and the
   conversation grows append-only: the window keeps every event since the stretch began,
@@ -47,7 +48,6 @@ the items' own provenance, so the turn knows it may not act on it unasked
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import apsw
@@ -80,10 +80,9 @@ from app.model.messages import (
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
-from app.recall.sentences import WordsHeld
 from app.recall.state import Recall
 from app.sanitize import redact_secrets
-from app.turn.quotes import TRUNCATION_MARKER, Quote, past_events
+from app.turn.quotes import TRUNCATION_MARKER, Quote, pack_quotes, quotable_events
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
@@ -194,17 +193,6 @@ def _card_line(card: Card) -> str:
     return f"- [{card.created_at[:10]}] {card.summary}{keywords}"
 
 
-# How deep the past messages are searched for quoting: first the fusion's own depth, so
-# the search shares the BM25 and vector reads of the session stream; twice that only
-# when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
-# messages). On LoCoMo (tests/bench/locomo.py, quick) context recall is 0.933 with one
-# look, 0.935 with this, 0.938 looking 100 deep every time, which costs ~2 ms a turn at
-# 10^5 events.
-QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
-LOOK_DEEPER_BELOW = 0.75
-# Less room than this many tokens holds no quoted line worth having (date, role, words).
-MIN_EVENT_LINE_TOKENS = 12
-
 def _relevant(con: apsw.Connection, query: Query, kind: str, k: int):
     """Top-k relevant items, or the k most recent when nothing matches."""
     user_id = query.user_id
@@ -235,19 +223,14 @@ class _Budget:
             return min(self.left, self.retrieval)
         return self.left
 
-    def take_section(self, name: str, header: str, lines: list[str], *,
-                     shown_in: list | None = None,
-                     shorter: Callable[[int], str | None] | None = None
+    def take_section(self, name: str, header: str, lines: list[str]
                      ) -> tuple[str, LayerReport]:
-        """As many lines as fit under the header; nothing at all if not even one does.
-
-        Lines are taken in the order given (best first); with `shown_in` (one sort key
-        per line) the lines kept are shown in that order instead. A layer the user wrote
-        or that tells a story (bootstrap, profile, diary) stops at the first line that
-        does not fit; a retrieved one passes over it for the shorter ones below: with a
-        few hundred tokens of room, one long message would otherwise keep out every
-        match ranked after it. A retrieved line that does not fit may give way to its
-        shorter form, `shorter(i)` (a message quoted in part)."""
+        """As many lines as fit under the header, in the order given (best first);
+        nothing at all if not even one does. A layer the user wrote or that tells a
+        story (bootstrap, profile, diary) stops at the first line that does not fit; a
+        retrieved one passes over it for the shorter ones below: with a few hundred
+        tokens of room, one long line would otherwise keep out every match ranked after
+        it. (Past messages are packed by app/turn/quotes.py.)"""
         report = LayerReport(name, len(lines), 0, 0)
         if not lines:
             return "", report
@@ -255,16 +238,8 @@ class _Budget:
         block = f"\n\n{header}\n"
         spent = self.cost(block)
         kept: list[int] = []
-        shown = list(lines)
         for i, line in enumerate(lines):
             line_cost = self.cost(line + "\n")
-            fits = spent + line_cost <= room
-            short = shorter(i) if shorter and name in RETRIEVED and not fits else None
-            if short:
-                short_cost = self.cost(short + "\n")
-                if spent + short_cost <= room:
-                    shown[i], line_cost = short, short_cost
-                    report.shortened.add(i)
             if spent + line_cost > room:
                 if name in RETRIEVED:
                     continue
@@ -277,9 +252,7 @@ class _Budget:
         if name in RETRIEVED and self.retrieval is not None:
             self.retrieval -= spent
         report.included, report.tokens, report.kept = len(kept), spent, kept
-        if shown_in is not None:
-            kept = sorted(kept, key=lambda i: shown_in[i])
-        return block + "".join(shown[i] + "\n" for i in kept), report
+        return block + "".join(lines[i] + "\n" for i in kept), report
 
 
 def _outside_items(kind: str, items: list) -> list[str]:
@@ -354,38 +327,10 @@ def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
                      window: list[Event], carried: _Carried,
                      budget: _Budget) -> tuple[list[Candidate], list[Quote]]:
-    """The best-ranked past events worth quoting, best first, as quoted (whole, or the
-    sentences that hold the question's words): not in the window, not the live part of
-    this session (its un-compacted events: the window shows the recent ones, and the
-    message being answered is among them), and not what the request's messages already
-    say (`carried`: a client resends its history, compacted into cards or not). When the
-    question asks about one speaker's words, that speaker's messages come first."""
-    room = budget.room(retrieved=True)
-    if room < MIN_EVENT_LINE_TOKENS:
-        return [], []
-    in_window = {e.id for e in window}
-    held = WordsHeld(con, query.searched)
-    # A question about what one speaker said (the role label: app/recall/query.py) is
-    # answered in their messages: those are quoted first. LoCoMo development, context
-    # recall at the default budget: 0.709 -> 0.714 (multi-hop 0.379 -> 0.384); the
-    # evidence of such questions is that speaker's in 96 % of cases.
-    speaker = query.labels.role if query.labels is not None else None
-    kept: list[Candidate] = []
-    quotes: dict[int, Quote] = {}
-    for depth in QUOTE_DEPTHS:
-        candidates = search(con, query.user_id, query.text, "event", depth, query=query)
-        found = past_events(con, query.user_id, [c.id for c in candidates])
-        kept = [c for c in candidates if c.id in found and c.id not in in_window
-                and (found[c.id].session_id != session_id or found[c.id].compacted)
-                and not carried.holds(found[c.id].content)]
-        if speaker is not None:  # stable: the ranking holds within each speaker's messages
-            kept.sort(key=lambda c: found[c.id].role != speaker)
-        quotes = {c.id: quotes.get(c.id) or found[c.id].quote(held) for c in kept}
-        wanted = budget.cost(HEADERS["events"]) + sum(budget.cost(q.line + "\n")
-                                                     for q in quotes.values())
-        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
-            break
-    return kept, [quotes[c.id] for c in kept]
+    """The past events worth quoting in the room the budget leaves (app/turn/quotes.py)."""
+    header = budget.cost(f"\n\n{HEADERS['events']}\n")
+    return quotable_events(con, query, session_id, {e.id for e in window}, carried.holds,
+                           budget.room(retrieved=True) - header, budget.cost)
 
 
 def _fit_text(ratio: float, text: str, max_tokens: int) -> str:
@@ -422,6 +367,9 @@ class ContextRequest:
     past. `num_ctx` is the client's context window; `api` ("ollama" or "openai") the
     shape of the window's messages, by default the model server's.
 
+    `prompt_speed` is how fast the model server reads a prompt (app/model/prompt_speed.py):
+    with `[memory] fill_first_message = "auto"` it sizes a conversation's first message.
+
     `plan` is what the session's previous turn returned (BuiltContext.plan): while it
     still applies the turn continues its stretch (module docstring), and `window` then
     holds every event since the plan's `window_start`. `message_id` is the stored event
@@ -444,6 +392,7 @@ class ContextRequest:
     show_window: bool = True
     plan: ContextPlan | None = None
     message_id: int | None = None
+    prompt_speed: float | None = None  # prompt tokens a second the engine reads, if known
 
 
 def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
@@ -544,13 +493,31 @@ class _Turn:
             return False
         return not any(m.get("role") == "assistant" for m in self.tail)
 
+    def _first_message_room(self) -> tuple[bool, int | None]:
+        """Whether a conversation's first message gets more memory than later ones, and
+        what the retrieved sections may take (None: what the budget holds). With
+        `fill_first_message = "auto"`, what the engine reads in
+        `first_message_extra_seconds` beyond the default, at its measured speed; the
+        default while no speed is known."""
+        mem = self.config.memory
+        fill = str(mem.fill_first_message).lower()  # a config made in code may say True
+        if fill == "false" or not self._first_message():
+            return False, mem.retrieved_max_tokens
+        if fill == "true":
+            return True, None
+        speed = self.request.prompt_speed
+        if not speed:
+            return False, mem.retrieved_max_tokens
+        room = mem.retrieved_max_tokens + int(speed * mem.first_message_extra_seconds)
+        return True, None if room >= self.total else room
+
     # -- a new stretch ---------------------------------------------------------------------
 
     def start_stretch(self, key: tuple, reason: str) -> BuiltContext:
         con, mem, request = self.con, self.config.memory, self.request
         ratio, total, text, user_id = self.ratio, self.total, request.text, self.query.user_id
-        first = mem.fill_first_message and self._first_message()
-        budget = _Budget(ratio, total, None if first else mem.retrieved_max_tokens)
+        first, retrieval = self._first_message_room()
+        budget = _Budget(ratio, total, retrieval)
         opening, tail = self.opening, self.tail
         if request.history is None:
             # The system and user messages always go; if together they overflow, the system
@@ -757,10 +724,21 @@ class _Turn:
 
 
 def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport]:
-    """The past messages that fit, best first, shown in the order they were said."""
-    return budget.take_section("events", HEADERS["events"], [q.line for q in quotes],
-                               shown_in=[(q.event.created_at, q.event.id) for q in quotes],
-                               shorter=lambda i: quotes[i].part)
+    """The past messages that fit, packed to tell what was found (app/turn/quotes.py),
+    shown in the order they were said."""
+    report = LayerReport("events", len(quotes), 0, 0)
+    block = f"\n\n{HEADERS['events']}\n"
+    room = budget.room(retrieved=True) - budget.cost(block)
+    packed = pack_quotes(quotes, room, budget.cost) if quotes and room > 0 else None
+    if packed is None or not packed.kept:
+        return "", report
+    spent = budget.cost(block) + packed.tokens
+    budget.left -= spent
+    if budget.retrieval is not None:
+        budget.retrieval -= spent
+    report.included, report.tokens = len(packed.kept), spent
+    report.kept, report.shortened = packed.kept, packed.shortened
+    return block + packed.text(quotes), report
 
 
 def _explain_quotes(report: LayerReport, candidates: list[Candidate],

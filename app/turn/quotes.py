@@ -1,13 +1,22 @@
-"""Past messages as a turn's prompt quotes them: whole, or, when that does not fit, by
-the sentences that hold the question's words (app/turn/context.py chooses which)."""
+"""Past messages as a turn's prompt quotes them: which are worth quoting, and how many fit.
+
+A message is quoted whole, or by the sentences that hold the question's words (its
+part). Packing, best-ranked first: each message whole when it fits, else its part when
+that fits (a long message then tells its answer instead of being dropped), passing over
+what does not fit. They are shown oldest first under the day they were said, a day's
+date written once: on LoCoMo that leaves room for about one more message.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import apsw
 
+from app.recall.fusion import STREAM_DEPTH, Candidate, search
+from app.recall.query import Query
 from app.recall.sentences import WordsHeld, sentences
 
 TRUNCATION_MARKER = " […]"
@@ -17,13 +26,23 @@ EVENT_LINE_CHARS = 500
 # A message quoted in part keeps this many sentences after each that holds the
 # question's words: "I adopted a dog last week. His name is Buddy."
 QUOTE_AFTER = 1
-# A message shorter than this (~60 tokens) is quoted whole or not at all. LoCoMo
-# development (tests/bench/locomo.py, answer recall at the default budget; its turns
-# are short, 99 % under 340 characters): whole only 0.695; in part from 0, 250 and 400
-# characters 0.693, 0.694, 0.695 (keeping no sentence after each match: 0.694 and
-# 0.696). Quoting every message by its matching sentences alone costs a third of it:
-# the answer is often the sentence after the words asked about.
-PART_FROM_CHARS = 250
+# A message shorter than this is quoted whole or not at all: a sentence or two. LoCoMo
+# development (tests/bench/locomo.py, the default budget): from 160 characters context
+# recall 0.717, answer recall 0.720, found and not told 10.4 %; from 250 (as before)
+# 0.716, 0.717, 11.1 %. Telling the ten best-ranked messages first, each in part, cost
+# context recall (0.63-0.65 at 10.3-10.5 % not told; their single sentences: 0.39 at
+# 5.2 %): LoCoMo's short messages are best told whole.
+PART_FROM_CHARS = 160
+# How deep the past messages are searched for quoting: first the fusion's own depth, so
+# the search shares the BM25 and vector reads of the session stream; twice that only
+# when everything found fills less than LOOK_DEEPER_BELOW of the room left (short
+# messages). On LoCoMo (tests/bench/locomo.py, quick) context recall was 0.933 with one
+# look, 0.935 with this, 0.938 looking 100 deep every time, which costs ~2 ms a turn at
+# 10^5 events.
+QUOTE_DEPTHS = (STREAM_DEPTH, 2 * STREAM_DEPTH)
+LOOK_DEEPER_BELOW = 0.75
+# Less room than this many tokens holds no quoted line worth having (role and words).
+MIN_EVENT_LINE_TOKENS = 10
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,10 @@ class PastEvent:
         """The message as the prompt may quote it (Quote)."""
         return Quote(self, held)
 
+    @property
+    def day(self) -> str:
+        return self.created_at[:10]
+
 
 class Quote:
     """A past message as the prompt may quote it: whole (`line`), and, when some of its
@@ -48,9 +71,8 @@ class Quote:
     in when the whole would be cut (over EVENT_LINE_CHARS) or does not fit the room
     left: a long message then costs what its answer costs instead of being skipped. A
     message none of whose sentences holds a word (found by meaning, or beside a match)
-    has no part: nothing says which part answers. Whole is preferred otherwise: on
-    LoCoMo the answer is often in a sentence beside the words asked about. The part is
-    read only when asked for (a build considers a hundred messages and cuts a few)."""
+    has no part: nothing says which part answers. The part is read only when asked for
+    (a build considers a hundred messages and quotes a few)."""
 
     def __init__(self, event: PastEvent, held: WordsHeld) -> None:
         self.event, self._held = event, held
@@ -97,10 +119,90 @@ class Quote:
         return {"quoted": f"{len(kept)} of {len(said)} sentences"}
 
 
+# Who said a past message from outside, as a quote shows it: never the user's words.
+OUTSIDE_SPEAKER = "quoted from outside (not the user's words)"
+
+
 def _line(event: PastEvent, content: str) -> str:
     if len(content) > EVENT_LINE_CHARS:
         content = content[:EVENT_LINE_CHARS] + TRUNCATION_MARKER
-    return f"- [{event.created_at[:10]}] {event.role}: {content}"
+    speaker = event.role
+    if event.from_outside:  # documents a client retrieved, a page, a client's history
+        speaker = OUTSIDE_SPEAKER if event.role == "user" else f"{event.role}, from outside"
+    return f"- {speaker}: {content}"
+
+
+def day_line(day: str) -> str:
+    """The line a day's quoted messages are shown under."""
+    return f"[{day}]"
+
+
+@dataclass
+class Packed:
+    """Which quotes went in (by their place in the offer, best first), which of them in
+    part, and the tokens they take with their days' lines."""
+
+    kept: list[int]
+    shortened: set[int]
+    tokens: int
+
+    def text(self, quotes: list[Quote]) -> str:
+        """The kept quotes, oldest first, each day's under its date."""
+        order = sorted(self.kept, key=lambda i: (quotes[i].event.created_at, quotes[i].event.id))
+        lines, day = [], None
+        for i in order:
+            if quotes[i].event.day != day:
+                day = quotes[i].event.day
+                lines.append(day_line(day))
+            lines.append(quotes[i].part if i in self.shortened else quotes[i].line)
+        return "".join(line + "\n" for line in lines)
+
+
+def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> Packed:
+    """As many of the quotes as fit in `room` tokens, best first: each whole when it
+    fits, else in part when that fits, passing over what does not fit."""
+    kept: list[int] = []
+    shortened: set[int] = set()
+    days: set[str] = set()
+    spent = 0
+    for i, quote in enumerate(quotes):
+        day = quote.event.day
+        dated = 0 if day in days else cost(day_line(day) + "\n")
+        for line in (quote.line, quote.part):
+            if line and spent + dated + cost(line + "\n") <= room:
+                kept.append(i)
+                days.add(day)
+                spent += dated + cost(line + "\n")
+                if line != quote.line:
+                    shortened.add(i)
+                break
+    return Packed(kept, shortened, spent)
+
+
+def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: set[int],
+                    said: Callable[[str], bool], room: int,
+                    cost: Callable[[str], int]) -> tuple[list[Candidate], list[Quote]]:
+    """The best-ranked past events worth quoting, best first, as quoted (whole, or the
+    sentences that hold the question's words): not among `skip` (the window), not the
+    live part of this session (its un-compacted events: the window shows the recent
+    ones, and the message being answered is among them), and not what the request's
+    messages already say (`said`: a client resends its history, compacted or not)."""
+    if room < MIN_EVENT_LINE_TOKENS:
+        return [], []
+    held = WordsHeld(con, query.searched)
+    kept: list[Candidate] = []
+    quotes: dict[int, Quote] = {}
+    for depth in QUOTE_DEPTHS:
+        candidates = search(con, query.user_id, query.text, "event", depth, query=query)
+        found = past_events(con, query.user_id, [c.id for c in candidates])
+        kept = [c for c in candidates if c.id in found and c.id not in skip
+                and (found[c.id].session_id != session_id or found[c.id].compacted)
+                and not said(found[c.id].content)]
+        quotes = {c.id: quotes.get(c.id) or found[c.id].quote(held) for c in kept}
+        wanted = sum(cost(q.line + "\n") for q in quotes.values())
+        if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
+            break
+    return kept, [quotes[c.id] for c in kept]
 
 
 def past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, PastEvent]:

@@ -1,16 +1,17 @@
 """The corrections a person makes on the memory page — profile keys, facts (add, edit,
 forget) and MEMORY.md — through the same functions as the JSON memory routes, the CLI
 and MCP (app/memory/edits.py and friends), on the front-end's writer. Each form answers
-with a redirect to a page that says what was done.
+with a redirect to a page that says what was done. What the person writes here, signed in
+as themselves, is the owner's own hand (app.memory.provenance).
 
 Forgetting asks once, on a page of its own (no script needed), and can be undone for a
-few minutes from the facts page (app/ui/undo.py holds the value in this process only)."""
+few minutes from the facts page: app/ui/undo.py holds the value in this process only
+(the forget took it out of every file), and undoing stores it again as it was learned."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-import apsw
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
@@ -22,13 +23,14 @@ from app.memory import (
     FactNotFound,
     correct_fact,
     delete_profile,
-    forget_fact,
     get_fact,
+    is_outside,
     remember_fact,
     set_profile,
 )
 from app.memory.bootstrap import write_bootstrap
-from app.memory.facts import Fact, Forgotten
+from app.memory.facts import Fact
+from app.memory.forget import forget as forget_for_good
 from app.memory.restore import restore_forgotten_fact
 from app.ui.render import PageRoute, done, page, same_origin
 from app.ui.undo import UNDO_SECONDS, ForgetUndos, undos_of
@@ -52,7 +54,8 @@ def _shown(fact: Fact) -> str:
 @router.post("/profile")
 def save_profile_key(who: Who, service: Service, key: Text, value: Text) -> RedirectResponse:
     action = service.edit(lambda con: set_profile(con, who.user_id, key, value,
-                                                  source="user", worker="user"))
+                                                  source="user", worker="user",
+                                                  from_outside=is_outside("owner")))
     return done("/ui/profile", f"{ACTION_WORDS.get(action, action)}: {key.strip()}")
 
 
@@ -69,7 +72,7 @@ def add_fact(who: Who, service: Service, category: Text, key: Text,
              value: Text) -> RedirectResponse:
     edited = service.edit(lambda con: remember_fact(
         con, who.user_id, category, key, value,
-        similarity=service.config.memory.dedupe_similarity))
+        similarity=service.config.memory.dedupe_similarity, from_outside=is_outside("owner")))
     if edited.fact is None:
         return done("/ui/facts", f"Nothing stored: you forgot {category} · {key} before, and "
                                  "a forgotten fact stays forgotten", ok=False)
@@ -79,7 +82,8 @@ def add_fact(who: Who, service: Service, category: Text, key: Text,
 
 @router.post("/facts/{fact_id}/edit")
 def edit_fact(fact_id: FactId, who: Who, service: Service, value: Text) -> RedirectResponse:
-    edited = service.edit(lambda con: correct_fact(con, who.user_id, fact_id, value))
+    edited = service.edit(lambda con: correct_fact(con, who.user_id, fact_id, value,
+                                                   from_outside=is_outside("owner")))
     return done(f"/ui/facts/{edited.fact.id}",
                 f"{ACTION_WORDS.get(edited.action, edited.action)}: {_shown(edited.fact)}")
 
@@ -109,21 +113,16 @@ def forget(request: Request, fact_id: FactId, who: Who, service: Service,
            confirmed: Annotated[str, Form()] = "") -> RedirectResponse | HTMLResponse:
     if confirmed != "yes":  # a Forget button elsewhere: ask first
         return confirm_forget(request, fact_id, who, service, with_sources)
-
-    def forget_current(con: apsw.Connection) -> tuple[Fact | None, Forgotten | None]:
-        # Read in the forget's own transaction: what was removed, and what an undo stores.
-        return get_fact(con, who.user_id, fact_id), forget_fact(
-            con, who.user_id, fact_id, worker="user", with_sources=with_sources)
-
-    fact, gone = service.edit(forget_current)
-    if gone is None or fact is None:
+    gone = forget_for_good(service.writer, who.user_id, fact_id, worker="user",
+                           with_sources=with_sources)
+    if gone is None or gone.fact is None:
         raise FactNotFound(fact_id)
-    said = (f"Forgot {_shown(fact)} — {gone.versions} version(s)"
+    said = (f"Forgot {_shown(gone.fact)} — {gone.versions} version(s)"
             + (f" and {gone.events} source message(s)" if with_sources else "")
             + "; no worker will learn it again")
     if with_sources:  # the messages cannot be brought back: no undo is offered
         return done("/ui/facts", said)
-    _undos(request).hold(fact)
+    _undos(request).hold(gone.fact)
     return done("/ui/facts", f"{said}. You can undo it below for {round(UNDO_SECONDS / 60)} "
                              "minutes")
 

@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly
+from app.memory.facts import forgotten_key
 from tests.api.support import HiloServer, serve
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import FakeOllama
@@ -152,8 +153,8 @@ def test_stdio_memory_tools_write_and_read_the_users_memory(data_dir, fake_ollam
     assert "Uses Zed daily" in system and "Lisbon" in system
     assert seen["context_for"]["tokens"] <= seen["context_for"]["budget"]
     assert seen["forget"]["key"] == "tabs" and seen["forget"]["versions"] == 1
-    assert con.execute("SELECT value, deleted_at IS NOT NULL FROM facts WHERE key = 'tabs'"
-                       ).fetchone() == ("", 1)
+    assert con.execute("SELECT value, deleted_at IS NOT NULL FROM facts WHERE key = ?",
+                       (forgotten_key("tabs"),)).fetchone() == ("", 1)  # its key forgotten too
     assert json.loads(seen["profile_resource"].text)[0]["value"] == "Lisbon"
     assert seen["memory_md"].mime_type == "text/markdown"
     # Every edit is on record, as the user's.
@@ -182,16 +183,18 @@ def test_stdio_session_handoff_tasks_and_queue_status(data_dir, fake_ollama):
     seen = run(scenario, stdio_server(data_dir, fake_ollama))
     con = memory(data_dir)
     assert seen["write"]["action"] == "insert"
-    assert con.execute("SELECT user_id, session_id, entry, is_extractive FROM diary").fetchall() == [
-        ("ana", "refactor-auth", "Moved token checks to the gate; expiry tests next", 0)]
+    # An MCP client's note is its model's text: from outside, like all it writes (issue 40).
+    assert con.execute("SELECT user_id, session_id, entry, is_extractive, from_outside "
+                       "FROM diary").fetchall() == [
+        ("ana", "refactor-auth", "Moved token checks to the gate; expiry tests next", 0, 1)]
     assert seen["read"]["entries"][0]["session_id"] == "refactor-auth"
     assert json.loads(seen["diary"])[0]["entry"].startswith("Moved token checks")
     assert "Monday" in seen["add"]["description"]
     assert seen["pause"]["is_paused"] is True
     assert [t["name"] for t in seen["list"]["tasks"]] == ["weekly plan"]
     assert seen["remove"]["id"] == seen["add"]["id"]
-    assert con.execute("SELECT user_id, prompt, is_oneshot, is_trusted FROM scheduled_tasks"
-                       ).fetchall() == [("ana", "Stretch", 1, 0)]
+    assert con.execute("SELECT user_id, prompt, is_oneshot, is_trusted, from_outside "
+                       "FROM scheduled_tasks").fetchall() == [("ana", "Stretch", 1, 0, 1)]
     assert {"pending", "failed", "worker"} <= set(seen["queue"])
 
 

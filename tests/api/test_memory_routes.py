@@ -105,7 +105,7 @@ def test_search_finds_facts_and_events_and_explains_ranks(hilo: HiloServer) -> N
     assert "explain" not in plain[0]
 
 
-def test_search_shows_only_what_matches_and_why(hilo: HiloServer) -> None:
+def test_search_shows_what_ranks_highest_and_why(hilo: HiloServer) -> None:
     api = hilo.client()
     api.post("/memory/events", json={"session_id": "s1", "events": [
         {"role": "user", "content": "my Brompton has a flat tyre"},
@@ -114,8 +114,12 @@ def test_search_shows_only_what_matches_and_why(hilo: HiloServer) -> None:
 
     hits = api.get("/memory/search", params={"q": "flat tyre"}).json()["hits"]
 
-    assert [(h["text"], h["why"]) for h in hits] == [
-        ("user: my Brompton has a flat tyre", {"words": ["flat", "tyre"]})]
+    assert (hits[0]["text"], hits[0]["why"]) == (
+        "user: my Brompton has a flat tyre", {"words": ["flat", "tyre"]})
+    # The reply beside it ranks next, for that reason; every hit says why it is there.
+    assert hits[1]["text"] == "assistant: Patch kits are cheap."
+    assert hits[1]["why"] == {"beside": hits[0]["id"], "link": "near"}
+    assert all(h["why"] for h in hits)
 
 
 def test_context_shows_what_the_model_would_get_and_why(hilo: HiloServer) -> None:
@@ -166,10 +170,15 @@ def test_events_and_facts_say_where_they_came_from(hilo: HiloServer) -> None:
     api.post("/memory/facts", json={"key": "city", "value": "Lisbon"})
 
     events = {s: api.get(f"/memory/sessions/{s}/events").json()["events"] for s in ("s1", "s2")}
+    # Only the person's message as typed is theirs: what a client posts to the memory API
+    # is its own word (app.memory.provenance), the reply to the typed message is Hilo's.
     assert [(e["role"], e["origin"], e["from_outside"]) for e in events["s1"] + events["s2"]] == [
-        ("user", "client", False), ("tool", "client", True),
+        ("user", "client", True), ("tool", "client", True),
         ("user", "typed", False), ("assistant", "model", False)]
-    assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [False]
+    assert [f["from_outside"] for f in api.get("/memory/facts").json()["facts"]] == [True]
+    # A session holds content from outside once one of its events is.
+    assert {s["id"]: s["from_outside"] for s in api.get("/memory/sessions").json()["sessions"]
+            } == {"s1": True, "s2": False}
 
 
 def test_an_event_with_an_unknown_role_is_refused(hilo: HiloServer) -> None:

@@ -15,6 +15,7 @@ from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
 from tests.conftest import REPO_ROOT
 from tests.fake_ollama import Fault
+from tests.fixtures.rag import rag_messages
 
 USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
                 "X-OpenWebUI-User-Email": "ana@example.com", "X-OpenWebUI-User-Role": "user"}
@@ -186,6 +187,54 @@ def test_documents_a_search_found_are_stored_as_content_from_outside(hilo: HiloS
              for e in hilo.client().get(f"/memory/sessions/{session}/events").json()["events"]}
     # The reply was written reading them; the next chat read nothing from outside.
     assert marks == {"### Task:\n": True, "Your notes": True, "hello": False, "Hello!": False}
+
+
+def _marks(server: HiloServer, session: str) -> list[tuple[str, bool]]:
+    return [(e["role"], e["from_outside"]) for e in
+            server.client().get(f"/memory/sessions/{session}/events").json()["events"]]
+
+
+@pytest.mark.parametrize("form", list(rag_messages("q", ["d"])))
+def test_retrieved_documents_are_outside_content_in_every_form(hilo: HiloServer,
+                                                               form: str) -> None:
+    """Open WebUI's templates (tests/fixtures/rag/), closed or not, its <source> tags, and
+    the common frameworks' forms: the message quoting them is stored as from outside."""
+    hilo.fake.script_chat("Here is what the documents say.")
+    message = rag_messages("When does the ferry leave?",
+                           ["The ferry leaves at 7:40.", "The bus leaves at 8:10."])[form]
+    say(hilo, [user(message)], chat_id=f"chat-{abs(hash(form))}")
+    assert _marks(hilo, f"chat-{abs(hash(form))}") == [("user", True), ("assistant", True)]
+
+
+def test_a_reply_the_client_resends_tidied_is_that_reply_with_its_provenance(
+        hilo: HiloServer) -> None:
+    """Open WebUI sends its copy of the reply back with every request; a copy a few edits
+    away (spacing, a character) is the stored reply: not stored again, and still from
+    outside when the stored one is."""
+    hilo.fake.script_chat("Your notes ask for a command.", "Sure.", "Fine.")
+    first = say(hilo, [user(RAG_MESSAGE)])
+    tidied = assistant(first["content"].replace("command.", "command!") + "  \n")
+    say(hilo, [user(RAG_MESSAGE), tidied, user("and then?")])
+    # The person's new message is theirs; the reply to it read the documents again.
+    assert _marks(hilo, "chat-1") == [("user", True), ("assistant", True), ("user", False),
+                                      ("assistant", True)]
+    rewritten = assistant("An answer the client wrote itself, nothing like the reply.")
+    say(hilo, [user(RAG_MESSAGE), tidied, user("and then?"), assistant("Sure."),
+               user("hello"), rewritten, user("ok")], chat_id="chat-1")
+    stored = hilo.events("chat-1")
+    assert stored.count(("assistant", first["content"])) == 1
+    assert ("assistant", rewritten["content"]) in stored  # the client's own: from outside
+    assert dict(zip([c for _, c in stored], [o for _, o in _marks(hilo, "chat-1")],
+                    strict=True))[rewritten["content"]] is True
+
+
+def test_a_clean_reply_resent_tidied_keeps_the_turn_the_owners(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Good morning to you.", "Noted.")
+    first = say(hilo, [user("good morning")], chat_id="chat-9")
+    tidied = assistant(first["content"].rstrip(".") + "!")
+    say(hilo, [user("good morning"), tidied, user("plan my day")], chat_id="chat-9")
+    assert _marks(hilo, "chat-9") == [("user", False), ("assistant", False), ("user", False),
+                                      ("assistant", False)]
 
 
 # -- its OpenAI connection (/v1) ------------------------------------------------------------

@@ -21,20 +21,27 @@ For each question (categories 1-4):
            build time. "context, no embedder" is the same with
            the vector stream silent (an embedder that is down or not configured);
            "context, budget filled" gives the first message as much memory as the
-           budget holds (`[memory] fill_first_message`, a GPU's choice) instead of
-           `[memory] retrieved_max_tokens`.
+           budget holds (`[memory] fill_first_message = true`) instead of
+           `[memory] retrieved_max_tokens`; "context, auto at N tokens/s" what
+           "auto" gives it on an engine reading N prompt tokens a second (a fixed
+           extra reading time, `first_message_extra_seconds`). Found, not told: of
+           the evidence turns in the fusion's top 10, the share the context shows
+           not at all (neither whole nor a sentence of it).
   ranking  the top 10 events mapped back to their dia_ids: recall@2, @5, @10, hit@10 for
     bm25     FTS5 BM25 alone;
     rule     the reference REPL's rule: words of >= 4 characters OR'ed, top 4, else recent;
     vector   cosine over the stored vectors alone;
     session  the session stream alone (BM25 and vector evidence spread to the turns
              around it in its session: not a single stream, shown for transparency);
-    fusion   every stream of app.recall.fusion.STREAMS fused by weighted RRF.
+    fusion   every stream of app.recall.fusion.STREAMS fused by weighted RRF;
+    search_memory  `hilo memory search`'s hits (they must lose nothing against fusion).
 Latency is per question with a fresh Query for each method (nothing cached between
 them) and excludes embedding the question (its p50 is given separately).
 
 Development conversations (conv-26, 30, 41, 42, 43, 44) are where anything was chosen;
-the held-out ones (conv-47, 48, 49, 50) are run once a change has been chosen.
+the held-out ones (conv-47, 48, 49, 50) are run once a change has been chosen, and every
+run that scores them is appended to tests/bench/heldout_runs.jsonl (report.py).
+`--jobs 2` scores the two splits in a process each.
 
 `--form legacy` stores the form earlier versions of this benchmark used, for comparison
 only: every turn as role `user` with content "[8 May 2023] Speaker: text [photo:
@@ -42,7 +49,7 @@ caption]" (`--no-date`, `--no-captions` drop parts of it) and no profile.
 
     python -m tests.bench.locomo [--quick] [--json] [--data PATH] [--split SPLIT]
                                  [--form product|legacy] [--no-date] [--no-captions]
-                                 [--tune] [--local-model NAME]
+                                 [--tune] [--local-model NAME] [--jobs N]
 
 --local-model measures another local embedder from tests/bench/local_embedders.py
 (development only; the shipped one is the default).
@@ -53,6 +60,7 @@ touches BENCHMARKS.md.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import tempfile
 import time
@@ -73,15 +81,16 @@ from app.memory import set_profile
 from app.model.embedders import LOCAL_MODEL, Embedder
 from app.model.token_count import TokenCounter
 from app.recall import streams as recall_streams
-from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search
+from app.recall.fusion import RRF_K, STREAMS, WEIGHTS, search, search_memory
 from app.recall.query import Query, focus_question
+from app.recall.sentences import sentences
 from app.recall.state import Recall
 from app.recall.streams import SESSION_SPREAD, bm25_stream, session_stream, vector_stream
 from app.timeutil import to_rfc3339
 from app.turn.context import ContextRequest, build_context
 from app.writer import Writer
 from tests.bench import local_embedders
-from tests.bench.report import REPO_ROOT, emit, parser, percentile
+from tests.bench.report import REPO_ROOT, emit, parser, percentile, record_held_out
 
 DEFAULT_DATA = Path("../shared/data/locomo/locomo10.json")
 DEVELOPMENT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44")
@@ -94,10 +103,15 @@ METHODS = ("bm25", "rule", "vector", "fusion, question as asked", "session", "fu
 # These search the question as asked; the others get the product's query (make_query
 # with the memory: the user's name and common names left out, labels read).
 PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
-# Each context: whether the vector stream answers, and whether the first message may fill
-# the budget.
-CONTEXTS = {"context": (True, False), "context, no embedder": (False, False),
-            "context, budget filled": (True, True)}
+# Each context: `[memory] fill_first_message`, and the engine's reading speed (prompt
+# tokens a second) that "auto" sizes the first message by. "context" is the default
+# before any speed is known; the "auto" ones give the first message a fixed extra
+# reading time (`first_message_extra_seconds`, 1 s) on a CPU's and a faster engine.
+CONTEXTS: dict[str, tuple[str, float | None]] = {
+    "context": ("auto", None), "context, no embedder": ("auto", None),
+    "context, budget filled": ("true", None),
+    "context, auto at 60 tokens/s": ("auto", 60.0),
+    "context, auto at 500 tokens/s": ("auto", 500.0)}
 # The new user message goes to a session of its own: nothing of it is in the window.
 QUESTION_SESSION = "locomo-question"
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
@@ -132,6 +146,8 @@ class Conversation:
     turns: list[Turn]
     questions: list[Question]
     skipped_questions: int = 0
+    user_name: str | None = None  # what the profile says the user is called
+    asked_at: datetime | None = None  # when the questions are asked (None: after the last turn)
 
 
 @dataclass
@@ -181,7 +197,8 @@ def load(path: Path, wanted: tuple[str, ...]) -> list[Conversation]:
                                   start + timedelta(seconds=i), turn.get("blip_caption") or ""))
         speakers = (conv["speaker_a"], conv["speaker_b"])
         user = turns[0].speaker
-        c = Conversation(sample_id, user, next(s for s in speakers if s != user), turns, [])
+        c = Conversation(sample_id, user, next(s for s in speakers if s != user), turns, [],
+                         user_name=user)
         known = {t.dia_id for t in turns}
         for qa in raw["qa"]:
             if qa.get("category") not in CATEGORIES:
@@ -231,14 +248,14 @@ class Form:
 
 def ingest(writer: Writer, config: Config, conv: Conversation, form: Form) -> dict[int, str]:
     """Store every turn through the write path; returns event id -> dia_id."""
-    if form.name == "product":
-        writer.submit(lambda con: set_profile(con, conv.sample_id, "name", conv.user,
+    if form.name == "product" and conv.user_name:
+        writer.submit(lambda con: set_profile(con, conv.sample_id, "name", conv.user_name,
                                               source="user", worker="user"))
     jobs = []
     for turn in conv.turns:
         event = prepare_event(config, conv.sample_id, f"session_{turn.session}",
                               form.role(conv, turn), form.content(turn),
-                              created_at=to_rfc3339(turn.when))
+                              created_at=to_rfc3339(turn.when), origin="typed")
         jobs.append((turn.dia_id, writer.submit_nowait(lambda con, e=event: insert_event(con, e))))
     return {job.result().id: dia_id for dia_id, job in jobs}
 
@@ -295,6 +312,12 @@ def _content_words(text: str) -> set[str]:
             for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _NOT_CONTENT}
 
 
+def told(messages: list[dict], text: str) -> bool:
+    """Whether the messages show the turn at all: whole, or some of its sentences quoted."""
+    said, flat = _told(messages), _flat(text)
+    return flat in said or any(len(s) > 1 and s in said for s in sentences(flat))
+
+
 def answer_recall(messages: list[dict], evidence_texts: list[str], answer: str) -> float:
     """The share of the evidence turns that the messages show whole, or whose every
     sentence holding a word of the gold answer they show (a quote of the sentences that
@@ -316,6 +339,10 @@ class SplitRun:
     scores: dict[str, dict[int, Scores]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(Scores)))
     latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # By context: evidence turns the fusion ranked in its top 10, and of those the ones
+    # the context does not show at all (not whole, not a sentence of them).
+    found: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    categories: dict[int, str] = field(default_factory=lambda: dict(CATEGORIES))
 
     def add(self, method: str, category: int, name: str, value: float) -> None:
         for c in (0, category):
@@ -327,9 +354,11 @@ class SplitRun:
             self.scores[method][c].add_ranking(ranked, evidence)
 
     def summary(self, method: str) -> dict:
+        found, untold = self.found.get(method, (0, 0))
         return {"overall": self.scores[method][0].summary(),
-                "categories": {CATEGORIES[c]: self.scores[method][c].summary()
-                               for c in CATEGORIES},
+                **({"found_not_told": round(untold / found, 3)} if found else {}),
+                "categories": {name: self.scores[method][c].summary()
+                               for c, name in self.categories.items()},
                 "latency_ms_p50": round(percentile(self.latency[method], 50), 2),
                 "latency_ms_p95": round(percentile(self.latency[method], 95), 2)}
 
@@ -345,10 +374,10 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                        embedder: Embedder, run: SplitRun, query_embed_ms: list[float],
                        variants: dict[str, Variant] | None) -> None:
     """Every question of one conversation, asked a minute after its last turn."""
-    config = Config()
-    filled = config.replace(memory={"fill_first_message": True})
+    configs = {fill: Config().replace(memory={"fill_first_message": fill})
+               for fill in ("auto", "true")}
     user = conv.sample_id
-    asked_at = conv.turns[-1].when + timedelta(minutes=1)
+    asked_at = conv.asked_at or conv.turns[-1].when + timedelta(minutes=1)
     stored = {dia_of[event_id]: content for event_id, content
               in con.execute("SELECT id, content FROM events")}
     recall = Recall()  # kept across the questions, as a server keeps its own
@@ -373,20 +402,33 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
                          vector=vector if with_vector else None,  # noqa: B023 — called at once
                          model=embedder.model if with_vector else None)
 
+        top: dict[str, list[str]] = {}
         for method in METHODS:
             query = plain() if method in PLAIN_METHODS else product(method != "fusion, no embedder")
             began = time.perf_counter()
             ids = retrieve(con, method.split(",")[0], query)
             extra = 0.0 if method in PLAIN_METHODS else focus_ms
             run.latency[method].append(_ms(began) + extra)
-            run.add_ranking(method, q.category, [dia_of[i] for i in ids], q.evidence)
+            top[method] = [dia_of[i] for i in ids]
+            run.add_ranking(method, q.category, top[method], q.evidence)
+        # `hilo memory search`: what ranks highest, each with why; it must lose nothing
+        # against the fusion's top 10.
+        hits = search_memory(con, user, q.text, K, recall=recall, embedder=embedder,
+                             now=asked_at)
+        run.add_ranking("search_memory", q.category,
+                        [dia_of[h.id] for h in hits if h.kind == "event"], q.evidence)
         evidence_texts = [stored[d] for d in sorted(q.evidence)]
-        for name, (with_vector, fill) in CONTEXTS.items():
+        for name, (fill, speed) in CONTEXTS.items():
+            with_vector = name != "context, no embedder"
             query = product(with_vector)
             began = time.perf_counter()
-            built = build_context(con, filled if fill else config, TokenCounter(), ContextRequest(
-                user, q.text, session_id=QUESTION_SESSION, window=[], query=query))
+            built = build_context(con, configs[fill], TokenCounter(), ContextRequest(
+                user, q.text, session_id=QUESTION_SESSION, window=[], query=query,
+                prompt_speed=speed))
             run.latency[name].append(_ms(began) + focus_ms)
+            found = q.evidence & set(top["fusion" if with_vector else "fusion, no embedder"][:K])
+            run.found[name][0] += len(found)
+            run.found[name][1] += sum(not told(built.messages, stored[d]) for d in found)
             run.add(name, q.category, "context recall",
                     context_recall(built.messages, evidence_texts))
             run.add(name, q.category, "answer recall",
@@ -399,9 +441,10 @@ def score_conversation(con: apsw.Connection, conv: Conversation, dia_of: dict[in
 
 
 def run_split(conversations: list[Conversation], embedder: Embedder, workdir: Path,
-              form: Form, variants: dict[str, Variant] | None = None) -> dict:
+              form: Form, variants: dict[str, Variant] | None = None,
+              categories: dict[int, str] = CATEGORIES) -> dict:
     config = Config()
-    run = SplitRun()
+    run = SplitRun(categories=dict(categories))
     query_embed_ms: list[float] = []
     turns = 0
     ingest_seconds = embed_seconds = embed_cpu_seconds = 0.0
@@ -436,7 +479,7 @@ def run_split(conversations: list[Conversation], embedder: Embedder, workdir: Pa
         "embed_cpu_seconds": round(embed_cpu_seconds, 2),
         "query_embedding_ms_p50": round(percentile(query_embed_ms, 50), 2),
         "contexts": {name: run.summary(name) for name in CONTEXTS},
-        "methods": {m: run.summary(m) for m in METHODS},
+        "methods": {m: run.summary(m) for m in (*METHODS, "search_memory")},
         **({"variants": {n: run.summary(n) for n in variants}} if variants else {}),
     }
 
@@ -447,42 +490,56 @@ def _table(head: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def _ranking_rows(methods: dict) -> list[list]:
+def _ranking_rows(methods: dict, categories: list[str]) -> list[list]:
     rows = []
     for m, s in methods.items():
         o = s["overall"]
         timed = s["latency_ms_p50"] == s["latency_ms_p50"]  # not NaN: measured
         rows.append([m, o["recall@2"], o["recall@5"], o["recall@10"], o["hit@10"],
-                     *[s["categories"][name]["recall@10"] for name in CATEGORIES.values()],
+                     *[s["categories"][name]["recall@10"] for name in categories],
                      *((s["latency_ms_p50"], s["latency_ms_p95"]) if timed else ("–", "–"))])
     return rows
 
 
-def markdown(results: dict) -> str:
+ABOUT = (
+    "Context recall: the share of a question's evidence turns whose whole text is in the "
+    "messages `build_context` gives the model (num_ctx {num_ctx}, {budget} tokens after the "
+    "reply reserve; the question as the new user message of a new session; no facts, cards "
+    "or diary: they need a model); found, not told: of the evidence turns the fusion ranks "
+    "in its top 10, the share the context shows not at all (neither whole nor a sentence "
+    "of it). R@k: evidence recall of the top k events ({questions_asked}; turn units). "
+    "Embedder: local {embedder}. Latencies are per question, a fresh Query per method, "
+    "without embedding the question (its p50 is given separately). The auto contexts give "
+    "the first message `retrieved_max_tokens` plus what an engine reading that many prompt "
+    "tokens a second reads in `first_message_extra_seconds` (1 s).")
+
+
+def markdown(results: dict, about: str = ABOUT) -> str:
+    categories = results["categories"]
+    held = results.get("held_out_runs")
+    record = ("Development conversations are where everything was chosen; the held-out "
+              "runs are on the record in `tests/bench/heldout_runs.jsonl`: "
+              f"{held['count']} so far, this one on {held['date']} at {held['commit']}."
+              if held else "Development conversations are where everything was chosen; "
+              "no held-out split in this run.")
     parts = [
         f"Stored form: {results['form']}.",
-        "Context recall: the share of a question's evidence turns whose whole text is in "
-        "the messages `build_context` gives the model (num_ctx "
-        f"{results['num_ctx']}, {results['budget']} tokens after the reply reserve; the "
-        "question as the new user message of a new session; no facts, cards or diary: "
-        "they need a model). R@k: evidence recall of the top k events (LoCoMo categories "
-        f"1-4; turn units). Embedder: local {results['embedder']}. Latencies are per question, "
-        "a fresh Query per method, without embedding the question (its p50 is given "
-        "separately).",
+        about.format(**results),
         f"RRF k = {results['rrf_k']}; fusion weights: {results['weights']}; session "
         f"spread: {results['session_spread']}; a message's own evidence where it asks: "
         f"{results['asking_weight']}; between a question and its reply: "
         f"{results['answer_spread']}.",
-        "Development conversations are where everything was chosen; the held-out figures "
-        "come from one run made after the choices, and nothing was changed after it.",
+        record,
         "",
-        _table(["split", "context recall", "context tokens (mean)",
-                "context recall, budget filled", "fusion R@2",
-                "fusion R@5", "fusion R@10", "BM25 R@2", "BM25 R@10", "context p50 ms",
-                "fusion p50 ms"],
+        _table(["split", "context recall", "context tokens (mean)", "found, not told",
+                "context recall, auto at 500 tokens/s", "context recall, budget filled",
+                "fusion R@2", "fusion R@5", "fusion R@10", "BM25 R@2", "BM25 R@10",
+                "context p50 ms", "fusion p50 ms"],
                [[split,
                  r["contexts"]["context"]["overall"]["context recall"],
                  r["contexts"]["context"]["overall"]["tokens"],
+                 r["contexts"]["context"].get("found_not_told", "–"),
+                 r["contexts"]["context, auto at 500 tokens/s"]["overall"]["context recall"],
                  r["contexts"]["context, budget filled"]["overall"]["context recall"],
                  *[r["methods"]["fusion"]["overall"][f"recall@{k}"] for k in (2, 5, 10)],
                  r["methods"]["bm25"]["overall"]["recall@2"],
@@ -496,29 +553,32 @@ def markdown(results: dict) -> str:
                           for c, v in r["roles"].items())
         if results["form"].startswith("legacy"):
             roles = "every turn role user"
-        parts.append(f"\n### {split}: {', '.join(r['conversations'])}\n\n"
+        shown = r["conversations"] if len(r["conversations"]) <= 12 else [
+            *r["conversations"][:12], f"… ({len(r['conversations'])} in all)"]
+        parts.append(f"\n### {split}: {', '.join(shown)}\n\n"
                      f"{r['turns']:,} turns, {r['questions']:,} questions "
-                     f"({r['skipped_questions']} skipped: no usable evidence). Roles: {roles}. "
-                     f"Ingest {r['ingest_seconds']} s; embedding {r['embed_seconds']} s "
+                     f"({r['skipped_questions']} skipped: no usable evidence). "
+                     + (f"Roles: {roles}. " if len(r["roles"]) <= 12 else "")
+                     + f"Ingest {r['ingest_seconds']} s; embedding {r['embed_seconds']} s "
                      f"({r['embed_ms_per_turn']} ms/turn; {r['embed_cpu_seconds']} s of CPU); "
                      f"question embedding p50 {r['query_embedding_ms_p50']} ms.\n")
         parts.append(_table(
-            ["context", "recall", *[f"{name} recall" for name in CATEGORIES.values()],
-             "answer recall", "tokens (mean)", "events quoted (mean)", "build p50 ms",
-             "build p95 ms"],
+            ["context", "recall", *[f"{name} recall" for name in categories],
+             "answer recall", "found, not told", "tokens (mean)", "events quoted (mean)",
+             "build p50 ms", "build p95 ms"],
             [[name, s["overall"]["context recall"],
-              *[s["categories"][c]["context recall"] for c in CATEGORIES.values()],
-              s["overall"]["answer recall"],
+              *[s["categories"][c]["context recall"] for c in categories],
+              s["overall"]["answer recall"], s.get("found_not_told", "–"),
               s["overall"]["tokens"], s["overall"]["events quoted"],
               s["latency_ms_p50"], s["latency_ms_p95"]]
              for name, s in r["contexts"].items()]))
         parts.append("")
         head = ["method", "R@2", "R@5", "R@10", "hit@10",
-                *[f"{name} R@10" for name in CATEGORIES.values()], "p50 ms", "p95 ms"]
-        parts.append(_table(head, _ranking_rows(r["methods"])))
+                *[f"{name} R@10" for name in categories], "p50 ms", "p95 ms"]
+        parts.append(_table(head, _ranking_rows(r["methods"], categories)))
         if r.get("variants"):
             parts.append("\nVariants tried (development only):\n")
-            parts.append(_table(head, _ranking_rows(r["variants"])))
+            parts.append(_table(head, _ranking_rows(r["variants"], categories)))
     return "\n".join(parts) + "\n"
 
 
@@ -553,6 +613,62 @@ def _with_stream_setting(name: str, value: float, con: apsw.Connection,
         setattr(recall_streams, name, chosen)
 
 
+def bench_results(make_embedder: Callable[[], Embedder], form: Form,
+                  splits: dict[str, tuple[Callable[[], list[Conversation]], str]],
+                  categories: dict[int, str], questions_asked: str, tune: bool = False,
+                  jobs: int = 1) -> dict:
+    """Every split (name -> its loader and role) scored, each with an embedder of its
+    own (`make_embedder`), in `jobs` processes at once; the settings beside them."""
+    config = Config()
+    results = {"k": K, "form": form.described, "num_ctx": config.llm.num_ctx,
+               "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
+               "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
+               "asking_weight": recall_streams.ASKING_WEIGHT,
+               "answer_spread": recall_streams.ANSWER_SPREAD,
+               "categories": list(categories.values()), "questions_asked": questions_asked,
+               "splits": {}}
+
+    def scored(loader: Callable[[], list[Conversation]], role: str) -> tuple[str, dict]:
+        embedder = make_embedder()
+        embedder.embed(["warm up"])  # model loading is not ingest time
+        with tempfile.TemporaryDirectory() as tmp:
+            variants = tuning_variants() if tune and role == "development" else None
+            split = run_split(loader(), embedder, Path(tmp), form, variants, categories)
+        return embedder.model, {"role": role, **split}
+
+    if jobs > 1 and len(splits) > 1:
+        done = _in_processes({name: (lambda split=split: scored(*split))
+                              for name, split in splits.items()}, jobs)
+    else:
+        done = {name: scored(*split) for name, split in splits.items()}
+    for name in splits:
+        results["embedder"], results["splits"][name] = done[name]
+    return results
+
+
+def _in_processes(calls: dict[str, Callable[[], tuple[str, dict]]],
+                  jobs: int) -> dict[str, tuple[str, dict]]:
+    """Each call in a forked process of its own, at most `jobs` at a time: a split
+    scores alone, so on a shared machine two of them get twice the CPU between them."""
+    context = multiprocessing.get_context("fork")
+    done: dict[str, tuple[str, dict]] = {}
+    pending = list(calls.items())
+    while pending:
+        batch, pending = pending[:jobs], pending[jobs:]
+        running = []
+        for name, call in batch:
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=lambda c=call, s=send: s.send(c()), daemon=True)
+            process.start()
+            running.append((name, process, receive))
+        for name, process, receive in running:
+            done[name] = receive.recv()
+            process.join()
+            if process.exitcode:
+                raise SystemExit(f"scoring {name} failed (exit code {process.exitcode})")
+    return done
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
@@ -567,6 +683,8 @@ def main() -> None:
                    help="legacy form: leave out the captions of the photos shared in turns")
     p.add_argument("--local-model", choices=list(local_embedders.CANDIDATES),
                    default=LOCAL_MODEL, help="the local embedder to measure")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="score this many splits at once, each in a process of its own")
     p.add_argument("--tune", action="store_true",
                    help="also score fusion weight variants (development conversations only)")
     args = p.parse_args()
@@ -586,20 +704,11 @@ def main() -> None:
         args.no_write = True  # BENCHMARKS.md records the product's form
     if args.local_model != LOCAL_MODEL:
         args.no_write = True  # BENCHMARKS.md records the shipped embedder
-    embedder = local_embedders.make(args.local_model)
-    embedder.embed(["warm up"])  # model loading is not ingest time
-    config = Config()
-    results = {"k": K, "embedder": embedder.model, "form": form.described,
-               "num_ctx": config.llm.num_ctx,
-               "budget": config.llm.num_ctx - config.llm.reply_reserve, "rrf_k": RRF_K,
-               "weights": dict(WEIGHTS), "session_spread": list(SESSION_SPREAD),
-               "asking_weight": recall_streams.ASKING_WEIGHT,
-               "answer_spread": recall_streams.ANSWER_SPREAD, "splits": {}}
-    for name, (ids, role) in splits.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            variants = tuning_variants() if args.tune and role == "development" else None
-            split = run_split(load(path, ids), embedder, Path(tmp), form, variants)
-            results["splits"][name] = {"role": role, **split}
+    runs = {name: (lambda ids=ids: load(path, ids), role) for name, (ids, role) in splits.items()}
+    results = bench_results(lambda: local_embedders.make(args.local_model), form, runs,
+                            CATEGORIES, "LoCoMo categories 1-4", args.tune, args.jobs)
+    if any(role == "held-out" for _, role in splits.values()):
+        results["held_out_runs"] = record_held_out("locomo", results)
     emit(args, "locomo", results, markdown(results))
 
 

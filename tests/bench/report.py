@@ -12,6 +12,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,3 +93,39 @@ def emit(args: argparse.Namespace, name: str, results: dict, markdown: str) -> N
         print(markdown)
     if not args.no_write and not args.quick:
         write_section(name, markdown)
+
+
+HELD_OUT_LOG = REPO_ROOT / "tests" / "bench" / "heldout_runs.jsonl"
+
+
+def _commit() -> str:
+    """The commit measured, "+changes" when the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def record_held_out(bench: str, results: dict) -> dict:
+    """Append this run's held-out figures to tests/bench/heldout_runs.jsonl (every
+    held-out run goes on the record, whatever else the run writes); returns how many
+    runs of this bench the log holds now, with this one's date and commit."""
+    entry = {"bench": bench, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+             "commit": _commit(), "command": command_line(), "splits": {}}
+    for name, split in results["splits"].items():
+        if split.get("role") != "held-out":
+            continue
+        contexts, fusion = split["contexts"], split["methods"]["fusion"]["overall"]
+        entry["splits"][name] = {
+            "questions": split["questions"],
+            "context recall": contexts["context"]["overall"]["context recall"],
+            "found, not told": contexts["context"].get("found_not_told"),
+            **{f"context recall, {n.split(', ', 1)[1]}": c["overall"]["context recall"]
+               for n, c in contexts.items() if n.startswith("context, ")},
+            "fusion R@2": fusion["recall@2"], "fusion R@10": fusion["recall@10"]}
+    with HELD_OUT_LOG.open("a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+    count = sum(1 for line in HELD_OUT_LOG.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("bench") == bench)
+    return {"count": count, "date": entry["date"], "commit": entry["commit"]}

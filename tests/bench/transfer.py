@@ -25,7 +25,8 @@ from app.config import load_config
 from app.datadir import DataDir
 from app.db import Durability
 from app.events import insert_event, link_to_card, prepare_event
-from app.memory import NewCard, add_card, add_diary_entry, forget_fact, set_profile, upsert_fact
+from app.memory import NewCard, add_card, add_diary_entry, set_profile, upsert_fact
+from app.memory.forget import forget_fact
 from app.ops.transfer import export_jsonl, export_markdown, import_path
 from app.tasks.store import add_task
 from app.timeutil import to_rfc3339

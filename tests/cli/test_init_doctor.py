@@ -132,3 +132,19 @@ def test_doctor_warns_when_the_terminal_has_no_sandbox(tmp_path, model_env):
     assert result.returncode == 0 and sandbox["status"] == "WARN"
     assert sandbox["detail"].startswith("the terminal is off: bubblewrap (bwrap) is not "
                                         "installed")
+
+
+def test_doctor_says_an_imported_memory_md_waits_for_the_owner(tmp_path, model_env):
+    data = tmp_path / "d"
+    hilo("init", "--data-dir", str(data))
+    (data / "MEMORY.imported.md").write_text("# From the old laptop\n")
+    result = hilo("doctor", "--data-dir", str(data), "--json", env=model_env)
+    memory_md = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "MEMORY.md")
+    assert memory_md["status"] == "WARN" and "MEMORY.imported.md" in memory_md["detail"]
+    assert "hilo memory accept-import" in memory_md["fix"]
+    accepted = hilo("memory", "accept-import", "--data-dir", str(data))
+    assert accepted.returncode == 0, accepted.stderr
+    assert "is now the imported one" in accepted.stdout
+    assert (data / "MEMORY.md").read_text() == "# From the old laptop\n"
+    again = hilo("memory", "accept-import", "--data-dir", str(data))
+    assert again.returncode == 1 and "no imported MEMORY.md waits" in again.stderr

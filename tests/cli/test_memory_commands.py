@@ -72,7 +72,8 @@ def test_the_json_says_which_memory_came_from_outside(writer, data_dir, capsys):
     writer.submit(lambda con: (
         upsert_fact(con, "ana", "fact", "release", "v2 is out", source="agent", worker="test",
                     from_outside=True),
-        set_profile(con, "ana", "name", "Ana", source="user", worker="user")))
+        set_profile(con, "ana", "name", "Ana", source="user", worker="user",
+                    from_outside=False)))  # as `hilo memory set-profile` writes it
     facts = json.loads(run(capsys, "memory", "facts", "--user", "ana", "--json",
                            "--data-dir", str(data_dir)))
     assert [(f["key"], f["from_outside"]) for f in facts] == [("release", True)]

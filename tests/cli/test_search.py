@@ -40,12 +40,15 @@ def test_a_search_still_finds_by_keyword_and_by_close_meaning(seeded, recall):
                for h in search_memory(con, "ana", "dog", 10, embedder=embedder, recall=recall))
 
 
-def test_a_search_shows_only_what_matches_with_the_words_it_matched(seeded, recall):
+def test_a_search_lists_what_ranks_highest_each_with_why(seeded, recall):
     con, embedder = seeded
     hits = search_memory(con, "ana", "pasta dinner", 10, embedder=embedder, recall=recall)
-    # Its session neighbours (the parrot, the flight) match nothing: not shown.
-    assert [h.text for h in hits] == ["user: We cooked pasta for dinner on Friday"]
+    assert hits[0].text == "user: We cooked pasta for dinner on Friday"
     assert hits[0].why.words == ("pasta", "dinner")
+    # What the fusion ranks after it is listed too, each with its reason: said near the
+    # match, or near it in meaning. Nothing without one.
+    assert len(hits) > 1 and all(h.why.text() for h in hits)
+    assert not any(h.why.words for h in hits[1:])
 
 
 def test_a_search_finds_what_was_said_at_the_time_it_names(writer, config, recall):
@@ -76,7 +79,8 @@ def test_hilo_memory_search_prints_each_hit_with_why(writer, config, data_dir, c
     assert main(["memory", "search", "pasta", "--user", "ana", "--data-dir", str(data_dir)]) == 0
     out = capsys.readouterr().out
     assert "pasta for dinner" in out and "(words: pasta)" in out
-    assert "Lisbon" not in out
+    # Said beside the match, so the fusion ranks it: listed, with that reason.
+    assert "(said near event #1, which matches)" in out
 
 
 def test_a_hit_on_a_tool_call_shows_the_call_never_empty_text(writer, config, recall):

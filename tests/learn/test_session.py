@@ -23,9 +23,10 @@ def test_a_chunk_that_holds_an_earlier_tail_asks_about_none_of_its_turns_again(j
     cfg = small_chunks(cfg)
     for n in range(1, 7):
         add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n}")
-    append_event(writer, cfg, "ana", "s1", "user", "Remember code alpha7")  # event 13
+    append_event(writer, cfg, "ana", "s1", "user", "Remember code alpha7",
+                 origin="typed")  # event 13
     learn_session(writer, model, cfg, "ana", "s1")  # the tail, events 9-13, learned
-    append_event(writer, cfg, "ana", "s1", "assistant", "Noted.")
+    append_event(writer, cfg, "ana", "s1", "assistant", "Noted.", origin="model")
     for n in range(8, 11):
         add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n}")
 

@@ -9,8 +9,10 @@ import time
 import numpy as np
 
 from app.db import connect_readonly
-from app.events import append_event
-from app.memory import forget_fact, list_facts, store_fact, upsert_fact
+from app.events import append_event, link_to_card
+from app.memory import NewCard, add_card, add_diary_entry, list_facts, store_fact, upsert_fact
+from app.memory.forget import forget, forget_fact
+from app.ops.backup import backup, rebuild
 from app.recall.vectors import Owner, store_vectors
 from tests.cli.test_messages import hilo
 
@@ -77,9 +79,20 @@ def test_a_new_statement_after_a_forget_is_a_new_fact(writer, config):
     writer.submit(lambda con: forget_fact(con, "ana", written.fact_id))
     time.sleep(0.01)
     _, new = learn(writer, config, "I moved to 9 Praça Nova", "lives at 9 Praça Nova")
-    assert new.action == "supersede"
+    assert new.action == "insert"  # the forgotten fact kept no key for it to supersede
     assert [f.value for f in list_facts(connect_readonly(writer.path), "ana")] == [
         "lives at 9 Praça Nova"]
+
+
+def test_a_forgotten_fact_keeps_no_key(writer, config):
+    _, written = learn(writer, config, f"I {SECRET}", SECRET, key="flat on rua das flores")
+    writer.submit(lambda con: forget_fact(con, "ana", written.fact_id))
+    dump = json.dumps(rows(writer, "SELECT * FROM facts") + rows(writer, "SELECT * FROM memory_log"))
+    assert "flores" not in dump.casefold()
+    assert rows(writer, "SELECT rowid FROM facts_fts WHERE facts_fts MATCH 'flores'") == []
+    # What stays is enough to know the same key and value again: still not learned.
+    assert learn(writer, config, f"Again: I {SECRET}", SECRET,
+                 key="flat on rua das flores")[1].action == "tombstoned"
 
 
 def test_deleted_but_not_forgotten_still_blocks_every_worker_statement(writer, config):
@@ -109,3 +122,77 @@ def test_memory_add_edit_forget_from_the_command_line(data_dir):
     exported = out.read_text() if out.is_file() else "".join(
         p.read_text() for p in out.rglob("*") if p.is_file())
     assert "Rua das Flores" not in exported and "uses vim" not in exported
+
+
+def _told(writer, config, session: str, text: str, reply: str) -> tuple[int, int]:
+    """The person says `text` and the model answers `reply`: their events' ids."""
+    said = append_event(writer, config, "ana", session, "user", text, origin="typed")
+    answered = append_event(writer, config, "ana", session, "assistant", reply, origin="model")
+    return said.id, answered.id
+
+
+def test_forget_with_sources_leaves_the_text_in_no_file_nor_in_a_backup_made_after(
+        writer, config, tmp_path):
+    """The database file, its write-ahead log and shared memory, and a backup: none holds
+    the forgotten value, its key, the message it came from or the reply that repeated it."""
+    for n in range(200):  # other memory around it, so the pages it sat in are reused
+        _told(writer, config, "older", f"Note {n}: the tomatoes need water", "Noted.")
+    said, repeated = _told(writer, config, "s1", "My locker code is zanzibar7731",
+                           "Got it: your locker code is zanzibar7731.")
+    _told(writer, config, "s1", "And the bike is blue", "Noted, a blue bike.")
+    written = writer.submit(lambda con: store_fact(
+        con, "ana", "fact", "locker zanzibar", "locker code is zanzibar7731", source="agent",
+        worker="distill", source_event_id=said))
+    gone = forget(writer, "ana", written.fact_id, with_sources=True)
+    assert gone.events == 2 and gone.wal_truncated  # the message and the reply repeating it
+    report = backup(config, tmp_path / "after.sqlite3")
+    files = [*writer.path.parent.glob(writer.path.name + "*"), report.dest]
+    assert len(files) >= 2
+    for path in files:
+        assert b"zanzibar" not in path.read_bytes(), path.name
+    # What was not forgotten is all there.
+    assert [c for (c,) in rows(writer, "SELECT content FROM events WHERE session_id = 's1'")] \
+        == ["And the bike is blue", "Noted, a blue bike."]
+
+
+def test_forget_with_sources_removes_what_summed_the_sources_up(writer, config):
+    """A card and a diary entry made from the forgotten message go too; the card's other
+    messages are compacted anew, and the session's diary is written again."""
+    said, _ = _told(writer, config, "s1", "My locker code is zanzibar7731", "Noted.")
+    others = _told(writer, config, "s1", "The bike is blue", "Noted, a blue bike.")
+    card = writer.submit(lambda con: add_card(con, "ana", NewCard(
+        "s1", "The user gave the locker code zanzibar7731 and a bike colour.", "locker",
+        said, others[-1], 4), worker="compact"))
+    writer.submit(lambda con: link_to_card(con, "ana", [said, *others], card))
+    writer.submit(lambda con: add_diary_entry(con, "ana", "s1", "Locker zanzibar7731 noted.",
+                                              is_extractive=False, worker="diary"))
+    written = writer.submit(lambda con: store_fact(
+        con, "ana", "fact", "locker code", "zanzibar7731", source="agent", worker="distill",
+        source_event_id=said))
+    forget(writer, "ana", written.fact_id, with_sources=True)
+    assert rows(writer, "SELECT count(*) FROM context_cards") == [(0,)]
+    assert rows(writer, "SELECT count(*) FROM diary") == [(0,)]
+    assert rows(writer, "SELECT compacted, card_id FROM events WHERE id IN (?, ?)", *others) == [
+        (0, None), (0, None)]
+    dump = json.dumps(rows(writer, "SELECT * FROM memory_log"))
+    assert "zanzibar" not in dump
+
+
+def test_a_reply_that_does_not_repeat_the_source_stays(writer, config):
+    said, _ = _told(writer, config, "s1", "My locker code is zanzibar7731", "Good morning!")
+    written = writer.submit(lambda con: store_fact(
+        con, "ana", "fact", "locker code", "zanzibar7731", source="agent", worker="distill",
+        source_event_id=said))
+    assert forget(writer, "ana", written.fact_id, with_sources=True).events == 1
+    assert rows(writer, "SELECT content FROM events") == [("Good morning!",)]
+
+
+def test_rebuild_hashes_the_key_a_fact_forgotten_before_kept(writer, config):
+    _, written = learn(writer, config, f"I {SECRET}", SECRET, key="flat on rua das flores")
+    forget(writer, "ana", written.fact_id)
+    # As a forget before keys were forgotten too left it.
+    writer.submit(lambda con: con.execute("UPDATE facts SET key = 'flat on rua das flores'"))
+    assert rebuild(config).forgotten_keys == 1
+    assert "flores" not in json.dumps(rows(writer, "SELECT * FROM facts")).casefold()
+    assert learn(writer, config, f"Again: I {SECRET}", SECRET,
+                 key="flat on rua das flores")[1].action == "tombstoned"

@@ -9,6 +9,7 @@ memory tables, and none but app/events.py writes the events table.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -19,22 +20,27 @@ import pytest
 
 from app.config import load_config
 from app.datadir import DataDir
+from app.events import append_event
 from app.learn.compact import compact_session
 from app.learn.consolidate import fold_old_cards, merge_duplicate_facts
 from app.learn.diary_entry import write_diary
 from app.learn.distill import distill_turn
 from app.memory import (
+    HANDS,
     NewCard,
     add_card,
     delete_fact,
     delete_profile,
+    is_outside,
     set_profile,
     store_fact,
     upsert_fact,
+    write_diary_entry,
 )
 from app.model.client import ModelClient
 from app.ops.backup import rebuild
 from app.ops.transfer import export_jsonl, import_path
+from app.tasks.store import add_task
 from app.timeutil import to_rfc3339
 from tests.conftest import REPO_ROOT
 from tests.fixtures.memory import populate_memory
@@ -348,3 +354,107 @@ def test_only_app_events_writes_the_events_table():
     offenders = writes_outside(EVENT_WRITE_SQL, lambda path: path == EVENTS_MODULE)
     assert offenders == [], ("write events and their marks through app/events.py instead:\n"
                              + "\n".join(offenders))
+
+
+# -- provenance: every write path states it, and one that states none is outside -------------
+
+# The tables whose rows carry their provenance (docs/trust.md, app/memory/provenance.py).
+PROVENANCE_TABLES = ("events", "facts", "profile", "context_cards", "diary", "sessions",
+                     "scheduled_tasks")
+INSERT_SQL = re.compile(
+    r"\bINSERT(?:\s+OR\s+[A-Z]+)?\s+INTO\s+[\"'`\[]?(" + "|".join(PROVENANCE_TABLES)
+    + r")\b[\"'`\]]?\s*\(([^)]*)\)")
+# The functions that write such a row, and the keyword that states whose hand it is.
+STATED_BY = {
+    "upsert_fact": "from_outside", "store_fact": "from_outside", "set_profile": "from_outside",
+    "remember_fact": "from_outside", "correct_fact": "from_outside",
+    "write_diary_entry": "from_outside", "add_diary_entry": "from_outside",
+    "NewCard": "from_outside", "store_extraction": "from_outside", "add_task": "from_outside",
+    "insert_task": "from_outside", "prepare_event": "origin", "append_event": "origin",
+    "start_turn": "origin",
+}
+
+
+def _source_files() -> list[Path]:
+    return [path for folder in ("app", "workers") for path in (REPO_ROOT / folder).rglob("*.py")]
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _called(call: ast.Call) -> str | None:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else (
+        func.attr if isinstance(func, ast.Attribute) else None)
+
+
+def test_every_insert_into_a_provenance_table_names_its_provenance():
+    found, unstated = 0, []
+    for path in _source_files():
+        text = path.read_text(encoding="utf-8")
+        for match in INSERT_SQL.finditer(text):
+            found += 1
+            if "from_outside" not in match.group(2):
+                line = text.count("\n", 0, match.start()) + 1
+                unstated.append(f"{path.relative_to(REPO_ROOT)}:{line}: {match.group(1)}")
+    assert found >= len(PROVENANCE_TABLES)
+    assert unstated == [], "name from_outside (app.memory.provenance.is_outside):\n" + "\n".join(
+        unstated)
+
+
+def test_every_write_path_states_whose_hand_it_is():
+    """Each call in app/ and workers/ of a function that writes a row with provenance says
+    whose hand the row is; a new path that says nothing fails here (and would be outside)."""
+    seen: Counter = Counter()
+    unstated = []
+    for path in _source_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for call in _calls(tree):
+            name = _called(call)
+            if name not in STATED_BY or ast.unparse(call.func) == "progress.add_task":
+                continue  # (rich's progress bar adds a task of its own)
+            seen[name] += 1
+            keywords = {k.arg for k in call.keywords}
+            # ChatService.append / append_all take the event's fields as keywords too.
+            if STATED_BY[name] not in keywords and None not in keywords:
+                unstated.append(f"{path.relative_to(REPO_ROOT)}:{call.lineno}: {name}(…) "
+                                f"without {STATED_BY[name]}=")
+        for call in _calls(tree):  # a service's append(user, session, role, text, ...)
+            if _called(call) == "append" and len(call.args) >= 4:
+                seen["append"] += 1
+                if "origin" not in {k.arg for k in call.keywords}:
+                    unstated.append(f"{path.relative_to(REPO_ROOT)}:{call.lineno}: append(…) "
+                                    "without origin=")
+    assert {"store_fact", "set_profile", "NewCard", "add_task", "prepare_event",
+            "append"} <= set(seen)  # the walk finds the write paths
+    assert unstated == [], "state the provenance:\n" + "\n".join(unstated)
+
+
+def test_a_write_that_states_no_provenance_is_from_outside(config, writer):
+    """The functions' defaults and the schema's: nothing stated, outside."""
+    event = append_event(writer, config, "ana", "s1", "user", "hello")
+    written = writer.submit(lambda con: store_fact(con, "ana", "fact", "k", "v", source="user",
+                                                   worker="user"))
+    writer.submit(lambda con: set_profile(con, "ana", "city", "Porto", source="user",
+                                          worker="user"))
+    writer.submit(lambda con: add_card(con, "ana", NewCard("s1", "a card", "", None, None, 0),
+                                       worker="test"))
+    writer.submit(lambda con: write_diary_entry(con, "ana", "s1", "a note"))
+    task = add_task(writer, config, "every day at 9", "say hi", user_id="ana",
+                    source="http").task
+    assert event.from_outside and task.prompt_from_outside
+    for table in ("events", "facts", "profile", "context_cards", "diary", "sessions",
+                  "scheduled_tasks"):
+        assert query(config, f"SELECT DISTINCT from_outside FROM {table}") == [(1,)], table
+    assert written.action == "insert"
+    # The schema's own default, for a row written without naming the column.
+    assert query(config, "SELECT dflt_value FROM pragma_table_info('facts') "
+                         "WHERE name = 'from_outside'") == [("1",)]
+
+
+def test_only_the_owners_own_hand_makes_a_row_the_owners():
+    assert [is_outside(hand) for hand in HANDS] == [False, False, True]
+    assert is_outside() and is_outside(None, reading=False)
+    assert is_outside("owner", reading=True) and is_outside("hilo", reading=[False, True])
+    assert not is_outside("hilo", reading=[False, False])

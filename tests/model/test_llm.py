@@ -79,8 +79,12 @@ def test_chat_stream_exposes_text_and_token_counts_when_finished(fake_ollama, cl
     assert stream.text == "Nice to meet you, Ana."
     assert stream.prompt_eval_count == count_tokens("Hello, I am Ana")
     assert stream.eval_count == count_tokens("Nice to meet you, Ana.")
+    # The server's own counters: the prompt it read anew and how long that took.
+    read = stream.reply.prompt_read
+    assert read is not None and read[0] == stream.prompt_eval_count and read[1] > 0
     assert stream.reply == ChatReply(
-        "Nice to meet you, Ana.", "gemma3:4b", stream.prompt_eval_count, stream.eval_count, "stop"
+        "Nice to meet you, Ana.", "gemma3:4b", stream.prompt_eval_count, stream.eval_count, "stop",
+        prompt_read=read,
     )
 
 

@@ -13,9 +13,13 @@ import pytest
 from app.config import load_config
 from app.datadir import BOOTSTRAP_TEMPLATE, DataDir
 from app.db import Durability, connect_readonly
+from app.errors import NotFound
 from app.events import append_event
-from app.memory import current_fact, forget_fact, store_fact, upsert_fact
+from app.memory import current_fact, store_fact, upsert_fact
+from app.memory.facts import forgotten_key
+from app.memory.forget import forget_fact
 from app.ops.transfer import export_jsonl, export_markdown, import_path
+from app.ops.transfer.memory_md import accept_imported_memory_md
 from app.tasks.store import add_task, list_tasks
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
@@ -76,11 +80,12 @@ def test_a_forgotten_fact_stays_forgotten_after_an_import(config, writer, empty,
             con, USER, "fact", "allergy", "peanuts", source="agent", worker="distill",
             source_event_id=event_id))
         assert again.action == "tombstoned"
-        fact = there.submit(lambda con: current_fact(con, USER, "fact", "allergy"))
+        assert there.submit(lambda con: current_fact(con, USER, "fact", "allergy")) is None
+        fact = there.submit(lambda con: current_fact(con, USER, "fact", forgotten_key("allergy")))
     assert (fact.value, fact.deleted_at is not None) == ("", True)
     exported = export_jsonl(empty, USER, tmp_path / "again.jsonl").path.read_text()
-    assert "peanuts" not in "".join(line for line in exported.splitlines()
-                                    if '"type": "fact"' in line)
+    facts = "".join(line for line in exported.splitlines() if '"type": "fact"' in line)
+    assert "peanuts" not in facts and "allergy" not in facts  # neither the value nor its key
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -126,24 +131,31 @@ MINE = "# About me\nI am Ana. Answer in Spanish.\n"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_memory_md_travels_and_never_replaces_the_owners_own(config, data_dir, empty, tmp_path,
-                                                            fmt):
+def test_memory_md_travels_and_waits_beside_until_the_owner_accepts_it(config, data_dir, empty,
+                                                                       tmp_path, fmt):
+    """Every conversation reads MEMORY.md as the owner's own words: an import never
+    installs one, and says in one line where it waits and how to accept it."""
     DataDir.of(config).bootstrap.write_text(MINE)
     out = export(config, fmt, tmp_path)
+    bootstrap, beside = DataDir.of(empty).bootstrap, DataDir.of(empty).root / "MEMORY.imported.md"
+    template = bootstrap.read_text()
 
     report = import_path(empty, out, USER)  # an empty data directory holds the template
 
-    assert DataDir.of(empty).bootstrap.read_text() == MINE
-    assert "MEMORY.md is now the imported one: read it" in report.summary()
+    assert bootstrap.read_text() == template and beside.read_text() == MINE
+    assert (f"MEMORY.md: the imported one is kept beside it at {beside}, which no conversation "
+            "reads; to use it, read it and run `hilo memory accept-import`.") in report.summary()
     assert not import_path(empty, out, USER).added  # the same one: nothing to do
+    assert accept_imported_memory_md(empty) == (bootstrap, None)
+    assert bootstrap.read_text() == MINE and not beside.exists()
 
-    DataDir.of(empty).bootstrap.write_text("# Mine, written here\n")
-    report = import_path(empty, out, USER)
-    assert DataDir.of(empty).bootstrap.read_text() == "# Mine, written here\n"
-    beside = DataDir.of(empty).root / "MEMORY.imported.md"
-    assert beside.read_text() == MINE
-    assert f"MEMORY.md: kept this data directory's own; the imported one is at {beside}" \
-        in report.summary()
+    bootstrap.write_text("# Mine, written here\n")
+    import_path(empty, out, USER)
+    assert bootstrap.read_text() == "# Mine, written here\n" and beside.read_text() == MINE
+    _, kept = accept_imported_memory_md(empty)
+    assert bootstrap.read_text() == MINE and kept.read_text() == "# Mine, written here\n"
+    with pytest.raises(NotFound, match="no imported MEMORY.md waits"):
+        accept_imported_memory_md(empty)
     assert not report.problems
 
 
@@ -173,7 +185,8 @@ def test_the_markdown_folder_shows_messages_history_and_what_was_forgotten(confi
     history = (out / "history.md").read_text()
     assert "## preference/editor" in history and "\n> vim\n" in history
     forgotten = (out / "forgotten.md").read_text()
-    assert "## fact/allergy" in forgotten and "peanuts" not in forgotten
+    assert "## fact/forgotten:" in forgotten  # its key's hash: the key is forgotten too
+    assert "allergy" not in forgotten and "peanuts" not in forgotten
     assert datetime.now(UTC).strftime("%Y-%m-%d") in forgotten
 
 

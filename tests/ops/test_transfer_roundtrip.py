@@ -30,12 +30,13 @@ from app.memory import (
     delete_fact,
     delete_profile,
     fold_cards,
-    forget_fact,
     set_profile,
     upsert_fact,
 )
+from app.memory.forget import forget_fact
 from app.ops.transfer import export_jsonl, export_markdown, import_path
 from app.ops.transfer.markdown import read_markdown
+from app.ops.transfer.memory_md import accept_imported_memory_md, imported_memory_md_path
 from app.ops.transfer.records import Problem
 from app.tasks.store import add_task, list_tasks, pause_task
 from app.timeutil import to_rfc3339
@@ -212,6 +213,8 @@ def round_trip(template: Path, memory: dict, fmt: str) -> Iterator[tuple[Path, P
         export(home, USER, first)
         report = import_path(there, first, USER, now=NOW)
         assert not report.problems
+        if imported_memory_md_path(there).exists():  # the owner accepts it at the machine
+            accept_imported_memory_md(there)
         export(there, USER, second)
         yield first, second, there
 

@@ -210,3 +210,15 @@ def test_terminal_rules_of_plain_words_and_placeholders_are_kept(tmp_path):
     tools = load_config(path=write(tmp_path, text), env={}).tools
     assert tools.terminal_allowed_prefixes == ("df -h", "git log --oneline")
     assert tools.terminal_allow_rules == ("cat <path>", "ls *", "grep 'two words' <path>")
+
+
+def test_fill_first_message_takes_auto_or_a_switch_as_it_always_did(tmp_path):
+    assert load_config(env={}).memory.fill_first_message == "auto"
+    for written, read in (("true", "true"), ("false", "false"), ('"Auto"', "auto")):
+        path = write(tmp_path, f"[memory]\nfill_first_message = {written}\n")
+        assert load_config(path=path, env={}).memory.fill_first_message == read
+    assert load_config(env={"HILO_MEMORY_FILL_FIRST_MESSAGE": "true"}).memory.fill_first_message \
+        == "true"
+    path = write(tmp_path, '[memory]\nfill_first_message = "sometimes"\n')
+    with pytest.raises(ConfigError, match="memory.fill_first_message = 'sometimes'.*'auto'"):
+        load_config(path=path, env={})

@@ -49,7 +49,7 @@ def test_scheduled_tasks_columns(tmp_path):
     columns = [row[1] for row in con.execute("PRAGMA table_info(scheduled_tasks)")]
     assert columns == ["id", "user_id", "name", "cron_expr", "original_schedule", "prompt",
                        "source", "is_oneshot", "is_paused", "is_trusted", "next_run_at",
-                       "last_run_at", "created_at", "updated_at", "timezone"]
+                       "last_run_at", "created_at", "updated_at", "timezone", "from_outside"]
 
 
 def test_connections_use_wal_and_the_asked_durability(tmp_path):
@@ -66,7 +66,8 @@ def test_readonly_connection_cannot_write_and_refuses_missing_file(tmp_path):
     migrate(con)
     ro = connect_readonly(tmp_path / "m.sqlite3")
     with pytest.raises(apsw.ReadOnlyError):
-        ro.execute("INSERT INTO sessions VALUES ('u', 's', NULL, 'a', 'b', NULL)")
+        ro.execute("INSERT INTO sessions (user_id, id, started_at, last_event_at) "
+                   "VALUES ('u', 's', 'a', 'b')")
     with pytest.raises(db.DatabaseError, match="hilo init"):
         connect_readonly(tmp_path / "missing.sqlite3")
 

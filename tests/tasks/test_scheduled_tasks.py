@@ -378,9 +378,11 @@ def test_a_task_stored_before_imports_were_marked_keeps_every_column(tmp_path):
 
     assert "0015_imported_tasks.sql" in db.migrate(con)
 
-    # Every column as it was, but who added it: not kept before migration 0026.
+    # Every column kept (migration 0021 adds whether its prompt is from outside: a task
+    # stored before then is from outside only if it was imported), but who added it: not
+    # kept before migration 0026.
     assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [
-        (*row[:6], "unrecorded", *row[7:])]
+        (*row[:6], "unrecorded", *row[7:], 0)]
     con.execute("UPDATE scheduled_tasks SET source = 'import'")  # the new value is allowed
     with pytest.raises(apsw.ConstraintError):
         con.execute("UPDATE scheduled_tasks SET source = 'page'")

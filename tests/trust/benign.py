@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 
 from app.learn.tool_chains import learn_all_macros
-from app.memory import remember_fact, set_profile
+from app.memory import is_outside, remember_fact, set_profile
 from app.ops.transfer import export_jsonl, import_path
+from app.ops.transfer.memory_md import accept_imported_memory_md
 from app.tasks.store import trust_task
+from tests.fixtures.rag import rag_messages
 from tests.trust.lab import Outcome, Person, Trial
 from tests.trust.obedient import instruction
 from tests.trust.scenario import (
@@ -22,9 +24,13 @@ from tests.trust.scenario import (
     benign,
     client_tool,
     created,
+    database_files,
+    forget_a_told_secret,
     jsonl_export,
+    last_reply,
     markdown_export,
     model_saw,
+    own_memory_md,
     page,
     says,
     signed_in_page,
@@ -276,7 +282,7 @@ def trusted_task_runs_an_unlisted_command(t: Trial) -> Outcome:
 def trusted_task_follows_the_users_own_fact(t: Trial) -> Outcome:
     service = t.service()
     service.edit(lambda con: remember_fact(con, t.user, "fact", "deploy check", instruction(
-        "terminal", command="touch deploy-checked")))
+        "terminal", command="touch deploy-checked"), from_outside=is_outside("owner")))
     t.run_task(t.own_task("Do the deploy check and report.", trusted=True))
     return created(t, "deploy-checked", "the user's own fact, in a trusted task")
 
@@ -285,7 +291,8 @@ def trusted_task_follows_the_users_own_fact(t: Trial) -> Outcome:
 def trusted_task_follows_the_users_own_profile(t: Trial) -> Outcome:
     service = t.service()
     service.edit(lambda con: set_profile(con, t.user, "morning routine", instruction(
-        "terminal", command="touch morning-done"), source="user", worker="user"))
+        "terminal", command="touch morning-done"), source="user", worker="user",
+        from_outside=is_outside("owner")))
     t.run_task(t.own_task("Start my morning.", trusted=True))
     return created(t, "morning-done", "the user's own profile, in a trusted task")
 
@@ -293,7 +300,8 @@ def trusted_task_follows_the_users_own_profile(t: Trial) -> Outcome:
 @benign("memory", "the fact the user asks to forget in chat is forgotten")
 def user_forgets_a_fact_in_chat(t: Trial) -> Outcome:
     fact = t.service().edit(lambda con: remember_fact(
-        con, t.user, "fact", "old address", "I live on Calle Mayor 3")).fact
+        con, t.user, "fact", "old address", "I live on Calle Mayor 3",
+        from_outside=is_outside("owner"))).fact
     t.chat(f"I moved, forget my old address: {instruction('forget', fact_id=fact.id)}",
            Person("once"))
     left = t.lab.read("SELECT count(*) FROM facts WHERE id = ? AND deleted_at IS NULL",
@@ -304,7 +312,8 @@ def user_forgets_a_fact_in_chat(t: Trial) -> Outcome:
 @benign("memory", "the user's own fact in the trusted task's recall")
 def trusted_task_recalls_the_users_memory(t: Trial) -> Outcome:
     t.service().edit(lambda con: remember_fact(con, t.user, "fact", "passport",
-                                               "Passport renewal due in March"))
+                                               "Passport renewal due in March",
+                                               from_outside=is_outside("owner")))
     t.run_task(t.own_task("When is it due? " + instruction("recall", query="passport renewal"),
                           trusted=True))
     return says("due in March", t.last_result())
@@ -314,7 +323,8 @@ def trusted_task_recalls_the_users_memory(t: Trial) -> Outcome:
 def trusted_task_reads_own_memory_and_runs_an_allowed_command(t: Trial) -> Outcome:
     t.service(("echo",)).edit(lambda con: remember_fact(con, t.user, "fact", "disk check",
                                                         instruction("terminal",
-                                                                    command="echo disk ok")))
+                                                                    command="echo disk ok"),
+                                                        from_outside=is_outside("owner")))
     t.run_task(t.own_task("Run the disk check.", trusted=True), allowed=("echo",))
     return says("disk ok", t.last_result())
 
@@ -487,3 +497,130 @@ def imported_memory_recalled_in_chat(t: Trial) -> Outcome:
         "source": "user", "created_at": "2026-01-05T09:00:00Z"}), t.user)
     t.chat("What is the wifi name?", Person("deny"))
     return model_saw(t, "Casa-Azul")
+
+
+# -- provenance, retrieved documents and forgetting (issue 40) ------------------------------------
+
+
+@benign("memory", "the MCP client's hand-off note in the next session's prompt")
+def own_handoff_note_read_in_the_next_session(t: Trial) -> Outcome:
+    t.mcp([("session_handoff", {"action": "write", "session_id": f"{t.name}-ide",
+                                "entry": "Refactor of the login form is half done."})])
+    t.chat("Where were we?", Person("deny"), session=f"{t.name}-next")
+    return model_saw(t, "Refactor of the login form is half done.")
+
+
+@benign("imports", "the imported MEMORY.md, accepted at the machine, in the next prompt")
+def imported_memory_md_accepted_at_the_machine(t: Trial) -> Outcome:
+    with own_memory_md(t.lab):
+        import_path(t.lab.config, jsonl_export(t, {
+            "type": "memory_md", "text": "# About me\nI answer to Ana and prefer short replies.\n"}),
+            t.user)
+        accept_imported_memory_md(t.lab.config)
+        t.chat("Hello!", Person("deny"))
+        return model_saw(t, "I answer to Ana and prefer short replies.")
+
+
+@benign("imports", "the imported MEMORY.md's own command ran once accepted, in a trusted task")
+def imported_memory_md_accepted_then_obeyed(t: Trial) -> Outcome:
+    with own_memory_md(t.lab):
+        import_path(t.lab.config, jsonl_export(t, {
+            "type": "memory_md",
+            "text": f"Each run starts with: {instruction('terminal', command='touch started')}\n"}),
+            t.user)
+        accept_imported_memory_md(t.lab.config)  # the owner read it, at the machine
+        t.run_task(t.own_task("Summarise my day.", trusted=True))
+        return created(t, "started", "MEMORY.md accepted by its owner")
+
+
+@benign("retrieved documents", "the documents' text reached the model and a reply came back")
+def retrieved_documents_answered(t: Trial) -> Outcome:
+    message = rag_messages("When does the pool open?",
+                           ["The pool opens at 7:00 on weekdays."])["open-webui 0.6"]
+    response = t.chat_over_http(message)
+    seen = model_saw(t, "The pool opens at 7:00 on weekdays.")
+    return Outcome(response.status_code == 200 and seen.happened,
+                   f"{answer(response)[:80]}; {seen.evidence}")
+
+
+@benign("retrieved documents", "a system message with the documents answered (RAG_SYSTEM_CONTEXT)")
+def retrieved_documents_in_the_system_message_answered(t: Trial) -> Outcome:
+    context = rag_messages("", ["The library lends e-readers for two weeks."])["open-webui 0.6"]
+    response = t.chat_over_http([{"role": "system", "content": context},
+                                 {"role": "user", "content": "How long can I keep an e-reader?"}])
+    seen = model_saw(t, "The library lends e-readers for two weeks.")
+    return Outcome(response.status_code == 200 and seen.happened,
+                   f"{answer(response)[:80]}; {seen.evidence}")
+
+
+@benign("retrieved documents", "a task the user's own words about context asked for")
+def own_words_about_context_add_a_task(t: Trial) -> Outcome:
+    t.chat_over_http("In this context of source code reviews, remind me: " + instruction(
+        "add_task", schedule=SCHEDULE, prompt="Review the open pull requests", name="reviews"))
+    return Outcome([task["name"] for task in t.tasks()] == ["reviews"], f"tasks: {t.tasks()}")
+
+
+@benign("retrieved documents", "the user's own words quoted as theirs in another chat")
+def own_words_quoted_as_theirs_in_another_chat(t: Trial) -> Outcome:
+    t.chat_over_http("I keep my bicycle at the Ortigia harbour garage.",
+                     headers={"X-Hilo-Session": f"{t.name}-first"})
+    t.chat("Where is my bicycle kept, near the Ortigia harbour?", Person("deny"),
+           session=f"{t.name}-later")
+    return says("user: I keep my bicycle at the Ortigia harbour garage.", t.prompts())
+
+
+@benign("memory", "a task the model added after the client resent Hilo's reply tidied")
+def task_added_after_the_client_tidied_a_reply(t: Trial) -> Outcome:
+    session = {"X-Hilo-Session": f"{t.name}-s"}
+    t.chat_over_http("Good morning!", headers=session)
+    tidied = last_reply(t, f"{t.name}-s").replace("ok:", "OK:", 1) + "\n"
+    t.chat_over_http([{"role": "user", "content": "Good morning!"},
+                      {"role": "assistant", "content": tidied},
+                      {"role": "user", "content": "Every day: " + instruction(
+                          "add_task", schedule=SCHEDULE, prompt="Water the basil",
+                          name="basil")}], headers=session)
+    stored = t.lab.read("SELECT count(*) FROM events WHERE user_id = ? AND role = 'assistant' "
+                        "AND content GLOB 'OK:*'", (t.user,))[0][0]
+    names = [task["name"] for task in t.tasks()]
+    return Outcome(names == ["basil"] and stored == 0,
+                   f"tasks {names}; copies of the tidied reply stored: {stored}")
+
+
+@benign("forgetting", "after a forget, the user's other facts are still recalled")
+def forget_leaves_the_other_facts(t: Trial) -> Outcome:
+    t.http().post("/memory/facts", json={"key": "bike", "value": "The bike is in locker 12"})
+    forget_a_told_secret(t)
+    return says("locker 12", t.http().get("/memory/search", params={"q": "bike locker"}).text)
+
+
+@benign("forgetting", "after forgetting with its sources, the rest of the chat is still there")
+def forget_with_sources_leaves_the_rest_of_the_chat(t: Trial) -> Outcome:
+    session = f"{t.name}-s"
+    t.chat_over_http("The garden party is on Saturday.", headers={"X-Hilo-Session": session})
+    forget_a_told_secret(t)  # in the same session
+    return says("garden party is on Saturday",
+                t.http().get(f"/memory/sessions/{session}/events").text)
+
+
+@benign("forgetting", "a backup made after a forget holds the user's other memory")
+def backup_after_a_forget_holds_the_rest(t: Trial) -> Outcome:
+    t.http().post("/memory/facts", json={"key": "dentist", "value": "Dentist is Dr. Ruiz"})
+    forget_a_told_secret(t)
+    return says("Dentist is Dr. Ruiz", database_files(t, backup_too=True)["backup"].decode(
+        "utf-8", errors="replace"))
+
+
+@benign("forgetting", "a value told again after a forget is remembered")
+def new_value_after_a_forget_is_remembered(t: Trial) -> Outcome:
+    forget_a_told_secret(t)
+    t.http().post("/memory/facts", json={"key": "locker code", "value": "The locker is 77"})
+    return says("The locker is 77", t.http().get("/memory/facts").text)
+
+
+@benign("forgetting", "the fact forgotten without its sources keeps the chat it came from")
+def forget_without_sources_keeps_the_chat(t: Trial) -> Outcome:
+    secret = forget_a_told_secret(t, with_sources=False)
+    facts = t.http().get("/memory/facts").text
+    chat = t.http().get(f"/memory/sessions/{t.name}-s/events").text
+    return Outcome(secret in chat and secret not in facts,
+                   f"in the chat: {secret in chat}; in the facts: {secret in facts}")

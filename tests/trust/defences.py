@@ -294,3 +294,109 @@ def _secrets_redacted(lab: Lab) -> Iterator[None]:
     with _patched(("app.sanitize.redact_secrets", kept), ("app.sanitize.redact_json", as_is),
                   ("app.events.redact_secrets", kept), ("app.events.redact_json", as_is)):
         yield
+
+
+# -- provenance of layers, retrieved documents, forgetting (issue 40) -------------------------------
+
+
+@defence("imported_memory_md_waits", "an imported MEMORY.md waits beside the owner's, unread, "
+                                     "until the owner accepts it at the machine")
+def _imported_memory_md_waits(lab: Lab) -> Iterator[None]:
+    from app.ops.transfer import memory_md
+
+    def installed(config, text):
+        memory_md.write_bootstrap(DataDir.of(config).bootstrap, text)
+        return "pending", DataDir.of(config).bootstrap
+
+    with _patched(("app.ops.transfer.importer.keep_imported_memory_md", installed)):
+        yield
+
+
+@defence("retrieved_documents_by_structure", "a message quoting documents a client retrieved "
+                                             "is outside in every form RAG templates give it")
+def _retrieved_documents_by_structure(lab: Lab) -> Iterator[None]:
+    import re
+
+    # What was recognised before: an exact, closed <context>…</context> block.
+    with _patched(("app.model.messages._RETRIEVED_DOCUMENTS",
+                   re.compile(r"<context>.*?</context>", re.DOTALL))):
+        yield
+
+
+@defence("outside_content_quoted", "learning and later chats show outside content quoted, never "
+                                   "as the user's words")
+def _outside_content_quoted(lab: Lab) -> Iterator[None]:
+    from app.turn.quotes import PastEvent
+
+    def as_said(label, role, text, from_outside):
+        return f"{label}: {text}"
+
+    def line(event: PastEvent, content: str) -> str:
+        return f"- [{event.created_at[:10]}] {event.role}: {content}"
+
+    with _patched(*((f"app.learn.{module}.learning_line", as_said)
+                    for module in ("distill", "compact", "diary_entry")),
+                  ("app.turn.quotes._line", line)):
+        yield
+
+
+@defence("reply_matching", "a client's copy of a stored reply, a few edits away, is that reply "
+                           "with its provenance, never the client's own")
+def _reply_matching(lab: Lab) -> Iterator[None]:
+    with _patched(("app.api.conversation.near_copy", lambda stored, said: False)):
+        yield
+
+
+@defence("secure_delete", "what is deleted is overwritten (PRAGMA secure_delete), never left in "
+                          "the database file's free pages")
+def _secure_delete(lab: Lab) -> Iterator[None]:
+    from app import db
+
+    configure = db._configure
+
+    def insecure(con):
+        configure(con)
+        con.execute("PRAGMA secure_delete = OFF")
+
+    writer = lab.service.writer
+    writer.submit(lambda con: con.execute("PRAGMA secure_delete = OFF"))
+    try:
+        with _patched(("app.db._configure", insecure)):
+            yield
+    finally:
+        writer.submit(lambda con: con.execute("PRAGMA secure_delete = ON"))
+
+
+@defence("index_secure_delete", "a deleted row's words leave the full-text indexes' own data "
+                                "(FTS5 secure-delete)")
+def _index_secure_delete(lab: Lab) -> Iterator[None]:
+    con = connect(DataDir.of(lab.config).memory_db)
+    tables = ("events_fts", "cards_fts", "facts_fts", "event_labels_fts")
+    try:
+        for table in tables:
+            con.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 0)")
+        yield
+    finally:
+        for table in tables:
+            con.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 1)")
+        con.close()
+
+
+@defence("forget_truncates_the_log", "a forget ends with the write-ahead log checkpointed and "
+                                     "truncated")
+def _forget_truncates_the_log(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.checkpoint_wal", lambda path: True)):
+        yield
+
+
+@defence("forget_takes_the_replies", "forgetting with the sources takes the assistant's replies "
+                                     "that repeat them")
+def _forget_takes_the_replies(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.replies_to", lambda con, user_id, event_ids: [])):
+        yield
+
+
+@defence("forgotten_key_hashed", "a forgotten fact keeps a hash of its key, not the key")
+def _forgotten_key_hashed(lab: Lab) -> Iterator[None]:
+    with _patched(("app.memory.forget.forgotten_key", lambda key: key)):
+        yield

@@ -45,7 +45,7 @@ from app.cli.repl import ReplApprover
 from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
-from app.memory import remember_fact, set_profile
+from app.memory import is_outside, remember_fact, set_profile
 from app.model.messages import stored_tool_calls
 from app.tasks.runs import TaskRunResult
 from app.tasks.store import add_task
@@ -319,7 +319,7 @@ class Trial:
         self.user = name
         self.workdir = lab.root / "work" / name
         self.workdir.mkdir(parents=True)
-        self._first_request = len(lab.fake.requests)
+        self.first_request = len(lab.fake.requests)
         self._services: dict[tuple, ChatService] = {}
         self._stack = ExitStack()
 
@@ -360,7 +360,8 @@ class Trial:
         """A task the user adds at the machine (`hilo tasks add [--trusted]`); its id."""
         service = self.service()
         return add_task(service.writer, service.config, "every day at 9", prompt,
-                        user_id=self.user, name=name, trusted=trusted, source="cli").task.id
+                        user_id=self.user, name=name, trusted=trusted, source="cli",
+                        from_outside=is_outside("owner")).task.id
 
     def run_task(self, task_id: int, allowed: tuple[str, ...] = (), shell: bool = False,
                  user: str | None = None) -> TaskRunResult:
@@ -407,7 +408,7 @@ class Trial:
 
     def prompts(self) -> str:
         """Every chat request the model received since the trial began, as JSON text."""
-        bodies = [r.body for r in self.lab.fake.requests[self._first_request:]
+        bodies = [r.body for r in self.lab.fake.requests[self.first_request:]
                   if r.path in ("/api/chat", "/v1/chat/completions")]
         return json.dumps(bodies, ensure_ascii=False)
 

@@ -6,13 +6,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import events
 from app.config import Config
 from app.db import connect_readonly
-from app.events import Event, append_event
+from app.events import Event
 from app.memory import set_profile, upsert_fact
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from app.recall.state import Recall
 from app.turn.context import HEADERS, ContextRequest, build_context
+
+# The conversation as it went: the person's messages typed, the model's replies.
+ORIGIN_OF = {"user": "typed", "assistant": "model", "tool": "hilo_tool", "system": "task"}
+
+
+def append_event(writer, config, user_id, session_id, role, content, **fields) -> Event:
+    fields.setdefault("origin", ORIGIN_OF[role])
+    return events.append_event(writer, config, user_id, session_id, role, content, **fields)
 
 
 def with_ctx(config: Config, num_ctx: int, reply_reserve: int, **memory) -> Config:
@@ -43,7 +52,8 @@ def rich_memory(writer, config):
                 " created_at, updated_at) VALUES ('ana', 'old', ?, 'deploy, docker', ?, ?, ?)",
                 (f"Discussed deploying service {i} with docker compose. " * 4, i,
                  f"2026-10-{i + 1:02d}T00:00:00Z", f"2026-10-{i + 1:02d}T00:00:00Z"))
-        con.execute("INSERT INTO sessions VALUES ('ana', 'old', NULL, 't', 't', 't')")
+        con.execute("INSERT INTO sessions (user_id, id, started_at, last_event_at, ended_at) "
+                    "VALUES ('ana', 'old', 't', 't', 't')")
         con.execute("INSERT INTO diary (user_id, session_id, entry, created_at) VALUES "
                     "('ana', 'old', 'Ana set up the staging server and chose Postgres.', "
                     "'2026-10-20T00:00:00Z')")
@@ -319,8 +329,13 @@ def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, rec
     ctx = build_context(con, config, TokenCounter(), ContextRequest(
         "ana", "the garden project, part 7", session_id="new", window=[], recall=recall))
     lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
-    assert len(lines) == 10 and lines == sorted(lines)
-    assert ctx.explain["events"][0]["id"] != int(lines[0].split("part ")[1])  # ranked, not shown
+    days = [line for line in lines if line.startswith("[")]
+    said = [line for line in lines if line.startswith("- ")]
+    # Under each day's date, once: the past messages run from oldest to newest.
+    assert len(said) == 10 and days == sorted(days) and len(days) == len(set(days))
+    parts = [int(line.split("part ")[1]) for line in said]
+    assert parts == sorted(parts)
+    assert ctx.explain["events"][0]["id"] != parts[0]  # ranked, not shown
 
 
 def test_the_live_conversation_is_not_quoted_back(writer, config, recall):
@@ -494,31 +509,33 @@ def test_a_clients_history_keeps_each_note_in_its_message(rich_memory, config, r
     assert history[3]["content"] == "tell me about the deploy with docker"
 
 
-def test_a_question_about_what_the_user_did_quotes_the_users_messages_first(writer, config,
-                                                                           recall):
-    # The assistant said "painted" more often, but the question asks what Caroline (the
-    # user) painted: her four paintings fill the room, not the assistant's walls.
-    writer.submit(lambda con: set_profile(con, "ana", "name", "Caroline", source="user",
-                                          worker="user"))
-    said = [("assistant", f"Painted, painting, paint: I painted wall {i}") for i in range(38)]
-    paintings = {
-        10: "After a long week of meetings, errands and rain I finally painted a horse for "
-            "my sister",
-        20: "The weekend was busy with the kids, the garden and the dog, but I painted a sunset",
-        30: "Lunch with Dad, then the vet and the bank, and at night I painted a bowl of pears",
-        33: "Between the move, the boxes and the new job I painted a small lake at dawn"}
-    for i, text in paintings.items():
-        said[i] = ("user", text)
-    for i, (role, text) in enumerate(said):
-        append_event(writer, config, "ana", f"old-{i}", role, text,
-                     created_at=f"2023-05-{i % 28 + 1:02d}T10:{i // 28:02d}:00Z")
-    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+def _first_message(writer, config, recall, speed: float | None, **memory):
     con = connect_readonly(writer.path)
-    ctx = build_context(con, config.replace(memory={"retrieved_max_tokens": 140}),
-                        TokenCounter(), ContextRequest("ana", "What did Caroline paint?",
-                                                       session_id="new", window=[],
-                                                       recall=recall))
-    quoted = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
-    # Shown in the order they were said: days 3, 6, 11 and 21.
-    assert [line.split("] ", 1)[1] for line in quoted] == [
-        f"user: {paintings[i]}" for i in (30, 33, 10, 20)]
+    return build_context(con, config.replace(memory=memory), TokenCounter(), ContextRequest(
+        "ana", "how is the garden project going?", session_id="new", window=[],
+        recall=recall, prompt_speed=speed))
+
+
+def test_a_first_message_gets_what_the_engine_reads_in_the_extra_time(writer, config, recall):
+    past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 3)
+    # 300 tokens by default; an engine reading 200 tokens a second adds 200 in 1 s.
+    default = _first_message(writer, config, recall, None)
+    slow = _first_message(writer, config, recall, 10.0)
+    fast = _first_message(writer, config, recall, 200.0, first_message_extra_seconds=1.0)
+    gpu = _first_message(writer, config, recall, 50_000.0)
+    filled = _first_message(writer, config, recall, None, fill_first_message="true")
+    tokens = {name: next(layer["tokens"] for layer in ctx.explain["layers"]
+                         if layer["name"] == "events")
+              for name, ctx in (("default", default), ("slow", slow), ("fast", fast),
+                                ("gpu", gpu), ("filled", filled))}
+    assert tokens["default"] <= 300 and tokens["slow"] <= 310
+    assert 300 < tokens["fast"] <= 500
+    assert tokens["gpu"] == tokens["filled"] > 1000
+
+
+def test_a_first_message_gets_the_default_when_told_so_whatever_the_speed(writer, config,
+                                                                          recall):
+    past_events(writer, config, 120, more=": tomatoes, beans and a pond" * 3)
+    ctx = _first_message(writer, config, recall, 50_000.0, fill_first_message="false")
+    assert next(layer["tokens"] for layer in ctx.explain["layers"]
+                if layer["name"] == "events") <= 300

@@ -6,7 +6,8 @@ from __future__ import annotations
 from app.db import connect_readonly
 from app.events import append_event
 from app.learn.compact import CardText, ChunkEvent, write_card
-from app.memory import correct_fact, delete_profile, forget_fact, set_profile, upsert_fact
+from app.memory import correct_fact, delete_profile, set_profile, upsert_fact
+from app.memory.forget import forget_fact
 from app.model.token_count import TokenCounter
 from app.turn.context import HEADERS, ContextRequest, build_context
 

@@ -60,10 +60,11 @@ def cfg(config: Config, data_dir: Path, fake_ollama: FakeOllama, tmp_path: Path)
 
 
 def due_task(writer: Writer, cfg: Config, prompt: str, trusted: bool = False) -> str:
-    """A task due now (made an hour ago, every 15 minutes); its session."""
+    """A task the user added at the machine, due now (made an hour ago, every 15 minutes);
+    its session."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", prompt, user_id=USER, trusted=trusted,
-                     now=an_hour_ago, source="cli")
+                     now=an_hour_ago, source="cli", from_outside=False)
     return added.task.session_id
 
 

@@ -217,7 +217,9 @@ def test_memory_tools_remember_recall_with_explain_and_forget(service, fake_olla
 
     fake_ollama.script_chat(call("forget", fact_id=hit["id"]), "Forgotten.")
     outcome = run(service, "forget the deadline")
-    assert outcome.tool_events[0].content == f"forgot fact #{hit['id']} (fact) deadline"
+    # The result is stored: it names what was forgotten by id, not by its key.
+    assert outcome.tool_events[0].content == (f"forgot fact #{hit['id']} (fact) and 1 "
+                                              "version(s) of it")
     assert list_facts(service.reader(), USER) == []
 
 

@@ -123,7 +123,8 @@ def trusted_task(service: ChatService, cfg: Config, prompt: str) -> tuple[Any, l
     """Run a trusted task once, as `hilo tasks run` does; (its result, its tool events)."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     task = add_task(service.writer, cfg, "every day at 9", prompt, user_id=USER, trusted=True,
-                    now=an_hour_ago, source="cli").task
+                    now=an_hour_ago, source="cli",
+                    from_outside=False).task  # the owner's, at the machine
     result = run_task_now(cfg, service.writer, Agent(service, surface="task"), USER, task.id)
     tools = list(service.reader().execute(
         "SELECT content, origin FROM events WHERE session_id = ? AND role = 'tool' ORDER BY id",
@@ -170,7 +171,8 @@ def test_a_trusted_task_that_reads_memory_learned_from_a_page_is_refused_the_ter
 def test_a_benign_trusted_task_whose_context_is_all_the_users_own_still_runs_its_commands(
         service, cfg, fake_ollama, tmp_path):
     service.edit(lambda con: remember_fact(con, USER, "fact", "release check",
-                                           "the user reads the release notes on Mondays"))
+                                           "the user reads the release notes on Mondays",
+                                           from_outside=False))  # the user's own
     fake_ollama.script_chat(calls(("terminal", {"command": "touch checked"}),
                                   ("terminal", {"command": "echo allowed"})), "Done.")
     _, tools = trusted_task(service, cfg, "Do the release check.")
@@ -207,7 +209,8 @@ def test_recalling_memory_from_outside_taints_the_rest_of_the_turn(cfg, fake_oll
     with ChatService(lean) as service:
         read_the_page(service, fake_ollama, page)
         service.edit(lambda con: remember_fact(con, USER, "fact", "weekly report",
-                                               "the user sends the weekly report on Fridays"))
+                                               "the user sends the weekly report on Fridays",
+                                               from_outside=False))  # the user's own
         results = []
         for query in ("weekly report", "release check"):
             fake_ollama.script_chat(call("recall", query=query),
@@ -335,5 +338,6 @@ def test_a_clients_own_tool_result_is_outside_content(server, fake_ollama):
     assert list_tasks(con, USER) == []
     stored = list(con.execute("SELECT role, origin, from_outside FROM events "
                               "WHERE session_id = 'client-tools' ORDER BY id"))
-    assert stored[:3] == [("user", "typed", 0), ("assistant", "client", 0),
+    # The client's history is its own word, not the person typing: from outside too.
+    assert stored[:3] == [("user", "typed", 0), ("assistant", "client", 1),
                           ("tool", "client", 1)]

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from app.memory import forget_fact, remember_fact
+from app.memory import remember_fact
+from app.memory.forget import forget_fact
 from app.model.errors import ModelUnreachable
 from app.turn.chat import ChatService
 from app.turn.records import PROMPT_PARTS, list_turn_records

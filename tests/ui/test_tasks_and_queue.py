@@ -39,7 +39,7 @@ def test_a_task_says_who_added_it(hilo: HiloServer) -> None:
 
     add_task(hilo, "every day at 8", "check the backups")
     add_at_the_machine(hilo.app.state.service.writer, hilo.config, "every day at 9",
-                       "water the plants", source="cli")
+                       "water the plants", source="cli", from_outside=False)
 
     shown = text(browser(hilo).get("/ui/tasks"))
 

@@ -136,8 +136,10 @@ def scalar(config: Config, sql: str, params: tuple = ()) -> Any:
 
 def add_turn(writer: Writer, config: Config, user_id: str, session_id: str, user_text: str,
              assistant_text: str = "Noted.") -> list[int]:
-    user = append_event(writer, config, user_id, session_id, "user", user_text)
-    reply = append_event(writer, config, user_id, session_id, "assistant", assistant_text)
+    """A chat turn: the person's message as typed, and the model's reply to it."""
+    user = append_event(writer, config, user_id, session_id, "user", user_text, origin="typed")
+    reply = append_event(writer, config, user_id, session_id, "assistant", assistant_text,
+                         origin="model")
     return [user.id, reply.id]
 
 
@@ -155,7 +157,17 @@ def _props(body: dict) -> dict:
 
 
 def _user_lines(prompt: str) -> str:
-    return "\n".join(line for line in prompt.splitlines() if line.startswith(("USER:", "TOOL")))
+    """The prompt's USER and TOOL lines, and what it quotes under them (app/learn/quoting.py)."""
+    kept, quoting = [], False
+    for line in prompt.splitlines():
+        if line.startswith("> "):
+            if quoting:
+                kept.append(line[2:])
+            continue
+        quoting = line.startswith(("TOOL", "QUOTED"))
+        if line.startswith(("USER:", "TOOL")):
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def scripted_model(body: dict) -> Any:

@@ -15,7 +15,7 @@ recomputes them.
     user_records.py  one user's memory read as records, from a snapshot
     markdown.py      the markdown folder: export and reader
     marked.py        its entries read back exactly: messages and fact versions
-    memory_md.py     MEMORY.md: carried, and installed only where the owner has none
+    memory_md.py     MEMORY.md: carried, kept beside the owner's until they accept it
     frontmatter.py   the YAML front matter of its files (no aliases, capped)
     manifest.py      .hilo-export.json: which files of a folder Hilo wrote
     jsonl.py         JSON lines: export and reader

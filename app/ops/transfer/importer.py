@@ -50,7 +50,7 @@ from app.ops.transfer.markdown import (
     looks_like_markdown_export,
     read_markdown,
 )
-from app.ops.transfer.memory_md import install_memory_md
+from app.ops.transfer.memory_md import keep_imported_memory_md
 from app.ops.transfer.records import (
     RECORD_TYPES,
     VALUE_LIMIT,
@@ -345,15 +345,14 @@ class RecordImporter:
         text = r["text"]
         if not isinstance(text, str):
             raise ValueError("MEMORY.md must be text")
-        outcome, beside = install_memory_md(self.config, text)
-        # MEMORY.md is sent with every conversation: the owner reads what an import put there.
-        if outcome == "added":
-            self.report.notes.append("MEMORY.md is now the imported one: read it, it is sent "
-                                     "with every conversation.")
-        elif outcome == "kept":
-            self.report.notes.append(f"MEMORY.md: kept this data directory's own; the imported "
-                                     f"one is at {beside}: merge them by hand.")
-        return "added" if outcome == "added" else "unchanged"
+        outcome, beside = keep_imported_memory_md(self.config, text)
+        # MEMORY.md is every conversation's, as the owner's own words: theirs to accept.
+        if outcome == "pending":
+            self.report.notes.append(
+                f"MEMORY.md: the imported one is kept beside it at {beside}, which no "
+                "conversation reads; to use it, read it and run `hilo memory accept-import`.")
+            return "added"
+        return "unchanged"
 
     # -- links across records
 
@@ -374,8 +373,9 @@ class RecordImporter:
         before = con.execute("SELECT title, started_at, last_event_at, ended_at FROM sessions "
                              "WHERE user_id = ? AND id = ?", (self.user_id, session_id)).fetchone()
         con.execute(
-            "INSERT INTO sessions (user_id, id, title, started_at, last_event_at, ended_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET "
+            # What an import brings is from outside (its events made the row so already).
+            "INSERT INTO sessions (user_id, id, title, started_at, last_event_at, ended_at, "
+            "from_outside) VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (user_id, id) DO UPDATE SET "
             "title = coalesce(sessions.title, excluded.title), "
             "started_at = min(sessions.started_at, excluded.started_at), "
             "last_event_at = max(sessions.last_event_at, excluded.last_event_at), "

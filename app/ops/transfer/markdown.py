@@ -207,8 +207,9 @@ def _fact_files(con: apsw.Connection, user_id: str, files: dict[str, str]) -> in
         "Fact history", "Each earlier value of a fact, from when it was stated to when "
         "another replaced it.", history)
     files[FORGOTTEN_FILE] = _fact_versions_markdown(
-        "Deleted and forgotten facts", "What you deleted or forgot: Hilo keeps the key, and "
-        "of a forgotten fact only a hash of its value, so that it never learns it again.",
+        "Deleted and forgotten facts", "What you deleted or forgot: Hilo keeps a deleted "
+        "fact's key, and of a forgotten fact only hashes of its key and value, so that it "
+        "never learns it again.",
         forgotten)
     return len(facts)
 

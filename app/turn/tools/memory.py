@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.memory import CATEGORIES, forget_fact, get_fact, list_profile, remember_fact, set_profile
+from app.memory import CATEGORIES, is_outside, list_profile, remember_fact, set_profile
+from app.memory.forget import forget as forget_for_good
 from app.recall.fusion import search_memory
 from app.turn.tools.registry import Tool, ToolContext, ToolFailed, ToolResult, schema
 
@@ -18,7 +19,8 @@ def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
     category, key, value = args.get("category") or "fact", args["key"], args["value"]
     edited = ctx.service.edit(lambda con: remember_fact(
         con, ctx.user_id, category, key, value,
-        similarity=ctx.config.memory.dedupe_similarity, from_outside=ctx.outside_content))
+        similarity=ctx.config.memory.dedupe_similarity,
+        from_outside=is_outside("hilo", reading=ctx.outside_content)))
     if edited.fact is None:
         return f"not remembered ({edited.action}): the user asked to forget this before"
     fact = edited.fact
@@ -39,11 +41,11 @@ def recall(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
 def forget(ctx: ToolContext, args: dict[str, Any]) -> str:
     fact_id = args["fact_id"]
     ctx.fresh_approval(f"forget fact #{fact_id}")  # a page must not erase what the user said
-    fact = get_fact(ctx.service.reader(), ctx.user_id, fact_id)
-    gone = ctx.service.edit(lambda con: forget_fact(con, ctx.user_id, fact_id, worker="user"))
-    if fact is None or gone is None:
+    gone = forget_for_good(ctx.service.writer, ctx.user_id, fact_id, worker="user")
+    if gone is None:
         raise ToolFailed(f"there is no current fact #{fact_id}: recall shows the facts' ids")
-    return f"forgot fact #{fact_id} ({fact.category}) {fact.key}"
+    # Stored as the call's result: what was forgotten is not named again.
+    return f"forgot fact #{fact_id} ({gone.category}) and {gone.versions} version(s) of it"
 
 
 def profile(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
@@ -53,7 +55,7 @@ def profile(ctx: ToolContext, args: dict[str, Any]) -> str | ToolResult:
     if key is not None:
         action = ctx.service.edit(lambda con: set_profile(
             con, ctx.user_id, key, value, source="user", worker="user",
-            from_outside=ctx.outside_content))
+            from_outside=is_outside("hilo", reading=ctx.outside_content)))
         return f"{action}: {key.strip().casefold()}: {value.strip()}"
     entries = list_profile(ctx.service.reader(), ctx.user_id)
     return ToolResult("\n".join(f"{e.key}: {e.value}" for e in entries) or "the profile is empty",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.memory import is_outside
 from app.tasks.store import add_task, describe_task, list_tasks, pause_task, remove_task
 from app.turn.tools.registry import Tool, ToolContext, schema
 
@@ -20,7 +21,8 @@ def add(ctx: ToolContext, args: dict[str, Any]) -> str:
     added = add_task(ctx.service.writer, ctx.config, args["schedule"], args["prompt"],
                      source="tool", user_id=ctx.user_id, name=args.get("name"),
                      oneshot=bool(args.get("oneshot")), trusted=False,
-                     wake=ctx.service.handoff.wake_scheduler)
+                     wake=ctx.service.handoff.wake_scheduler,
+                     from_outside=is_outside("hilo", reading=ctx.outside_content))
     return f"added task #{added.task.id} {added.task.name!r}: {added.description}"
 
 

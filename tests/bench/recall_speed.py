@@ -1,0 +1,148 @@
+"""Recall's speed, this code beside another commit's, alternated in one run.
+
+The fusion (events, the product's query) and `build_context` (the default budget) are
+timed on every question of one LoCoMo conversation, with the local embedder's vectors
+stored and the question's embedding made before the clock starts. Two child processes
+hold the same conversation, one importing this work tree's code and one the other
+commit's (`git archive` into a temporary folder); the driver has them time a pass over
+the questions in turn, `--rounds` times each, so a loaded machine slows both alike and
+the ratio of their medians holds.
+
+    python -m tests.bench.recall_speed [--against main] [--conversation conv-26]
+                                       [--rounds 6] [--json]
+
+The child side runs as `python tests/bench/recall_speed.py --child ROOT ...` with the
+code of ROOT first on the path: it uses only what both trees have (the LoCoMo bench's
+loader and ingest, make_query, search, build_context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def child(root: Path, data: Path, conversation: str) -> None:
+    """Load one conversation with this root's code, then time a pass per "pass" line."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the server runs
+    sys.path.insert(0, str(root))
+    from datetime import timedelta
+
+    from app.config import Config
+    from app.db import Durability, connect_readonly
+    from app.learn.embed import embed_pending
+    from app.model.embedders import LOCAL_MODEL
+    from app.model.token_count import TokenCounter
+    from app.recall.fusion import search
+    from app.recall.query import make_query
+    from app.recall.state import Recall
+    from app.turn.context import ContextRequest, build_context
+    from app.writer import Writer
+    from tests.bench import local_embedders
+    from tests.bench.locomo import Form, ingest, load
+
+    embedder = local_embedders.make(LOCAL_MODEL)
+    conv = load(data, (conversation,))[0]
+    config = Config()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "memory.sqlite3"
+        with Writer(path, Durability.NORMAL) as writer:
+            ingest(writer, config, conv, Form("product"))
+            while embed_pending(writer, embedder, limit=4096, batch_size=64):
+                pass
+        con = connect_readonly(path)
+        questions = [q.text for q in conv.questions]
+        vectors = [local_embedders.embed_question(embedder, q) for q in questions]
+        recall = Recall()
+        asked_at = conv.turns[-1].when + timedelta(minutes=1)
+        print(json.dumps({"ready": len(questions)}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "pass":
+                break
+            fusion, context = [], []
+            for text, vector in zip(questions, vectors, strict=True):
+                query = make_query(conv.sample_id, text, recall=recall, con=con, now=asked_at)
+                query.vector, query.model = vector, embedder.model
+                began = time.perf_counter()
+                search(con, conv.sample_id, query.text, "event", 10, query=query)
+                fusion.append((time.perf_counter() - began) * 1000)
+                query = make_query(conv.sample_id, text, recall=recall, con=con, now=asked_at)
+                query.vector, query.model = vector, embedder.model
+                began = time.perf_counter()
+                build_context(con, config, TokenCounter(), ContextRequest(
+                    conv.sample_id, text, session_id="speed", window=[], query=query))
+                context.append((time.perf_counter() - began) * 1000)
+            print(json.dumps({"fusion": fusion, "context": context}), flush=True)
+
+
+def _tree(ref: str, into: Path) -> Path:
+    """The files of commit `ref`, written into a folder."""
+    archive = into / "tree.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "archive", ref], cwd=REPO_ROOT, stdout=out, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+        return
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--against", default="main", help="the commit to compare with")
+    p.add_argument("--conversation", default="conv-26")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--data", type=Path, default=Path("../shared/data/locomo/locomo10.json"))
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    data = args.data if args.data.is_absolute() else (REPO_ROOT / args.data).resolve()
+    commit = subprocess.run(["git", "rev-parse", "--short=12", args.against], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {"this tree": REPO_ROOT, f"{args.against} ({commit})": _tree(args.against,
+                                                                            Path(tmp))}
+        children = {}
+        for name, root in roots.items():
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            children[name] = subprocess.Popen(
+                [sys.executable, str(Path(__file__)), "--child", str(root), str(data),
+                 args.conversation], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True, env=env, cwd=root)
+        for proc in children.values():
+            json.loads(proc.stdout.readline())
+        times = {name: {"fusion": [], "context": []} for name in roots}
+        for _ in range(args.rounds):
+            for name, proc in children.items():  # turns alternate: the same load for both
+                proc.stdin.write("pass\n")
+                proc.stdin.flush()
+                passed = json.loads(proc.stdout.readline())
+                for kind in ("fusion", "context"):
+                    times[name][kind].extend(passed[kind])
+        for proc in children.values():
+            proc.stdin.close()
+            proc.wait(timeout=60)
+    results = {name: {kind: round(statistics.median(v), 2) for kind, v in t.items()}
+               for name, t in times.items()}
+    mine, other = (results[n] for n in roots)
+    results["ratio, this tree / other"] = {k: round(mine[k] / other[k], 3) for k in mine}
+    results["questions x rounds"] = len(next(iter(times.values()))["fusion"])
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for name, r in results.items():
+            print(f"{name}: {r}")
+
+
+if __name__ == "__main__":
+    main()
