@@ -50,7 +50,7 @@ from workers.chat_activity import (
     server_id,
 )
 from workers.handoff import QueueHandoff
-from workers.hooks import task_id_time
+from workers.hooks import job_purpose, task_id_time
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -244,9 +244,10 @@ class JobRunner:
                  events=learned.events, stopped=learned.stopped, fell_back=learned.fell_back,
                  **ids)
         if learned.fell_back:  # visible, never silent: logged and kept with the failures
-            error = JobDegraded(f"{job.func.__name__} ({user_id}/{session_id}) had two unusable "
-                                f"answers in a row and wrote its fallback instead (what was "
-                                f"left, learned by rule): {learned.unusable[-1]}")
+            error = JobDegraded(f"{job_purpose(job.func.__name__, (user_id, session_id), {})}: "
+                                "two unusable answers in a row, so its fallback was written "
+                                f"instead (what was left, learned by rule): "
+                                f"{learned.unusable[-1]}")
             log.error("learn.fell_back", error=str(error), **ids)
             _policy(task)["record_failure"](error)
         if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,

@@ -43,7 +43,9 @@ nothing the client has as a reply is missing from that session. Hilo never guess
 when two sessions reach equally far (two chats that opened with the same words and got
 the same reply), the request starts a new session, which its later requests then
 reach furthest. A one-message request with no id, or one no session matches, starts a
-new session: two chats that open with the same words stay apart.
+new session: two chats that open with the same words stay apart. Except a first message
+sent again after the model failed on it: the session holding only that message, with
+no reply, is continued, so the message is stored once.
 """
 
 from __future__ import annotations
@@ -411,9 +413,11 @@ def continued_session(service: ChatService, user_id: str,
                       conversation: Conversation) -> str | None:
     """The stored session this unnamed request continues, if any (module docstring)."""
     turns = conversation.turns
-    if len(turns) < 2:
-        return None
     keys = conversation.keys(service.config, user_id)
+    if len(turns) == 1:
+        return _unanswered_opening(service, user_id, keys[0])
+    if not turns:
+        return None
     openings = sorted({content for _, content, _ in keys[:CANDIDATE_OPENINGS]})
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
@@ -431,3 +435,16 @@ def continued_session(service: ChatService, user_id: str,
             tied = True
     # Two sessions hold this history alike: which chat it is cannot be told, so neither.
     return None if tied else best
+
+
+def _unanswered_opening(service: ChatService, user_id: str, said: Key) -> str | None:
+    """The latest session whose one message is `said`, never answered (the model failed):
+    the same first message sent again continues it rather than being stored twice."""
+    con = service.reader()
+    for session_id in sessions_opening_with(con, user_id, [said[1]], CANDIDATE_SESSIONS):
+        stored = [e for e in session_events(con, user_id, session_id)
+                  if e.role in ("user", "assistant", "tool")]
+        if (not is_task_session(session_id) and len(stored) == 1
+                and same_message(event_key(stored[0]), said)):
+            return session_id
+    return None

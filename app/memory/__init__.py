@@ -29,6 +29,7 @@ statement of a fact, from the user or a worker, goes through one dedupe policy
     bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
     sessions.py    the sessions table: opened by events, imported, ended, listed
     embeddings.py  the embeddings table's writes (recall reads and searches them)
+    restore.py     undoing a forget: the value a front-end held, stored again as it was
     validation.py  InvalidMemory and the checks every write makes
 """
 
@@ -99,6 +100,7 @@ from app.memory.provenance import (
 )
 from app.memory.sessions import (
     SessionInfo,
+    count_sessions,
     end_session,
     known_users,
     list_sessions,
@@ -118,7 +120,7 @@ __all__ = [
     "fold_cards", "get_fact", "import_diary_entry", "import_fact",
     "import_profile", "is_outside", "known_users", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
-    "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
+    "list_sessions", "count_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",
     "retractions_since", "session_exists", "set_profile",
     "similar_facts",

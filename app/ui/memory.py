@@ -18,6 +18,7 @@ from app.datadir import DataDir
 from app.events import Event, events_by_ids, session_events
 from app.memory import (
     CATEGORIES,
+    count_sessions,
     fact_history,
     get_fact,
     last_diary,
@@ -32,6 +33,7 @@ from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
 from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
+from app.ui.undo import undos_of
 from app.ui.users import Who
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
@@ -85,11 +87,13 @@ def provenances(service: Any, user_id: str, items: Iterable[Any]) -> dict[int, P
 def overview(request: Request, who: Who, service: Service) -> HTMLResponse:
     con, user = service.reader(), who.user_id
     facts = list_facts(con, user)
-    counts = {"Profile keys": len(list_profile(con, user)), "Facts": len(facts),
-              "Context cards": len(list_cards(con, user)),
-              "Diary entries": len(last_diary(con, user, limit=MAX_ROW_ID)),
-              "Sessions": len(list_sessions(con, user, limit=MAX_ROW_ID)),
-              "Scheduled tasks": len(list_tasks(con, user))}
+    # Each count links to its page.
+    counts = {"Profile keys": (len(list_profile(con, user)), "/ui/profile"),
+              "Facts": (len(facts), "/ui/facts"),
+              "Context cards": (len(list_cards(con, user)), "/ui/cards"),
+              "Diary entries": (len(last_diary(con, user, limit=MAX_ROW_ID)), "/ui/diary"),
+              "Sessions": (count_sessions(con, user), "/ui/sessions"),
+              "Scheduled tasks": (len(list_tasks(con, user)), "/ui/tasks")}
     recent = facts[:5]
     return page(request, who, "overview.html", counts=counts, recent=recent,
                 origins=provenances(service, user, recent),
@@ -109,7 +113,8 @@ def facts(request: Request, who: Who, service: Service,
     category = category if category in CATEGORIES else None
     found = list_facts(service.reader(), who.user_id, category=category, limit=LISTED)
     return page(request, who, "facts.html", facts=found, category=category,
-                categories=CATEGORIES, origins=provenances(service, who.user_id, found))
+                categories=CATEGORIES, origins=provenances(service, who.user_id, found),
+                undos=undos_of(request.app.state).pending(who.user_id))
 
 
 @router.get("/facts/{fact_id}", response_class=HTMLResponse)

@@ -17,6 +17,7 @@ from app.learn.session import learn_by_rules, learn_session
 from tests.api.support import HiloServer, serve
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
+from tests.conftest import REPO_ROOT
 from tests.fake_ollama import Fault
 from tests.fixtures.rag import rag_messages
 from tests.ui.support import browser, follow, submit, text
@@ -305,7 +306,8 @@ def test_a_fact_forgotten_on_the_page_leaves_no_message_that_said_it_in_the_prom
     learn(hilo)
 
     page = browser(hilo)
-    follow(page, submit(page, f"/ui/facts/{the_fact(hilo)['id']}/forget"))
+    follow(page, submit(page, f"/ui/facts/{the_fact(hilo)['id']}/forget",
+                       {"confirmed": "yes"}))
 
     say(hilo, [*chat, user("who is my lawyer again?")])
     running = prompt_lines(hilo)
@@ -436,3 +438,67 @@ def test_a_tokens_holder_opens_the_tokens_own_open_webui_accounts_only(
     assert "webui/openwebui:u-1" in listed and "other" not in listed and "default" not in listed
     assert "uses Obsidian for notes" in facts
     assert submit(holder, "/ui/user", {"user": "other/openwebui:u-9"}).status_code == 403
+
+
+# -- its OpenAI connection (/v1) ------------------------------------------------------------
+
+OPENAI_CONNECTION = "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_openai_connections_error_is_the_servers_own_body(hilo: HiloServer,
+                                                              stream: bool) -> None:
+    """Not a field more: the server's `code` is null, and stays null."""
+    response = hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json={
+        "model": "nope:1b", "messages": [user("hi")], "stream": stream})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": {
+        "message": 'model "nope:1b" not found, try pulling it first',
+        "type": "not_found_error", "param": None, "code": None}}
+    assert "ollama pull nope:1b" in response.headers["X-Hilo-Hint"]
+
+
+def test_an_openai_connections_server_failure_is_its_own_body(hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_error(500, "llama runner process has terminated"))
+
+    response = hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json={
+        "model": MODEL, "messages": [user("hi")], "stream": True})
+
+    assert response.status_code == 500
+    assert response.json() == {"error": {"message": "llama runner process has terminated",
+                                          "type": "api_error", "param": None, "code": None}}
+
+
+def test_a_streamed_chat_reaches_the_server_with_only_what_the_docs_say_hilo_adds(
+        hilo: HiloServer) -> None:
+    sent = {"model": MODEL, "messages": [user("hi")], "stream": True, "temperature": 0.2,
+            "max_tokens": 64}
+    hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json=sent)
+
+    (received,) = hilo.fake.bodies(OPENAI_CONNECTION)
+    added = {k: v for k, v in received.items() if k != "messages" and sent.get(k) != v}
+    assert added == {"stream_options": {"include_usage": True}}
+    documented = (REPO_ROOT / "docs" / "clients.md").read_text()
+    assert "### What Hilo adds to a request" in documented
+    assert "`stream_options.include_usage`" in documented.split("### What Hilo adds")[1]
+
+
+def test_a_failed_first_message_sent_again_without_a_chat_id_is_stored_once(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_500("out of memory"), "Hello again.")
+    failed = hilo.client().post("/api/chat", headers=USER_HEADERS, json={
+        "model": MODEL, "messages": [user("hello")], "stream": True})
+    assert failed.status_code == 500
+
+    say(hilo, [user("hello")], chat_id=None)  # "Regenerate" on the failed message
+
+    assert [hilo.events(s) for s in sessions(hilo)] == [
+        [("user", "hello"), ("assistant", "Hello again.")]]
+
+
+def test_the_same_first_words_after_a_reply_are_still_a_new_chat(hilo: HiloServer) -> None:
+    say(hilo, [user("hello")], chat_id=None)
+    say(hilo, [user("hello")], chat_id=None)
+
+    assert len(sessions(hilo)) == 2
