@@ -40,6 +40,7 @@ from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
+from app.turn.records import fold_recall_counts
 from app.writer import Writer
 from workers import jobs, waiting
 from workers import queue_metrics as job_metrics
@@ -51,7 +52,7 @@ from workers.chat_activity import (
     server_id,
 )
 from workers.handoff import QueueHandoff
-from workers.hooks import task_id_time
+from workers.hooks import job_purpose, task_id_time
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -257,9 +258,10 @@ class JobRunner:
                  events=learned.events, stopped=learned.stopped, fell_back=learned.fell_back,
                  **ids)
         if learned.fell_back:  # visible, never silent: logged and kept with the failures
-            error = JobDegraded(f"{job.func.__name__} ({user_id}/{session_id}) could not use the "
-                                f"model's answers and wrote its fallback instead (what was "
-                                f"left, learned by rule): {learned.unusable[-1]}")
+            error = JobDegraded(f"{job_purpose(job.func.__name__, (user_id, session_id), {})}: "
+                                "two unusable answers in a row, so its fallback was written "
+                                f"instead (what was left, learned by rule): "
+                                f"{learned.unusable[-1]}")
             log.error("learn.fell_back", error=str(error), **ids)
             _policy(task)["record_failure"](error)
         if learned.stopped:
@@ -348,8 +350,10 @@ class JobRunner:
 
     def reconcile(self, grace_seconds: float | None) -> None:
         """The reconcile sweep: enqueue the work the database says is undone — one job
-        per session, and none for a session whose job waits or runs (workers/waiting.py)."""
+        per session, and none for a session whose job waits or runs (workers/waiting.py) —
+        and count what the turns since the last sweep recalled."""
         work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
+        fold_recall_counts(self.writer)  # what the turns recalled, for the memory page
         locked = {lock.name for lock in held_locks()}
         # At a worker's start (no grace) a key without its job is stale at once.
         stale_after = 0.0 if grace_seconds == 0 else waiting.STALE_AFTER_SECONDS

@@ -73,6 +73,7 @@ class ChunkEvent:
     tool_name: str | None = None
     tool_calls_json: str | None = None
     from_outside: bool = False
+    replaced: bool = False  # a reply the client regenerated: never summarised
 
     @property
     def line(self) -> str:
@@ -96,9 +97,10 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
                session_id: str) -> list[ChunkEvent] | None:
     """The oldest chunk_size un-compacted events, when the session is over the threshold."""
     threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
-    rows = [ChunkEvent(*row[:6], from_outside=bool(row[6])) for row in con.execute(
-        "SELECT id, role, content, importance, tool_name, tool_calls_json, from_outside "
-        "FROM events "
+    rows = [ChunkEvent(*row[:6], from_outside=bool(row[6]), replaced=bool(row[7]))
+            for row in con.execute(
+        "SELECT id, role, content, importance, tool_name, tool_calls_json, from_outside, "
+        "superseded_by IS NOT NULL FROM events "
         "WHERE user_id = ? AND session_id = ? "
         "AND compacted = 0 ORDER BY id LIMIT ?", (user_id, session_id, threshold))]
     return rows[:size] if len(rows) >= threshold else None
@@ -107,12 +109,12 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
 def summarise(model: ModelClient, events: list[ChunkEvent], after: SentChat | None = None,
               yield_to: Callable[[], bool] | None = None) -> CardText:
     """The chunk's card; after a chat that holds the chunk, the question says where it is
-    rather than quoting it again (distill.held_by)."""
+    rather than quoting it again (distill.held_by). A replaced reply is never summarised."""
     held = held_by(after, events)
     if held is not None:
         prompt = REFERRING_INSTRUCTIONS.format(where=where_held(events, held))
     else:
-        prompt = INSTRUCTIONS + "\n".join(e.line for e in events)
+        prompt = INSTRUCTIONS + "\n".join(e.line for e in events if not e.replaced)
     raw, text = ask_json(model, WORKER, prompt, CARD_SCHEMA, SYSTEM, after, yield_to)
     return parse_card(raw, text)
 
@@ -124,6 +126,7 @@ def parse_card(raw: dict | list, text: str = "") -> CardText:
 
 def extractive_card(events: list[ChunkEvent]) -> CardText:
     # What the chunk says, without the instructions it answered (unless that is all of it).
+    events = [e for e in events if not e.replaced] or events
     said = [e for e in events if e.role != "system"] or events
     texts = [(e.role if not (e.from_outside and e.role == "user") else "quoted from outside",
               text_with_tool_calls(e.content, e.tool_calls_json)) for e in said]

@@ -119,6 +119,7 @@ class TurnEvent:
     tool_name: str | None = None
     tool_calls_json: str | None = None  # an assistant's tool calls (app.model.messages' shape)
     from_outside: bool = False
+    replaced: bool = False  # a reply the client regenerated: never learned from
 
     @property
     def text(self) -> str:
@@ -162,8 +163,10 @@ def turn_events(con: apsw.Connection, user_id: str, session_id: str, event_ids: 
         return []
     marks = ",".join("?" * len(event_ids))
     pending = "AND distilled_at IS NULL " if undistilled_only else ""
-    return [TurnEvent(*row[:5], from_outside=bool(row[5])) for row in con.execute(
-        f"SELECT id, role, content, tool_name, tool_calls_json, from_outside FROM events "
+    return [TurnEvent(*row[:5], from_outside=bool(row[5]), replaced=bool(row[6]))
+            for row in con.execute(
+        f"SELECT id, role, content, tool_name, tool_calls_json, from_outside, "
+        f"superseded_by IS NOT NULL FROM events "
         f"WHERE user_id = ? AND session_id = ? {pending}AND id IN ({marks}) ORDER BY id",
         (user_id, session_id, *event_ids))]
 
@@ -199,7 +202,7 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
     budget = MAX_PROMPT_CHARS
     for event in events:
         label = voices.labels.get(event.role)
-        if label is None:
+        if label is None or event.replaced:
             continue
         if event.role == "tool" and event.tool_name:
             label = f"{label} ({event.tool_name})"
@@ -239,6 +242,7 @@ class Said(Protocol):
     role: str
     content: str
     from_outside: bool
+    replaced: bool
 
 
 def held_by(chat: SentChat | None, events: Sequence[Said],
@@ -246,7 +250,7 @@ def held_by(chat: SentChat | None, events: Sequence[Said],
     """Where all the events a prompt would show are in `chat` (its messages, then its
     reply), in order and one after another; None when some are not, or when one is
     content from outside (shown quoted, never as the user's words)."""
-    shown = [e for e in events if e.role in voices.labels]
+    shown = [e for e in events if e.role in voices.labels and not e.replaced]
     if (chat is None or voices is not CONVERSATION or not shown
             or any(e.from_outside for e in shown)):
         return None
@@ -264,7 +268,7 @@ def held_by(chat: SentChat | None, events: Sequence[Said],
 def where_held(events: Sequence[Said], held: Held) -> str:
     """Where held messages are in the chat above, in words a model can follow: how many,
     how far from its end, and how the first of them begins."""
-    first = next(e for e in events if e.role in CONVERSATION.labels)
+    first = next(e for e in events if e.role in CONVERSATION.labels and not e.replaced)
     anchor = " ".join(first.content.split()[:ANCHOR_WORDS])
     whose = {"user": "the user's message", "assistant": "the assistant's reply",
              "tool": "the tool result"}.get(first.role, "the message")
@@ -311,6 +315,7 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent],
     message (app/learn/grounding.py), and what the rules take from the same messages
     besides; an event in `learned` is context (what it said is stored already). `also`:
     what the prompt asked besides the instructions (its words are no support either)."""
+    events = [e for e in events if not e.replaced]
     sources = [e for e in events if e.role in voices.sources and e.id not in learned]
     context = [e for e in events if e.role in voices.context or e.id in learned]
     items = [(("profile", k), k, v) for k, v in extraction.profile.items()]
