@@ -336,14 +336,12 @@ def _add_rules(kept: Extraction, sources: list[TurnEvent]) -> None:
     """What the rules take from `sources` that the kept items do not say already."""
     for kind, category, key, value, event_id in by_rule(sources):
         said = [f"{k} {v}" for k, v in kept.profile.items()] + [f"{k} {v}" for _, k, v in kept.facts]
+        if covers(said, value) or (kind == "profile" and key in kept.profile):
+            continue  # ("city: Madrid" says what the rule's "location: Madrid" does)
         if kind == "profile":
-            if key in kept.profile:
-                continue
             kept.profile[key] = value
             item = ("profile", key)
         else:
-            if covers(said, value):
-                continue
             kept.facts.append((category, key, value))
             item = (category, key)
         kept.support[item] = event_id
