@@ -11,7 +11,8 @@ supports its value:
 1. most of its content words (stop-words and relation words such as "uses" or
    "prefers" left out) are in that message — at least MESSAGE_SHARE of them, a word
    matching its inflections ("allergic", "allergies"); of the rest, a paraphrase may
-   bring in a word no message of the call says, but only one in four words of a value of
+   bring in a word no message of the call says (the assistant's words count as unsaid
+   when learning what the person said), but only one in four words of a value of
    four words or more (`90 days, required by legal` of "kept 90 days, legal wants that"),
    none in a shorter one (`Ana is allergic to walnuts` of "… allergic to peanuts"); a word
    of the item's own key counts as said (the key labels it);
@@ -145,11 +146,16 @@ def support_of(key: str, value: str, sources: Sequence[Source], context: Sequenc
     heard = set().union(*(terms(m.content) for m in [*sources, *context]))
     if any(name not in heard for name in _names(value) + _names(key)):
         return None, "a name no message says"
+    # A paraphrase's extra words are said by a voice the call learns from (the person, a
+    # tool), never by the context's (the assistant's reply, whose chatter a weak model
+    # copies after the user's few words).
+    voices = {m.role for m in sources}
+    spoken = set().union(*(terms(m.content) for m in [*sources, *context] if m.role in voices))
     for source in sources:
         said = set(terms(source.content))
         in_message = [w for w in words if _found(w, said)]
         unsaid = [w for w in words if not (_found(w, said) or _found(w, key_words)
-                                           or _found(w, heard))]
+                                           or _found(w, spoken))]
         share = len(in_message) / len(words)
         if (share < MESSAGE_SHARE or len(unsaid) > unsaid_allowed(len(words))
                 or any(n not in _NUMBER.findall(source.content) for n in exact)

@@ -86,6 +86,18 @@ def test_what_only_the_assistant_said_is_not_the_users():
     assert kept.facts == [] and dropped == {("editor", "uses kakoune"): "only the assistant said it"}
 
 
+def test_the_assistants_chatter_after_the_users_few_words_is_not_what_the_user_said():
+    # A weak model copies the user's words, then the reply's: half the value is the user's,
+    # the rest only the assistant said.
+    events = said(("user", "We fly to Oslo on Friday."),
+                  ("assistant", "Oslo on Friday! I bet it will be a wonderful trip, a wonderful "
+                                "trip indeed."))
+    chatter = "fly to Oslo on Friday, a wonderful trip indeed"
+    kept, dropped = judged(events, ("fact", "travel", chatter), ("fact", "flight", "Oslo on Friday"))
+    assert kept.facts == [("fact", "flight", "Oslo on Friday")]
+    assert dropped == {("travel", chatter): "only the assistant said it"}
+
+
 def test_a_paraphrase_with_the_users_words_is_kept():
     events = said(("user", "Honestly I really like dark roast, the darker the better."))
     kept, _ = judged(events, ("preference", "coffee", "prefers dark roast coffee"),
