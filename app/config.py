@@ -342,7 +342,7 @@ class ServerConfig(ReadOnly):
     allowed_hosts: str = setting("")
     allowed_origins: str = setting("")
     # A multi-person client's own user header (Open WebUI: "X-OpenWebUI-User-Id"): each
-    # value is a Hilo user of its own, namespaced (app/api/callers.py). "": ignored.
+    # value is a Hilo user of its own, namespaced (app/http/callers.py). "": ignored.
     client_user_header: str = setting("", HEADER_NAME)
     # A chat request whose system messages or last message match one of these is a
     # client's housekeeping: relayed without memory, stored nowhere.

@@ -60,7 +60,6 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from app.api.errors import ApiError
 from app.config import Config
 from app.events import (
     Event,
@@ -69,6 +68,7 @@ from app.events import (
     session_events,
     sessions_opening_with,
 )
+from app.http.errors import ApiError
 from app.model.messages import (
     ClientChat,
     is_conversation,

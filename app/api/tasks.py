@@ -9,8 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import JsonRoute, Service, Who
-from app.api.errors import ApiError
+from app.http.deps import JsonRoute, Service, Who
+from app.http.errors import ApiError
 from app.memory import is_outside
 from app.tasks.runs import request_run, task_log
 from app.tasks.store import (

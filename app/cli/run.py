@@ -40,7 +40,7 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
             config = with_option(config, "server", "port", port, "--port")
         except ConfigError as exc:
             raise CommandError(f"configuration error: {exc}", exit_code=2, command="") from None
-    from app.api import run_server  # start-up: FastAPI and the turn
+    from app.serve import run_server  # start-up: FastAPI and the turn
 
     return run_server(config, host)
 

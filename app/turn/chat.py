@@ -45,9 +45,10 @@ from app.model.prompt_speed import PromptSpeed
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
 from app.model.transport import ModelActivity
+from app.recall.fusion import SearchHit, search_memory
 from app.recall.query import Query, embed_ahead, make_query
 from app.recall.state import Recall
-from app.sanitize import Secret, find_secrets
+from app.sanitize import Secret, find_secrets, redact_secrets
 from app.turn import metrics
 from app.turn.context import (
     BuiltContext,
@@ -470,6 +471,13 @@ class ChatService:
         return self.writer.submit(write)
 
     # -- reads ---------------------------------------------------------------------------
+
+    def search_memory(self, user_id: str, q: str, limit: int) -> list[SearchHit]:
+        """The user's memory searched for `q` as the chat recalls it (the /memory/search
+        route and the memory page's search)."""
+        # Stored text holds no secret to find, and the query is embedded by the model server.
+        return search_memory(self.reader(), user_id, redact_secrets(q).text, limit,
+                             recall=self.recall, embedder=self.query_embedder)
 
     def build_context(self, user_id: str, session_id: str, text: str, *,
                       client_system: str | None = None, model: str | None = None,

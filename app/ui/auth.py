@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.access import tokens_in_use
-from app.api.deps import Service
-from app.api.gate import TOKEN_COOKIE
+from app.http.deps import Service
+from app.http.gate import TOKEN_COOKIE
 from app.ui.render import COOKIE_PATH, PageRoute, done, page, same_origin
 from app.ui.users import USER_COOKIE
 

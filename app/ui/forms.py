@@ -15,10 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.deps import Service
-from app.api.errors import ApiError
-from app.api.memory import MAX_ROW_ID
 from app.datadir import DataDir
+from app.http.deps import Service
+from app.http.errors import ApiError
+from app.http.params import MAX_ROW_ID
 from app.memory import (
     FactNotFound,
     correct_fact,

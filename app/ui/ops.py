@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.callers import Caller
-from app.api.deps import Service
+from app.http.callers import Caller
+from app.http.deps import Service
 from app.tasks.runs import request_run, task_runs
 from app.tasks.store import describe_task, list_tasks, pause_task, remove_task, resume_task
 from app.ui.render import PageRoute, done, page, same_origin

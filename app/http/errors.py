@@ -171,7 +171,7 @@ def install_error_handlers(app: Starlette) -> None:
 def install_validation_errors(api: FastAPI) -> None:
     """Answer FastAPI's invalid requests (its routes' typed parameters) in the caller's
     shape."""
-    # start-up: FastAPI is loaded only with the documented API (app/api/documented.py)
+    # start-up: FastAPI is loaded only with the documented API (app/serve/documented.py)
     from fastapi.exceptions import RequestValidationError
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -26,7 +26,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from app.api.errors import error_body
+from app.http.errors import error_body
 
 HEADER_TIMEOUT_SECONDS = 10.0
 # Time for a whole request body after its headers: 32 MB (the cap) at about 4 Mbit/s.

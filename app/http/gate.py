@@ -41,10 +41,10 @@ from urllib.parse import unquote_to_bytes, urlsplit
 import apsw
 
 from app.access import TOKEN_PREFIX, token_user, tokens_in_use
-from app.api.errors import error_response
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly, corrupt_memory
+from app.http.errors import error_response
 from app.log import get_logger
 
 log = get_logger(__name__)
