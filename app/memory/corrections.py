@@ -16,7 +16,8 @@ transaction:
 
 A worker's newer value marks nothing: the message that said it is in memory too, dated.
 Items said after the change are the person's new words, never marked. Only the memory
-package writes this table (facts.py calls `mark_corrected` and `mark_forgotten`).
+package writes this table (facts.py calls `mark_corrected`, forget.py `mark_forgotten` and
+restore.py, undoing a forget, `unmark_forgotten`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,23 @@ def mark_forgotten(con: apsw.Connection, user_id: str, category: str, key: str,
                 (user_id, category, key))
     return sum(_mark(con, user_id, changed_words(value, None), None, None, at)
                for value in set(values) if value)
+
+
+def unmark_forgotten(con: apsw.Connection, user_id: str, value: str, *, at: str) -> int:
+    """A forget made at `at` is undone and `value` is the fact's again: what said it is
+    recalled again. What said only an earlier value of the fact stays withheld (the undo
+    brings back the last value only). Returns how many items were unmarked."""
+    words = changed_words(value, None)
+    if not words:
+        return 0
+    unmarked = 0
+    for kind in ("event", "card", "diary"):
+        for owner_id in _holding(con, user_id, kind, words, at):
+            con.execute("DELETE FROM corrections WHERE user_id = ? AND owner_kind = ? "
+                        "AND owner_id = ? AND key IS NULL AND created_at = ?",
+                        (user_id, kind, owner_id, at))
+            unmarked += con.changes()
+    return unmarked
 
 
 def has_corrections(con: apsw.Connection, user_id: str) -> bool:

@@ -5,7 +5,8 @@ restored is what the front-end that forgot it held in memory for a while (the me
 page's undo, app/ui/undo.py). It goes through the one write path of facts
 (`upsert_fact`), with its original provenance — who stated it (`source`), the message it
 came from (when that message is still stored), whether from outside — once the forget's
-tombstone is gone: undoing the forget removes what the forget left.
+tombstone is gone: undoing the forget removes what the forget left, and what said the value
+is recalled again (app.memory.corrections).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 
 import apsw
 
+from app.memory.corrections import unmark_forgotten
 from app.memory.facts import Fact, current_fact, upsert_fact
 
 
@@ -34,10 +36,11 @@ def restore_forgotten_fact(con: apsw.Connection, fact: Fact, *, worker: str = "u
     if now is not None and now.deleted_at is None:
         return Restored("stated_again", now.id)
     tombstone = con.execute(
-        "SELECT id FROM facts WHERE id = ? AND user_id = ? AND deleted_at IS NOT NULL "
+        "SELECT deleted_at FROM facts WHERE id = ? AND user_id = ? AND deleted_at IS NOT NULL "
         "AND value = ''", (fact.id, fact.user_id)).fetchone()
     if tombstone is None:
         return Restored("gone", None)
+    unmark_forgotten(con, fact.user_id, fact.value, at=tombstone[0])
     con.execute("DELETE FROM facts WHERE id = ?", (fact.id,))
     source_event = fact.source_event_id
     if source_event is not None and con.execute(

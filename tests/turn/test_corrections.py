@@ -12,9 +12,11 @@ from app.memory import (
     add_diary_entry,
     correct_fact,
     delete_fact,
+    get_fact,
     upsert_fact,
 )
 from app.memory.forget import forget_fact
+from app.memory.restore import restore_forgotten_fact
 from app.model.token_count import TokenCounter
 from app.turn.context import ContextRequest, build_context
 from app.turn.corrected import FORGOTTEN_MESSAGE
@@ -182,3 +184,19 @@ def test_a_correction_of_what_the_conversation_said_starts_the_prompt_anew(
 
     assert later.explain["stretch"] == {"turn": "new", "why": "memory was forgotten or corrected"}
     assert later.messages[1]["content"].endswith(NOTE)
+
+
+def test_a_forget_undone_recalls_again_what_said_the_value(writer, config, recall):
+    fact_id = told(writer, config)
+    corrected = writer.submit(lambda con: correct_fact(con, "ana", fact_id, "Ortega"))
+    said_ortega = append_event(writer, config, "ana", "later", "user", "Ortega called me today.")
+    held = writer.submit(lambda con: get_fact(con, "ana", corrected.fact.id))
+    writer.submit(lambda con: forget_fact(con, "ana", corrected.fact.id))
+    assert saying(ask(writer, config, recall, "did Ortega call?"), "ortega") == []
+
+    writer.submit(lambda con: restore_forgotten_fact(con, held))  # the memory page's undo
+
+    ctx = ask(writer, config, recall, "did Ortega or Vidal call?")
+    assert "Ortega called me today." in "\n".join(saying(ctx, "ortega"))
+    assert said_ortega.id in [e["id"] for e in ctx.explain["events"]]
+    assert saying(ctx, "vidal") == []  # its earlier value stays forgotten
