@@ -258,7 +258,8 @@ def main() -> None:
                             Form("product"), runs, CATEGORIES,
                             f"RealMem, {limit or 'all'} questions a user from the middle "
                             "of the history on", jobs=args.jobs)
-    results["form"] += "; no name in the profile"
+    results["form"] = results["form"].replace("the user's name in the profile",
+                                              "no name in the profile")
     if "held-out" in roles.values():
         results["held_out_runs"] = record_held_out("realmem", results)
     emit(args, "realmem", results, markdown(results, ABOUT_REALMEM))
