@@ -498,6 +498,12 @@ class Config(ReadOnly):
         return dataclasses.replace(self, **changes)
 
 
+def with_option(config: Config, section: str, name: str, value: Any, option: str) -> Config:
+    """`config` with one key set from a command-line option (`hilo serve --port`), checked
+    as the file's or a variable's value is: ConfigError naming the option."""
+    return config.replace(**{section: {name: _check(section, name, value, option)}})
+
+
 SECTIONS: dict[str, type] = {
     f.name: f.type for f in dataclasses.fields(Config)
     if f.name not in ("scheduled_tasks", "origin")

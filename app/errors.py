@@ -22,7 +22,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
             InvalidMemory         app.memory.validation
             InvalidRule           app.turn.tools.terminal_rules
             MalformedRequest      app.cli.queue
-            ScheduleError         app.tasks.schedule
+            ScheduleError         app.tasks.grammar
             SkippedFile           app.ops.transfer.files
             TaskError             app.tasks.store
                 TaskNotFound      app.tasks.store

@@ -85,6 +85,7 @@ class Event:
     card_id: int | None = None
     origin: str = "client"
     from_outside: bool = False
+    superseded_by: int | None = None  # a regenerated reply: the reply that replaced it
 
 
 @dataclass(frozen=True)
@@ -326,20 +327,21 @@ def append_events(writer: Writer, config: Config, user_id: str, session_id: str,
 
 _EVENT_COLUMNS = (
     "id, uuid, user_id, session_id, role, content, created_at, importance, original_length, "
-    "tool_call_id, tool_name, tool_calls_json, compacted, card_id, origin, from_outside"
+    "tool_call_id, tool_name, tool_calls_json, compacted, card_id, origin, from_outside, "
+    "superseded_by"
 )
 
 
 def _row_to_event(row: tuple) -> Event:
     (id_, uuid, user_id, session_id, role, content, created_at, importance,
      original_length, tool_call_id, tool_name, tool_calls_json, compacted, card_id, origin,
-     from_outside) = row
+     from_outside, superseded_by) = row
     return Event(
         id=id_, uuid=uuid, user_id=user_id, session_id=session_id, role=role,
         content=content, created_at=created_at, importance=importance,
         original_length=original_length, tool_call_id=tool_call_id, tool_name=tool_name,
         tool_calls_json=tool_calls_json, compacted=bool(compacted), card_id=card_id,
-        origin=origin, from_outside=bool(from_outside),
+        origin=origin, from_outside=bool(from_outside), superseded_by=superseded_by,
     )
 
 
@@ -457,6 +459,70 @@ def reset_derived_marks(con: apsw.Connection) -> int:
                 "card_id = NULL WHERE distilled_at IS NOT NULL OR consolidated_at IS NOT NULL "
                 "OR compacted = 1 OR card_id IS NOT NULL")
     return con.changes()
+
+
+# -- replies a client regenerated ---------------------------------------------------------------
+
+
+def supersede_events(con: apsw.Connection, user_id: str, event_ids: Sequence[int],
+                     by: int) -> int:
+    """Mark the user's events `event_ids` (a reply a client regenerated) superseded by the
+    event `by` (the new reply's first), inside the caller's transaction; those already
+    superseded are left as they are. Returns how many were marked."""
+    ids = sorted(set(event_ids) - {by})
+    if not ids:
+        return 0
+    marks = ",".join("?" * len(ids))
+    con.execute(f"UPDATE events SET superseded_by = ? WHERE user_id = ? AND id IN ({marks}) "
+                "AND superseded_by IS NULL", (by, user_id, *ids))
+    return con.changes()
+
+
+def choose_again(con: apsw.Connection, user_id: str, event_id: int) -> int:
+    """A superseded reply the client went back to is current again, and the reply that
+    replaced it superseded by it in turn, inside the caller's transaction. Returns how
+    many events changed."""
+    row = con.execute("SELECT superseded_by FROM events WHERE id = ? AND user_id = ?",
+                      (event_id, user_id)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    replaced_by = row[0]
+    # Every event of the reply was superseded by the same one: they come back together.
+    con.execute("UPDATE events SET superseded_by = NULL WHERE user_id = ? AND superseded_by = ?",
+                (user_id, replaced_by))
+    changed = con.changes()
+    return changed + supersede_events(con, user_id, reply_from(con, user_id, replaced_by),
+                                      event_id)
+
+
+def superseded_among(con: apsw.Connection, user_id: str, event_ids: Sequence[int]) -> set[int]:
+    """Of the user's events `event_ids`, the replies a client regenerated."""
+    ids = sorted(set(event_ids))
+    if not ids or con.execute("SELECT 1 FROM events WHERE user_id = ? AND superseded_by IS NOT "
+                              "NULL LIMIT 1", (user_id,)).fetchone() is None:
+        return set()
+    marks = ",".join("?" * len(ids))
+    # +user_id: the ids pick the rows.
+    return {row[0] for row in con.execute(
+        f"SELECT id FROM events WHERE +user_id = ? AND id IN ({marks}) "
+        "AND superseded_by IS NOT NULL", (user_id, *ids))}
+
+
+def reply_from(con: apsw.Connection, user_id: str, event_id: int) -> list[int]:
+    """The reply that starts at `event_id`: it and the assistant and tool events after it
+    in its session, up to the next message of the user (or a task's instructions)."""
+    start = con.execute("SELECT session_id FROM events WHERE id = ? AND user_id = ?",
+                        (event_id, user_id)).fetchone()
+    if start is None:
+        return []
+    reply = []
+    for other_id, role in con.execute(
+            "SELECT id, role FROM events WHERE user_id = ? AND session_id = ? AND id >= ? "
+            "ORDER BY id", (user_id, start[0], event_id)):
+        if role not in ("assistant", "tool"):
+            break
+        reply.append(other_id)
+    return reply
 
 
 # -- which session a conversation continues --------------------------------------------------

@@ -15,16 +15,22 @@ declarations, the job counters for /metrics, then the start-up sweep.
   parses the worker's flags and reads its configuration, and it nices the process
   (workers/cpu.py) before importing this module.
 - `huey_consumer workers.consumer.huey -k thread`: Huey's command loads `huey` from
-  this module, and that load is the start: the configuration comes from load_config()
-  (HILO_* variables, ./config.toml). It keeps Huey's own logging and options.
+  this module — the queue bound to load_config()'s configuration (HILO_* variables,
+  ./config.toml), nothing started — and the start runs when its consumer does, as
+  Huey's startup hook (`ConsumerStart`), once, before any worker thread takes a job. It
+  keeps Huey's own logging and options. So reading the queue through `workers.consumer
+  .huey` (Huey's own tools, a shell) starts nothing in the reader's process: no runner,
+  no niceness, no sweep, no data directory made.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import signal
 import sys
+import threading
 from functools import cache
 from typing import Any
 
@@ -32,8 +38,9 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.log import get_logger
 from app.model.probe import announce_models
+from workers import jobs
 from workers.cpu import yield_cpu_to_turns
-from workers.queue import HiloHuey, check_queue_file
+from workers.queue import HiloHuey, check_queue_file, configure
 from workers.runner import JobRunner
 
 log = get_logger(__name__)
@@ -104,21 +111,43 @@ def _stop_while_starting(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+class ConsumerStart:
+    """`start_jobs` for Huey's own consumer, as its startup hook: every worker thread
+    calls it before it takes a job; the first runs the start, the others wait for it."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.runner: JobRunner | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self.runner is not None or jobs.is_attached():
+                return  # started already (or `hilo worker` runs this process's jobs)
+            try:
+                yield_cpu_to_turns(self.config)
+                self.runner = start_jobs(self.config)
+            except BaseException:
+                log.exception("worker.start_failed")
+                os.kill(os.getpid(), signal.SIGTERM)  # Huey's graceful stop: nothing runs
+                raise
+            # huey_consumer has no hook once every worker stopped: close at the exit.
+            atexit.register(self.runner.close)
+
+
 @cache
-def _start_for_huey_consumer() -> HiloHuey:
+def _queue_for_huey_consumer() -> HiloHuey:
     config = load_config()
-    yield_cpu_to_turns(config)
-    runner = start_jobs(config)
-    # huey_consumer gives no hook after its workers stop: close when the process exits.
-    atexit.register(runner.close)
-    return runner.queue
+    queue = configure(config)  # touches no disk
+    queue.on_startup("hilo.start_jobs")(ConsumerStart(config))
+    return queue
 
 
 def __getattr__(name: str) -> Any:
     # `huey_consumer workers.consumer.huey`: resolved on first access (PEP 562), so that
     # importing run_worker for `hilo worker` reads no configuration and opens nothing.
     if name == "huey":
-        return _start_for_huey_consumer()
+        return _queue_for_huey_consumer()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -15,7 +15,9 @@ only its error; three cheap hooks add what an operator needs:
 - **Failure records.** `HiloHuey.build_error_result` (unhandled exceptions, recorded by
   Huey) and `queue.record_failure` (degraded jobs) add the task's name, arguments,
   attempts and failure time to Huey's `Error` result, so `hilo queue retry` can
-  re-enqueue it; the error and its traceback are stored with secrets redacted.
+  re-enqueue it; the error is stored as a sentence (`error_sentence`, not Python's
+  repr) and, with its traceback, with secrets redacted. Records written before that
+  are read as sentences too (`readable_error`).
 
 This module imports nothing from workers.queue: queue.py uses it while it builds the
 Huey instance.
@@ -23,7 +25,10 @@ Huey instance.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import os
+import re
 import socket
 import threading
 import time
@@ -105,6 +110,83 @@ def short_name(name: str | None) -> str | None:
     if name and name.startswith(TASKS_MODULE):
         return name[len(TASKS_MODULE):]
     return name
+
+
+# Each job's arguments by name, and what it does with them, as a person reads it.
+_PARAMETERS = {"distill": ("user_id", "session_id", "event_ids"),
+               "compact": ("user_id", "session_id"), "diary": ("user_id", "session_id"),
+               "embed": ("user_id",), "reconcile": ("grace_seconds",)}
+_PURPOSES = {
+    "distill": "learn facts from {messages} of session {session_id}",
+    "compact": "summarise the oldest messages of session {session_id} into a card",
+    "diary": "write the diary entry of session {session_id}",
+    "embed": "embed what is new in memory",
+    "consolidate": "merge duplicate facts and fold old cards",
+    "consolidate_periodically": "merge duplicate facts and fold old cards",
+    "reconcile": "look for work the memory says is undone",
+    "reconcile_periodically": "look for work the memory says is undone",
+    "run_scheduled_tasks": "run the scheduled tasks that are due",
+    "run_scheduled_tasks_now": "run the scheduled tasks that came due while no worker ran",
+    "learn_macros_periodically": "learn macros from the tool calls made",
+}
+
+
+def job_purpose(name: str, args: tuple, kwargs: dict) -> str:
+    """What a job is for, in words: "learn facts from 2 messages of session s1, for
+    ana (attempt 2)"; a job Hilo does not know, its arguments as they are."""
+    if name not in _PURPOSES:
+        shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+        return f"{name}({', '.join(shown)})"
+    named = dict(zip(_PARAMETERS.get(name, ()), args, strict=False))
+    named.update({k: v for k, v in kwargs.items() if k in _PARAMETERS.get(name, ())})
+    ids = named.get("event_ids")
+    count = len(ids) if isinstance(ids, list) else 0
+    messages = f"{count} message{'s' if count != 1 else ''}" if count else "the new messages"
+    text = _PURPOSES[name].format(messages=messages,
+                                  session_id=named.get("session_id", "?"))
+    if named.get("user_id"):
+        text += f", for {named['user_id']}"
+    attempt = kwargs.get("attempt")
+    if isinstance(attempt, int) and attempt > 1:
+        text += f" (attempt {attempt})"
+    return text
+
+
+
+
+def error_sentence(exc: BaseException) -> str:
+    """What went wrong, as a person reads it: Hilo's own errors say it themselves (what
+    failed and what to do); any other exception is a bug, and is named as one."""
+    from app.errors import HiloError  # start-up: loaded only when a job fails
+
+    if isinstance(exc, HiloError):
+        return str(exc)
+    return _unexpected(type(exc).__name__, str(exc))
+
+
+def _unexpected(kind: str, message: str) -> str:
+    said = f": {message}" if message else ""
+    return f"an unexpected {kind}{said} (a bug in Hilo: the traceback says where)"
+
+
+# How Huey wrote an error before Hilo stored sentences: its repr, "JobDegraded('…')".
+_REPR = re.compile(r"(?s)(?P<kind>[A-Za-z_][\w.]*)\((?P<message>'.*'|\".*\")?\)")
+
+
+def readable_error(error: str) -> str:
+    """A failure record's error as a sentence, whichever Hilo wrote it: an exception's
+    repr becomes its message, a Python or library exception's named as unexpected."""
+    match = _REPR.fullmatch(error.strip())
+    if match is None:
+        return error
+    try:
+        message = ast.literal_eval(match["message"]) if match["message"] else ""
+    except (ValueError, SyntaxError):
+        return error
+    kind = match["kind"]
+    if "." in kind or isinstance(getattr(builtins, kind, None), type):
+        return _unexpected(kind.rpartition(".")[2], str(message))
+    return str(message) or kind
 
 
 def redacted_failure(metadata: dict) -> dict:

@@ -37,7 +37,14 @@ from app.datadir import DataDir
 from app.errors import Unavailable
 from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
-from workers.hooks import HEARTBEAT_KEY, TASKS_MODULE, short_name, task_id_time
+from workers.hooks import (
+    HEARTBEAT_KEY,
+    TASKS_MODULE,
+    job_purpose,
+    readable_error,
+    short_name,
+    task_id_time,
+)
 from workers.queue import configure
 
 # A worker that polled within this long is "active" (it polls at least every
@@ -84,7 +91,6 @@ def _ms(seconds: float) -> float:
 
 # -- what the queue holds ------------------------------------------------------------------
 
-
 @dataclass
 class Job:
     """A job waiting in the queue ("pending") or the schedule ("scheduled")."""
@@ -101,6 +107,10 @@ class Job:
     @property
     def name(self) -> str:
         return short_name(self.task) or "?"
+
+    @property
+    def purpose(self) -> str:
+        return job_purpose(self.name, self.args, self.kwargs)
 
     @property
     def created_at(self) -> float | None:
@@ -123,7 +133,8 @@ class Job:
     def to_dict(self, now: float) -> dict:
         waited = self.waiting(now)
         return {
-            "id": self.id, "task": self.name, "args": _jsonable(list(self.args)),
+            "id": self.id, "task": self.name, "purpose": self.purpose,
+            "args": _jsonable(list(self.args)),
             "kwargs": _jsonable(self.kwargs), "enqueued_at": iso_time(self.created_at),
             "eta": iso_time(self.eta), "due": self.is_due(now),
             "waiting_seconds": None if waited is None else _ms(waited),
@@ -149,9 +160,14 @@ class Failure:
     def name(self) -> str:
         return short_name(self.task) or "?"
 
+    @property
+    def purpose(self) -> str:
+        return job_purpose(self.name, self.args, self.kwargs)
+
     def to_dict(self, now: float) -> dict:
         return {
-            "id": self.id, "task": short_name(self.task), "args": _jsonable(list(self.args)),
+            "id": self.id, "task": short_name(self.task), "purpose": self.purpose,
+            "args": _jsonable(list(self.args)),
             "kwargs": _jsonable(self.kwargs), "error": self.error, "traceback": self.traceback,
             "attempts": self.attempts, "failed_at": iso_time(self.failed_at),
             "age_seconds": None if self.failed_at is None else _ms(now - self.failed_at),
@@ -165,7 +181,8 @@ class Failure:
         return cls(
             id=str(meta.get("task_id") or key), task=meta.get("task"),
             args=tuple(meta.get("args") or ()), kwargs=dict(meta.get("kwargs") or {}),
-            error=str(meta.get("error", "")), traceback=str(meta.get("traceback") or ""),
+            error=readable_error(str(meta.get("error", ""))),
+            traceback=str(meta.get("traceback") or ""),
             attempts=meta.get("attempts"), degraded=bool(meta.get("degraded", False)),
             failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else None)
 

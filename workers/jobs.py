@@ -78,6 +78,11 @@ def detach(runner: Runner) -> None:
         _runner = None
 
 
+def is_attached() -> bool:
+    """Whether this process runs jobs (a consumer started here)."""
+    return _runner is not None
+
+
 def attached() -> Runner:
     if _runner is None:
         raise NoJobRunner("no job runner in this process: jobs run in the worker "

@@ -26,6 +26,7 @@ from typing import Any
 
 from huey import Huey
 from huey.constants import EmptyData
+from huey.exceptions import TaskException
 from huey.storage import PriorityRedisStorage
 from huey.utils import Error
 
@@ -39,6 +40,7 @@ from workers.hooks import (
     TASK_NAMESPACE,
     TimedTaskWrapper,
     describe_failure,
+    error_sentence,
     heartbeat,
     redacted_failure,
 )
@@ -126,8 +128,11 @@ class HiloHuey(Huey):
         return task
 
     def build_error_result(self, task: Any, exception: BaseException) -> dict:
-        # Which task, its arguments, when.
-        return describe_failure(task, super().build_error_result(task, exception))
+        # The error as a sentence; which task, its arguments, when.
+        result = super().build_error_result(task, exception)
+        if not isinstance(exception, TaskException):
+            result["error"] = error_sentence(exception)
+        return describe_failure(task, result)
 
 
 huey = HiloHuey(QUEUE_NAME, results=True, store_none=False, utc=True)
@@ -374,7 +379,7 @@ def record_failure(task_id: str | None, error: Exception, task: Any = None) -> N
     with `task`, also which task it was and its arguments (`hilo queue retry` needs them)."""
     if task_id is None:
         return
-    metadata = redacted_failure({"error": repr(error), "retries": 0, "traceback": "",
+    metadata = redacted_failure({"error": error_sentence(error), "retries": 0, "traceback": "",
                                  "task_id": task_id})
     if task is not None:
         metadata = describe_failure(task, metadata, degraded=True)

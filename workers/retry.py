@@ -30,6 +30,7 @@ from app.errors import HiloError
 from app.learn.model_output import InvalidOutput
 from app.log import get_logger
 from app.model.errors import ModelError
+from workers.hooks import job_purpose
 
 log = get_logger(__name__)
 
@@ -105,10 +106,9 @@ def attempt_job(
             return Outcome("retrying")
         bound.error("job.degraded", error=str(exc), attempts=attempt)
         value = fallback()
-        described = ", ".join(f"{k}={v}" for k, v in ids.items())
         error = JobDegraded(
-            f"{job} ({described}) gave up on the model after {attempt} attempt(s) and wrote "
-            f"its fallback instead: {exc}")
+            f"{job_purpose(job, (), ids)}: gave up on the model after {attempt} attempt(s) "
+            f"and wrote its fallback instead: {exc}")
         if record_failure is not None:
             record_failure(error)
         return Outcome("degraded", value, error)

@@ -38,6 +38,7 @@ from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
+from app.turn.records import fold_recall_counts
 from app.writer import Writer
 from workers import jobs
 from workers import queue_metrics as job_metrics
@@ -49,7 +50,7 @@ from workers.chat_activity import (
     server_id,
 )
 from workers.handoff import QueueHandoff
-from workers.hooks import task_id_time
+from workers.hooks import job_purpose, task_id_time
 from workers.notify import deliver_run
 from workers.queue import (
     HiloHuey,
@@ -243,9 +244,10 @@ class JobRunner:
                  events=learned.events, stopped=learned.stopped, fell_back=learned.fell_back,
                  **ids)
         if learned.fell_back:  # visible, never silent: logged and kept with the failures
-            error = JobDegraded(f"{job.func.__name__} ({user_id}/{session_id}) had two unusable "
-                                f"answers in a row and wrote its fallback instead (what was "
-                                f"left, learned by rule): {learned.unusable[-1]}")
+            error = JobDegraded(f"{job_purpose(job.func.__name__, (user_id, session_id), {})}: "
+                                "two unusable answers in a row, so its fallback was written "
+                                f"instead (what was left, learned by rule): "
+                                f"{learned.unusable[-1]}")
             log.error("learn.fell_back", error=str(error), **ids)
             _policy(task)["record_failure"](error)
         if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,
@@ -314,8 +316,10 @@ class JobRunner:
         self.queue.put(LAST_DECAY_KEY, decayed_at)
 
     def reconcile(self, grace_seconds: float | None) -> None:
-        """The reconcile sweep: enqueue the work the database says is undone."""
+        """The reconcile sweep: enqueue the work the database says is undone, and count
+        what the turns since the last sweep recalled."""
         work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
+        fold_recall_counts(self.writer)  # what the turns recalled, for the memory page
         for user_id, session_id, event_ids in work.distill:
             jobs.distill(user_id, session_id, event_ids)
         for user_id, session_id in work.compact:

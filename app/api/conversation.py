@@ -43,7 +43,9 @@ nothing the client has as a reply is missing from that session. Hilo never guess
 when two sessions reach equally far (two chats that opened with the same words and got
 the same reply), the request starts a new session, which its later requests then
 reach furthest. A one-message request with no id, or one no session matches, starts a
-new session: two chats that open with the same words stay apart.
+new session: two chats that open with the same words stay apart. Except a first message
+sent again after the model failed on it: the session holding only that message, with
+no reply, is continued, so the message is stored once.
 """
 
 from __future__ import annotations
@@ -319,11 +321,32 @@ def matched_prefix(keys: list[Key], stored: list[Event]) -> Match:
 class Unstored:
     """What a request brings that the session lacks: its turns from `start` on (None:
     nothing), and `resent`, the stored event its last message is when it brings nothing;
-    `matched`, the stored events its other messages are."""
+    `matched`, the stored events its other messages are. `replaced`: the stored reply to
+    the resent message, which the client no longer has (it asked again: "Try Again", a
+    retry), superseded once the new reply is stored. `chosen_again`: replies superseded
+    earlier that the client's history has again (it went back to them), current again
+    from this request on."""
 
     start: int | None
     resent: Event | None = None
     matched: tuple[Event, ...] = ()
+    replaced: tuple[int, ...] = ()
+    chosen_again: tuple[int, ...] = ()
+
+
+def _reply_after(stored: list[Event], message: Event) -> tuple[int, ...]:
+    """The current reply stored after `message` (a user or tool message): the assistant
+    and tool events that follow it, up to the next user message."""
+    if message.role not in ("user", "tool"):
+        return ()  # a resent reply is continued ("Continue Response"), not replaced
+    at = next(i for i, e in enumerate(stored) if e.id == message.id)
+    reply = []
+    for event in stored[at + 1:]:
+        if event.role == "user":
+            break
+        if event.superseded_by is None:
+            reply.append(event.id)
+    return tuple(reply)
 
 
 def unstored_messages(service: ChatService, user_id: str, session_id: str,
@@ -336,15 +359,18 @@ def unstored_messages(service: ChatService, user_id: str, session_id: str,
     if len(turns) == 1 and not conversation.whole:
         inputs = [e for e in stored if e.role in ("user", "tool")]
         if inputs and same_message(event_key(inputs[-1]), keys[0]):
-            return Unstored(None, inputs[-1])
+            return Unstored(None, inputs[-1], replaced=_reply_after(stored, inputs[-1]))
         return Unstored(0)
     match = matched_prefix(keys, stored)
+    again = tuple(e.id for e in match.events if e.superseded_by is not None)
     if match.end == len(turns):
-        return Unstored(None, match.anchor, match.events)
+        assert match.anchor is not None  # every message matched
+        return Unstored(None, match.anchor, match.events, _reply_after(stored, match.anchor),
+                        again)
     if match.end == 0:
         users = [i for i, m in enumerate(turns) if m.get("role") == "user"]
         return Unstored(users[-1] if users else len(turns) - 1)
-    return Unstored(match.end, matched=match.events)
+    return Unstored(match.end, matched=match.events, chosen_again=again)
 
 
 def store_messages(service: ChatService, user_id: str, session_id: str,
@@ -387,9 +413,11 @@ def continued_session(service: ChatService, user_id: str,
                       conversation: Conversation) -> str | None:
     """The stored session this unnamed request continues, if any (module docstring)."""
     turns = conversation.turns
-    if len(turns) < 2:
-        return None
     keys = conversation.keys(service.config, user_id)
+    if len(turns) == 1:
+        return _unanswered_opening(service, user_id, keys[0])
+    if not turns:
+        return None
     openings = sorted({content for _, content, _ in keys[:CANDIDATE_OPENINGS]})
     con = service.reader()
     candidates = sessions_opening_with(con, user_id, openings, CANDIDATE_SESSIONS)
@@ -407,3 +435,16 @@ def continued_session(service: ChatService, user_id: str,
             tied = True
     # Two sessions hold this history alike: which chat it is cannot be told, so neither.
     return None if tied else best
+
+
+def _unanswered_opening(service: ChatService, user_id: str, said: Key) -> str | None:
+    """The latest session whose one message is `said`, never answered (the model failed):
+    the same first message sent again continues it rather than being stored twice."""
+    con = service.reader()
+    for session_id in sessions_opening_with(con, user_id, [said[1]], CANDIDATE_SESSIONS):
+        stored = [e for e in session_events(con, user_id, session_id)
+                  if e.role in ("user", "assistant", "tool")]
+        if (not is_task_session(session_id) and len(stored) == 1
+                and same_message(event_key(stored[0]), said)):
+            return session_id
+    return None

@@ -14,7 +14,7 @@ that the message was kept) goes in the `X-Hilo-Hint` header.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import apsw
 from starlette.applications import Starlette
@@ -43,10 +43,12 @@ class ApiError(HiloError):
     """An error only HTTP knows (a malformed chat request, an unknown session), answered
     in the calling API's own shape, with `headers` on the response."""
 
-    def __init__(self, status: int, message: str, code: str,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, code: str | None,
+                 headers: dict[str, str] | None = None, server_document: Any = None) -> None:
         super().__init__(message)
         self.http_status, self.code, self.headers = status, code, headers
+        # A model server's own error document, answered as it is to a client of its API.
+        self.server_document = server_document
 
 
 # A chat body nests a few levels, a tool's JSON schema a few dozen; deeper is refused
@@ -65,7 +67,7 @@ _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error"
                        422: "invalid_request_error", 429: "rate_limit_error"}
 
 
-def error_body(path: str, status: int, message: str, code: str) -> dict:
+def error_body(path: str, status: int, message: str, code: str | None) -> dict:
     """OpenAI's error shape under /v1, Ollama's `{"error": "..."}` everywhere else."""
     if path.startswith("/v1/"):
         kind = _OPENAI_ERROR_TYPES.get(status, "api_error")
@@ -73,22 +75,35 @@ def error_body(path: str, status: int, message: str, code: str) -> dict:
     return {"error": message}
 
 
-def error_response(path: str, status: int, message: str, code: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """`error_body` as a response with that status."""
-    return JSONResponse(error_body(path, status, message, code), status_code=status,
-                        headers=headers)
+def error_response(path: str, status: int, message: str, code: str | None,
+                   headers: dict[str, str] | None = None,
+                   server_document: Any = None) -> JSONResponse:
+    """`error_body` as a response with that status; a model server's own error document
+    instead when it is in the shape of the API the client called."""
+    body = (server_document if in_the_shape_of(path, server_document)
+            else error_body(path, status, message, code))
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def in_the_shape_of(path: str, document: Any) -> bool:
+    """Whether `document` is an error in the shape of `path`'s API (error_body's)."""
+    error = document.get("error") if isinstance(document, dict) else None
+    if path.startswith("/v1/"):
+        return isinstance(error, dict) and isinstance(error.get("message"), str)
+    return isinstance(error, str)
 
 
 def model_failure(exc: ModelError, kept: bool) -> ApiError:
     """A model failure during a relayed chat; `kept`: the request's new messages are
-    stored. The model server's own answer as it wrote it, Hilo's hint in a header; Hilo's
-    message when the server gave none (down, too slow, cut off)."""
+    stored. The model server's own answer as it wrote it — its document whole when it is
+    in the calling API's shape, else its text with no field of Hilo's (no `code`) — and
+    Hilo's hint in a header; Hilo's message when the server gave none (down, too slow,
+    cut off)."""
     hint = f"{exc} (Hilo kept your message: send it again to retry)" if kept else str(exc)
     if exc.server_answer is None:
         return ApiError(exc.http_status, hint, exc.code)
     status, text = exc.server_answer
-    return ApiError(status, text, exc.code, {HINT_HEADER: header_text(hint)})
+    return ApiError(status, text, None, {HINT_HEADER: header_text(hint)}, exc.server_document)
 
 
 def turn_error(exc: ModelError) -> ApiError:
@@ -120,7 +135,8 @@ def install_error_handlers(app: Starlette) -> None:
     async def hilo_error(request: Request, exc: HiloError) -> JSONResponse:
         headers = ({"Retry-After": DISK_FULL_RETRY_AFTER_SECONDS}
                    if isinstance(exc, InsufficientStorage) else getattr(exc, "headers", None))
-        return error_response(request.url.path, exc.http_status, exc.message, exc.code, headers)
+        return error_response(request.url.path, exc.http_status, exc.message, exc.code, headers,
+                              getattr(exc, "server_document", None))
 
     async def full_disk(request: Request, exc: apsw.FullError) -> JSONResponse:
         # A read or a connection outside the writer (temporary files, the queue) ran out

@@ -55,7 +55,8 @@ def get_tasks(who: Who, service: Service) -> dict:
 def add_task_route(body: TaskIn, who: Who, service: Service) -> dict:
     refuse_trust(body.trusted)
     added = add_task(
-        service.writer, service.config, body.schedule, body.prompt, user_id=who.user_id,
+        service.writer, service.config, body.schedule, body.prompt, source="http",
+        user_id=who.user_id,
         name=body.name, oneshot=body.oneshot, timezone_name=body.timezone,
         wake=service.handoff.wake_scheduler,
         from_outside=is_outside("outside"))  # a client's text: the owner trusts it at the machine

@@ -45,7 +45,7 @@ from app.api.conversation import (
 from app.api.errors import ApiError, error_body, model_failure, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.errors import HiloError
-from app.events import InvalidEvent
+from app.events import InvalidEvent, choose_again
 from app.log import get_logger
 from app.model.errors import ModelError
 from app.model.messages import ReplyRecord
@@ -128,13 +128,17 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
             raise ApiError(400, str(exc), "invalid_event") from exc
         answered = stored[-1] if stored else unstored.resent
         assert answered is not None  # what the request ends with is stored, or was
+        if unstored.chosen_again:  # the client went back to a reply it had replaced
+            service.edit(lambda con: [choose_again(con, user_id, event_id)
+                                      for event_id in unstored.chosen_again])
         # The turn reads the provenance of every stored event the request's messages are.
         client = conversation.client_chat(body, [*unstored.matched, *stored])
+        replaced = unstored.replaced
         try:
             if agent.enabled and not (body.get("tools") or body.get("functions")):
-                turn: StreamingTurn = agent.answer_client(answered, client, stored)
+                turn: StreamingTurn = agent.answer_client(answered, client, stored, replaced)
             else:
-                turn = service.answer(answered, client=client, stored=stored)
+                turn = service.answer(answered, client=client, stored=stored, replaces=replaced)
         except ModelError as exc:
             log.warning("chat.model_failed", session=session_id, stored=len(stored), error=str(exc))
             raise turn_error(exc) from exc

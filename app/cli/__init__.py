@@ -34,6 +34,7 @@ COMMANDS = {
     "serve": "app.cli.run:serve",
     "mcp": "app.cli.run:mcp",
     "worker": "app.cli.run:worker",
+    "demo-model": "app.cli.run:demo_model",
     "backup": "app.cli.ops:backup_command",
     "restore": "app.cli.ops:restore_command",
     "rebuild": "app.cli.ops:rebuild_command",

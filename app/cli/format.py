@@ -49,6 +49,16 @@ def profile_line(entry: ProfileEntry) -> str:
     return f"{entry.key}: {entry.value}"
 
 
+# Of a recalled text, what a line of /explain shows.
+EXCERPT_CHARS = 80
+
+
+def excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
+    """`text` on one line, cut to `chars` with "…"."""
+    line = " ".join(text.split())
+    return line if len(line) <= chars else line[:chars - 1].rstrip() + "…"
+
+
 def fact_text(fact: Fact) -> str:
     """The fact itself, as the context and search results show it."""
     return f"{fact.category} · {fact.key}: {fact.value}"
@@ -97,14 +107,20 @@ def macro_row(macro: Macro) -> str:
             f"used={macro.used_count}")
 
 
-def task_row(task: ScheduledTask, description: str) -> str:
-    """A task, its state and runs; then, indented, `description` (the schedule in words)
-    and its last error."""
-    state = "paused" if task.is_paused else f"next {task.next_run_at or '-'}"
-    row = (f"#{task.id}  {task.name}  [{task.original_schedule}] {state}, last "
-           f"{task.last_run_at or 'never'}" + ("  (trusted)" if task.is_trusted else "")
-           + (f"  ({task.source})" if task.source != "tool" else ""))
+def task_row(task: ScheduledTask, description: str, zone: str) -> str:
+    """A task and who added it; then, indented, `description` (the schedule in words,
+    with its next run), its last run in `zone`'s time, and its last error."""
+    from app.tasks.schedule import local_text, time_zone  # start-up: croniter, cron-descriptor
+
+    marks = [mark for mark, on in (("paused", task.is_paused), ("trusted", task.is_trusted))
+             if on]
+    row = (f"#{task.id}  {task.name}  [{task.original_schedule}]"
+           + "".join(f"  ({mark})" for mark in marks) + f"  {task.added_by}")
     row += f"\n      {description}"
+    if task.last_run_at:
+        last = local_text(parse_rfc3339(task.last_run_at).replace(second=0, microsecond=0),
+                          time_zone(zone))
+        row += f"\n      last run: {last}" + (f", {task.last_status}" if task.last_status else "")
     if task.last_error:
         row += f"\n      last error: {task.last_error}"
     return row
@@ -139,11 +155,11 @@ def hit_line(hit: SearchHit) -> str:
 
 
 def task_lines(task: ScheduledTask, description: str) -> list[tuple[str, str | None]]:
-    """A task with its state, `description` (the schedule in words) and its last error,
+    """A task, `description` (the schedule in words, with its next run) and its last error,
     as (text, style) lines: the state plain, the description dim, an error yellow."""
-    state = "paused" if task.is_paused else f"next {task.next_run_at or 'not scheduled'}"
+    paused = "  (paused)" if task.is_paused else ""  # the next run is in the description
     lines: list[tuple[str, str | None]] = [
-        (f"#{task.id}  {task.name}: {task.original_schedule} ({state})", None),
+        (f"#{task.id}  {task.name}: {task.original_schedule}{paused}", None),
         (f"      {description}", "dim"),
     ]
     if task.last_error:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +140,7 @@ def _list_jobs(config: Config, as_json: bool, where: str, task: str | None, limi
 @with_config
 @json_option
 def failed(config: Config, task: str | None, limit: int, as_json: bool) -> int:
-    """failed jobs: task, arguments, error, traceback, attempts"""
+    """failed jobs: task, what it was for, error, traceback, attempts"""
     with _reading(config, as_json) as view:
         now = time.time()
         failures = _filtered(view.failures(), task)
@@ -221,11 +221,6 @@ def _console() -> Console:
 
     # Full ids must stay copyable: wide when not on a terminal (pipes, files, tests).
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-
-
-def _call_text(args: Iterable[Any], kwargs: dict, width: int = 80) -> str:
-    text = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _table(*columns: str) -> Table:
@@ -322,18 +317,18 @@ def _show_jobs(console: Console, where: str, jobs: list[Job], shown: list[Job],
     from workers.inspection import iso_time  # loaded by now: the command read the queue
 
     if where == "pending":
-        table = _table("id", "task", "arguments", "waiting", "note")
+        table = _table("id", "task", "for", "waiting", "note")
         for j in shown:
             note = "revoked" if j.revoked else (
                 "" if j.is_due(now) else f"not before {iso_time(j.eta)}")
-            table.add_row(_text(j.id), _text(j.name), _text(_call_text(j.args, j.kwargs)),
+            table.add_row(_text(j.id), _text(j.name), _text(j.purpose),
                           _text(ago(j.waiting(now))), _text(note))
     else:
-        table = _table("id", "task", "arguments", "runs at", "note")
+        table = _table("id", "task", "for", "runs at", "note")
         for j in shown:
             runs = f"{iso_time(j.eta)} (in {ago(j.eta - now)})" if j.eta and j.eta > now else (
                 f"{iso_time(j.eta)} (overdue {ago(now - j.eta)})" if j.eta else "-")
-            table.add_row(_text(j.id), _text(j.name), _text(_call_text(j.args, j.kwargs)),
+            table.add_row(_text(j.id), _text(j.name), _text(j.purpose),
                           _text(runs), _text("revoked" if j.revoked else ""))
     console.print(table)
     if len(shown) < len(jobs):
@@ -345,10 +340,10 @@ def _show_failures(console: Console, failures: list[Failure], shown: list[Failur
     if not failures:
         console.print(_text("No failed jobs" + (f" of {task}." if task else ".")))
         return
-    table = _table("id", "task", "arguments", "attempts", "failed", "error")
+    table = _table("id", "task", "for", "attempts", "failed", "error")
     for f in shown:
         when = "-" if f.failed_at is None else f"{ago(now - f.failed_at)} ago"
-        table.add_row(_text(f.id), _text(f.name), _text(_call_text(f.args, f.kwargs)),
+        table.add_row(_text(f.id), _text(f.name), _text(f.purpose),
                       _text(f.attempts), _text(when),
                       _text(f.error + (" (fallback written)" if f.degraded else "")))
     console.print(table)

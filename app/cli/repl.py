@@ -29,6 +29,7 @@ from rich.text import Text
 from app.cli.format import (
     card_line,
     diary_line,
+    excerpt,
     fact_line,
     fact_text,
     hit_line,
@@ -39,12 +40,19 @@ from app.cli.format import (
 from app.config import Config
 from app.datadir import DataDir
 from app.db import DatabaseError
-from app.events import InvalidEvent, count_session_events
+from app.events import InvalidEvent, count_session_events, events_by_ids
 from app.log import configure_logging, get_logger
-from app.memory import get_fact, last_diary, list_cards, list_facts, list_profile
+from app.memory import (
+    cards_by_ids,
+    get_fact,
+    last_diary,
+    list_cards,
+    list_facts,
+    list_profile,
+)
 from app.memory.forget import forget as forget_for_good
 from app.model.errors import ModelError
-from app.recall.fusion import search_memory
+from app.recall.fusion import event_text, search_memory
 from app.tasks.delivery import has_undelivered, take_undelivered
 from app.tasks.store import describe_task, list_tasks
 from app.turn.agent import Agent, AgentTurn, ToolNote
@@ -296,9 +304,15 @@ def explain(repl: Repl, arg: str) -> None:
     for layer in info["layers"]:
         items = f"{layer['items']}/{layer['of']}"
         repl.say(f"  {layer['name']:<10} {layer['status']:<10} {items:>7} {layer['tokens']:>7}")
-    shown = {item["id"]: get_fact(repl.service.reader(), repl.user_id, item["id"])
-             for item in info["facts"]}
+    con = repl.service.reader()
+    shown = {item["id"]: get_fact(con, repl.user_id, item["id"]) for item in info["facts"]}
     forgotten = {i for i, fact in shown.items() if fact is None or fact.deleted_at is not None}
+    # What each recalled item says, as it is now: a short excerpt beside its id.
+    said = {("facts", i): fact_text(fact) for i, fact in shown.items() if i not in forgotten}
+    said.update((("cards", card.id), card.summary) for card in cards_by_ids(
+        con, repl.user_id, [item["id"] for item in info["cards"]]))
+    said.update((("events", event.id), event_text(event)) for event in events_by_ids(
+        con, repl.user_id, [item["id"] for item in info.get("events", [])]))
     for kind in ("facts", "cards"):
         for item in info[kind]:
             if kind == "facts" and item["id"] in forgotten:
@@ -307,12 +321,14 @@ def explain(repl: Repl, arg: str) -> None:
                               item.get("ranks", {}).items())
             score = f", score {item['score']}" if "score" in item else ""
             detail = f" ({ranks}{score})" if ranks or score else ""
-            repl.say(f"  {kind[:-1]} #{item['id']}: {item['why']}{detail}")
+            text = said.get((kind, item["id"]), "(gone since)")
+            repl.say(f"  {kind[:-1]} #{item['id']}: {item['why']}{detail} — {excerpt(text)}")
     if forgotten:
         repl.say(f"  and {len(forgotten)} fact(s) forgotten since", "dim")
     for item in info.get("events", []):
         part = f", {item['quoted']} quoted" if "quoted" in item else ""
-        repl.say(f"  past message #{item['id']} (score {item['score']}{part})")
+        text = said.get(("events", item["id"]), "(deleted since)")
+        repl.say(f"  past message #{item['id']} (score {item['score']}{part}) — {excerpt(text)}")
     if info["window"]:
         repl.say(f"  window: events {', '.join(f'#{i}' for i in info['window'])}")
     if info["diary"]:

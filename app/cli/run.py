@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from app.cli.common import user_option, with_config
+from app.cli.common import CommandError, user_option, with_config
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -33,9 +33,16 @@ def chat(config: Config, session: str | None, user: str | None) -> int:
 @with_config
 def serve(config: Config, host: str | None, port: int | None) -> int:
     """HTTP: Ollama- and OpenAI-compatible chat with memory, memory API"""
-    from app.api import run_server  # FastAPI and the turn
+    from app.config import ConfigError, with_option  # start-up: loaded by with_config already
 
-    return run_server(config, host, port)
+    if port is not None:
+        try:
+            config = with_option(config, "server", "port", port, "--port")
+        except ConfigError as exc:
+            raise CommandError(f"configuration error: {exc}", exit_code=2, command="") from None
+    from app.api import run_server  # start-up: FastAPI and the turn
+
+    return run_server(config, host)
 
 
 @click.command("mcp")
@@ -46,6 +53,17 @@ def mcp(config: Config, user: str | None) -> int:
     from app.mcp.server import serve_stdio  # the MCP SDK and the turn
 
     return serve_stdio(config, user)
+
+
+@click.command("demo-model")
+@click.option("--wait", is_flag=True,
+              help="serve nothing: wait (30 s at most) until the demo model answers")
+@with_config
+def demo_model(config: Config, wait: bool) -> int:
+    """a scripted model at [llm] url, to try Hilo with no model server (make try)"""
+    from app.ops.demo.server import serve_demo_model, wait_for_demo_model  # start-up
+
+    return wait_for_demo_model(config) if wait else serve_demo_model(config)
 
 
 @click.command("worker")

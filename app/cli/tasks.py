@@ -67,7 +67,8 @@ def add(config: Config, schedule: str, prompt: str | None, name: str | None, one
         schedule, prompt = split_request(schedule, timezone_name or config.schedule.timezone,
                                          now)
     with _writer(config) as writer:
-        added = add_task(writer, config, schedule, prompt, user_id=user or config.memory.user_id,
+        added = add_task(writer, config, schedule, prompt, source="cli",
+                         user_id=user or config.memory.user_id,
                          name=name, oneshot=oneshot, trusted=trusted,
                          timezone_name=timezone_name,
                          wake=lambda at: _wake_scheduler(config, at),
@@ -99,7 +100,8 @@ def list_command(config: Config, user: str | None, as_json: bool) -> int:
     tz = config.schedule.timezone
     found = list_tasks(open_memory(config), user or config.memory.user_id, tz)
     emit(as_json, [t.to_json() for t in found], lambda: print(
-        "\n".join(task_row(t, describe_task(t, tz)) for t in found) or "(no scheduled tasks)"))
+        "\n".join(task_row(t, describe_task(t, tz), t.timezone or tz) for t in found)
+        or "(no scheduled tasks)"))
     return 0
 
 

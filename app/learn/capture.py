@@ -2,7 +2,8 @@
 
 Only explicit statements in the user's own words, English and Spanish:
 "remember that …" / "recuerda que …", "my name is …" / "me llamo …",
-"I use …" / "uso …", "I prefer …" / "prefiero …". Anything subtler waits for the model.
+"I live in …" / "vivo en …", "I use …" / "uso …", "I prefer …" / "prefiero …".
+Anything subtler waits for the model.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ _REMEMBER = re.compile(rf"\b(?:please\s+|por favor,?\s+)?(?:remember|recuerda)\s
                        re.IGNORECASE)
 _NAME = re.compile(r"\b(?:my name is|me llamo|mi nombre es)\s+(?P<x>[^\W\d_][\w'’\-]*(?:\s+[^\W\d_][\w'’\-]*){0,3})",
                    re.IGNORECASE)
+_LIVE = re.compile(r"(?:\bI\s+(?:live|am living|'m living|’m living)\s+in|(?<![\w])(?:yo\s+)?vivo\s+en)"
+                   r"\s+(?P<x>[^\W\d_][\w'’\-]*(?:\s+[^\W\d_][\w'’\-]*){0,3})", re.IGNORECASE)
 _USE = re.compile(rf"(?:\bI\s+(?:use|am using|'m using|’m using)|{_START}(?:yo\s+)?uso)\s+{_CLAUSE}",
                   re.IGNORECASE)
 _PREFER = re.compile(rf"(?:\bI\s+(?:prefer|'d prefer)|{_START}(?:yo\s+)?prefiero)\s+{_CLAUSE}",
                      re.IGNORECASE)
-# Words after a name that are not part of it ("me llamo Ana y uso vim").
-_NAME_STOP = {"and", "y", "but", "pero", "i", "yo", "from", "de", "im", "soy"}
+# Words after a name (or a place) that are not part of it ("me llamo Ana y uso vim").
+_NAME_STOP = {"and", "y", "but", "pero", "i", "yo", "from", "de", "im", "soy", "with", "con",
+              "since", "desde", "now", "ahora", "for", "por", "where", "donde"}
 KEY_TERMS = 4
 
 
@@ -61,6 +65,10 @@ def capture_statements(text: str) -> Captured:
         name = _name(match)
         if name:
             found.profile["name"] = name
+    for match in _LIVE.finditer(text):
+        place = _name(match)
+        if place:
+            found.profile["location"] = place
     for match in _REMEMBER.finditer(text):
         clause = _clause(match)
         found.facts.append(("fact", _key("remember", clause), clause))

@@ -68,6 +68,7 @@ class ChunkEvent:
     tool_name: str | None = None
     tool_calls_json: str | None = None
     from_outside: bool = False
+    replaced: bool = False  # a reply the client regenerated: never summarised
 
     @property
     def line(self) -> str:
@@ -91,9 +92,10 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
                session_id: str) -> list[ChunkEvent] | None:
     """The oldest chunk_size un-compacted events, when the session is over the threshold."""
     threshold, size = config.memory.compaction_threshold, config.memory.chunk_size
-    rows = [ChunkEvent(*row[:6], from_outside=bool(row[6])) for row in con.execute(
-        "SELECT id, role, content, importance, tool_name, tool_calls_json, from_outside "
-        "FROM events "
+    rows = [ChunkEvent(*row[:6], from_outside=bool(row[6]), replaced=bool(row[7]))
+            for row in con.execute(
+        "SELECT id, role, content, importance, tool_name, tool_calls_json, from_outside, "
+        "superseded_by IS NOT NULL FROM events "
         "WHERE user_id = ? AND session_id = ? "
         "AND compacted = 0 ORDER BY id LIMIT ?", (user_id, session_id, threshold))]
     return rows[:size] if len(rows) >= threshold else None
@@ -101,7 +103,7 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
 
 def summarise(model: ModelClient, events: list[ChunkEvent], after: SentChat | None = None,
               yield_to: Callable[[], bool] | None = None) -> CardText:
-    lines = "\n".join(e.line for e in events)
+    lines = "\n".join(e.line for e in events if not e.replaced)
     raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after,
                          yield_to)
     return parse_card(raw, text)
@@ -114,6 +116,7 @@ def parse_card(raw: dict | list, text: str = "") -> CardText:
 
 def extractive_card(events: list[ChunkEvent]) -> CardText:
     # What the chunk says, without the instructions it answered (unless that is all of it).
+    events = [e for e in events if not e.replaced] or events
     said = [e for e in events if e.role != "system"] or events
     texts = [(e.role if not (e.from_outside and e.role == "user") else "quoted from outside",
               text_with_tool_calls(e.content, e.tool_calls_json)) for e in said]

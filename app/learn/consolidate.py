@@ -1,9 +1,12 @@
 """consolidate: the periodic tidy-up (every consolidation_interval_hours).
 
+- counts what the turns recalled since the last count into each fact's and card's
+  access_count (app/turn/records.py: the worker's reconcile sweep does it every minute
+  too), so the rules below read real counts.
 - merges duplicate facts: a current fact whose words another current fact of the same
   category covers is superseded by it (kept as history, logged). Solutions and
-  preferences merge only when their text is the same; frequently read facts are never
-  merged away.
+  preferences merge only when their text is the same; frequently read facts (recalled
+  FREQUENTLY_READ times) are never merged away.
 - folds level-0 cards older than 30 days into level-1 cards (folded_into).
 - decays importance with a half-life, for items not read since the last decay; never
   below a floor: higher for read items, highest for solutions, preferences and
@@ -47,6 +50,7 @@ from app.memory import (
 from app.model.client import ModelClient
 from app.model.errors import ModelError
 from app.timeutil import parse_rfc3339, to_rfc3339
+from app.turn.records import fold_recall_counts
 from app.writer import Writer
 
 log = get_logger(__name__)
@@ -73,6 +77,7 @@ sentences that keep the technical specifics, and add 3 to 8 keywords.
 
 @dataclass
 class ConsolidationReport:
+    counted_turns: int = 0  # turn records folded into the recall counts
     merged_facts: int = 0
     folded_cards: int = 0
     new_cards: list[int] = field(default_factory=list)
@@ -287,6 +292,7 @@ def consolidate(writer: Writer, model: ModelClient | None, config: Config, *,
     """
     now = now or datetime.now(UTC)
     report = ConsolidationReport()
+    report.counted_turns = fold_recall_counts(writer)
     report.merged_facts = merge_duplicate_facts(writer)
     report.decayed, report.decayed_at = decay_importance(writer, config, now=now,
                                                          last_decay_at=last_decay_at)

@@ -63,7 +63,8 @@ def session_to_summarise(con: apsw.Connection, user_id: str, session_id: str,
         "AND level = 0 ORDER BY first_event_id", (user_id, session_id))]
     lines += [(role.upper(), content, bool(outside)) for role, content, outside in con.execute(
         "SELECT role, content, from_outside FROM events WHERE user_id = ? AND session_id = ? "
-        "AND compacted = 0 AND role IN ('user', 'assistant', 'tool') ORDER BY id",
+        "AND compacted = 0 AND role IN ('user', 'assistant', 'tool') AND superseded_by IS NULL "
+        "ORDER BY id",
         (user_id, session_id))]
     if not lines:
         return None

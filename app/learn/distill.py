@@ -108,6 +108,7 @@ class TurnEvent:
     tool_name: str | None = None
     tool_calls_json: str | None = None  # an assistant's tool calls (app.model.messages' shape)
     from_outside: bool = False
+    replaced: bool = False  # a reply the client regenerated: never learned from
 
     @property
     def text(self) -> str:
@@ -148,8 +149,10 @@ def turn_events(con: apsw.Connection, user_id: str, session_id: str, event_ids: 
         return []
     marks = ",".join("?" * len(event_ids))
     pending = "AND distilled_at IS NULL " if undistilled_only else ""
-    return [TurnEvent(*row[:5], from_outside=bool(row[5])) for row in con.execute(
-        f"SELECT id, role, content, tool_name, tool_calls_json, from_outside FROM events "
+    return [TurnEvent(*row[:5], from_outside=bool(row[5]), replaced=bool(row[6]))
+            for row in con.execute(
+        f"SELECT id, role, content, tool_name, tool_calls_json, from_outside, "
+        f"superseded_by IS NOT NULL FROM events "
         f"WHERE user_id = ? AND session_id = ? {pending}AND id IN ({marks}) ORDER BY id",
         (user_id, session_id, *event_ids))]
 
@@ -185,7 +188,7 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
     budget = MAX_PROMPT_CHARS
     for event in events:
         label = voices.labels.get(event.role)
-        if label is None:
+        if label is None or event.replaced:
             continue
         if event.role == "tool" and event.tool_name:
             label = f"{label} ({event.tool_name})"
@@ -227,6 +230,7 @@ def keep_grounded(extraction: Extraction, events: list[TurnEvent],
     def is_source(e: TurnEvent) -> bool:
         return e.role in voices.sources and e.id not in learned
 
+    events = [e for e in events if not e.replaced]
     source = set().union(*(terms(e.content, min_length=3) for e in events if is_source(e)))
     context = set().union(*(terms(e.content, min_length=3) for e in events
                             if e.role in voices.context or e.id in learned))

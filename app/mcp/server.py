@@ -319,8 +319,9 @@ class MemoryTools:
         if action == "add":
             if schedule is None or prompt is None:
                 raise InvalidInput("adding a task needs schedule and prompt")
-            return add_task(writer, self.config, schedule, prompt, user_id=user, name=name,
-                            oneshot=oneshot, wake=self.service.handoff.wake_scheduler,
+            return add_task(writer, self.config, schedule, prompt, source="mcp", user_id=user,
+                            name=name, oneshot=oneshot,
+                            wake=self.service.handoff.wake_scheduler,
                             from_outside=is_outside("outside")).to_json()
         if task is None:
             raise InvalidInput(f"{action} needs task: its id or name (tasks action=list)")
@@ -364,8 +365,8 @@ def _reported(fn: Callable[..., Any], error: type[Exception]) -> Callable[..., A
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except HiloError as exc:
-            raise error(exc.message) from exc
+        except HiloError as exc:  # a refusal's example lines join its one line
+            raise error("; ".join(exc.message.splitlines())) from exc
 
     return call
 

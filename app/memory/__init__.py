@@ -21,13 +21,15 @@ statement of a fact, from the user or a worker, goes through one dedupe policy
     cards.py       layer 2: context cards, folding
     diary.py       layer 5: one entry per session
     edits.py       the edits a person makes by hand: remember, correct, a diary entry
+    corrections.py what said a fact the person corrected or forgot since
     forget.py      a fact forgotten for good, with its sources if asked, off the disk too
-    importance.py  decay of what is not read
+    importance.py  what is read: recall counts, and decay of what is not
     provenance.py  is_outside, the one rule of whose hand a row is; memory_log, the
                    record of every change
     bootstrap.py   MEMORY.md as the turn reads it: comments stripped, capped, cached
     sessions.py    the sessions table: opened by events, imported, ended, listed
     embeddings.py  the embeddings table's writes (recall reads and searches them)
+    restore.py     undoing a forget: the value a front-end held, stored again as it was
     validation.py  InvalidMemory and the checks every write makes
 """
 
@@ -78,7 +80,7 @@ from app.memory.facts import (
     restore_user_facts,
     upsert_fact,
 )
-from app.memory.importance import ImportanceFloors, decay_unread_importance
+from app.memory.importance import ImportanceFloors, add_reads, decay_unread_importance
 from app.memory.profile import (
     ProfileEntry,
     clear_agent_profile,
@@ -94,9 +96,16 @@ from app.memory.provenance import (
     WriteAction,
     is_outside,
     memory_generation,
-    retracted_since,
+    retractions_since,
 )
-from app.memory.sessions import SessionInfo, end_session, list_sessions, session_exists
+from app.memory.sessions import (
+    SessionInfo,
+    count_sessions,
+    end_session,
+    known_users,
+    list_sessions,
+    session_exists,
+)
 from app.memory.validation import SOURCES, InvalidMemory
 
 __all__ = [
@@ -104,15 +113,16 @@ __all__ = [
     "Card", "Category", "DiaryEntry", "EditedFact", "Fact", "FactNotFound", "FactRecord",
     "FactWrite", "Hand", "ImportanceFloors", "InvalidMemory", "NewCard", "ProfileEntry",
     "SessionInfo", "WriteAction",
-    "add_card", "add_diary_entry", "cards_by_ids", "clear_agent_facts", "clear_agent_profile",
-    "clear_cards", "clear_diary", "correct_fact", "current_fact", "decay_unread_importance",
+    "add_card", "add_diary_entry", "add_reads", "cards_by_ids", "clear_agent_facts",
+    "clear_agent_profile", "clear_cards", "clear_diary", "correct_fact", "current_fact",
+    "decay_unread_importance",
     "delete_fact", "delete_profile", "end_session", "fact_history", "facts_as_of", "facts_by_ids",
     "fold_cards", "get_fact", "import_diary_entry", "import_fact",
-    "import_profile", "is_outside", "last_diary",
+    "import_profile", "is_outside", "known_users", "last_diary",
     "link_folded_card", "link_superseded_fact", "list_cards", "list_facts", "list_profile",
-    "list_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
+    "list_sessions", "count_sessions", "memory_generation", "merge_facts", "profile_as_of", "remember_fact",
     "replace_extractive_card", "replace_extractive_diary", "restore_user_facts",
-    "retracted_since", "session_exists", "set_profile",
+    "retractions_since", "session_exists", "set_profile",
     "similar_facts",
     "store_fact", "upsert_fact", "write_diary_entry",
 ]

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 
 import apsw
 
+from app.memory.corrections import mark_corrected
 from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.memory.validation import (
     InvalidMemory,
@@ -141,6 +142,9 @@ def upsert_fact(
                         (now, importance, int(from_outside), current.id))
             return FactWrite("unchanged", current.id)
         con.execute("UPDATE facts SET superseded_at = ? WHERE id = ?", (now, current.id))
+        if source == "user" and current.deleted_at is None:
+            # The person's correction: what said the old value is recalled with the new one.
+            mark_corrected(con, user_id, category, key, current.value, value, at=now)
     con.execute(
         "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
         "updated_at, importance, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -162,14 +166,15 @@ def upsert_fact(
 def delete_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str = "user") -> bool:
     """Tombstone a current fact. Returns False when the user has no such current fact."""
     row = con.execute(
-        "SELECT value FROM facts WHERE id = ? AND user_id = ? AND superseded_at IS NULL "
-        "AND deleted_at IS NULL",
+        "SELECT value, category, key FROM facts WHERE id = ? AND user_id = ? "
+        "AND superseded_at IS NULL AND deleted_at IS NULL",
         (fact_id, user_id),
     ).fetchone()
     if row is None:
         return False
     now = utc_now()
     con.execute("UPDATE facts SET deleted_at = ?, updated_at = ? WHERE id = ?", (now, now, fact_id))
+    mark_corrected(con, user_id, row[1], row[2], row[0], None, at=now)
     log_change(con, user_id, "fact", fact_id, "delete", row[0], None, worker=worker, created_at=now)
     return True
 
@@ -399,10 +404,11 @@ def facts_by_ids(con: apsw.Connection, user_id: str, ids: list[int]) -> list[Fac
 
 
 def facts_as_of(con: apsw.Connection, user_id: str, when: str) -> list[Fact]:
-    """The facts that were current at time `when` (RFC 3339); never a forgotten one,
-    whose key is part of what was forgotten."""
+    """The facts that were current at time `when` (RFC 3339), as they were then: what
+    happened to them later (superseded, deleted, stated again) is not shown; never a
+    forgotten one, whose key is part of what was forgotten."""
     return [
-        _fact(row)
+        _as_it_was(_fact(row), when)
         for row in con.execute(
             f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = ? AND forgotten_hash IS NULL "
             "AND created_at <= ? "
@@ -411,6 +417,13 @@ def facts_as_of(con: apsw.Connection, user_id: str, when: str) -> list[Fact]:
             (user_id, when, when, when),
         )
     ]
+
+
+def _as_it_was(fact: Fact, when: str) -> Fact:
+    """`fact`, current at `when`, as it was then: not yet superseded nor deleted, and last
+    stated when it was stored unless it was stated again before `when`."""
+    stated = fact.updated_at if fact.updated_at <= when else fact.created_at
+    return replace(fact, superseded_at=None, deleted_at=None, updated_at=stated)
 
 
 def fact_history(con: apsw.Connection, user_id: str, fact_id: int) -> list[dict]:

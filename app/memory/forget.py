@@ -26,6 +26,7 @@ from app.events import delete_events, replies_to, uncompact
 from app.fts import terms
 from app.log import get_logger
 from app.memory.cards import remove_cards
+from app.memory.corrections import mark_forgotten
 from app.memory.diary import remove_diary_entries
 from app.memory.embeddings import delete_vectors
 from app.memory.facts import Fact, forgotten_key, get_fact, value_hash
@@ -86,6 +87,8 @@ def forget_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str
         "AND key = ?", (user_id, category, key))]
     ids = [version_id for version_id, _, _ in versions]
     now = utc_now()
+    # What said any of its values is never recalled again (app/memory/corrections.py).
+    mark_forgotten(con, user_id, category, key, [v for _, _, v in versions], at=now)
     marks = ", ".join("?" * len(ids))
     delete_vectors(con, "fact", ids)
     # memory_log keeps that each change happened, not what it said.

@@ -40,3 +40,19 @@ def decay_unread_importance(con: apsw.Connection, *, factor: float, since: str,
         "WHERE folded_into IS NULL AND (last_accessed_at IS NULL OR last_accessed_at < :since)",
         {"factor": factor, "read": floors.read, "unread": floors.unread, "since": since})
     return changed + con.changes()
+
+
+def add_reads(con: apsw.Connection, user_id: str, kind: str,
+              reads: dict[int, tuple[int, str]]) -> int:
+    """Count recalls of the user's facts or cards (`kind` "fact" or "card"): each id's
+    (times recalled, when last), added to access_count and last_accessed_at. Not
+    logged: how often an item is read is a ranking weight, not what it says. Returns
+    the rows touched (items forgotten or folded since are simply not there)."""
+    table = {"fact": "facts", "card": "context_cards"}[kind]
+    touched = 0
+    for item_id, (times, last) in sorted(reads.items()):
+        con.execute(f"UPDATE {table} SET access_count = access_count + ?, "
+                    "last_accessed_at = max(coalesce(last_accessed_at, ''), ?) "
+                    "WHERE id = ? AND user_id = ?", (times, last, item_id, user_id))
+        touched += con.changes()
+    return touched

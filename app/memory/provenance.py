@@ -75,17 +75,18 @@ _RETRACTION = "(action IN ('delete', 'restore') OR (worker = 'user' AND action !
 
 def memory_generation(con: apsw.Connection) -> int:
     """Where memory stands: every change bumps it, in the change's own transaction, from
-    any process. A prompt built at one generation asks `retracted_since` whether what it
+    any process. A prompt built at one generation asks `retractions_since` whether what it
     shows still holds."""
     return con.execute("SELECT coalesce(max(id), 0) FROM memory_log").fetchone()[0]
 
 
-def retracted_since(con: apsw.Connection, user_id: str, generation: int) -> bool:
-    """Whether a change since `generation` took back or corrected some of the user's
+def retractions_since(con: apsw.Connection, user_id: str,
+                      generation: int) -> list[tuple[str, str, str]]:
+    """The changes since `generation` that took back or corrected some of the user's
     memory (a fact forgotten or corrected, a profile key deleted): a prompt built before
-    it may show what is no longer true."""
+    them may show what is no longer true. (owner kind, owner id, when), oldest first."""
     # Only the log's rows since then are read, a range of its primary key (`+user_id`:
     # not the owner index, which would read all of the user's rows).
-    return con.execute(
-        f"SELECT 1 FROM memory_log WHERE id > ? AND +user_id = ? AND {_RETRACTION} LIMIT 1",
-        (generation, user_id)).fetchone() is not None
+    return [tuple(row) for row in con.execute(
+        "SELECT owner_kind, owner_id, created_at FROM memory_log WHERE id > ? AND +user_id = ? "
+        f"AND {_RETRACTION} ORDER BY id", (generation, user_id))]

@@ -9,6 +9,10 @@ import apsw
 
 from app.timeutil import utc_now
 
+# A session's title: the first words of what its user said first.
+TITLE_WORDS = 8
+TITLE_CHARS = 60
+
 
 @dataclass(frozen=True)
 class SessionInfo:
@@ -18,19 +22,55 @@ class SessionInfo:
     ended_at: str | None
     events: int
     from_outside: bool = True  # it holds content from outside (app/memory/provenance.py)
+    user_id: str = ""
+    title: str = ""  # the first words of its first user message (else of its first message)
+
+
+def session_title(text: str | None) -> str:
+    """The first words of `text`, as a title: at most TITLE_WORDS words, TITLE_CHARS
+    characters, "…" where it was cut."""
+    words = (text or "").split()
+    title = " ".join(words[:TITLE_WORDS])
+    if len(title) > TITLE_CHARS:
+        title = title[:TITLE_CHARS - 1].rstrip()
+    return title + ("…" if title != " ".join(words) else "")
+
+
+# The start of the first message of the session said by `role` (any role for '%').
+_FIRST_SAID = ("(SELECT substr(e.content, 1, 400) FROM events e WHERE e.id = (SELECT min(f.id) "
+               "FROM events f WHERE f.user_id = s.user_id AND f.session_id = s.id "
+               "AND f.role LIKE '{role}'))")
 
 
 def list_sessions(con: apsw.Connection, user_id: str, *, limit: int = 100) -> list[SessionInfo]:
+    """The user's sessions, the latest active first, each with its title."""
     return [
-        SessionInfo(*row[:5], from_outside=bool(row[5]))
+        SessionInfo(*row[:5], from_outside=bool(row[5]), user_id=user_id,
+                    title=session_title(row[6] or row[7]))
         for row in con.execute(
             "SELECT s.id, s.started_at, s.last_event_at, s.ended_at, "
             "(SELECT count(*) FROM events e WHERE e.user_id = s.user_id AND e.session_id = s.id), "
-            "s.from_outside "
+            f"s.from_outside, {_FIRST_SAID.format(role='user')}, {_FIRST_SAID.format(role='%')} "
             "FROM sessions s WHERE s.user_id = ? ORDER BY s.last_event_at DESC LIMIT ?",
             (user_id, limit),
         )
     ]
+
+
+# Each table's users, one index seek per user (a loose index scan), however many rows.
+_USERS_SQL = ("WITH RECURSIVE u(id) AS (SELECT min(user_id) FROM {table} UNION ALL "
+              "SELECT (SELECT min(user_id) FROM {table} WHERE user_id > u.id) FROM u "
+              "WHERE u.id IS NOT NULL) SELECT id FROM u WHERE id IS NOT NULL")
+
+
+def known_users(con: apsw.Connection) -> list[str]:
+    """Every user Hilo keeps memory for (a session, a fact or a profile key), sorted."""
+    return sorted({row[0] for table in ("sessions", "facts", "profile")
+                   for row in con.execute(_USERS_SQL.format(table=table))})
+
+
+def count_sessions(con: apsw.Connection, user_id: str) -> int:
+    return con.execute("SELECT count(*) FROM sessions WHERE user_id = ?", (user_id,)).fetchone()[0]
 
 
 def session_exists(con: apsw.Connection, user_id: str, session_id: str) -> bool:

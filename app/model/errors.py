@@ -9,6 +9,8 @@ call can pass it on unchanged, Hilo's explanation beside it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.errors import HiloError
 
 # Longest slice of a server's error text worth putting in a message of Hilo's.
@@ -27,6 +29,9 @@ class ModelError(HiloError):
     retryable: bool = False
     # The model server's own error answer, (HTTP status, its text); None when it gave none.
     server_answer: tuple[int, str] | None = None
+    # That answer's JSON document as the server wrote it, when it wrote one: relayed whole
+    # to a client of the same API, so it gets the server's fields and no others.
+    server_document: Any = None
 
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)

@@ -278,11 +278,16 @@ class Transport:
             response.read()
         except httpx.HTTPError as exc:
             raise self._translate(exc, "") from exc
-        server_message = _server_error_text(response)
+        document = _json_document(response)
+        server_message = _server_error_text(response, document)
+        error: ModelError
         if response.status_code == 404 and model and _names_missing_model(server_message):
             setting = self._model_settings.get(model, "[llm] chat_model")
-            raise ModelNotFound(model, self.url, self.provider, setting, server_message)
-        raise ModelHTTPError(response.status_code, server_message, self.url, endpoint)
+            error = ModelNotFound(model, self.url, self.provider, setting, server_message)
+        else:
+            error = ModelHTTPError(response.status_code, server_message, self.url, endpoint)
+        error.server_document = document
+        raise error
 
     def _decode(self, response: httpx.Response, endpoint: str) -> Any:
         try:
@@ -291,13 +296,18 @@ class Transport:
             raise self.malformed(endpoint, f"body {response.text[:EXCERPT_CHARS]!r}") from None
 
 
-def _server_error_text(response: httpx.Response) -> str:
+def _json_document(response: httpx.Response) -> Any:
+    """The answer's JSON document; None when it is not JSON."""
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _server_error_text(response: httpx.Response, document: Any) -> str:
     """The server's own explanation, whole: Ollama's {"error": str}, OpenAI's
     {"error": {"message"}}, or text."""
-    try:
-        error = response.json().get("error")
-    except (ValueError, AttributeError):
-        error = None
+    error = document.get("error") if isinstance(document, Mapping) else None
     if isinstance(error, Mapping):
         error = error.get("message")
     text = error if isinstance(error, str) and error else response.text

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from app.events import Event
+from app.model.messages import text_with_tool_calls
 from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
-from app.recall.owners import OwnerKind
+from app.recall.owners import OwnerKind, withheld
 from app.recall.query import Query, make_query
 from app.recall.sentences import WordsHeld
 from app.recall.streams import (
@@ -167,6 +169,10 @@ def search(con: apsw.Connection, user_id: str, text: str, kind: OwnerKind,
         ranked.update((name, stream(con, query, kind, depth))
                       for name, stream in streams.items() if name not in ranked)
     ranked = {name: ranked[name] for name in streams}  # the callers' stream order
+    left_out = withheld(con, user_id, kind, list({i for ids in ranked.values() for i in ids
+                                                   if i is not None}))
+    if left_out:  # never recalled: each stream's later owners move up
+        ranked = {name: [i for i in ids if i not in left_out] for name, ids in ranked.items()}
     return fuse(ranked, kind, WEIGHTS if weights is None else weights, limit)
 
 
@@ -250,9 +256,20 @@ _TEXT_SQL = {
             "FROM facts WHERE id = ? AND user_id = ?",
     "card": "SELECT summary, created_at, from_outside FROM context_cards "
             "WHERE id = ? AND user_id = ?",
-    "event": "SELECT role || ': ' || content, created_at, from_outside FROM events "
+    "event": "SELECT role, content, tool_calls_json, created_at, from_outside FROM events "
              "WHERE id = ? AND user_id = ?",
 }
+
+
+def said_text(role: str, content: str, tool_calls_json: str | None) -> str:
+    """A message as a person reads it among others: its role, then its text and, for a
+    call to a tool, what it called with what (a call alone has no text of its own)."""
+    text = text_with_tool_calls(content, tool_calls_json)
+    return f"{role}: {text or '(empty)'}"
+
+
+def event_text(event: Event) -> str:
+    return said_text(event.role, event.content, event.tool_calls_json)
 
 
 # The nearest vectors always exist: one found only by meaning must be at least this
@@ -282,6 +299,8 @@ def search_memory(con: apsw.Connection, user_id: str, text: str, limit: int = 10
     hits: list[SearchHit] = []
     for candidate in top:
         row = con.execute(_TEXT_SQL[candidate.kind], (candidate.id, user_id)).fetchone()
+        if row and candidate.kind == "event":
+            row = (said_text(*row[:3]), *row[3:])
         if row:
             hits.append(SearchHit(candidate.kind, candidate.id, row[0], row[1], candidate,
                                   bool(row[2]), whys[(candidate.kind, candidate.id)]))

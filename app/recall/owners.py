@@ -1,12 +1,16 @@
 """What a search may return: an owner (a fact, a card or an event) of the asking user,
 and of facts and cards only the current ones. The full-text and vector streams read
-candidate ids from their indexes and keep those through `owned` and `current`."""
+candidate ids from their indexes and keep those through `owned` and `current`; the
+fusion leaves out what is `withheld` (a regenerated reply, what said a forgotten fact)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 import apsw
+
+from app.events import superseded_among
+from app.memory.corrections import corrections_of
 
 OwnerKind = Literal["fact", "card", "event"]
 
@@ -37,3 +41,16 @@ def owned(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -
     sql = _OWNED_SQL[kind].format(marks=",".join("?" * len(ids)))
     keep = {row[0] for row in con.execute(sql, (user_id, *ids))}
     return [i for i in ids if i in keep]
+
+
+def withheld(con: apsw.Connection, user_id: str, kind: OwnerKind, ids: list[int]) -> set[int]:
+    """Of the user's events and cards `ids`, those never recalled: a reply a client
+    regenerated (events.superseded_by), and what said a fact the person has since
+    forgotten (app/memory/corrections.py)."""
+    if kind == "fact" or not ids:
+        return set()
+    left_out = {owner_id for owner_id, found in corrections_of(con, user_id, kind, ids).items()
+                if found.withheld}
+    if kind == "event":
+        left_out |= superseded_among(con, user_id, ids)
+    return left_out

@@ -7,9 +7,11 @@ run is a turn in the task's own session, `task:<id>`, so its reply is stored, di
 and remembered like any turn; the runs themselves are app/tasks/runs.py.
 
 Writes go through a Writer (`writer.submit`); reads take any connection, so the
-front-ends pass their read-only ones. `source` is "tool" for tasks made through the CLI,
-the API or the agent's tool, and "config" for `[[scheduled_tasks]]` in config.toml
-(app/tasks/config_tasks.py).
+front-ends pass their read-only ones. `source` says who added a task (TASK_SOURCES):
+the owner at the machine ("cli"), the HTTP API or the memory page ("http"), an MCP
+client ("mcp"), the model through Hilo's tasks tool ("tool"), `[[scheduled_tasks]]` in
+config.toml ("config", app/tasks/config_tasks.py) or an import ("import"); tasks added
+before migration 0026 kept no such record ("unrecorded").
 
 A trusted task's runs may use the terminal without asking. Only the owner at the
 machine trusts one (`hilo tasks add --trusted`, `hilo tasks trust`, config.toml): the
@@ -46,6 +48,20 @@ from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
 SESSION_PREFIX = "task:"
+# Who adds a task, in the words a person reads (the tasks page, `hilo tasks list`).
+TASK_SOURCES = {
+    "cli": "added at this machine (hilo tasks add)",
+    "http": "added over HTTP (the API or the memory page)",
+    "mcp": "added by an MCP client",
+    "tool": "added by the model, with Hilo's tasks tool",
+    "config": "from config.toml",
+    "import": "imported",
+    "unrecorded": "added before Hilo recorded who adds tasks",
+}
+# The doors add_task serves; config.toml and imports have their own.
+ADDED_THROUGH = ("cli", "http", "mcp", "tool")
+# What a task without a prompt is told.
+NO_PROMPT = "what should the task do? give a prompt after the schedule"
 MAX_NAME_CHARS = 80
 MAX_PROMPT_CHARS = 8_000
 # SQLite's ids are signed 64-bit: a larger number names no task (and would not bind).
@@ -102,6 +118,11 @@ class ScheduledTask:
     def zone(self, config: Config) -> str:
         """The time zone its schedule is read in."""
         return self.timezone or config.schedule.timezone
+
+    @property
+    def added_by(self) -> str:
+        """Who added it, as a person reads it."""
+        return TASK_SOURCES.get(self.source, self.source)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "session_id": self.session_id}
@@ -252,7 +273,7 @@ def clean_prompt(prompt: str) -> str:
     """A task's prompt as stored: secrets redacted, trimmed; TaskError if empty or too long."""
     text = redact_secrets(str(prompt)).text.strip()
     if not text:
-        raise TaskError("the prompt is empty: say what the task should ask the model")
+        raise TaskError(f"the prompt is empty: {NO_PROMPT}")
     if len(text) > MAX_PROMPT_CHARS:
         raise TaskError(f"the prompt has {len(text)} characters; at most {MAX_PROMPT_CHARS}")
     return text
@@ -301,9 +322,16 @@ def insert_task(con: apsw.Connection, *, user_id: str, name: str, schedule: Sche
 def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, str]:
     """A task said in one sentence, "remind me to stretch in 30 seconds" or "every monday
     at 8 plan the week", as (schedule, prompt): the longest end, else the longest start,
-    that is a schedule. TaskError when no part of it is one."""
+    that is a schedule. TaskError when no part of it is one, or all of it is ("every day
+    at 9" is not "day at 9" with the prompt "every")."""
     time_zone(timezone_name)  # a bad zone is said as such, not as "found no schedule"
     words = str(text).split()
+    try:
+        parse_schedule(" ".join(words), timezone_name, now)
+    except ScheduleError:
+        pass
+    else:
+        raise TaskError(f'{NO_PROMPT}: "{" ".join(words)}" "water the plants"')
     cuts = [(words[i:], words[:i]) for i in range(1, len(words))]
     cuts += [(words[:i], words[i:]) for i in range(len(words) - 1, 0, -1)]
     for schedule, prompt in cuts:
@@ -316,14 +344,15 @@ def split_request(text: str, timezone_name: str, now: datetime) -> tuple[str, st
                     'prompt as two arguments, e.g. "in 30 seconds" "remind me to stretch"')
 
 
-def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
+def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *, source: str,
              user_id: str | None = None, name: str | None = None, oneshot: bool = False,
              trusted: bool = False, now: datetime | None = None,
              timezone_name: str | None = None,
              wake: Callable[[datetime], object] | None = None,
              from_outside: bool = True) -> AddedTask:
-    """A new task from the CLI, the API or the agent's tool (source "tool"). `from_outside`
-    (app.memory.provenance.is_outside; unstated: outside): its prompt is not the owner's.
+    """A new task, added through `source` (one of ADDED_THROUGH: who added it).
+    `from_outside` (app.memory.provenance.is_outside; unstated: outside): its prompt is
+    not the owner's.
 
     `schedule` is cron or plain language (app/tasks/schedule.py), read in `timezone_name`
     (kept with the task), else in [schedule] timezone (followed as it changes).
@@ -331,6 +360,8 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
     seconds"), to have a tick run then (the front-end's Handoff.wake_scheduler).
     Raises ScheduleError (with examples) or TaskError; both are ValueErrors.
     """
+    if source not in ADDED_THROUGH:
+        raise ValueError(f"add_task: source {source!r} is not one of {ADDED_THROUGH}")
     now = moment_or_now(now)
     user_id = user_id or config.memory.user_id
     tz = timezone_name or config.schedule.timezone
@@ -340,7 +371,7 @@ def add_task(writer: Writer, config: Config, schedule: str, prompt: str, *,
 
     def write(con: apsw.Connection) -> ScheduledTask:
         task_id = insert_task(con, user_id=user_id, name=task_name, schedule=parsed,
-                              prompt=task_prompt, source="tool", trusted=trusted,
+                              prompt=task_prompt, source=source, trusted=trusted,
                               paused=False, now=now, timezone_name=timezone_name,
                               from_outside=from_outside)
         return get_task(con, user_id, task_id)

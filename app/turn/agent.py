@@ -157,11 +157,12 @@ class Agent:
                          client_system=client_system, options=options, on_tool=on_tool)
 
     def answer_client(self, user_event: Event, client: ClientChat,
-                      stored: Sequence[Event] = ()) -> AgentTurn:
+                      stored: Sequence[Event] = (), replaces: Sequence[int] = ()) -> AgentTurn:
         """A client's chat request (hilo serve) with Hilo's tools: iterate the turn for the
-        bytes of the last step's reply; see the module docstring."""
+        bytes of the last step's reply; see the module docstring. `replaces`: as
+        ChatService.answer takes it."""
         ctx = self.context(user_event.user_id, user_event.session_id, trusted=False)
-        return AgentTurn(self, ctx, user_event, client=client, stored=stored)
+        return AgentTurn(self, ctx, user_event, client=client, stored=stored, replaces=replaces)
 
 
 class AgentTurn:
@@ -171,7 +172,7 @@ class AgentTurn:
     def __init__(self, agent: Agent, ctx: ToolContext, user_event: Event, *,
                  client_system: str | None = None, options: dict | None = None,
                  on_tool: OnTool | None = None, client: ClientChat | None = None,
-                 stored: Sequence[Event] = ()) -> None:
+                 stored: Sequence[Event] = (), replaces: Sequence[int] = ()) -> None:
         self.agent = agent
         self.ctx = ctx
         self.user_event = user_event
@@ -184,7 +185,7 @@ class AgentTurn:
         self._events: list[Event] = []  # this turn's events after the message
         self._offered = False  # whether the step in flight was offered tools
         self._outside = False  # whether a step's context has held content from outside
-        self._turn = self._step(stored, first=True)
+        self._turn = self._step(stored, first=True, replaces=replaces)
         self.outcome = AgentOutcome(user_event, self._turn.context)
 
     # -- what a front-end reads -------------------------------------------------------------
@@ -262,17 +263,19 @@ class AgentTurn:
             return f"the turn ran out of time ([tools] max_seconds = {tools.max_seconds:g})"
         return "no tools were offered in this turn"
 
-    def _step(self, stored: Sequence[Event], first: bool = False) -> Turn:
+    def _step(self, stored: Sequence[Event], first: bool = False,
+              replaces: Sequence[int] = ()) -> Turn:
         tools = self._offer(first)
         try:
-            return self._ask(tools, stored)
+            return self._ask(tools, stored, replaces)
         except ModelError as exc:
             if not (tools and refuses_tools(exc)):
                 raise
             self.agent.refused_tools(self._model)
-            return self._ask(None, stored)
+            return self._ask(None, stored, replaces)
 
-    def _ask(self, tools: list[dict[str, Any]] | None, stored: Sequence[Event]) -> Turn:
+    def _ask(self, tools: list[dict[str, Any]] | None, stored: Sequence[Event],
+             replaces: Sequence[int] = ()) -> Turn:
         self._offered = bool(tools)
         service = self.agent.service
         if self._client is None:
@@ -287,7 +290,8 @@ class AgentTurn:
         return service.answer(self.user_event, stored=stored, continued=self._events,
                               client=ClientChat(client.api, body, messages, client.with_window,
                                                 client.query, sent=len(client.messages),
-                                                events=client.events))
+                                                events=client.events),
+                              replaces=replaces)
 
     # -- running the calls -----------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import apsw
 from app.config import Config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
-from app.events import Event, append_events, session_events
+from app.events import Event, append_events, session_events, supersede_events
 from app.memory import end_session
 from app.model.client import ModelClient
 from app.model.errors import ModelError
@@ -234,11 +234,13 @@ class Turn:
     """
 
     def __init__(self, service: ChatService, outcome: TurnOutcome, stream: ChatStream,
-                 started: float | None = None, client: ClientChat | None = None) -> None:
+                 started: float | None = None, client: ClientChat | None = None,
+                 replaces: Sequence[int] = ()) -> None:
         self.service = service
         self.outcome = outcome
         self._stream = stream
         self._client = client
+        self._replaces = replaces
         self._interrupt = threading.Event()
         self._started = started or time.perf_counter()  # when the model was asked
 
@@ -330,6 +332,10 @@ class Turn:
                 echoes_of=self._secrets_sent(), origin="model",
                 # Words written while reading outside content carry it on.
                 from_outside=self.outcome.context.outside_content)
+            if self._replaces:  # the reply asked again for: never recalled nor learned from
+                reply_id, user_id = self.outcome.reply_event.id, self.outcome.user_event.user_id
+                self.service.writer.submit(lambda con: supersede_events(
+                    con, user_id, self._replaces, reply_id))
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.reply)
         record_turn(self.service.writer, self.outcome.context, self.outcome.user_event,
@@ -550,7 +556,7 @@ class ChatService:
                model: str | None = None, options: dict | None = None,
                client: ClientChat | None = None, stored: Sequence[Event] = (),
                tools: Sequence[ToolSpec] | None = None,
-               continued: Sequence[Event] = ()) -> Turn:
+               continued: Sequence[Event] = (), replaces: Sequence[int] = ()) -> Turn:
         """Open the model's reply to a stored user message: a new one, or one a client
         resends (a retry, a regenerate). The window holds only what came before it, so
         an earlier reply to it is not shown again.
@@ -562,7 +568,10 @@ class ChatService:
 
         `continued` are this turn's events after the message — the model's tool calls and
         their results — sent after it (a relayed request has them among its messages), so
-        the model answers what the tools found; the context reads them too."""
+        the model answers what the tools found; the context reads them too.
+
+        `replaces`: the stored reply to the message that the client asked again for
+        (app/api/conversation.py): once this reply is stored, that one is superseded."""
         user_id, session_id = user_event.user_id, user_event.session_id
         model = client.model if client is not None else model
         history = client
@@ -596,7 +605,7 @@ class ChatService:
             self.handoff.after_reply(user_id, session_id,
                                      sorted({e.id for e in stored} | {user_event.id}))
             raise
-        return Turn(self, outcome, stream, started, client)
+        return Turn(self, outcome, stream, started, client, replaces)
 
     def calibrate(self, context: BuiltContext, reply: ChatReply | None) -> None:
         """Learn from the server's counters: the prompt's tokens, and how fast it read them."""

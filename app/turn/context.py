@@ -26,9 +26,11 @@ prompt is built in stretches (`ContextPlan`, kept by the caller between turns):
   there on later turns. So a turn reads anew only its own message and that note.
 - When the next turn would not fit, the stretch ends and a new one starts from the
   current message: one large step rather than a sliding window that changes the prompt
-  at every turn. So does a change that takes back what the prompt may show (a fact
+  at every turn. So does a change that takes back what the prompt shows (a fact
   forgotten or corrected, a profile key deleted, from any process: the memory
-  generation, app/memory/provenance.py): it leaves the very next prompt.
+  generation, app/memory/provenance.py, and app/turn/corrected.py): it leaves the very
+  next prompt, which app/turn/corrected.py's rule builds; a session whose prompt shows
+  none of it keeps its stretch (and the server's cache of it).
 
 Nothing recalled repeats what the prompt already says: no past message whose words its
 messages hold, and no fact or card learned from messages of this session that it holds
@@ -64,7 +66,6 @@ from app.memory import (
     list_facts,
     list_profile,
     memory_generation,
-    retracted_since,
 )
 from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
 from app.model.messages import (
@@ -82,6 +83,7 @@ from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_
 from app.recall.query import Query, make_query
 from app.recall.state import Recall
 from app.sanitize import redact_secrets
+from app.turn.corrected import corrected_conversation, corrected_items, takes_back_shown
 from app.turn.quotes import TRUNCATION_MARKER, Quote, pack_quotes, quotable_events
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -152,7 +154,7 @@ class ContextPlan:
     explain: dict = field(default_factory=dict, compare=False)  # the stretch's first build
     outside: frozenset[str] = frozenset()  # what the layers and notes show from outside
     # The memory generation (app/memory/provenance.py) its layers and notes were read at:
-    # a fact forgotten or corrected since ends the stretch.
+    # a change since that takes back what it shows ends the stretch.
     generation: int = 0
 
 
@@ -427,6 +429,9 @@ def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
     else:
         base = (request.client_system or DEFAULT_SYSTEM_PROMPT).strip()
     key = (model, total, api, _digest(base), _digest(request.bootstrap))
+    window, tail = corrected_conversation(con, request.user_id, request.session_id,
+                                          request.window, tail)
+    request = replace(request, window=window)
     # Read first: whatever changes after it is checked again at the next turn.
     generation = memory_generation(con)
     turn = _Turn(con, config, request, query, model, api, opening, base, tail, total, ratio,
@@ -436,8 +441,9 @@ def build_context(con: apsw.Connection, config: Config, counter: TokenCounter,
         reason = "first turn"
     elif plan.key != key:
         reason = "the model, budget or system prompt changed"
-    elif retracted_since(con, request.user_id, plan.generation):
-        # What the stretch shows may be forgotten or corrected: it leaves the prompt now.
+    elif takes_back_shown(con, request.user_id, request.session_id, plan.shown,
+                          plan.explain.get("diary", []), plan.generation):
+        # What the stretch shows was forgotten or corrected: it leaves the prompt now.
         reason = "memory was forgotten or corrected"
     else:
         built = turn.continue_stretch(plan)
@@ -576,15 +582,19 @@ class _Turn:
         # (when none matched) take only what the past messages that matched leave.
         later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
                  if fallback and budget.retrieval is not None}
-        lines = {"facts": [_fact_line(f) for f in facts], "cards": [_card_line(c) for c in cards]}
+        cards, card_lines = corrected_items(con, user_id, "card", cards, _card_line)
+        lines = {"facts": [_fact_line(f) for f in facts], "cards": card_lines}
         for name in ("facts", "cards"):
             if name not in later:
                 sections[name], reports[name] = budget.take_section(name, HEADERS[name],
                                                                     lines[name])
 
-        diary = last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k)
-        sections["diary"], reports["diary"] = budget.take_section(
-            "diary", HEADERS["diary"], [f"[{d.created_at[:10]}] {d.entry}" for d in diary])
+        diary, diary_lines = corrected_items(
+            con, user_id, "diary",
+            last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k),
+            lambda d: f"[{d.created_at[:10]}] {d.entry}")
+        sections["diary"], reports["diary"] = budget.take_section("diary", HEADERS["diary"],
+                                                                  diary_lines)
 
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
@@ -707,8 +717,9 @@ class _Turn:
         sections = {}
         sections["facts"], facts_report = budget.take_section(
             "facts", HEADERS["facts"], [_fact_line(f) for f in facts])
-        sections["cards"], cards_report = budget.take_section(
-            "cards", HEADERS["cards"], [_card_line(c) for c in cards])
+        cards, card_lines = corrected_items(con, query.user_id, "card", cards, _card_line)
+        sections["cards"], cards_report = budget.take_section("cards", HEADERS["cards"],
+                                                              card_lines)
         quotable, past = _quotable_events(con, query, self.request.session_id, window, carried,
                                           budget)
         evident = {c.id for c in matching(con, query, "event", quotable)}

@@ -10,11 +10,12 @@ date written once: on LoCoMo that leaves room for about one more message.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import apsw
 
+from app.memory.corrections import corrections_of
 from app.recall.fusion import STREAM_DEPTH, Candidate, search
 from app.recall.query import Query
 from app.recall.sentences import WordsHeld, sentences
@@ -54,6 +55,8 @@ class PastEvent:
     content: str
     compacted: bool
     from_outside: bool = False
+    # It said a fact the person corrected since: what the fact says now, quoted with it.
+    correction: str | None = None
 
     def quote(self, held: WordsHeld) -> Quote:
         """The message as the prompt may quote it (Quote)."""
@@ -129,7 +132,8 @@ def _line(event: PastEvent, content: str) -> str:
     speaker = event.role
     if event.from_outside:  # documents a client retrieved, a page, a client's history
         speaker = OUTSIDE_SPEAKER if event.role == "user" else f"{event.role}, from outside"
-    return f"- {speaker}: {content}"
+    corrected = f" [{event.correction}]" if event.correction else ""
+    return f"- {speaker}: {content}{corrected}"
 
 
 def day_line(day: str) -> str:
@@ -206,9 +210,15 @@ def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: s
 
 
 def past_events(con: apsw.Connection, user_id: str, ids: list[int]) -> dict[int, PastEvent]:
+    """The user's events `ids`, as quotable: with the correction of any fact they said
+    that the person has corrected since (app/memory/corrections.py)."""
     if not ids:
         return {}
     rows = con.execute(
         "SELECT id, session_id, created_at, role, content, compacted, from_outside FROM events "
         f"WHERE +user_id = ? AND id IN ({','.join('?' * len(ids))})", (user_id, *ids))
-    return {row[0]: PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
+    found = {row[0]: PastEvent(*row[:5], bool(row[5]), bool(row[6])) for row in rows}
+    for event_id, correction in corrections_of(con, user_id, "event", list(found)).items():
+        if correction.note:
+            found[event_id] = replace(found[event_id], correction=correction.note)
+    return found

@@ -10,6 +10,11 @@ and shows as gone, so forgetting leaves no copy here.
 Written after the reply through the front-end's writer without waiting for the commit
 (`record_turn`): the person never waits for it, and a record that fails to store is
 logged and lost, never the turn.
+
+The records are also where recall counts come from: the worker folds the records written
+since its last fold into each recalled fact's and card's access_count (`count_recalls`),
+so the chat writes nothing more per turn for them, and consolidation's rule that keeps
+often-read facts reads real counts.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import apsw
 
 from app.events import Event
 from app.log import get_logger
+from app.memory import add_reads
 from app.model.messages import message_text
 from app.model.stream import ChatReply
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, estimate_tokens
@@ -200,3 +206,58 @@ def get_turn_record(con: apsw.Connection, user_id: str, record_id: int) -> TurnR
     row = con.execute(f"SELECT {_COLUMNS} FROM turn_records WHERE user_id = ? AND id = ?",
                       (user_id, record_id)).fetchone()
     return _record(row) if row else None
+
+
+# -- recall counts ------------------------------------------------------------------------
+
+# Where an item counts as recalled: a new stretch's layers, or a message's note (a
+# continued stretch shows what its first turn recalled: one recall, not one per turn).
+_RECALLS = ("layers", "note")
+_COUNTED = ("fact", "card")
+# Records folded per transaction: a backlog (a worker long gone) is folded in steps.
+COUNT_BATCH = 2000
+
+
+def count_recalls(con: apsw.Connection) -> int:
+    """Fold the turn records written since the last fold into the recalled facts' and
+    cards' read counts, and move the mark past them; run inside the writer's transaction,
+    so two workers never count a record twice. Returns the records folded."""
+    row = con.execute("SELECT counted_through FROM recall_counts WHERE id = 1").fetchone()
+    rows = list(con.execute(
+        "SELECT id, user_id, created_at, record_json FROM turn_records WHERE id > ? "
+        "ORDER BY id LIMIT ?", (row[0] if row else 0, COUNT_BATCH)))
+    if not rows:
+        return 0
+    reads: dict[tuple[str, str], dict[int, tuple[int, str]]] = {}
+    for _, user_id, created_at, record_json in rows:
+        for item in json.loads(record_json).get("recalled", []):
+            if item.get("where") in _RECALLS and item.get("kind") in _COUNTED:
+                counts = reads.setdefault((user_id, item["kind"]), {})
+                times, _ = counts.get(item["id"], (0, ""))
+                counts[item["id"]] = (times + 1, created_at)
+    for (user_id, kind), counts in reads.items():
+        add_reads(con, user_id, kind, counts)
+    con.execute("INSERT INTO recall_counts (id, counted_through, counted_at) VALUES (1, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET counted_through = excluded.counted_through, "
+                "counted_at = excluded.counted_at", (rows[-1][0], utc_now()))
+    return len(rows)
+
+
+def fold_recall_counts(writer: Writer) -> int:
+    """count_recalls until every record is folded; the records folded."""
+    folded = total = writer.submit(count_recalls)
+    while folded == COUNT_BATCH:
+        folded = writer.submit(count_recalls)
+        total += folded
+    return total
+
+
+def recalls_not_counted(con: apsw.Connection, user_id: str, kind: str, item_id: int) -> int:
+    """How often the item was recalled in turns the worker has not counted yet (the
+    memory page adds them to its count)."""
+    row = con.execute("SELECT counted_through FROM recall_counts WHERE id = 1").fetchone()
+    return con.execute(
+        "SELECT count(*) FROM turn_records t, json_each(t.record_json, '$.recalled') r "
+        "WHERE t.user_id = ? AND t.id > ? AND r.value ->> 'kind' = ? AND r.value ->> 'id' = ? "
+        "AND r.value ->> 'where' IN ('layers', 'note')",
+        (user_id, row[0] if row else 0, kind, item_id)).fetchone()[0]

@@ -9,9 +9,11 @@ lets the page's token arrive in a cookie.
     render.py   the templates, the page's route class (errors as pages), flash
                 messages, the same-origin check on every form
     auth.py     sign in (paste a token) and out
+    users.py    whose memory the page shows: every user Hilo keeps, to who may read them
     memory.py   the layers: overview, profile, facts and their history, cards, diary,
                 MEMORY.md, sessions and their events, search
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
+    undo.py     a forget's undo, held in this process's memory for a few minutes
     ops.py      scheduled tasks and the job queue
     turns.py    the turn inspector (inspector.py reads a turn's record as the memory is
                 now; its JSON is app/api/turn_records.py's, under /memory/turns)
@@ -50,11 +52,15 @@ def page_routes() -> APIRouter:
     from fastapi import APIRouter
     from fastapi.staticfiles import StaticFiles
 
-    from app.ui import auth, forms, memory, ops, turns
+    from app.ui import auth, forms, memory, ops, turns, users
+    from app.ui.render import no_such_page
 
     routes = APIRouter()
-    for pages in (auth, memory, forms, ops):
+    for pages in (auth, users, memory, forms, ops):
         routes.include_router(pages.router)
     routes.include_router(turns.pages)
     routes.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    # Last: any other address under /ui answers a page, not the API's JSON 404.
+    routes.add_api_route("/ui/{rest:path}", no_such_page, include_in_schema=False,
+                         methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
     return routes

@@ -14,6 +14,7 @@ from app.access import tokens_in_use
 from app.api.deps import Service
 from app.api.gate import TOKEN_COOKIE
 from app.ui.render import COOKIE_PATH, PageRoute, done, page, same_origin
+from app.ui.users import USER_COOKIE
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])
@@ -39,4 +40,5 @@ def sign_in(request: Request, token: Annotated[str, Form()]) -> RedirectResponse
 def sign_out() -> RedirectResponse:
     response = done("/ui/login", "Signed out.")
     response.delete_cookie(TOKEN_COOKIE, path=COOKIE_PATH)
+    response.delete_cookie(USER_COOKIE, path=COOKIE_PATH)
     return response

@@ -1,7 +1,9 @@
 """The turn inspector's view of one stored turn: its record (app/turn/records.py) with
 every id looked up as the memory is now, and the background jobs the turn caused.
 
-A recalled item forgotten or corrected since shows as such, never with its old words.
+A recalled item forgotten or corrected since shows as such, never with its old words as
+current: a past message or card that said a fact the person has corrected since shows
+with what the fact says now (app/memory/corrections.py), as the next prompt quotes it.
 The jobs are read from where their work lands — an event distilled, summarised into a
 card, embedded — and, for work not done yet, from the queue: pending, or failed with
 its error (retried from the queue page).
@@ -18,6 +20,8 @@ from app.config import Config
 from app.events import Event, events_by_ids
 from app.log import get_logger
 from app.memory import cards_by_ids, get_fact
+from app.memory.corrections import Correction, corrections_of
+from app.turn.corrected import noted
 from app.turn.records import TurnRecord
 from workers.inspection import QueueError, QueueView
 
@@ -35,7 +39,8 @@ class Recalled:
     ranks: dict[str, int]
     score: float | None
     text: str | None  # None when it is gone
-    state: str  # "current", "corrected since", "forgotten", "gone"
+    # "current", "corrected since", "forgotten", "replaced" (a regenerated reply), "gone"
+    state: str
 
 
 @dataclass
@@ -56,6 +61,9 @@ class TurnView:
     window: list[Event]
     recalled: list[Recalled]
     jobs: list[TurnJob] = field(default_factory=list)
+    # Of the window's messages, those that said a fact corrected or forgotten since: how
+    # a prompt shows them now (app/turn/corrected.py).
+    corrected: dict[int, str] = field(default_factory=dict)
 
     @property
     def layers(self) -> list[dict]:
@@ -64,7 +72,8 @@ class TurnView:
     def to_dict(self) -> dict[str, Any]:
         def event(e: Event | None) -> dict | None:
             return None if e is None else {"id": e.id, "role": e.role, "content": e.content,
-                                           "created_at": e.created_at}
+                                           "created_at": e.created_at,
+                                           "corrected": self.corrected.get(e.id)}
         return {**self.record.to_dict(), "message": event(self.message),
                 "reply": event(self.reply), "window": [event(e) for e in self.window],
                 "recalled": [r.__dict__ for r in self.recalled],
@@ -86,6 +95,9 @@ def recalled_now(con: apsw.Connection, user_id: str, record: TurnRecord) -> list
                                                           if i["kind"] == "card"])}
     events = {e.id: e for e in events_by_ids(con, user_id, [i["id"] for i in items
                                                              if i["kind"] == "event"])}
+    marked = {kind: corrections_of(con, user_id, kind, [i["id"] for i in items
+                                                        if i["kind"] == kind])
+              for kind in ("card", "event")}
     found = []
     for item in items:
         kind, item_id = item["kind"], item["id"]
@@ -93,14 +105,29 @@ def recalled_now(con: apsw.Connection, user_id: str, record: TurnRecord) -> list
             text, state = _fact_now(con, user_id, item_id)
         elif kind == "card":
             card = cards.get(item_id)
-            text, state = (card.summary, "current") if card else (None, "gone")
+            text, state = (_marked(card.summary, marked["card"].get(item_id)) if card
+                           else (None, "gone"))
         else:
             past = events.get(item_id)
-            text, state = ((f"{past.role}: {past.content}", "current") if past
-                           else (None, "gone"))
+            if past is None:
+                text, state = None, "gone"
+            elif past.superseded_by is not None:
+                text, state = None, "replaced"
+            else:
+                text, state = _marked(f"{past.role}: {past.content}",
+                                      marked["event"].get(item_id))
         found.append(Recalled(kind, item_id, item["where"], item["why"], item["ranks"],
                               item.get("score"), text, state))
     return found
+
+
+def _marked(text: str, correction: Correction | None) -> tuple[str | None, str]:
+    """An item's text and state, as the person's corrections leave it."""
+    if correction is None:
+        return text, "current"
+    if correction.withheld:
+        return None, "forgotten"
+    return noted(text, correction), "corrected since"
 
 
 def _queued(config: Config, event_ids: set[int]) -> tuple[list[TurnJob], bool]:
@@ -165,6 +192,9 @@ def inspect_turn(con: apsw.Connection, config: Config, user_id: str,
            *record.record.get("window", [])]
     events = {e.id: e for e in events_by_ids(con, user_id, ids)}
     window = [events[i] for i in record.record.get("window", []) if i in events]
+    corrected = {event_id: noted(events[event_id].content, correction)
+                 for event_id, correction in corrections_of(con, user_id, "event", events).items()}
     return TurnView(record, events.get(record.event_id),
                     events.get(record.reply_event_id) if record.reply_event_id else None,
-                    window, recalled_now(con, user_id, record), turn_jobs(con, config, record))
+                    window, recalled_now(con, user_id, record), turn_jobs(con, config, record),
+                    corrected)

@@ -11,13 +11,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.api.errors import ApiError
 from app.api.memory import MAX_ROW_ID, search_hits
 from app.datadir import DataDir
 from app.events import Event, events_by_ids, session_events
 from app.memory import (
     CATEGORIES,
+    count_sessions,
     fact_history,
     get_fact,
     last_diary,
@@ -28,8 +29,12 @@ from app.memory import (
     session_exists,
 )
 from app.memory.bootstrap import read_bootstrap
+from app.memory.corrections import corrections_of
 from app.tasks.store import list_tasks
+from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
+from app.ui.undo import undos_of
+from app.ui.users import Who
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
@@ -82,11 +87,13 @@ def provenances(service: Any, user_id: str, items: Iterable[Any]) -> dict[int, P
 def overview(request: Request, who: Who, service: Service) -> HTMLResponse:
     con, user = service.reader(), who.user_id
     facts = list_facts(con, user)
-    counts = {"Profile keys": len(list_profile(con, user)), "Facts": len(facts),
-              "Context cards": len(list_cards(con, user)),
-              "Diary entries": len(last_diary(con, user, limit=MAX_ROW_ID)),
-              "Sessions": len(list_sessions(con, user, limit=MAX_ROW_ID)),
-              "Scheduled tasks": len(list_tasks(con, user))}
+    # Each count links to its page.
+    counts = {"Profile keys": (len(list_profile(con, user)), "/ui/profile"),
+              "Facts": (len(facts), "/ui/facts"),
+              "Context cards": (len(list_cards(con, user)), "/ui/cards"),
+              "Diary entries": (len(last_diary(con, user, limit=MAX_ROW_ID)), "/ui/diary"),
+              "Sessions": (count_sessions(con, user), "/ui/sessions"),
+              "Scheduled tasks": (len(list_tasks(con, user)), "/ui/tasks")}
     recent = facts[:5]
     return page(request, who, "overview.html", counts=counts, recent=recent,
                 origins=provenances(service, user, recent),
@@ -106,7 +113,8 @@ def facts(request: Request, who: Who, service: Service,
     category = category if category in CATEGORIES else None
     found = list_facts(service.reader(), who.user_id, category=category, limit=LISTED)
     return page(request, who, "facts.html", facts=found, category=category,
-                categories=CATEGORIES, origins=provenances(service, who.user_id, found))
+                categories=CATEGORIES, origins=provenances(service, who.user_id, found),
+                undos=undos_of(request.app.state).pending(who.user_id))
 
 
 @router.get("/facts/{fact_id}", response_class=HTMLResponse)
@@ -126,7 +134,9 @@ def fact(request: Request, who: Who, service: Service,
         con, user, [h["source_event_id"] for h in history if h["source_event_id"]])}
     return page(request, who, "fact.html", fact=found, versions=versions, history=history,
                 sources=sources, origin=provenances(service, user, [found])[0],
-                current=found.superseded_at is None and found.deleted_at is None)
+                current=found.superseded_at is None and found.deleted_at is None,
+                # The worker counts the turns' recalls every minute; the newest are added here.
+                recalled=found.access_count + recalls_not_counted(con, user, "fact", fact_id))
 
 
 @router.get("/cards", response_class=HTMLResponse)
@@ -161,7 +171,8 @@ def session(request: Request, who: Who, service: Service, session_id: str) -> HT
         raise ApiError(404, f"no session {session_id!r}", "not_found")
     events = session_events(service.reader(), who.user_id, session_id)
     return page(request, who, "session.html", session_id=session_id, events=events,
-                origin_words=ORIGIN_WORDS)
+                origin_words=ORIGIN_WORDS, corrections=corrections_of(
+                    service.reader(), who.user_id, "event", [e.id for e in events]))
 
 
 @router.get("/search", response_class=HTMLResponse)

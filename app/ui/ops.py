@@ -15,10 +15,11 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.api.callers import Caller
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.tasks.runs import request_run, task_runs
 from app.tasks.store import describe_task, list_tasks, pause_task, remove_task, resume_task
 from app.ui.render import PageRoute, done, page, same_origin
+from app.ui.users import Who
 from workers.inspection import MODEL_JOBS, Failure, Job, QueueError, QueueView
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,

@@ -62,7 +62,9 @@ def page(request: Request, who: Caller | None, template: str, *, status: int = 2
     flash = _read_flash(request)
     html = templates.get_template(template).render(
         nav=NAV, user=who.user_id if who else None, flash=flash,
-        signed_in=TOKEN_COOKIE in request.cookies, path=request.url.path, **context)
+        signed_in=TOKEN_COOKIE in request.cookies, path=request.url.path,
+        # Whose memory the caller may open (app/ui/users.py), for the list in the header.
+        users=getattr(request.state, "readable_users", []) if who else [], **context)
     response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
     if flash is not None:
         response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
@@ -86,9 +88,17 @@ def _read_flash(request: Request) -> Flash | None:
     return Flash(text, ok=kind == "ok")
 
 
-def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+def error_page(request: Request, status: int, message: str,
+               heading: str = "Not done") -> HTMLResponse:
     back = _same_origin_referer(request) or "/ui"
-    return page(request, None, "error.html", status=status, message=message, back=back)
+    return page(request, None, "error.html", status=status, message=message, back=back,
+                heading=heading)
+
+
+async def no_such_page(request: Request) -> HTMLResponse:
+    """An address under /ui that names no page: a page saying so (not the API's JSON)."""
+    return error_page(request, 404, f"there is no page at {request.url.path}: the menu above "
+                      "lists the memory's pages", heading="No such page")
 
 
 class PageRoute(APIRoute):

@@ -14,11 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service, Who
+from app.api.deps import Service
 from app.api.turn_records import TurnId, turn_view
 from app.turn.records import list_turn_records
 from app.ui.memory import STREAM_WORDS
 from app.ui.render import PageRoute, page
+from app.ui.users import Who
 
 LISTED = 100
 # What each part of the prompt is, for a person (app/turn/records.py PROMPT_PARTS).

@@ -276,7 +276,7 @@ def test_a_client_cannot_write_into_a_scheduled_tasks_session(alice_and_bob, nam
     owner's at the task's next run."""
     server, alice, _ = alice_and_bob
     writer = server.app.state.service.writer
-    task = add_task(writer, server.config, "every day at 9", "summarise my day", user_id="alice")
+    task = add_task(writer, server.config, "every day at 9", "summarise my day", user_id="alice", source="cli")
     session = task_session_id(task.task.id)
 
     refused = as_bearer(server, alice, **{named_by: session}).post(

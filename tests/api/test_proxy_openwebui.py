@@ -7,14 +7,20 @@ each thing once and never send an abandoned branch to the model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from tests.api.support import HiloServer
+from app.access import issue_token
+from app.learn.session import learn_by_rules, learn_session
+from tests.api.support import HiloServer, serve
 from tests.api.test_chat import MODEL, assistant, sent_to_model, user
 from tests.api.test_proxy_tools import CALL_PARIS, WEATHER_TOOL
+from tests.conftest import REPO_ROOT
 from tests.fake_ollama import Fault
 from tests.fixtures.rag import rag_messages
+from tests.ui.support import browser, follow, submit, text
 
 USER_HEADERS = {"X-OpenWebUI-User-Name": "Ana", "X-OpenWebUI-User-Id": "u-1",
                 "X-OpenWebUI-User-Email": "ana@example.com", "X-OpenWebUI-User-Role": "user"}
@@ -234,3 +240,265 @@ def test_a_clean_reply_resent_tidied_keeps_the_turn_the_owners(hilo: HiloServer)
     say(hilo, [user("good morning"), tidied, user("plan my day")], chat_id="chat-9")
     assert _marks(hilo, "chat-9") == [("user", False), ("assistant", False), ("user", False),
                                       ("assistant", False)]
+
+
+# -- a person's corrections reach every prompt --------------------------------------------
+
+
+def learn(server: HiloServer, chat_id: str = "chat-1") -> None:
+    """The worker learns the chat (the queue's job runs the same function), its model
+    finding that the user's lawyer is Vidal."""
+    server.fake.script_generate(json.dumps({"profile": {}, "facts": [
+        {"category": "fact", "key": "lawyer", "value": "Vidal"}]}))
+    service = server.app.state.service
+    learn_session(service.writer, service.model, server.config, "default", chat_id)
+
+
+def the_fact(server: HiloServer) -> dict:
+    (fact,) = server.client().get("/memory/facts").json()["facts"]
+    return fact
+
+
+def prompt_lines(server: HiloServer) -> list[str]:
+    """Every line of Hilo's last call to the model: system prompt, notes and messages."""
+    return [line for m in sent_to_model(server) for line in str(m["content"]).splitlines()]
+
+
+def last_turn(server: HiloServer) -> dict:
+    server.app.state.service.writer.submit(lambda con: None)  # the turn's record is committed
+    newest = server.client().get("/memory/turns", params={"limit": 1}).json()["turns"][0]
+    return server.client().get(f"/memory/turns/{newest['id']}").json()
+
+
+def test_a_fact_corrected_on_the_page_is_nowhere_current_in_the_next_prompts(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Noted: your lawyer is Vidal.")
+    told = [user("My lawyer is Vidal, by the way.")]
+    chat = [*told, say(hilo, told)]
+    learn(hilo)
+    fact = the_fact(hilo)
+    assert (fact["key"], fact["value"]) == ("lawyer", "Vidal")
+
+    page = browser(hilo)
+    follow(page, submit(page, f"/ui/facts/{fact['id']}/edit", {"value": "Ortega"}))
+    hilo.fake.script_chat("Your lawyer is Ortega.", "Ortega, since you corrected it.")
+
+    # The chat goes on (its prompt stretch held the old words), and a new chat begins.
+    say(hilo, [*chat, user("who is my lawyer again?")])
+    running = prompt_lines(hilo)
+    say(hilo, [user("who is my lawyer?")], chat_id="chat-2")
+    fresh = prompt_lines(hilo)
+
+    for lines in (running, fresh):
+        said = [line for line in lines if "vidal" in line.lower()]
+        assert said, "the old messages are still recalled (with their correction)"
+        assert all(line.endswith("[corrected since: lawyer is now Ortega]") for line in said), said
+    turn = last_turn(hilo)
+    shown = [r for r in turn["recalled"] if "Vidal" in (r["text"] or "")]
+    assert shown and {r["state"] for r in shown} == {"corrected since"}
+
+
+def test_a_fact_forgotten_on_the_page_leaves_no_message_that_said_it_in_the_prompt(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Noted: your lawyer is Vidal.")
+    told = [user("My lawyer is Vidal, by the way.")]
+    chat = [*told, say(hilo, told)]
+    learn(hilo)
+
+    page = browser(hilo)
+    follow(page, submit(page, f"/ui/facts/{the_fact(hilo)['id']}/forget",
+                       {"confirmed": "yes"}))
+
+    say(hilo, [*chat, user("who is my lawyer again?")])
+    running = prompt_lines(hilo)
+    say(hilo, [user("who is my lawyer?")], chat_id="chat-2")
+    fresh = prompt_lines(hilo)
+
+    assert not [line for line in running + fresh if "vidal" in line.lower()]
+    assert "[forgotten at the user's request]" in running
+    forgotten = {e["id"] for e in hilo.client().get("/memory/sessions/chat-1/events").json()[
+        "events"] if "Vidal" in e["content"]}
+    assert len(forgotten) == 2  # the message, and the reply that repeated it
+    assert not forgotten & {r["id"] for r in last_turn(hilo)["recalled"] if r["kind"] == "event"}
+
+
+# -- "Try Again" ---------------------------------------------------------------------------
+
+
+def quoted_in_another_chat(server: HiloServer, question: str) -> str:
+    server.fake.script_chat("As we said.")
+    say(server, [user(question)], chat_id="chat-2")
+    return "\n".join(str(m["content"]) for m in sent_to_model(server))
+
+
+def test_a_reply_the_user_regenerated_is_never_quoted_again(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Call the boat Sirena.", "Call the boat Albatros.")
+    ask = [user("What should I call my new boat?")]
+    say(hilo, ask)
+    chosen = say(hilo, ask)  # "Try Again"
+
+    prompt = quoted_in_another_chat(hilo, "which name did we choose for the boat?")
+
+    assert chosen["content"] == "Call the boat Albatros."
+    assert "Albatros" in prompt and "Sirena" not in prompt
+    assert [c for role, c in hilo.events("chat-1") if role == "assistant"] == [
+        "Call the boat Sirena.", "Call the boat Albatros."]  # kept, and shown as replaced
+    page = text(browser(hilo).get("/ui/sessions/chat-1"))
+    assert "replaced by a regenerated reply" in page
+
+
+def test_a_reply_the_user_goes_back_to_is_the_one_recalled(hilo: HiloServer) -> None:
+    hilo.fake.script_chat("Call the boat Sirena.", "Call the boat Albatros.", "Sirena it is.")
+    ask = [user("What should I call my new boat?")]
+    first = say(hilo, ask)
+    say(hilo, ask)  # "Try Again", then back to the first reply with "<" and on from there
+    say(hilo, [*ask, first, user("I like that one")])
+
+    prompt = quoted_in_another_chat(hilo, "which name did we choose for the boat?")
+
+    assert "Sirena" in prompt and "Albatros" not in prompt
+
+
+# -- one memory page for every user --------------------------------------------------------
+
+OPEN_WEBUI_USER = "X-OpenWebUI-User-Id"
+
+
+@pytest.fixture
+def mapped(config, data_dir, fake_ollama) -> Iterator[HiloServer]:
+    """Hilo told that Open WebUI's user header names its users (docs/clients.md)."""
+    yield from serve(config.replace(server={"client_user_header": OPEN_WEBUI_USER}),
+                     fake_ollama)
+
+
+def learned_for(server: HiloServer, open_webui_id: str, value: str,
+                client: httpx.Client | None = None) -> None:
+    """A chat of one Open WebUI account, and a fact the worker learned from it."""
+    headers = {**USER_HEADERS, OPEN_WEBUI_USER: open_webui_id, "X-OpenWebUI-Chat-Id": "c1"}
+    client = client or server.client()
+    answer = client.post("/api/chat", headers=headers, json={
+        "model": MODEL, "stream": False, "messages": [user(f"I use {value} for notes.")]})
+    assert answer.status_code == 200, answer.text
+    learn_by_rules(server.app.state.service.writer, server.config,
+                   answer.headers["X-Hilo-User"], "c1")
+
+
+def test_the_owner_opens_and_corrects_any_open_webui_accounts_memory(mapped: HiloServer) -> None:
+    learned_for(mapped, "u-1", "Obsidian")
+    owner = browser(mapped)  # at the machine: no token
+
+    listed = text(owner.get("/ui"))
+    shown = follow(owner, submit(owner, "/ui/user", {"user": "openwebui:u-1"}))
+    facts = text(owner.get("/ui/facts"))
+    (fact,) = mapped.client().get("/memory/facts", headers={OPEN_WEBUI_USER: "u-1"}).json()[
+        "facts"]
+    follow(owner, submit(owner, f"/ui/facts/{fact['id']}/edit", {"value": "uses Logseq"}))
+
+    assert "default" in listed and "openwebui:u-1" in listed
+    assert "Showing the memory of openwebui:u-1" in text(shown)
+    assert "uses Obsidian for notes" in facts
+    assert [f["value"] for f in mapped.client().get(
+        "/memory/facts", headers={OPEN_WEBUI_USER: "u-1"}).json()["facts"]] == ["uses Logseq"]
+    assert mapped.client().get("/memory/facts").json()["facts"] == []  # not the default user's
+
+
+def test_an_open_webui_account_sees_only_its_own_memory_on_the_page(mapped: HiloServer) -> None:
+    learned_for(mapped, "u-1", "Obsidian")
+    learned_for(mapped, "u-2", "Notion")
+    person = browser(mapped, **{OPEN_WEBUI_USER: "u-2"})
+
+    own = text(person.get("/ui/facts"))
+    refused = submit(person, "/ui/user", {"user": "openwebui:u-1"})
+    person.cookies.set("hilo_user", "openwebui%3Au-1", path="/ui")  # a forged choice
+    still_own = text(person.get("/ui/facts"))
+
+    assert "uses Notion for notes" in own and "Obsidian" not in own
+    assert "openwebui:u-1" not in own and 'action="/ui/user"' not in person.get("/ui").text
+    assert refused.status_code == 403
+    assert "uses Notion for notes" in still_own and "Obsidian" not in still_own
+
+
+def test_a_tokens_holder_opens_the_tokens_own_open_webui_accounts_only(
+        mapped: HiloServer) -> None:
+    writer = mapped.app.state.service.writer
+    webui, other = issue_token(writer, "webui").token, issue_token(writer, "other").token
+    learned_for(mapped, "u-1", "Obsidian",
+                httpx.Client(base_url=mapped.url, timeout=30,
+                             headers={"Authorization": f"Bearer {webui}"}))
+    learned_for(mapped, "u-9", "Notion",
+                httpx.Client(base_url=mapped.url, timeout=30,
+                             headers={"Authorization": f"Bearer {other}"}))
+    holder = browser(mapped)
+    follow(holder, submit(holder, "/ui/login", {"token": webui}))
+
+    listed = text(holder.get("/ui"))
+    follow(holder, submit(holder, "/ui/user", {"user": "webui/openwebui:u-1"}))
+    facts = text(holder.get("/ui/facts"))
+
+    assert "webui/openwebui:u-1" in listed and "other" not in listed and "default" not in listed
+    assert "uses Obsidian for notes" in facts
+    assert submit(holder, "/ui/user", {"user": "other/openwebui:u-9"}).status_code == 403
+
+
+# -- its OpenAI connection (/v1) ------------------------------------------------------------
+
+OPENAI_CONNECTION = "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_openai_connections_error_is_the_servers_own_body(hilo: HiloServer,
+                                                              stream: bool) -> None:
+    """Not a field more: the server's `code` is null, and stays null."""
+    response = hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json={
+        "model": "nope:1b", "messages": [user("hi")], "stream": stream})
+
+    assert response.status_code == 404
+    assert response.json() == {"error": {
+        "message": 'model "nope:1b" not found, try pulling it first',
+        "type": "not_found_error", "param": None, "code": None}}
+    assert "ollama pull nope:1b" in response.headers["X-Hilo-Hint"]
+
+
+def test_an_openai_connections_server_failure_is_its_own_body(hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_error(500, "llama runner process has terminated"))
+
+    response = hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json={
+        "model": MODEL, "messages": [user("hi")], "stream": True})
+
+    assert response.status_code == 500
+    assert response.json() == {"error": {"message": "llama runner process has terminated",
+                                          "type": "api_error", "param": None, "code": None}}
+
+
+def test_a_streamed_chat_reaches_the_server_with_only_what_the_docs_say_hilo_adds(
+        hilo: HiloServer) -> None:
+    sent = {"model": MODEL, "messages": [user("hi")], "stream": True, "temperature": 0.2,
+            "max_tokens": 64}
+    hilo.client().post(OPENAI_CONNECTION, headers=USER_HEADERS, json=sent)
+
+    (received,) = hilo.fake.bodies(OPENAI_CONNECTION)
+    added = {k: v for k, v in received.items() if k != "messages" and sent.get(k) != v}
+    assert added == {"stream_options": {"include_usage": True}}
+    documented = (REPO_ROOT / "docs" / "clients.md").read_text()
+    assert "### What Hilo adds to a request" in documented
+    assert "`stream_options.include_usage`" in documented.split("### What Hilo adds")[1]
+
+
+def test_a_failed_first_message_sent_again_without_a_chat_id_is_stored_once(
+        hilo: HiloServer) -> None:
+    hilo.fake.script_chat(Fault.http_500("out of memory"), "Hello again.")
+    failed = hilo.client().post("/api/chat", headers=USER_HEADERS, json={
+        "model": MODEL, "messages": [user("hello")], "stream": True})
+    assert failed.status_code == 500
+
+    say(hilo, [user("hello")], chat_id=None)  # "Regenerate" on the failed message
+
+    assert [hilo.events(s) for s in sessions(hilo)] == [
+        [("user", "hello"), ("assistant", "Hello again.")]]
+
+
+def test_the_same_first_words_after_a_reply_are_still_a_new_chat(hilo: HiloServer) -> None:
+    say(hilo, [user("hello")], chat_id=None)
+    say(hilo, [user("hello")], chat_id=None)
+
+    assert len(sessions(hilo)) == 2

@@ -49,3 +49,16 @@ def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_di
     finally:
         if server.poll() is None:
             server.kill()
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_a_port_out_of_range_is_one_line_as_from_the_environment(data_dir, port):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
+    served = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port", port],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    assert served.returncode == 2
+    assert served.stderr.splitlines() == [
+        f"hilo: configuration error: server.port = {port} from --port: expected a number "
+        "from 1 to 65535"]

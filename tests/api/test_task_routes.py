@@ -25,7 +25,7 @@ def test_add_echoes_the_schedule_and_lists_it(client):
                            json={"schedule": "every weekday at 18:30", "prompt": "wrap up the day"})
     assert response.status_code == 201
     added = response.json()
-    assert added["cron_expr"] == "30 18 * * 1-5" and added["source"] == "tool"
+    assert added["cron_expr"] == "30 18 * * 1-5" and added["source"] == "http"
     assert added["description"].startswith("Runs at 18:30, Monday through Friday")
     listed = client.get("/memory/tasks", headers=ANA).json()["tasks"]
     assert [t["id"] for t in listed] == [added["id"]]

@@ -54,7 +54,7 @@ def build(root: Path, data: Path) -> None:
             writer.submit(lambda con, c=conv, s=sessions: _derive(con, c, s, raw[c.sample_id]))
         for zone in ("America/New_York", "Europe/Madrid", None):
             add_task(writer, config, "every weekday at 9", f"Summarise yesterday ({zone}).",
-                     now=NOW, timezone_name=zone)
+                     now=NOW, timezone_name=zone, source="cli")
     DataDir.of(config).bootstrap.write_text("# About me\nAnswer briefly.\n", encoding="utf-8")
 
 

@@ -103,6 +103,24 @@ def test_as_of_reads_as_words_and_as_json_only_with_json(writer, data_dir, capsy
     assert [f["value"] for f in doc["facts"]] == ["uses helix"]
 
 
+def test_as_of_a_time_between_two_values_shows_the_first_as_it_was_then(writer, data_dir,
+                                                                        capsys):
+    seed(writer)
+    d = ["--user", "ana", "--data-dir", str(data_dir)]
+    history = json.loads(run(capsys, "memory", "facts", "--history", "--json", *d))
+    first = next(f for f in history if f["value"] == "uses vim")
+    between = first["created_at"]  # current from then until "uses helix" superseded it
+    assert between < first["superseded_at"]
+
+    human = run(capsys, "memory", "as-of", between, *d)
+    doc = json.loads(run(capsys, "memory", "as-of", between, "--json", *d))
+
+    assert f"#{first['id']} [{between[:10]}] (preference) editor: uses vim" in human
+    assert "superseded" not in human and "helix" not in human
+    (fact,) = doc["facts"]
+    assert (fact["value"], fact["superseded_at"], fact["deleted_at"]) == ("uses vim", None, None)
+
+
 def test_a_forgotten_facts_key_is_gone_from_as_of_and_history(writer, data_dir, capsys):
     writer.submit(lambda con: upsert_fact(con, "ana", "fact", "allergy", "allergic to nuts",
                                           source="agent", worker="test"))

@@ -45,7 +45,7 @@ def test_a_listing_cut_short_by_head_is_no_error(config, writer):
 
     for i in range(40):  # more than a pipe holds
         add_task(writer, config, "every day at 9", f"task {i} " + "x" * 2000,
-                 user_id=config.memory.user_id)
+                 user_id=config.memory.user_id, source="cli")
     data_dir = config.data_dir
     done = hilo(shell=f"{HILO} tasks list --json --data-dir {data_dir} | head -1")
     assert done.returncode == 0 and done.stdout == "[\n"

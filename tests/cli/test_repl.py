@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import pexpect
 import pytest
 
 import tests.fake_ollama as fake_module
+from app.events import append_events
 from app.memory import set_profile, upsert_fact
 from app.timeutil import utc_now
 from tests.cli.support import PROMPT, REPO_ROOT, USER, WAIT, chat_env, events, leave, rows, say
@@ -119,7 +121,8 @@ def test_memory_commands_show_profile_facts_cards_diary_tasks_and_search(
     say(child, "/diary")
     child.expect_exact("earlier: We planned the trip to Lisbon.")
     say(child, "/tasks")
-    child.expect_exact("morning news: every weekday at 9 (next 2030-01-01T09:00:00Z)")
+    child.expect_exact("morning news: every weekday at 9\r\n")
+    child.expect_exact("next: 2030-01-01 09:00 (Tuesday)")  # once, in local time
     child.expect(PROMPT)
     assert "bob's reminder" not in child.before
     say(child, "/search editor")
@@ -173,6 +176,30 @@ def test_explain_shows_layers_budget_and_fact_ranks(start_chat, writer, fake_oll
     child.expect(rf"fact #{fact.fact_id}: relevant \([^)]*bm25 rank 1[^)]*score")
     child.expect(PROMPT)
     assert "editor: vim" in fake_ollama.bodies("/api/chat")[0]["messages"][0]["content"]
+    leave(child)
+
+
+def test_explain_shows_what_each_recalled_message_and_fact_said(start_chat, writer, config,
+                                                               fake_ollama):
+    fact = writer.submit(lambda con: upsert_fact(
+        con, USER, "fact", "sister", "Lucia lives in Porto", source="user", worker="user"))
+    earlier = append_events(writer, config, USER, "earlier", [
+        ("user", "My sister Lucia moved to Porto last spring", {}),
+        ("assistant", "", {"tool_calls": [{"name": "remember", "arguments": {
+            "key": "sister", "value": "Lucia lives in Porto"}}]})])
+    child = start_chat()
+    say(child, "Where does my sister Lucia live?")
+    child.expect_exact("ok: Where does my sister Lucia live?")
+    child.expect(PROMPT)
+
+    say(child, "/explain")
+    child.expect("Context of the last turn")
+    child.expect(PROMPT)
+    explained = " ".join(child.before.split())
+    assert re.search(rf"fact #{fact.fact_id}: relevant \([^)]*\) — fact · sister: Lucia lives "
+                     "in Porto", explained), explained
+    assert re.search(rf"past message #{earlier[0].id} \(score [^)]*\) — user: My sister Lucia "
+                     "moved to Porto last spring", explained), explained
     leave(child)
 
 

@@ -81,3 +81,17 @@ def test_hilo_memory_search_prints_each_hit_with_why(writer, config, data_dir, c
     assert "pasta for dinner" in out and "(words: pasta)" in out
     # Said beside the match, so the fusion ranks it: listed, with that reason.
     assert "(said near event #1, which matches)" in out
+
+
+def test_a_hit_on_a_tool_call_shows_the_call_never_empty_text(writer, config, recall):
+    append_event(writer, config, "ana", "s2", "user", "what is the weather in Lisbon?")
+    append_event(writer, config, "ana", "s2", "assistant", "",
+                 tool_calls=[{"name": "get_weather", "arguments": {"city": "Lisbon"}}])
+    append_event(writer, config, "ana", "s2", "tool", "sunny, 24 °C", tool_name="get_weather")
+    con = connect_readonly(writer.path)
+
+    hits = search_memory(con, "ana", "weather Lisbon", 10, recall=recall)
+
+    texts = [h.text for h in hits]
+    assert 'assistant: [called get_weather({"city": "Lisbon"})]' in texts
+    assert all(text.split(": ", 1)[1].strip() for text in texts)

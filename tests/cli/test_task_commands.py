@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from app.cli import main
 
@@ -19,7 +20,7 @@ def test_add_echoes_the_schedule_in_words_then_lists_it(data_dir, capsys):
     assert "Runs at 09:00, Monday through Friday, UTC; next:" in out
     listed = json.loads(run(capsys, "tasks", "list", "--json", *d))
     assert [(t["cron_expr"], t["prompt"], t["source"]) for t in listed] == [
-        ("0 9 * * 1-5", "summarise yesterday", "tool")]
+        ("0 9 * * 1-5", "summarise yesterday", "cli")]
 
 
 def test_pause_resume_and_remove(data_dir, capsys):
@@ -93,3 +94,33 @@ def test_one_sentence_holds_the_schedule_and_the_prompt(data_dir, capsys):
     assert err == ('hilo tasks: found no schedule in "water the plants": give the schedule '
                    'and the prompt as two arguments, e.g. "in 30 seconds" "remind me to '
                    'stretch"\n')
+
+
+def test_a_schedule_alone_asks_what_the_task_should_do(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    for schedule in ("every day at 9", "tomorrow at 9", "in 10 minutes", "cada lunes a las 8"):
+        err = run(capsys, "tasks", "add", schedule, *d, code=1)
+        assert err == (f'hilo tasks: what should the task do? give a prompt after the '
+                       f'schedule: "{schedule}" "water the plants"\n')
+    assert json.loads(run(capsys, "tasks", "list", "--json", *d)) == []
+
+
+def test_a_refusal_is_one_short_line_per_mistake(data_dir, capsys):
+    err = run(capsys, "tasks", "add", "every blue moon", "water the plants", "--data-dir",
+              str(data_dir), code=1)
+    first, *examples = err.splitlines()
+    assert first == ('hilo tasks: could not understand "blue moon" in "every blue moon": '
+                     'not a day, a time or an interval')
+    assert examples and all(len(line) <= 90 for line in examples)
+
+
+def test_tasks_list_says_each_next_run_once_in_local_time_and_who_added_it(data_dir, capsys):
+    d = ["--data-dir", str(data_dir)]
+    run(capsys, "tasks", "add", "every day at 9", "water the plants", "--tz", "Europe/Madrid",
+        *d)
+    listed = run(capsys, "tasks", "list", *d)
+
+    assert "T09:00" not in listed and "Z" not in listed  # no UTC time stamps
+    assert listed.count("next") == 1
+    assert re.search(r"next: \d{4}-\d\d-\d\d 09:00 \(\w+day\)\n", listed), listed
+    assert listed.splitlines()[0].endswith("added at this machine (hilo tasks add)")

@@ -16,6 +16,15 @@ def test_names(text, name):
     assert capture_statements(text).profile == {"name": name}
 
 
+@pytest.mark.parametrize("text, place", [
+    ("I live in Lisbon.", "Lisbon"),
+    ("I live in New York and I use vim", "New York"),
+    ("Vivo en Buenos Aires desde 2019.", "Buenos Aires"),
+])
+def test_where_the_user_lives(text, place):
+    assert capture_statements(text).profile == {"location": place}
+
+
 @pytest.mark.parametrize("text, fact", [
     ("Please remember that the staging DB moved to db2.",
      ("fact", "remember staging db moved db2", "the staging DB moved to db2")),

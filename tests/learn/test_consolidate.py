@@ -16,6 +16,7 @@ from app.learn.consolidate import (
 from app.memory import upsert_fact
 from app.model.errors import ModelHTTPError
 from app.timeutil import to_rfc3339
+from app.turn.chat import ChatService
 from tests.fake_ollama import Fault
 from tests.workers.support import add_turn, query, scalar, snapshot, worker_config
 
@@ -222,3 +223,20 @@ def test_the_full_text_indexes_are_merged_and_find_the_same(job_parts):
     again = consolidate(writer, model, cfg, now=NOW + timedelta(minutes=1),
                         last_decay_at=first.decayed_at)
     assert again.fts_merge_steps == 0
+
+
+def test_the_turns_recalls_are_counted_and_protect_an_often_read_fact(job_parts):
+    cfg, writer, model, _ = job_parts
+    popular = fact(writer, "fact", "office", "office is in Valencia")
+    with ChatService(cfg) as service:
+        for session in ("s1", "s2", "s3"):  # each a new prompt that recalls it
+            service.start_turn("ana", session, "where is my office?").run()
+        service.writer.submit(lambda con: None)  # the turns' records are committed
+    fact(writer, "fact", "office city", "office is in Valencia")  # newer: it would win
+
+    report = consolidate(writer, model, cfg, now=NOW)
+
+    assert report.counted_turns == 3
+    assert [row[1] for row in current(cfg)] == ["office"]
+    assert query(cfg, "SELECT access_count FROM facts WHERE id = ?", (popular,)) == [(3,)]
+    assert consolidate(writer, model, cfg, now=NOW).counted_turns == 0  # each counted once

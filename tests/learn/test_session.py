@@ -3,7 +3,7 @@ and an unusable answer is asked again once, then the rest is learned by rule."""
 
 from __future__ import annotations
 
-from app.events import append_event
+from app.events import append_event, supersede_events
 from app.learn.session import learn_session
 from tests.workers.support import add_turn, scripted_model
 
@@ -84,3 +84,19 @@ def test_a_good_model_learns_a_session_without_a_retry(job_parts):
     assert not result.fell_back and result.unusable == []
     assert result.calls == len(fake.bodies("/api/generate"))
 
+
+
+def test_a_reply_the_client_regenerated_is_never_learned_from(job_parts):
+    cfg, writer, model, fake = job_parts
+    cfg = small_chunks(cfg)
+    question, rejected = add_turn(writer, cfg, "ana", "s1", "Name my boat",
+                                  "Call it Sirena.")
+    chosen = append_event(writer, cfg, "ana", "s1", "assistant", "Call it Albatros.")
+    writer.submit(lambda con: supersede_events(con, "ana", [rejected], chosen.id))
+    for n in range(1, 4):
+        add_turn(writer, cfg, "ana", "s1", f"Remember code alpha{n}")
+
+    learn_session(writer, model, cfg, "ana", "s1")  # one chunk (card and facts), then the tail
+
+    prompts = "\n".join(learning_prompts(fake))
+    assert "Albatros" in prompts and "Sirena" not in prompts

@@ -40,7 +40,7 @@ def run_task(setup, prompt: str, replies: list[str]) -> tuple[str, list[int]]:
     """Add a task running every 15 minutes and run it once per reply, as the worker does;
     its session and the ids of the events its runs stored."""
     cfg, writer, _, fake = setup
-    task = add_task(writer, cfg, "every 15 minutes", prompt, now=NOW,
+    task = add_task(writer, cfg, "every 15 minutes", prompt, now=NOW, source="cli",
                     from_outside=False).task  # the owner's, at the machine
     fake.script_chat(*replies)
     with ChatService(cfg, writer=writer) as service:

@@ -464,7 +464,8 @@ def test_a_write_that_states_no_provenance_is_from_outside(config, writer):
     writer.submit(lambda con: add_card(con, "ana", NewCard("s1", "a card", "", None, None, 0),
                                        worker="test"))
     writer.submit(lambda con: write_diary_entry(con, "ana", "s1", "a note"))
-    task = add_task(writer, config, "every day at 9", "say hi", user_id="ana").task
+    task = add_task(writer, config, "every day at 9", "say hi", user_id="ana",
+                    source="http").task
     assert event.from_outside and task.prompt_from_outside
     for table in ("events", "facts", "profile", "context_cards", "diary", "sessions",
                   "scheduled_tasks"):

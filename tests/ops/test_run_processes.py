@@ -236,3 +236,33 @@ def test_honcho_start_as_the_procfile_says_finds_hilo_in_the_venv(tmp_path):
         terminal.close()
     assert "not found" not in terminal.output
     assert "worker.1 stopped (rc=0)" in terminal.output
+
+
+@pytest.mark.slow
+def test_sigterm_to_make_run_stops_honcho_serve_and_worker(tmp_path):
+    terminal = start_make_run(tmp_path)
+    started = terminal.descendants
+    try:
+        assert {"honcho", "serve", "worker"} <= {
+            word for p in started for word in ("honcho", "serve", "worker")
+            if any(part.endswith(word) for part in p.cmdline()[:3])}
+        os.kill(terminal.process.pid, signal.SIGTERM)  # make itself, as `kill <pid>` does
+        terminal.wait()
+        alive = stopped_in_time(started)
+    finally:
+        terminal.close()
+    assert not alive, [p.cmdline() for p in alive if p.is_running()]
+    assert "worker.1 stopped (rc=0)" in terminal.output
+    assert "api.1 stopped (rc=0)" in terminal.output
+
+
+@pytest.mark.slow
+def test_make_run_does_not_print_its_recipe(tmp_path):
+    terminal = start_make_run(tmp_path)
+    try:
+        terminal.type_ctrl_c()
+        terminal.wait()
+    finally:
+        terminal.close()
+    assert "honcho start" not in terminal.output and "trap" not in terminal.output
+    assert "hilo init" not in terminal.output

@@ -49,7 +49,7 @@ def memory_db(config):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_task_keeps_its_time_zone(config, writer, empty, tmp_path, fmt):
-    add_task(writer, config, "every day at 8", "Plan the day.", timezone_name="America/New_York")
+    add_task(writer, config, "every day at 8", "Plan the day.", timezone_name="America/New_York", source="cli")
     writer.close()
 
     report = import_path(empty, export(config, fmt, tmp_path), USER)
@@ -91,7 +91,7 @@ def test_a_forgotten_fact_stays_forgotten_after_an_import(config, writer, empty,
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_an_import_refuses_a_cron_the_api_refuses_and_keeps_the_rest(config, writer, empty,
                                                                     tmp_path, fmt):
-    add_task(writer, config, "every day at 8", "Plan the day.", name="plan")
+    add_task(writer, config, "every day at 8", "Plan the day.", name="plan", source="cli")
     writer.submit(lambda con: upsert_fact(con, USER, "fact", "editor", "neovim", source="user",
                                           worker="user"))
     writer.close()

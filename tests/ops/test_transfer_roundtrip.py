@@ -99,7 +99,7 @@ def build(config: Config, memory: dict) -> None:
         writer.submit(lambda con: _derive(con, memory, events))
         for n, (schedule, zone, prompt, paused, trusted) in enumerate(memory["tasks"]):
             added = add_task(writer, config, schedule, f"{n}. {prompt}", trusted=trusted,
-                             now=NOW, timezone_name=zone)
+                             now=NOW, timezone_name=zone, source="cli")
             if paused:
                 pause_task(writer, USER, added.task.id, now=NOW)
     if memory["memory_md"] is not None:

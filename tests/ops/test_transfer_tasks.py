@@ -27,10 +27,10 @@ SOON = datetime.now(UTC) + timedelta(days=2)
 def with_tasks(config, writer):
     """A repeating task (paused, trusted) and a one-shot two days from now."""
     add_task(writer, config, "every weekday at 9", "Summarise what I decided yesterday.",
-             name="morning summary", trusted=True)
+             name="morning summary", trusted=True, source="cli")
     pause_task(writer, USER, "morning summary")
     add_task(writer, config, SOON.strftime("%Y-%m-%d %H:%M"), "Call the vet about Nilo",
-             name="vet")
+             name="vet", source="cli")
     writer.close()
     return config
 

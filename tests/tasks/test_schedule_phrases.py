@@ -106,32 +106,101 @@ def test_in_seconds(text, seconds):
         f"Runs once at 2026-11-30 07:00:{seconds} (Monday), Europe/Madrid")
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("every 30 seconds", 'say "every minute"'),
-    ("weekly", "could not understand"),
-    ("next week", "could not understand"),
-    ("on monday at 9", "once or every week"),
-    ("at 25", "could not understand"),
-    ("whenever", "could not understand"),
+@pytest.mark.parametrize("text, cron", [
+    ("weekly", "0 9 * * 1"),
+    ("every week", "0 9 * * 1"),
+    ("weekly on friday", "0 9 * * 5"),
+    ("every week on friday at 10", "0 10 * * 5"),
+    ("cada semana", "0 9 * * 1"),
+    ("todas las semanas", "0 9 * * 1"),
+    ("semanalmente a las 8", "0 8 * * 1"),
+    ("cada semana el viernes", "0 9 * * 5"),
+    ("every other day", "0 9 */2 * *"),
+    ("every other day at 7pm", "0 19 */2 * *"),
+    ("every 3 days", "0 9 */3 * *"),
+    ("cada dos días", "0 9 */2 * *"),
+    ("cada 2 días a las 8", "0 8 */2 * *"),
+    ("día por medio", "0 9 */2 * *"),
+    ("on weekdays", "0 9 * * 1-5"),
+    ("on weekdays at noon", "0 12 * * 1-5"),
+    ("los días laborables", "0 9 * * 1-5"),
+    ("los días laborables al mediodía", "0 12 * * 1-5"),
+    ("daily", "0 9 * * *"),
+    ("daily at midnight", "0 0 * * *"),
+    ("every day at noon", "0 12 * * *"),
+    ("cada día al mediodía", "0 12 * * *"),
+    ("a diario a medianoche", "0 0 * * *"),
+    ("monthly", "0 9 1 * *"),
+    ("every month", "0 9 1 * *"),
+    ("cada mes", "0 9 1 * *"),
+    ("todos los meses a las 10", "0 10 1 * *"),
 ])
-def test_nonsense_is_still_refused(text, reason):
-    with pytest.raises(ScheduleError, match=reason):
+def test_the_phrases_people_use(text, cron):
+    schedule = parse_schedule(text, MADRID, NOW)
+    assert (schedule.cron_expr, schedule.is_oneshot) == (cron, False)
+
+
+@pytest.mark.parametrize("text", ["al mediodía", "at noon", "midnight", "a medianoche"])
+def test_a_time_alone_is_its_next_occurrence(text):
+    assert parse_schedule(text, MADRID, NOW).is_oneshot
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("at 25:00", '"25:00" is not a time of day: hours go from 0 to 23'),
+    ("at 25", '"25" is not a time of day: hours go from 0 to 23'),
+    ("a las 9:75", '"9:75" is not a time of day: minutes go from 00 to 59'),
+    ("yesterday at 9", '"yesterday" is in the past: say a time to come ("today at 9", '
+                       '"tomorrow at 9")'),
+    ("ayer a las 9", '"ayer" is in the past: say a time to come ("today at 9", '
+                     '"tomorrow at 9")'),
+    ("last monday", '"last monday" is in the past: say a time to come ("today at 9", '
+                    '"tomorrow at 9")'),
+    ("every blue moon", 'could not understand "blue moon" in "every blue moon": not a day, '
+                        'a time or an interval'),
+    ("cada luna llena", 'could not understand "luna llena" in "cada luna llena": not a day, '
+                        'a time or an interval'),
+    ("whenever", 'could not understand "whenever": it names no day, time or interval'),
+    ("every other week", '"every other week": a schedule cannot skip weeks; try "every '
+                         'monday" or "the 1st and 15th of every month"'),
+    ("fortnightly", '"fortnightly": a schedule cannot skip weeks; try "every monday" or '
+                    '"the 1st and 15th of every month"'),
+    ("every 20 days", '"every 20 days": at most every 15 days (cron counts days within a '
+                      'month)'),
+    ("every 30 seconds", '"every 30 seconds": tasks repeat at most every minute; say '
+                         '"every minute"'),
+    ("on monday at 9", '"on monday at 9" could mean that day once or every week: to repeat '
+                       'it say "every monday at 9" ("cada lunes a las 9"); for once, give '
+                       'the date-time'),
+])
+def test_a_refusal_names_what_was_not_understood_in_its_first_line(text, problem):
+    with pytest.raises(ScheduleError) as refused:
         parse_schedule(text, MADRID, NOW)
+    assert refused.value.problem == problem
+    first, *examples = str(refused.value).splitlines()
+    assert first == problem
+    assert examples and all(len(line) <= 90 for line in examples)
+
+
+def test_the_advice_a_refusal_gives_parses():
+    assert parse_schedule("every monday", MADRID, NOW).cron_expr == "0 9 * * 1"
+    assert parse_schedule("the 1st and 15th of every month", MADRID, NOW).cron_expr == (
+        "0 9 1,15 * *")
 
 
 def examples_in(message: str) -> list[str]:
-    """The examples a refusal offers, as it lists them."""
-    listed = message.split("Write it like: ", 1)[1].rstrip(".")
-    groups = re.split(r"; or[^:]*: ", listed)
-    return [example for group in groups for example in group.split(" · ")]
+    """The examples a refusal offers, as it lists them: after each line's colon."""
+    lines = message.splitlines()[1:]
+    found = [example for line in lines[:2] for example in line.split(": ", 1)[1].split(" · ")]
+    cron, iso = lines[2].split(": ", 1)[1].split(", or ")
+    return [*found, cron, iso]
 
 
 def test_every_example_in_a_refusal_parses():
     with pytest.raises(ScheduleError) as refused:
         parse_schedule("whenever I feel like it", MADRID, NOW)
     examples = examples_in(str(refused.value))
-    assert {"at noon", "daily", "every morning", "next tuesday", "todos los días",
-            "cada mañana", "a mediodía", "el próximo martes", "30 18 * * 1-5"} <= set(examples)
+    assert {"every day at 9", "weekly", "in 10 minutes", "cada día a las 9", "cada semana",
+            "en 10 minutos", "30 18 * * 1-5"} <= set(examples)
     now = datetime.now(UTC)
     for example in examples:
         parse_schedule(example, MADRID, now)  # raises if one does not
@@ -158,7 +227,7 @@ def test_tasks_run_in_the_machines_zone_by_default(tmp_path):
 def test_a_task_keeps_its_own_zone_and_runs_by_it(writer, config, data_dir):
     now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     added = add_task(writer, config, "every day at 9", "standup notes", now=now,
-                     timezone_name="America/New_York")
+                     timezone_name="America/New_York", source="cli")
     task = added.task
     assert task.timezone == "America/New_York"
     assert added.description.startswith("Runs at 09:00, America/New_York; next: 2026-11-30")
@@ -175,7 +244,7 @@ def test_a_task_keeps_its_own_zone_and_runs_by_it(writer, config, data_dir):
 def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
     now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
     task = add_task(writer, config.replace(schedule={"timezone": MADRID}), "every day at 9",
-                    "x", now=now).task
+                    "x", now=now, source="cli").task
     assert task.timezone is None
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
 
@@ -183,7 +252,7 @@ def test_a_task_without_a_zone_follows_the_configured_one(writer, config):
 def test_a_task_following_the_machines_zone_follows_it_when_it_changes(writer, config):
     now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
     task = add_task(writer, config.replace(schedule={"timezone": "UTC"}), "every day at 8",
-                    "stretch", now=now).task
+                    "stretch", now=now, source="cli").task
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"
     # The machine moves to Madrid: what is listed agrees with itself, 08:00 there...
     [listed] = writer.submit(lambda con: list_tasks(con, task.user_id, MADRID))
@@ -215,7 +284,7 @@ def test_tasks_list_reads_a_changed_machine_zone_consistently(data_dir, monkeypa
 
 def test_a_bad_zone_for_a_task_is_refused(writer, config):
     with pytest.raises(ScheduleError, match="is not a time zone"):
-        add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land")
+        add_task(writer, config, "every day at 9", "x", timezone_name="Nowhere/Land", source="cli")
 
 
 # -- migration 0005 and a free number before it ----------------------------------------------

@@ -68,9 +68,9 @@ def with_entries(config, *entries: dict[str, Any]):
 
 
 def test_add_stores_cron_original_and_next_run_in_utc(writer, config, read):
-    added = add_task(writer, config, "every weekday at 9", "summarise my inbox", now=NOW)
+    added = add_task(writer, config, "every weekday at 9", "summarise my inbox", now=NOW, source="cli")
     task = added.task
-    assert (task.cron_expr, task.original_schedule, task.source) == ("0 9 * * 1-5", "every weekday at 9", "tool")
+    assert (task.cron_expr, task.original_schedule, task.source) == ("0 9 * * 1-5", "every weekday at 9", "cli")
     assert task.next_run_at == "2026-11-30T08:00:00.000000Z"  # 09:00 in Madrid
     assert task.name == "summarise my inbox" and not task.is_paused and not task.is_oneshot
     assert added.description == (
@@ -79,7 +79,7 @@ def test_add_stores_cron_original_and_next_run_in_utc(writer, config, read):
 
 
 def test_add_a_oneshot_stores_the_exact_time(writer, config):
-    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW + timedelta(seconds=7)).task
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW + timedelta(seconds=7), source="cli").task
     assert task.is_oneshot
     assert task.next_run_at == "2026-11-30T06:10:07.000000Z"
     assert task.cron_expr == "10 7 30 11 *"
@@ -87,21 +87,21 @@ def test_add_a_oneshot_stores_the_exact_time(writer, config):
 
 def test_add_refuses_nonsense_and_stores_nothing(writer, config, read):
     with pytest.raises(ScheduleError, match="every day at 9"):
-        add_task(writer, config, "whenever", "hi", now=NOW)
+        add_task(writer, config, "whenever", "hi", now=NOW, source="cli")
     with pytest.raises(TaskError, match="prompt is empty"):
-        add_task(writer, config, "every day at 9", "   ", now=NOW)
+        add_task(writer, config, "every day at 9", "   ", now=NOW, source="cli")
     assert tasks_of(read) == []
 
 
 def test_add_keeps_name_trust_and_redacts_secrets_in_the_prompt(writer, config):
     task = add_task(writer, config, "every day at 9", "call the API with sk-abcdefghijklmnopqrstuvwxyz123456",
-                    name="api check", trusted=True, now=NOW).task
+                    name="api check", trusted=True, now=NOW, source="cli").task
     assert task.name == "api check" and task.is_trusted
     assert "sk-abcdefghijklmnopqrstuvwxyz123456" not in task.prompt
 
 
 def test_trust_and_untrust_change_only_the_tasks_trust(writer, config, read):
-    task = add_task(writer, config, "every day at 9", "check the disk", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "check the disk", now=NOW, source="cli").task
     assert not task.is_trusted
 
     trusted = trust_task(writer, USER, task.id, now=NOW)
@@ -114,7 +114,7 @@ def test_trust_and_untrust_change_only_the_tasks_trust(writer, config, read):
 
 
 def test_tasks_of_one_user_are_invisible_to_another(writer, config, read):
-    add_task(writer, config, "every day at 9", "ana's task", user_id="ana", now=NOW)
+    add_task(writer, config, "every day at 9", "ana's task", user_id="ana", now=NOW, source="cli")
     assert [t.prompt for t in tasks_of(read, "ana")] == ["ana's task"]
     assert tasks_of(read, "bob") == []
     with pytest.raises(TaskNotFound):
@@ -125,7 +125,7 @@ def test_tasks_of_one_user_are_invisible_to_another(writer, config, read):
 
 
 def test_list_shows_next_run_last_run_last_error_and_paused(writer, config, read):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     claim = claim_next_run(writer, config, NOW + timedelta(minutes=15))
     finish_run(writer, config, claim, NOW + timedelta(minutes=15), error="model down", retryable=False)
     pause_task(writer, USER, task.id, now=NOW)
@@ -138,9 +138,9 @@ def test_list_shows_next_run_last_run_last_error_and_paused(writer, config, read
 
 
 def test_tasks_are_found_by_id_or_name(writer, config, read):
-    task = add_task(writer, config, "every day at 9", "x", name="morning", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "x", name="morning", now=NOW, source="cli").task
     assert get_task(read(), USER, "morning") == get_task(read(), USER, f"#{task.id}") == get_task(read(), USER, task.id)
-    add_task(writer, config, "every day at 10", "y", name="morning", now=NOW)
+    add_task(writer, config, "every day at 10", "y", name="morning", now=NOW, source="cli")
     with pytest.raises(TaskError, match="use the id"):
         get_task(read(), USER, "morning")
     with pytest.raises(TaskNotFound, match="hilo tasks list"):
@@ -148,13 +148,13 @@ def test_tasks_are_found_by_id_or_name(writer, config, read):
 
 
 def test_paused_tasks_are_not_claimed(writer, config):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     pause_task(writer, USER, task.id, now=NOW)
     assert claim_next_run(writer, config, NOW + timedelta(hours=2)) is None
 
 
 def test_resume_skips_what_was_missed_while_paused(writer, config):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     pause_task(writer, USER, task.id, now=NOW)
     resumed = resume_task(writer, config, USER, task.id, now=NOW + timedelta(hours=2, minutes=1))
     assert not resumed.is_paused
@@ -162,7 +162,7 @@ def test_resume_skips_what_was_missed_while_paused(writer, config):
 
 
 def test_a_resumed_oneshot_whose_time_passed_runs_at_the_next_tick(writer, config):
-    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW, source="cli").task
     pause_task(writer, USER, task.id, now=NOW)
     later = NOW + timedelta(hours=1)
     resume_task(writer, config, USER, task.id, now=later)
@@ -171,18 +171,18 @@ def test_a_resumed_oneshot_whose_time_passed_runs_at_the_next_tick(writer, confi
 
 
 def test_remove_deletes_the_task_keeps_its_log_and_never_reuses_its_id(writer, config, read):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     claim = claim_next_run(writer, config, NOW + timedelta(minutes=15))
     finish_run(writer, config, claim, NOW + timedelta(minutes=15))
     removed = remove_task(writer, USER, task.id, now=NOW)
     assert removed.id == task.id and tasks_of(read) == []
     log = task_log(read(), USER, task.id)
     assert log.task is None and [r.status for r in log.runs] == ["done"]
-    assert add_task(writer, config, "every day at 9", "new", now=NOW).task.id == task.id + 1
+    assert add_task(writer, config, "every day at 9", "new", now=NOW, source="cli").task.id == task.id + 1
 
 
 def test_run_now_is_queued_for_the_worker_even_when_paused(writer, config):
-    task = add_task(writer, config, "every day at 9", "brief me", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "brief me", now=NOW, source="cli").task
     pause_task(writer, USER, task.id, now=NOW)
     first = request_run(writer, USER, task.id, now=NOW)
     again = request_run(writer, USER, task.id, now=NOW + timedelta(seconds=1))
@@ -203,7 +203,7 @@ def test_log_of_an_unknown_task_says_so(read, data_dir):
 
 
 def test_a_due_task_is_claimed_once_and_next_run_moves_past_now(writer, config, read):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     at = NOW + timedelta(minutes=15, seconds=20)
     claim = claim_next_run(writer, config, at)
     assert claim.run.scheduled_for == task.next_run_at and claim.run.status == "running"
@@ -212,7 +212,7 @@ def test_a_due_task_is_claimed_once_and_next_run_moves_past_now(writer, config, 
 
 
 def test_downtime_coalesces_missed_occurrences_into_one_run(writer, config, read):
-    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW).task
+    task = add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli").task
     back = NOW + timedelta(hours=3, minutes=7)  # twelve occurrences missed
     claims = []
     while (claim := claim_next_run(writer, config, back)) is not None:
@@ -223,7 +223,7 @@ def test_downtime_coalesces_missed_occurrences_into_one_run(writer, config, read
 
 def test_a_failed_run_retries_with_backoff_then_gives_up(writer, config, read):
     config = config.replace(queue={"max_attempts": 3})
-    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    add_task(writer, config, "every day at 9", "ping", now=NOW, source="cli")
     at = NOW + timedelta(hours=2)
     claim = claim_next_run(writer, config, at)
     run = finish_run(writer, config, claim, at, error="model busy", retryable=True)
@@ -240,14 +240,14 @@ def test_a_failed_run_retries_with_backoff_then_gives_up(writer, config, read):
 
 
 def test_an_error_retrying_cannot_fix_fails_at_once(writer, config):
-    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    add_task(writer, config, "every day at 9", "ping", now=NOW, source="cli")
     claim = claim_next_run(writer, config, NOW + timedelta(hours=2))
     run = finish_run(writer, config, claim, NOW + timedelta(hours=2), error="model not pulled")
     assert (run.status, run.retry_at) == ("failed", None)
 
 
 def test_a_pending_retry_gives_way_to_the_next_occurrence(writer, config):
-    add_task(writer, config, "every 15 minutes", "ping", now=NOW)
+    add_task(writer, config, "every 15 minutes", "ping", now=NOW, source="cli")
     at = NOW + timedelta(minutes=15)
     claim = claim_next_run(writer, config, at)
     finish_run(writer, config, claim, at, error="busy", retryable=True)
@@ -261,7 +261,7 @@ def test_a_pending_retry_gives_way_to_the_next_occurrence(writer, config):
 
 
 def test_a_run_cut_off_by_a_killed_worker_is_retried(writer, config):
-    add_task(writer, config, "every day at 9", "ping", now=NOW)
+    add_task(writer, config, "every day at 9", "ping", now=NOW, source="cli")
     at = NOW + timedelta(hours=2)
     lost = claim_next_run(writer, config, at)  # never finished
     assert claim_next_run(writer, config, at + timedelta(minutes=30)) is None
@@ -270,7 +270,7 @@ def test_a_run_cut_off_by_a_killed_worker_is_retried(writer, config):
 
 
 def test_a_oneshot_is_deleted_after_a_successful_run(writer, config, read):
-    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW, source="cli").task
     at = NOW + timedelta(minutes=10)
     claim = claim_next_run(writer, config, at)
     assert get_task(read(), USER, task.id).next_run_at is None  # claimed: no further occurrence
@@ -280,7 +280,7 @@ def test_a_oneshot_is_deleted_after_a_successful_run(writer, config, read):
 
 
 def test_a_oneshot_that_fails_for_good_stays_listed_with_its_error(writer, config, read):
-    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW, source="cli").task
     at = NOW + timedelta(minutes=10)
     finish_run(writer, config, claim_next_run(writer, config, at), at, error="model not pulled")
     [listed] = tasks_of(read)
@@ -294,7 +294,7 @@ MORNING = {"name": "morning", "schedule": "every weekday at 9", "prompt": "brief
 
 
 def test_config_tasks_are_added_updated_and_removed_to_match_the_file(writer, config, read):
-    add_task(writer, config, "every day at 20", "tool task", now=NOW)
+    add_task(writer, config, "every day at 20", "tool task", now=NOW, source="tool")
     evening = {"name": "evening", "schedule": "cada día a las 21", "prompt": "resume el día", "trusted": True}
     counts = sync_config_tasks(writer, with_entries(config, MORNING, evening), now=NOW)
     assert counts.to_json() == {"added": 2, "updated": 0, "removed": 0, "unchanged": 0, "expired": 0}
@@ -329,7 +329,7 @@ def test_config_tasks_are_changed_in_the_file_not_from_the_cli(writer, config):
 
 def test_an_invalid_config_entry_stops_the_sync_and_changes_nothing(writer, config, read):
     bad = {"name": "bad", "schedule": "whenever", "prompt": "x"}
-    with pytest.raises(ConfigError, match=r'scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
+    with pytest.raises(ConfigError, match=r'(?s)scheduled_tasks\[1\] \("bad"\)\.schedule.*every day at 9'):
         sync_config_tasks(writer, with_entries(config, MORNING, bad), now=NOW)
     assert tasks_of(read) == []
 
@@ -378,9 +378,11 @@ def test_a_task_stored_before_imports_were_marked_keeps_every_column(tmp_path):
 
     assert "0015_imported_tasks.sql" in db.migrate(con)
 
-    # Every column kept; migration 0021 adds whether its prompt is from outside: a task
-    # stored before then is from outside only if it was imported.
-    assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [(*row, 0)]
+    # Every column kept (migration 0021 adds whether its prompt is from outside: a task
+    # stored before then is from outside only if it was imported), but who added it: not
+    # kept before migration 0026.
+    assert con.execute("SELECT * FROM scheduled_tasks").fetchall() == [
+        (*row[:6], "unrecorded", *row[7:], 0)]
     con.execute("UPDATE scheduled_tasks SET source = 'import'")  # the new value is allowed
     with pytest.raises(apsw.ConstraintError):
         con.execute("UPDATE scheduled_tasks SET source = 'page'")
@@ -399,3 +401,22 @@ def test_an_imported_tasks_prompt_is_from_outside_until_its_owner_trusts_it(writ
     assert (task.source, task.is_trusted, task.prompt_from_outside) == ("import", False, True)
     trusted = trust_task(writer, USER, task.id)
     assert (trusted.source, trusted.prompt_from_outside) == ("import", False)
+
+
+def test_tasks_added_before_migration_0026_say_who_added_them_was_not_kept(tmp_path,
+                                                                         monkeypatch):
+    every = db.available_migrations()
+    monkeypatch.setattr(db, "available_migrations", lambda: [m for m in every if m.number < 26])
+    con = db.connect(tmp_path / "memory.sqlite3")
+    db.migrate(con)
+    con.execute(
+        "INSERT INTO scheduled_tasks (id, user_id, name, cron_expr, original_schedule, prompt, "
+        "source, created_at, updated_at) VALUES (1, 'u', 'n', '0 9 * * *', 'every day at 9', "
+        "'p', 'tool', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')")
+    monkeypatch.setattr(db, "available_migrations", lambda: every)
+    db.migrate(con)
+
+    (task,) = list_tasks(con, "u")
+    assert (task.source, task.added_by) == (
+        "unrecorded", "added before Hilo recorded who adds tasks")
+    con.close()

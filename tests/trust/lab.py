@@ -332,7 +332,7 @@ class Lab:
         service.append(BOB, BOB_SESSION, "user", f"Note to self: {BOB_SECRET}")
         self.bob_task = add_task(service.writer, self.config, "every day at 9",
                                  f"Remind me of {BOB_SECRET}", user_id=BOB,
-                                 name="bob's reminder").task
+                                 name="bob's reminder", source="cli").task
         service.edit(lambda con: set_profile(con, ALICE, "name", "Alice", source="user",
                                              worker="user"))
         self.token(BOB)
@@ -484,7 +484,7 @@ class Trial:
         """A task the user adds at the machine (`hilo tasks add [--trusted]`); its id."""
         service = self.service()
         return add_task(service.writer, service.config, "every day at 9", prompt,
-                        user_id=self.user, name=name, trusted=trusted,
+                        user_id=self.user, name=name, trusted=trusted, source="cli",
                         from_outside=is_outside("owner")).task.id
 
     def run_task(self, task_id: int, allowed: tuple[str, ...] = (), shell: bool = False,

@@ -64,7 +64,7 @@ def due_task(writer: Writer, cfg: Config, prompt: str, trusted: bool = False) ->
     its session."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", prompt, user_id=USER, trusted=trusted,
-                     now=an_hour_ago, from_outside=False)
+                     now=an_hour_ago, source="cli", from_outside=False)
     return added.task.session_id
 
 

@@ -123,7 +123,8 @@ def trusted_task(service: ChatService, cfg: Config, prompt: str) -> tuple[Any, l
     """Run a trusted task once, as `hilo tasks run` does; (its result, its tool events)."""
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     task = add_task(service.writer, cfg, "every day at 9", prompt, user_id=USER, trusted=True,
-                    now=an_hour_ago, from_outside=False).task  # the owner's, at the machine
+                    now=an_hour_ago, source="cli",
+                    from_outside=False).task  # the owner's, at the machine
     result = run_task_now(cfg, service.writer, Agent(service, surface="task"), USER, task.id)
     tools = list(service.reader().execute(
         "SELECT content, origin FROM events WHERE session_id = ? AND role = 'tool' ORDER BY id",

@@ -52,7 +52,8 @@ def test_find_a_fact_correct_it_forget_it_and_see_it_leave_the_next_prompt(page,
 
     page.tab.goto("/ui/search?q=parrot")
     page.tab.get_by_role("link", name="fact #").first.click()
-    page.tab.get_by_role("button", name="Forget it for good").click()
+    page.tab.get_by_role("button", name="Forget it for good…").click()
+    page.tab.get_by_role("button", name="Yes, forget it for good").click()  # asked once
     page.tab.get_by_role("status").wait_for(timeout=SECONDS)
     assert "Mango" in page.tab.get_by_role("status").inner_text()  # says what it removed
 
@@ -96,3 +97,20 @@ def test_the_api_docs_render_with_nothing_from_off_the_machine(page, path, shown
     assert "Hilo" in title.inner_text()
     assert page.offsite == []
     assert any("/docs-assets/" in url for url in page.requests)
+
+
+def test_forget_then_undo_in_the_browser(page, serve):
+    added = httpx.post(f"{serve.url}/memory/facts", json={
+        "key": "plant", "value": "Ana waters the fern on Sundays"}).json()["fact"]
+
+    page.tab.goto("/ui/facts")
+    page.tab.locator(f"#f{added['id']}").get_by_role("button", name="Forget…").click()
+    page.tab.get_by_role("button", name="Yes, forget it for good").click()
+    page.tab.get_by_role("status").wait_for(timeout=SECONDS)
+    assert "fern" not in httpx.get(f"{serve.url}/memory/facts").text
+    undo = page.tab.locator(".undos form", has_text=f"#{added['id']} fact · plant")
+    undo.get_by_role("button", name="Undo").click()
+    page.tab.get_by_role("status").wait_for(timeout=SECONDS)
+
+    assert "Brought back" in page.tab.get_by_role("status").inner_text()
+    assert "Ana waters the fern on Sundays" in httpx.get(f"{serve.url}/memory/facts").text

@@ -3,7 +3,10 @@ from, whether from outside, and what it was before."""
 
 from __future__ import annotations
 
+import re
+
 from app.memory import store_fact
+from app.turn.records import fold_recall_counts
 from tests.api.support import HiloServer
 from tests.ui.support import browser, text
 
@@ -124,3 +127,61 @@ def test_sessions_cards_and_diary_have_pages(hilo: HiloServer) -> None:
     assert "No diary entries yet" in text(browser(hilo).get("/ui/diary"))
     missing = browser(hilo).get("/ui/sessions/nowhere")
     assert missing.status_code == 404 and "no session 'nowhere'" in text(missing)
+
+
+def test_a_fact_says_how_often_the_turns_recalled_it(hilo: HiloServer) -> None:
+    editor = add_fact(hilo, "preference", "editor", "I use Neovim")
+    for session in ("s1", "s2"):  # two new prompts that recall it
+        hilo.client().post("/api/chat", headers={"X-Hilo-Session": session}, json={
+            "model": "gemma3:4b", "stream": False,
+            "messages": [{"role": "user", "content": "which editor do I use?"}]})
+    service = hilo.app.state.service
+    service.writer.submit(lambda con: None)  # the turns' records are committed
+
+    before = text(browser(hilo).get(f"/ui/facts/{editor['id']}"))
+    fold_recall_counts(service.writer)  # what the worker does every minute
+    after = text(browser(hilo).get(f"/ui/facts/{editor['id']}"))
+
+    assert "recalled 2 times" in before and "recalled 2 times" in after
+    (fact,) = hilo.client().get("/memory/facts").json()["facts"]
+    assert fact["access_count"] == 2
+
+
+def test_sessions_are_listed_by_their_first_words_with_user_and_dates(hilo: HiloServer) -> None:
+    hilo.client().post("/memory/events", json={"session_id": "auto-3f9c2d1e", "events": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Plan a three day trip to Lisbon in May, cheap hotels please"},
+        {"role": "assistant", "content": "Sure."}]})
+
+    page = browser(hilo).get("/ui/sessions")
+    shown = text(page)
+
+    assert "Plan a three day trip to Lisbon in…" in shown
+    assert "User" in shown and "default" in shown and "Started" in shown
+    link = re.search(r'<a href="/ui/sessions/auto-3f9c2d1e">([^<]+)</a>', page.text)
+    assert link is not None and link.group(1).startswith("Plan a three day trip")
+    api = hilo.client().get("/memory/sessions").json()["sessions"]
+    assert api[0]["title"] == "Plan a three day trip to Lisbon in…"
+
+
+def test_the_overviews_counters_link_to_their_pages(hilo: HiloServer) -> None:
+    add_fact(hilo, "preference", "editor", "I use Neovim")
+
+    page = browser(hilo).get("/ui").text
+    counters = re.findall(r'<li><a href="(/ui/[a-z-]*)"><strong>(\d+)</strong> ([^<]+)</a></li>',
+                          page)
+
+    assert [(href, label) for href, _, label in counters] == [
+        ("/ui/profile", "Profile keys"), ("/ui/facts", "Facts"), ("/ui/cards", "Context cards"),
+        ("/ui/diary", "Diary entries"), ("/ui/sessions", "Sessions"),
+        ("/ui/tasks", "Scheduled tasks")]
+    assert ("/ui/facts", "1", "Facts") in counters
+
+
+def test_an_unknown_address_is_an_html_page_saying_so(hilo: HiloServer) -> None:
+    for path in ("/ui/nowhere", "/ui/facts/7/nothing", "/ui/sessions-typo"):
+        page = browser(hilo).get(path)
+        assert page.status_code == 404
+        assert page.headers["content-type"].startswith("text/html")
+        assert f"No such page there is no page at {path}" in text(page)
+    assert browser(hilo).get("/ui/static/hilo.css").status_code == 200

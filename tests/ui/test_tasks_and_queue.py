@@ -34,6 +34,20 @@ def test_a_task_shows_its_schedule_next_run_and_how_to_trust_it(hilo: HiloServer
     assert "/trust" not in browser(hilo).get("/ui/tasks").text
 
 
+def test_a_task_says_who_added_it(hilo: HiloServer) -> None:
+    from app.tasks.store import add_task as add_at_the_machine
+
+    add_task(hilo, "every day at 8", "check the backups")
+    add_at_the_machine(hilo.app.state.service.writer, hilo.config, "every day at 9",
+                       "water the plants", source="cli", from_outside=False)
+
+    shown = text(browser(hilo).get("/ui/tasks"))
+
+    assert "added over HTTP (the API or the memory page)" in shown
+    assert "added at this machine (hilo tasks add)" in shown
+    assert "added by tool" not in shown
+
+
 def test_a_task_is_paused_run_and_removed_from_the_page(hilo: HiloServer) -> None:
     task = add_task(hilo, "every day at 8", "check the backups")
     page = browser(hilo)
@@ -69,7 +83,10 @@ def test_the_queue_shows_pending_and_failed_jobs_and_retries_one(hilo: HiloServe
     shown = text(page.get("/ui/queue"))
 
     assert "Pending (1)" in shown and "distill" in shown
-    assert "Failed (1)" in shown and "RuntimeError('disk on fire')" in shown
+    assert "Failed (1)" in shown and "RuntimeError('" not in shown
+    assert "an unexpected RuntimeError: disk on fire" in shown  # a record of before: a sentence
+    assert "learn facts from 2 messages of session s1, for default" in shown
+    assert "write the diary entry of session s2, for default" in shown
     assert "No worker is running" in shown
 
     retried = follow(page, submit(page, f"/ui/queue/{failed}/retry"))

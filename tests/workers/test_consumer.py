@@ -188,6 +188,28 @@ def test_huey_consumer_runs_the_same_tasks(cfg, writer, tmp_path):
     assert query(cfg, "SELECT value FROM profile") == [("Ana",)]
 
 
+READ_THE_QUEUE = """
+import os
+import workers.consumer
+from workers import jobs
+queue = workers.consumer.huey  # as Huey's own tools load it
+print(queue.pending_count(), queue.scheduled_count(), jobs.is_attached(), os.nice(0))
+"""
+
+
+def test_reading_the_queue_through_workers_consumer_starts_no_worker(config, tmp_path):
+    (tmp_path / "fresh").mkdir()  # a data directory no worker has started on
+    env = {**consumer_env(config), "HILO_DATA_DIR": str(tmp_path / "fresh"),
+           "HILO_QUEUE_WORKER_NICE": "10"}
+    read = subprocess.run([sys.executable, "-c", READ_THE_QUEUE], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+    assert read.returncode == 0, read.stderr
+    # No start-up sweep queued, no job runner, not niced, no memory made.
+    assert read.stdout.split() == ["0", "0", "False", str(os.nice(0))]
+    assert not (tmp_path / "fresh" / "memory.sqlite3").exists()
+
+
 def test_a_process_pool_is_refused_with_the_reason(config, capsys):
     assert run_worker(config, worker_type="process") == 2
     assert "one per process" in capsys.readouterr().err
@@ -244,7 +266,7 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
     # Created an hour ago to run every 15 minutes: it is due, and runs once (coalesced).
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     added = add_task(writer, cfg, "every 15 minutes", "Summarise what I decided yesterday",
-                     user_id="ana", now=an_hour_ago)
+                     user_id="ana", now=an_hour_ago, source="cli")
     session = f"task:{added.task.id}"
     consumer = consumers(cfg, tmp_path / "worker.log")
 
@@ -252,11 +274,16 @@ def test_a_due_scheduled_task_runs_through_the_real_consumer(cfg, writer, consum
         return query(cfg, "SELECT role, content FROM events WHERE session_id = ? ORDER BY id",
                      (session,))
 
+    def runs() -> tuple:
+        return query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
+                     (added.task.id,))[0]
+
     wait_until(lambda: len(replies()) >= 2, 30, "the task's turn in its session")
     assert replies()[0] == ("system", "Summarise what I decided yesterday")  # instructions, not the user
     assert replies()[1][0] == "assistant"
-    next_run = query(cfg, "SELECT next_run_at, last_run_at FROM scheduled_tasks WHERE id = ?",
-                     (added.task.id,))[0]
+    # The turn's events are stored before the run is marked finished: wait for that too.
+    wait_until(lambda: runs()[1] is not None, 30, "the run marked finished")
+    next_run = runs()
     assert next_run[0] > datetime.now(UTC).strftime("%Y-%m-%dT%H:%M") and next_run[1]
     assert consumer.terminate() == 0
 

@@ -23,4 +23,5 @@ def test_embedding_errors_are_retried_then_recorded_on_the_owner(cfg, writer, fa
     drain()
     errors = query(cfg, "SELECT error FROM embeddings WHERE vector IS NULL")
     assert errors and all("embedder down" in e[0] for e in errors)
-    assert any("embed (" in f.error for f in failed_jobs())
+    assert any(f.error.startswith("embed what is new in memory, for ana: gave up")
+               for f in failed_jobs())

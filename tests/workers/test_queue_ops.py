@@ -165,7 +165,10 @@ def test_pending_lists_jobs_in_the_order_they_run_with_their_age(cfg, jobs):
     assert limited["total"] == 2 and len(limited["jobs"]) == 1
 
     _, out, _ = hilo_queue(cfg, "pending")
-    assert jobs["distill"] in out and "'ana', 's4', [1, 2]" in out and "'bob', 's5'" in out
+    assert jobs["distill"] in out
+    assert "learn facts from 2 messages of session s4, for ana" in out  # not its arguments
+    assert "write the diary entry of session s5, for bob" in out
+    assert first["purpose"] == "learn facts from 2 messages of session s4, for ana"
 
 
 def test_scheduled_lists_jobs_waiting_for_their_time(cfg, jobs):
@@ -198,6 +201,12 @@ def test_failed_shows_task_arguments_error_traceback_and_attempts(cfg, jobs):
     assert jobs["degraded"] in out and jobs["raised"] in out
     assert "(fallback written)" in out and f"Traceback of {jobs['raised']} (compact):" in out
     assert "RuntimeError: disk on fire" in out
+    # Errors read as sentences, not Python's repr.
+    assert "JobDegraded(" not in out and "RuntimeError('" not in out
+    assert degraded["error"].startswith("write the diary entry of session s1, for ana: gave up "
+                                        "on the model")
+    assert raised["error"] == ("an unexpected RuntimeError: disk on fire (a bug in Hilo: the "
+                               "traceback says where)")
 
 
 # -- steering ----------------------------------------------------------------------------------

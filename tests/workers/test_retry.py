@@ -36,7 +36,7 @@ def test_an_unreachable_model_is_retried_like_a_failing_one(cfg, writer, fake_ol
     handoff.after_reply("ana", "s1", add_turn(writer, down, "ana", "s1", "Remember code alpha1"))
     drain()
     # The embed job cannot reach the model either; this test is about distill's failure.
-    [failure] = [f for f in failed_jobs() if "distill (" in f.error]
+    [failure] = [f for f in failed_jobs() if f.error.startswith("learn facts from")]
     assert "not reachable" in failure.error and "after 3 attempt(s)" in failure.error
 
 
@@ -54,7 +54,9 @@ def test_garbage_forever_writes_the_fallback_ends_the_job_and_lists_the_failure(
     assert scalar(cfg, "SELECT count(*) FROM events WHERE distilled_at IS NULL") == 0
     assert huey.pending_count() == 0 and huey.scheduled_count() == 0
     [failure] = failed_jobs()
-    assert "JobDegraded" in failure.error and "distill" in failure.error
+    # A sentence saying which job, not Python's repr ("JobDegraded('…')").
+    assert "JobDegraded" not in failure.error
+    assert failure.error.startswith("learn facts from the new messages of session s1, for ana")
     assert "fallback" in failure.error and "not usable" in failure.error
 
 
@@ -77,7 +79,7 @@ def test_a_model_that_is_not_pulled_degrades_without_retrying(cfg, writer, fake_
     drain()
     assert len(fake_ollama.bodies("/api/generate")) == 1
     assert query(cfg, "SELECT value FROM profile") == [("Ana",)]
-    [failure] = [f for f in failed_jobs() if "distill (" in f.error]
+    [failure] = [f for f in failed_jobs() if f.error.startswith("learn facts from")]
     assert "ollama pull" in failure.error
 
 

@@ -105,7 +105,7 @@ def tick_every_minute(config, writer, chat, start: datetime, end: datetime) -> l
 
 
 def test_a_due_task_runs_in_its_own_session_and_moves_on(writer, config):
-    task = add_task(writer, config, "every day at 9", "what is on today?", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "what is on today?", now=NOW, source="cli").task
     chat = FakeChat()
     at = NOW + timedelta(hours=2, seconds=5)
     [result] = run_due_tasks(config, writer, chat, at)
@@ -119,13 +119,13 @@ def test_a_due_task_runs_in_its_own_session_and_moves_on(writer, config):
 
 
 def test_nothing_runs_before_its_time(writer, config):
-    add_task(writer, config, "every day at 9", "x", now=NOW)
+    add_task(writer, config, "every day at 9", "x", now=NOW, source="cli")
     assert run_due_tasks(config, writer, FakeChat(), NOW + timedelta(hours=1, minutes=59)) == []
 
 
 def test_paused_tasks_are_skipped(writer, config):
-    paused = add_task(writer, config, "every 15 minutes", "paused one", now=NOW).task
-    add_task(writer, config, "every 15 minutes", "active one", now=NOW)
+    paused = add_task(writer, config, "every 15 minutes", "paused one", now=NOW, source="cli").task
+    add_task(writer, config, "every 15 minutes", "active one", now=NOW, source="cli")
     pause_task(writer, USER, paused.id, now=NOW)
     chat = FakeChat()
     run_due_tasks(config, writer, chat, NOW + timedelta(hours=1))
@@ -133,14 +133,14 @@ def test_paused_tasks_are_skipped(writer, config):
 
 
 def test_a_oneshot_is_deleted_after_it_runs(writer, config):
-    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW).task
+    task = add_task(writer, config, "in 10 minutes", "stretch", now=NOW, source="cli").task
     [result] = run_due_tasks(config, writer, FakeChat(), NOW + timedelta(minutes=10))
     assert result.status == "done" and result.task_id == task.id
     assert list_tasks(reader(config), USER) == []
 
 
 def test_downtime_runs_a_missed_task_once(fast_writer, config):
-    add_task(fast_writer, config, "every 15 minutes", "ping", now=NOW)
+    add_task(fast_writer, config, "every 15 minutes", "ping", now=NOW, source="cli")
     chat = FakeChat()
     back_after_three_hours = NOW + timedelta(hours=3, minutes=2)
     assert len(run_due_tasks(config, fast_writer, chat, back_after_three_hours)) == 1
@@ -151,8 +151,8 @@ def test_downtime_runs_a_missed_task_once(fast_writer, config):
 
 
 def test_the_trust_flag_reaches_the_run(writer, config):
-    add_task(writer, config, "every day at 9", "trusted one", trusted=True, now=NOW)
-    add_task(writer, config, "every day at 9", "untrusted one", now=NOW)
+    add_task(writer, config, "every day at 9", "trusted one", trusted=True, now=NOW, source="cli")
+    add_task(writer, config, "every day at 9", "untrusted one", now=NOW, source="cli")
     chat = FakeChat()
     results = run_due_tasks(config, writer, chat, NOW + timedelta(hours=2))
     assert {r.name: r.trusted for r in results} == {"trusted one": True, "untrusted one": False}
@@ -163,9 +163,9 @@ def test_the_trust_flag_reaches_the_run(writer, config):
 
 
 def test_a_failing_task_never_blocks_the_others(writer, config):
-    add_task(writer, config, "every day at 9", "broken", now=NOW)
-    add_task(writer, config, "every day at 9", "fine", now=NOW)
-    add_task(writer, config, "every day at 9", "crashes", now=NOW)
+    add_task(writer, config, "every day at 9", "broken", now=NOW, source="cli")
+    add_task(writer, config, "every day at 9", "fine", now=NOW, source="cli")
+    add_task(writer, config, "every day at 9", "crashes", now=NOW, source="cli")
     chat = FakeChat(fail={"broken": ModelUnreachable("http://127.0.0.1:9", "ollama"),
                           "crashes": RuntimeError("a bug")})
     at = NOW + timedelta(hours=2)
@@ -183,7 +183,7 @@ def test_a_failing_task_never_blocks_the_others(writer, config):
 
 
 def test_run_now_runs_a_paused_task_once_and_keeps_its_schedule(writer, config):
-    task = add_task(writer, config, "every day at 9", "brief me", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "brief me", now=NOW, source="cli").task
     pause_task(writer, USER, task.id, now=NOW)
     chat = FakeChat()
     result = run_task_now(config, writer, chat, USER, task.id, now=NOW)
@@ -202,7 +202,7 @@ def test_config_tasks_synced_at_start_then_run(writer, config):
 
 def test_a_tick_stamps_each_run_with_its_own_time_and_hands_over_when_slow(writer, config):
     for name in ("a", "b", "c"):
-        add_task(writer, config, "every day at 9", name, now=NOW)
+        add_task(writer, config, "every day at 9", name, now=NOW, source="cli")
     times = iter(NOW + timedelta(hours=2, seconds=s) for s in range(0, 10_000, 25))
     results = scheduler_tick(config, writer, chat_service=FakeChat(), clock=lambda: next(times))
     # Runs are claimed at +25 s and +50 s; at +75 s the tick's minute is over.
@@ -218,7 +218,7 @@ def test_a_tick_stamps_each_run_with_its_own_time_and_hands_over_when_slow(write
 
 def test_weekday_tasks_do_not_run_on_the_weekend(fast_writer, config):
     friday = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
-    add_task(fast_writer, config, "every weekday at 9", "work", now=friday)
+    add_task(fast_writer, config, "every weekday at 9", "work", now=friday, source="cli")
     chat = FakeChat()
     results = []
     for day in range(4):  # Saturday to Tuesday, ticking around 09:00 Madrid
@@ -241,7 +241,7 @@ def test_weekday_tasks_do_not_run_on_the_weekend(fast_writer, config):
 ])
 def test_dst_changes_run_a_daily_task_exactly_once(fast_writer, config, zone, schedule, start, end, expected):
     config = config.replace(schedule={"timezone": zone})
-    add_task(fast_writer, config, schedule, "nightly", now=start)
+    add_task(fast_writer, config, schedule, "nightly", now=start, source="cli")
     results = tick_every_minute(config, fast_writer, FakeChat(), start, end)
     assert [r.scheduled_for for r in results] == expected
 
@@ -251,7 +251,7 @@ def test_dst_changes_run_a_daily_task_exactly_once(fast_writer, config, zone, sc
 
 def test_two_consumers_racing_run_each_occurrence_once(writer, config, data_dir):
     for i in range(12):
-        add_task(writer, config, "every 15 minutes", f"task {i}", now=NOW)
+        add_task(writer, config, "every 15 minutes", f"task {i}", now=NOW, source="cli")
     chat = FakeChat()
     at = NOW + timedelta(minutes=15)
     start = threading.Barrier(2)
@@ -277,7 +277,7 @@ def test_two_consumers_racing_run_each_occurrence_once(writer, config, data_dir)
 
 
 def test_a_consumer_looking_while_another_runs_the_task_does_not_run_it_again(writer, config, data_dir):
-    add_task(writer, config, "every 15 minutes", "slow one", now=NOW)
+    add_task(writer, config, "every 15 minutes", "slow one", now=NOW, source="cli")
     at = NOW + timedelta(minutes=15)
     with Writer(DataDir(data_dir).memory_db, Durability.NORMAL) as second:
         other = FakeChat()
@@ -299,7 +299,7 @@ def live_config(config, fake_ollama):
 
 def test_a_run_leaves_the_reply_in_the_tasks_session(writer, live_config, fake_ollama):
     task = add_task(writer, live_config, "every weekday at 9", "What is on my calendar today?",
-                    name="agenda", now=NOW).task
+                    name="agenda", now=NOW, source="cli").task
     fake_ollama.script_chat("A dentist appointment at 11.")
     with ChatService(live_config) as service:
         [result] = run_due_tasks(live_config, writer, as_task(service), NOW + timedelta(hours=2))
@@ -316,8 +316,8 @@ def test_a_run_leaves_the_reply_in_the_tasks_session(writer, live_config, fake_o
 
 
 def test_a_model_error_is_retried_and_recorded_live(writer, live_config, fake_ollama):
-    add_task(writer, live_config, "every day at 9", "first", now=NOW)
-    add_task(writer, live_config, "every day at 10", "second", now=NOW)
+    add_task(writer, live_config, "every day at 9", "first", now=NOW, source="cli")
+    add_task(writer, live_config, "every day at 10", "second", now=NOW, source="cli")
     fake_ollama.script_chat(Fault.http_500("out of memory"), "second answer")
     at = NOW + timedelta(hours=3)
     with ChatService(live_config) as service:
@@ -329,7 +329,7 @@ def test_a_model_error_is_retried_and_recorded_live(writer, live_config, fake_ol
 
 
 def test_a_oneshot_runs_live_and_its_log_outlives_it(writer, live_config, fake_ollama):
-    task = add_task(writer, live_config, "mañana a las 9", "felicita a Ana", now=NOW).task
+    task = add_task(writer, live_config, "mañana a las 9", "felicita a Ana", now=NOW, source="cli").task
     fake_ollama.script_chat("¡Felicidades, Ana!")
     with ChatService(live_config) as service:
         [result] = run_due_tasks(live_config, writer, as_task(service), datetime(2026, 12, 1, 8, 0, tzinfo=UTC))

@@ -107,7 +107,7 @@ def reader(config):
 def test_an_ntfy_webhook_gets_the_reply_with_the_task_as_title(writer, live_config, fake_ollama, hook):
     config = live_config.replace(notify={"webhook_url": hook.url, "webhook_kind": "ntfy"})
     task = add_task(writer, config, "every day at 9", "Remind me to walk Nilo", name="walk Nilo",
-                    now=NOW).task
+                    now=NOW, source="cli").task
     fake_ollama.script_chat("Time to walk Nilo!")
     [result] = tick(config, writer, NOW + timedelta(hours=9))
     assert result.status == "done"
@@ -121,7 +121,7 @@ def test_an_ntfy_webhook_gets_the_reply_with_the_task_as_title(writer, live_conf
 @pytest.mark.parametrize("kind", ["slack", "json"])
 def test_slack_and_json_webhooks_get_json(writer, live_config, fake_ollama, hook, kind):
     config = live_config.replace(notify={"webhook_url": hook.url, "webhook_kind": kind})
-    add_task(writer, config, "every day at 9", "check the backups", now=NOW)
+    add_task(writer, config, "every day at 9", "check the backups", now=NOW, source="cli")
     fake_ollama.script_chat("Backups look fine.")
     tick(config, writer, NOW + timedelta(hours=9))
     [post] = hook.received
@@ -137,7 +137,7 @@ def test_a_failing_webhook_is_retried_then_the_failure_shows_in_tasks_log(
         writer, live_config, fake_ollama, hook, data_dir):
     hook.statuses = [503, 503, 503]
     config = live_config.replace(notify={"webhook_url": hook.url, "webhook_attempts": 3})
-    task = add_task(writer, config, "every day at 9", "check the backups", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "check the backups", now=NOW, source="cli").task
     fake_ollama.script_chat("Backups look fine.")
     [result] = tick(config, writer, NOW + timedelta(hours=9))
     assert result.status == "done"  # the run itself is not failed by its delivery
@@ -151,7 +151,7 @@ def test_a_failing_webhook_is_retried_then_the_failure_shows_in_tasks_log(
 def test_a_webhook_that_recovers_is_delivered_once(writer, live_config, fake_ollama, hook):
     hook.statuses = [500]
     config = live_config.replace(notify={"webhook_url": hook.url})
-    task = add_task(writer, config, "every day at 9", "x", now=NOW).task
+    task = add_task(writer, config, "every day at 9", "x", now=NOW, source="cli").task
     tick(config, writer, NOW + timedelta(hours=9))
     assert len(hook.received) == 2
     [run] = task_runs(reader(config), USER, task.id)
@@ -186,7 +186,7 @@ def test_a_desktop_notification_is_shown_with_notify_send(
     record = fake_notify_send(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     config = live_config.replace(notify={"desktop": True})
-    add_task(writer, config, "every day at 9", "Remind me to walk Nilo", name="walk Nilo", now=NOW)
+    add_task(writer, config, "every day at 9", "Remind me to walk Nilo", name="walk Nilo", now=NOW, source="cli")
     fake_ollama.script_chat("Time to walk Nilo!")
     tick(config, writer, NOW + timedelta(hours=9))
     assert record.read_text().splitlines() == ["--app-name=Hilo", "Hilo: walk Nilo",
@@ -197,7 +197,7 @@ def test_without_notify_send_the_run_is_delivered_quietly(writer, live_config, f
                                                           tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     config = live_config.replace(notify={"desktop": True})
-    add_task(writer, config, "every day at 9", "x", now=NOW)
+    add_task(writer, config, "every day at 9", "x", now=NOW, source="cli")
     [result] = tick(config, writer, NOW + timedelta(hours=9))
     assert result.status == "done"
 
@@ -223,7 +223,7 @@ def test_tasks_add_says_where_replies_will_go(data_dir, tmp_path):
 
 def run_a_task(writer, config, fake_ollama, prompt: str, reply: str) -> int:
     """Add a one-shot and run it as the worker would; its task id."""
-    task = add_task(writer, config, "in 1 minute", prompt, now=NOW).task
+    task = add_task(writer, config, "in 1 minute", prompt, now=NOW, source="cli").task
     fake_ollama.script_chat(reply)
     with ChatService(config, writer=writer) as service:
         [result] = run_due_tasks(config, writer, as_task(service), NOW + timedelta(minutes=2))
@@ -261,7 +261,7 @@ def test_a_run_that_ends_during_a_chat_is_printed_at_the_idle_prompt(
 
 def test_tasks_run_prints_the_reply_so_chat_does_not_repeat_it(writer, live_config, fake_ollama,
                                                                data_dir):
-    task = add_task(writer, live_config, "every day at 9", "check the backups", now=NOW).task
+    task = add_task(writer, live_config, "every day at 9", "check the backups", now=NOW, source="cli").task
     fake_ollama.script_chat("Backups look fine.")
     done = hilo("tasks", "run", str(task.id), "--data-dir", str(data_dir),
                 env={"HILO_LLM_URL": fake_ollama.url})

@@ -19,7 +19,7 @@ def _ref(args: dict[str, Any]) -> int | str:
 def add(ctx: ToolContext, args: dict[str, Any]) -> str:
     ctx.fresh_approval(f"add the task {args['prompt']!r} ({args['schedule']})")
     added = add_task(ctx.service.writer, ctx.config, args["schedule"], args["prompt"],
-                     user_id=ctx.user_id, name=args.get("name"),
+                     source="tool", user_id=ctx.user_id, name=args.get("name"),
                      oneshot=bool(args.get("oneshot")), trusted=False,
                      wake=ctx.service.handoff.wake_scheduler,
                      from_outside=is_outside("hilo", reading=ctx.outside_content))
