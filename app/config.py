@@ -283,6 +283,8 @@ class LLMConfig(ReadOnly):
     temperature: float = setting(0.7, between(0, 2))
     timeout_seconds: float = setting(120.0, between(1, 3600))
     connect_timeout_seconds: float = setting(3.0, between(0.1, 120))
+    # A learning call is cut this long after it was sent, however fast tokens come.
+    learning_deadline_seconds: float = setting(120.0, between(1, 3600))
 
 
 @dataclass

@@ -65,6 +65,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
             ModelNotFound         app.model.errors
             ModelTimeout          app.model.errors
             ModelUnreachable      app.model.errors
+            OverBudget            app.model.errors
             StreamInterrupted     app.model.errors
         ToolFailed                app.turn.tools.registry
 """

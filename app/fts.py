@@ -1,4 +1,5 @@
-"""The one place FTS5 MATCH queries are built from user text.
+"""The one place FTS5 MATCH queries are built from user text, and words are read from it
+(`terms`: stop-words dropped; `stems`: Snowball's English and Spanish stems).
 
 User text never reaches MATCH as syntax: it is split into words (Unicode-aware, so
 accents and non-Latin scripts survive), English and Spanish stop-words are dropped,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import cache
 
 # More terms make bm25 slower without finding better rows.
 MAX_TERMS = 64
@@ -91,6 +93,19 @@ def terms(text: str, *, min_length: int = 1) -> list[str]:
             if len(found) == MAX_TERMS:
                 break
     return list(found)
+
+
+@cache
+def stems(word: str) -> frozenset[str]:
+    """The word's English and Spanish stems (Snowball): "failed" and "fails" are "fail"."""
+    return frozenset(stemmer.stemWord(word) for stemmer in _stemmers())
+
+
+@cache
+def _stemmers() -> list:
+    import snowballstemmer  # start-up: ~60 ms, and only learning and its writes stem words
+
+    return [snowballstemmer.stemmer(language) for language in ("english", "spanish")]
 
 
 def _is_search_term(word: str, min_length: int) -> bool:

@@ -35,7 +35,8 @@ default), so texts sharing words have a high cosine similarity; set
 
 Requests with a model not in `fake.models` get HTTP 404 with Ollama's own message.
 `fake.engine = "<name>"` (a key of ENGINES) refuses a JSON format (`format`,
-`response_format`) with the status and body that server answers; `fake.honour_limits =
+`response_format`) with the status and body that server answers ("llama.cpp" also adds
+its `timings` to a /v1 reply's last chunk); `fake.honour_limits =
 True` cuts each reply at the request's num_predict / max_tokens / stop, as servers do.
 Every request is recorded in `fake.requests` (method, path, parsed JSON body whatever
 its Content-Type, headers); `fake.bodies(path)` lists the bodies one path received and
@@ -63,7 +64,8 @@ The script file is JSON: {"chat": [...], "generate": [...], "embed": [...],
 "models": [...]}, where a chat/generate item is a string, {"reply": <str or JSON>},
 {"text": ..., "thinking": ..., "tool_calls": [{"name": ..., "arguments": {...}}]} (a
 Reply) or a fault spec such as {"fault": "delay", "seconds": 0.5}, {"fault": "http_500"},
-{"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2}.
+{"fault": "malformed_json"}, {"fault": "cut_stream", "after_chunks": 2},
+{"fault": "endless"} (a reply streamed for ever) or {"fault": "hang"} (no answer at all).
 """
 
 from __future__ import annotations
@@ -141,6 +143,19 @@ class Fault:
         return cls("cut_stream", after_chunks=after_chunks)
 
     @classmethod
+    def endless(cls) -> Fault:
+        """Stream the reply's pieces over and over, never ending and ignoring every limit,
+        until the client hangs up: a model looping inside its JSON on a server that
+        honours no output limit."""
+        return cls("endless")
+
+    @classmethod
+    def hang(cls) -> Fault:
+        """Take the request and never answer (no status, no byte) until the client hangs
+        up: a server stuck before its first token."""
+        return cls("hang")
+
+    @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> Fault:
         """A fault from a script file entry, e.g. {"fault": "delay", "seconds": 1}."""
         kind = spec["fault"]
@@ -154,7 +169,10 @@ class Fault:
             return cls.malformed_json()
         if kind == "cut_stream":
             return cls.cut_stream(spec.get("after_chunks", 1))
-        raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, malformed_json or cut_stream")
+        if kind in ("endless", "hang"):
+            return getattr(cls, kind)()
+        raise ValueError(f"unknown fault {kind!r}: use delay, http_500, http_error, "
+                         "malformed_json, cut_stream, endless or hang")
 
 
 @dataclass(frozen=True)
@@ -642,6 +660,61 @@ def smallest_instance(schema: dict[str, Any], definitions: dict[str, Any] | None
     return empty.get(kind, None)
 
 
+_SOURCE_LINE = re.compile(r"^(?:USER|TOOL)[^:\n]*:\s?(.*)$", re.MULTILINE)
+_LAST_HELD = re.compile(r"the last (\d+) messages above")
+_HELD_BEFORE = re.compile(r"(\d+) messages above, ending (\d+) messages before the last one")
+_LEARNED_BEFORE = re.compile(r"(\d+) of the user's messages among them were learned from before")
+# The memory note Hilo puts before a message it recalled for (app/turn/context.py).
+_MEMORY_NOTE = re.compile(r"\A<memory>\n.*?\n</memory>\n\n", re.DOTALL)
+
+
+def _quoted_sources(question: str) -> list[str]:
+    """The USER and TOOL lines a question quotes, and the text under a label that quotes
+    outside content ('QUOTED FROM OUTSIDE …:' or 'TOOL …, from outside…:', then '> ' lines;
+    app/learn/quoting.py): an obedient model reads both."""
+    said: list[str] = []
+    quoting = False
+    for line in question.splitlines():
+        if line.startswith("> "):
+            if quoting:
+                said[-1] = f"{said[-1]}\n{line[2:]}".strip()
+            continue
+        quoting = line.startswith(("TOOL", "QUOTED")) and line.endswith(":")
+        if quoting:
+            said.append("")
+        elif (match := _SOURCE_LINE.match(line)):
+            said.append(match.group(1).strip())
+    return [text for text in said if text]
+
+
+def learning_sources(body: dict[str, Any]) -> list[str]:
+    """What a learning call asks facts of, as a model would find it: the USER and TOOL
+    lines it quotes, or the user's messages and tool results of the chat above that it
+    points at ("the last 4 messages above", "4 messages above, ending 2 messages before
+    the last one"; app/learn/distill.py referring_prompt), less the user's messages it
+    says were learned before."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    question = str(body.get("prompt") or (messages[-1].get("content") if messages else "") or "")
+    quoted = _quoted_sources(question)
+    if quoted:
+        return quoted
+    last, before = _LAST_HELD.search(question), _HELD_BEFORE.search(question)
+    if not (last or before) or len(messages) < 2:
+        return []
+    count, after = (int(last.group(1)), 0) if last else (int(before.group(1)), int(before.group(2)))
+    chat = messages[:-1]
+    block = chat[max(0, len(chat) - after - count):len(chat) - after]
+    learned = _LEARNED_BEFORE.search(question)
+    skip = int(learned.group(1)) if learned else 0
+    said = []
+    for message in block:
+        if message.get("role") == "user" and skip:
+            skip -= 1
+        elif message.get("role") in ("user", "tool"):
+            said.append(_MEMORY_NOTE.sub("", str(message.get("content") or "")))
+    return said
+
+
 def _images_of(message: dict[str, Any]) -> list[str]:
     images = [str(image) for image in message.get("images") or []]
     content = message.get("content")
@@ -902,6 +975,11 @@ def _answer(
     if isinstance(item, Fault) and item.kind == "http_error":
         http.send_json(item.status, error_body(item.status, item.message))
         return None
+    if isinstance(item, Fault) and item.kind == "hang":
+        while not fake._stopping.is_set() and not _peer_closed(http.connection):
+            fake.pause(0.01)
+        http.close_connection = True
+        return None
     if isinstance(item, Fault):
         text = _reply_text(fake.unscripted_reply(kind, body))
         if item.kind == "malformed_json" and _wants_json(body):
@@ -952,11 +1030,30 @@ def _send_stream(
             http.write_chunk(frame)
         http.hang_up()
         return
+    if fault is not None and fault.kind == "endless":
+        _send_endlessly(http, frames or ending[:1])
+        return
     for frame in paced:
         http.write_chunk(frame)
     for frame in ending:
         http.write_chunk(frame)
     http.end_stream()
+
+
+def _send_endlessly(http: _Handler, frames: list[bytes]) -> None:
+    """The frames over and over, a millisecond apart, until the client or the server goes."""
+    fake = http.server.fake
+    sent = 0
+    while not fake._stopping.is_set():
+        try:
+            http.write_chunk(frames[sent % len(frames)])
+        except OSError:  # the client hung up
+            break
+        sent += 1
+        if _peer_closed(http.connection):
+            break
+        fake.pause(0.001)
+    http.close_connection = True
 
 
 def _paced_by(run: ModelRun, generated: str) -> tuple:
@@ -1002,7 +1099,15 @@ def _sse(obj: Any) -> bytes:
 
 def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str = "stop",
                 run: ModelRun | None = None) -> dict[str, Any]:
+    """Ollama's done line; with a simulated CPU, its durations are that CPU's time for the
+    prompt read anew and the reply (nanoseconds, as Ollama's)."""
     total = int((time.perf_counter() - started) * 1e9)
+    prompt_ns, reply_ns = total // 2, total // 2
+    cpu = run.fake.cpu if run is not None and run.evaluation is not None else None
+    if cpu is not None and run is not None and run.evaluation is not None:
+        prompt_ns = int(run.evaluation.new_tokens / cpu.prompt_tokens_per_second * 1e9)
+        reply_ns = int(count_tokens(reply) / cpu.generate_tokens_per_second * 1e9)
+        total = prompt_ns + reply_ns
     cached = {} if run is None or run.cached_tokens is None else {
         "prompt_eval_cached_count": min(run.cached_tokens, prompt_count)}
     return {
@@ -1011,9 +1116,9 @@ def _done_stats(started: float, prompt_count: int, reply: str, done_reason: str 
         "total_duration": total,
         "load_duration": 0,
         "prompt_eval_count": prompt_count,
-        "prompt_eval_duration": total // 2,
+        "prompt_eval_duration": prompt_ns,
         "eval_count": count_tokens(reply),
-        "eval_duration": total // 2,
+        "eval_duration": reply_ns,
     }
 
 
@@ -1259,6 +1364,19 @@ def _call_deltas(answer: _Answer) -> list[dict[str, Any]]:
     return deltas
 
 
+def _timings(fake: FakeOllama, prompt_count: int, reply: str) -> dict[str, Any]:
+    """llama.cpp's server's `timings` on a reply's last chunk (fake.engine "llama.cpp"):
+    the engine's own milliseconds, here from the simulated CPU's speeds (1 ms a token
+    without one)."""
+    if fake.engine not in ("llama.cpp", "llama.cpp-old"):
+        return {}
+    prompt_tps, reply_tps = ((fake.cpu.prompt_tokens_per_second, fake.cpu.generate_tokens_per_second)
+                             if fake.cpu else (1000.0, 1000.0))
+    predicted = count_tokens(reply)
+    return {"timings": {"prompt_n": prompt_count, "prompt_ms": prompt_count / prompt_tps * 1000,
+                        "predicted_n": predicted, "predicted_ms": predicted / reply_tps * 1000}}
+
+
 def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) -> None:
     model = _model_or_404(fake, http, body, openai=True)
     if model is None:
@@ -1291,7 +1409,8 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             _sse({**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]})
             for delta in _call_deltas(answer)
         ]
-        ending = [_sse({**chunk, "choices": [_delta("", finish_reason=finish)]})]
+        ending = [_sse({**chunk, "choices": [_delta("", finish_reason=finish)],
+                        **_timings(fake, prompt_count, answer.text)})]
         if (body.get("stream_options") or {}).get("include_usage"):
             ending.append(_sse({**chunk, "choices": [], "usage": usage}))
         ending.append(b"data: [DONE]\n\n")
@@ -1310,6 +1429,7 @@ def v1_chat_completions(fake: FakeOllama, http: _Handler, body: dict[str, Any]) 
             "object": "chat.completion",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
+            **_timings(fake, prompt_count, answer.text),
         }
         with fake.model_run(http, model, "/v1/chat/completions", body) as run:
             _send_whole(http, whole, answer.fault, *_paced_by(run, _generated(answer)))

@@ -11,6 +11,7 @@
     chat_activity.py the user first: learning gives way while a person waits on the model
     consumer.py      the consumer's start: `hilo worker` (thread workers only), huey_consumer
     handoff.py       QueueHandoff: the chat's hand-off (app.turn.chat.Handoff) onto the queue
+    waiting.py       one learning job and one diary job per session wait, no more
     reconcile.py     the reconcile sweep: what the database says is undone
     scheduler.py     the every-minute tick: due scheduled tasks run as agent turns
     notify.py        telling the person a task ran: webhook and desktop notification

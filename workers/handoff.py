@@ -21,6 +21,7 @@ from app.model.messages import SentChat
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
+from workers.waiting import enqueue_waiting
 
 log = get_logger(__name__)
 
@@ -44,11 +45,13 @@ class QueueHandoff:
         if sent is not None and self.activity is not None:
             self.activity.served(user_id, session_id, sent)
         return self._enqueue("distill", lambda: jobs.distill.s(user_id, session_id, ids),
+                             waits=("learn", user_id, session_id),
                              user_id=user_id, session_id=session_id, events=ids)
 
     def session_ended(self, user_id: str, session_id: str) -> bool:
         """Enqueue the session's diary entry (the job also marks the session ended)."""
         return self._enqueue("diary", lambda: jobs.diary.s(user_id, session_id),
+                             waits=("diary", user_id, session_id),
                              user_id=user_id, session_id=session_id)
 
     def wake_scheduler(self, at: datetime) -> bool:
@@ -58,9 +61,15 @@ class QueueHandoff:
                              .task_class(eta=normalize_time(eta=at, utc=True)),
                              at=at.isoformat())
 
-    def _enqueue(self, job: str, task: Callable[[], Task], **ids: Any) -> bool:
+    def _enqueue(self, job: str, task: Callable[[], Task],
+                 waits: tuple[str, str, str] | None = None, **ids: Any) -> bool:
+        """Enqueue the task; with `waits` (kind, user, session), only if no job of that
+        kind waits for the session already (workers/waiting.py): that one does the work."""
         try:
-            self.queue.enqueue(task())
+            if waits is None:
+                self.queue.enqueue(task())
+            elif not enqueue_waiting(self.queue, waits[0], task(), waits[1], waits[2]):
+                log.debug("handoff.already_waiting", job=job, **ids)
         except Exception as exc:  # noqa: BLE001 — the chat must go on; reconcile redoes this
             log.warning("handoff.enqueue_failed", job=job, error=str(exc), **ids,
                         note="the worker's reconcile sweep will enqueue it from the database")

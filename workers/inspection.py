@@ -34,7 +34,9 @@ from huey.utils import Error
 
 from app.config import Config
 from app.datadir import DataDir
+from app.db import connect_readonly
 from app.errors import Unavailable
+from app.learn.engine_time import EngineSpend, LearningStall, engine_spend, learning_stall
 from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import (
@@ -46,6 +48,7 @@ from workers.hooks import (
     task_id_time,
 )
 from workers.queue import configure
+from workers.waiting import WAITING_PREFIX
 
 # A worker that polled within this long is "active" (it polls at least every
 # poll_max_delay seconds, and writes the heartbeat every HEARTBEAT_EVERY_SECONDS).
@@ -264,9 +267,40 @@ class ChatWait:
 
 
 @dataclass
+class LearningCost:
+    """What learning cost the engine lately beside the chat, and whether its model still
+    answers (app/learn/engine_time.py)."""
+
+    spend: EngineSpend
+    stall: LearningStall | None
+
+    def to_dict(self) -> dict:
+        return {**self.spend.to_dict(),
+                "stall": None if self.stall is None else self.stall.to_dict()}
+
+
+def learning_cost(config: Config, now: float | None = None) -> LearningCost | None:
+    """Read from the memory database; None when there is none yet (or it predates the
+    record)."""
+    path = DataDir.of(config).memory_db
+    if not path.exists():
+        return None
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    try:
+        con = connect_readonly(path)
+        try:
+            return LearningCost(engine_spend(con, moment), learning_stall(con))
+        finally:
+            con.close()
+    except apsw.Error as exc:  # not migrated yet, or damaged: the database checks say which
+        log.info("queue.learning_cost_unread", error=str(exc))
+        return None
+
+
+@dataclass
 class QueueStatus:
-    """Counts, the oldest due job, failures by task, locks held, the worker's last poll
-    and whether model jobs wait for a chat."""
+    """Counts, the oldest due job, failures by task, locks held, the worker's last poll,
+    whether model jobs wait for a chat, and what learning costs the engine."""
 
     backend: str  # "sqlite" or "redis"
     location: str  # the queue file, or the Redis URL without its password
@@ -282,6 +316,7 @@ class QueueStatus:
     locks: list[str]
     worker: WorkerPoll
     chat_wait: ChatWait
+    learning: LearningCost | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -302,6 +337,7 @@ class QueueStatus:
             "locks": self.locks,
             "worker": self.worker.to_dict(),
             "chat_wait": self.chat_wait.to_dict(),
+            "learning": None if self.learning is None else self.learning.to_dict(),
         }
 
 
@@ -520,6 +556,7 @@ class QueueView:
                 active=since_poll is not None and since_poll <= ACTIVE_WITHIN_SECONDS,
             ),
             chat_wait=self.chat_wait(pending + scheduled, now),
+            learning=learning_cost(self.config, now),
         )
 
     def chat_wait(self, jobs: list[Job], now: float) -> ChatWait:
@@ -636,10 +673,11 @@ class QueueView:
         flushed = Flushed(pending=self._call(self.huey.pending_count),
                           scheduled=self._call(self.huey.scheduled_count),
                           failed=len(kv.failures), results=kv.results,
-                          revoke_flags=len(kv.revoked), kept=sorted(kv.state))
+                          revoke_flags=len(kv.revoked), kept=sorted(k for k in kv.state if not k.startswith(WAITING_PREFIX)))
         self._call(self.huey.flush)
         for key, raw in kv.state.items():
-            self._call(self.huey.storage.put_data, key, raw)
+            if not key.startswith(WAITING_PREFIX):  # their jobs are gone with the queue
+                self._call(self.huey.storage.put_data, key, raw)
         return flushed
 
 

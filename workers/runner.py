@@ -26,6 +26,7 @@ from app.db import Durability
 from app.learn.consolidate import consolidate as consolidate_memory
 from app.learn.diary_entry import write_diary
 from app.learn.embed import embed_pending
+from app.learn.engine_time import record_call
 from app.learn.reading import reading
 from app.learn.session import learn_by_rules, learn_session, waiting_since
 from app.learn.tool_chains import learn_all_macros
@@ -33,6 +34,7 @@ from app.log import get_logger
 from app.model.client import ModelClient
 from app.model.embedders import Embedder, make_embedder
 from app.model.json_modes import JsonModes
+from app.model.usage import JsonCall
 from app.recall.vectors import pending_owners
 from app.tasks.config_tasks import sync_config_tasks
 from app.timeutil import parse_rfc3339
@@ -40,7 +42,7 @@ from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.turn.records import fold_recall_counts
 from app.writer import Writer
-from workers import jobs
+from workers import jobs, waiting
 from workers import queue_metrics as job_metrics
 from workers.chat_activity import (
     chat_began_after,
@@ -57,6 +59,7 @@ from workers.queue import (
     configure,
     exclusive,
     flush_stale_locks,
+    held_locks,
     owner_beat,
     record_failure,
 )
@@ -99,12 +102,18 @@ class JobRunner:
         self.writer = Writer.from_config(config, Durability.NORMAL)
         # How each server and model takes a request for JSON, kept in the memory database.
         json_modes = JsonModes(self.writer)
-        self.model = ModelClient.from_config(config, json_modes=json_modes)
+        # Each learning call's engine time and outcome, kept (app/learn/engine_time.py).
+        writer = self.writer
+
+        def recorded(call: JsonCall) -> None:
+            record_call(writer, call)
+
+        self.model = ModelClient.from_config(config, json_modes=json_modes, on_json_call=recorded)
         # What learns (distill, cards, diary, consolidation): [llm] distill_url's server,
         # else the chat's, whose person it then waits for (workers/chat_activity.py).
         separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
         self.learner = (ModelClient.from_config(config, url=config.llm.distill_url,
-                                                json_modes=json_modes)
+                                                json_modes=json_modes, on_json_call=recorded)
                         if separate else self.model)
         self.chat_server: str | None = None if separate else config.llm.url
         # None with [embedder] kind = "none".
@@ -197,9 +206,11 @@ class JobRunner:
         with reading(writer) as con:
             since = waiting_since(con, config, user_id, session_id)
         if since is None:
+            waiting.started(self.queue, "learn", user_id, session_id)
             jobs.embed(user_id)  # nothing to learn; the turn's events may still need vectors
             return
         if self._waits_for_chat(job, args, {"attempt": attempt}, since, **ids):
+            waiting.still_waiting(self.queue, "learn", user_id, session_id)
             # The turns' vectors meanwhile: a new conversation searches them at once (the
             # embedding model is another, quick one).
             jobs.embed(user_id)
@@ -213,13 +224,16 @@ class JobRunner:
         with exclusive(f"learn-on:{server_id(self.chat_server)}") as free:
             if not free:
                 job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
+                waiting.still_waiting(self.queue, "learn", user_id, session_id)
                 return
             self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
 
     def _learn_locked(self, job: TaskWrapper, args: tuple, user_id: str, session_id: str,
                       attempt: int, task: Task | None, since: float, ids: dict[str, str]) -> None:
         config, writer = self.config, self.writer
-        with exclusive(f"learn:{user_id}:{session_id}") as mine:
+        with exclusive(waiting.lock_name("learn", user_id, session_id)) as mine:
+            # Learning now, or another worker is: either way a later turn may enqueue one.
+            waiting.started(self.queue, "learn", user_id, session_id)
             if not mine:
                 # Another worker is learning this session; it takes everything still undone.
                 log.debug("learn.locked", **ids)
@@ -234,7 +248,7 @@ class JobRunner:
                                            interrupted=self._chat_began(since),
                                            after=after),
                 fallback=lambda: learn_by_rules(writer, config, user_id, session_id),
-                retry=_again(job, args, attempt),
+                retry=self._waiting_again("learn", job, args, attempt + 1, user_id, session_id),
                 **_policy(task),
             )
         if outcome.status == "retrying":
@@ -250,11 +264,23 @@ class JobRunner:
                                 f"{learned.unusable[-1]}")
             log.error("learn.fell_back", error=str(error), **ids)
             _policy(task)["record_failure"](error)
-        if learned.stopped and not self._waits_for_chat(job, args, {"attempt": attempt}, since,
-                                                         **ids):
-            # The person came back and is already gone again: the rest now.
-            job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
+        if learned.stopped:
+            # The person came back: the rest once they are gone again (one job waits).
+            self._waiting_again("learn", job, args, attempt, user_id, session_id)(
+                LEARNER_BUSY_SECONDS)
         jobs.embed(user_id)  # the turns' events, and the new facts and cards
+
+    def _waiting_again(self, kind: str, job: TaskWrapper, args: tuple, attempt: int,
+                       user_id: str, session_id: str) -> Callable[[float], None]:
+        """How a session's job comes back `delay` seconds later, as attempt `attempt`: as
+        the one job of its kind that waits for the session (workers/waiting.py), or not at
+        all when another already waits (that one does the work)."""
+        def again(delay: float) -> None:
+            task = job.s(*args, attempt=attempt, delay=max(0.0, delay))
+            if not waiting.enqueue_waiting(self.queue, kind, task, user_id, session_id):
+                log.debug("job.not_requeued", job=job.func.__name__, user_id=user_id,
+                          session_id=session_id, note=f"another {kind} job waits for it")
+        return again
 
     def embed(self, user_id: str | None, attempt: int, task: Task | None) -> None:
         embedder = self.embedder
@@ -280,17 +306,24 @@ class JobRunner:
         since = parse_rfc3339(row[0]).timestamp() if row and row[0] else None
         if self._waits_for_chat(jobs.diary, (user_id, session_id), {"attempt": attempt}, since,
                                 user_id=user_id, session_id=session_id):
+            waiting.still_waiting(self.queue, "diary", user_id, session_id)
             return
-        attempt_job(
-            config, "diary", attempt, {"user_id": user_id, "session_id": session_id},
-            work=lambda: write_diary(writer, self.learner, config, user_id, session_id,
-                                     after=chat_to_continue(self.queue, config, self.chat_server,
-                                                            user_id, session_id)),
-            fallback=lambda: write_diary(writer, None, config, user_id, session_id,
-                                         extractive=True),
-            retry=_again(jobs.diary, (user_id, session_id), attempt),
-            **_policy(task),
-        )
+        with exclusive(waiting.lock_name("diary", user_id, session_id)) as mine:
+            waiting.started(self.queue, "diary", user_id, session_id)
+            if not mine:
+                return  # another worker writes this session's entry now
+            attempt_job(
+                config, "diary", attempt, {"user_id": user_id, "session_id": session_id},
+                work=lambda: write_diary(writer, self.learner, config, user_id, session_id,
+                                         after=chat_to_continue(self.queue, config,
+                                                                self.chat_server, user_id,
+                                                                session_id)),
+                fallback=lambda: write_diary(writer, None, config, user_id, session_id,
+                                             extractive=True),
+                retry=self._waiting_again("diary", jobs.diary, (user_id, session_id),
+                                          attempt + 1, user_id, session_id),
+                **_policy(task),
+            )
 
     # -- periodic ------------------------------------------------------------------------------
 
@@ -316,23 +349,39 @@ class JobRunner:
         self.queue.put(LAST_DECAY_KEY, decayed_at)
 
     def reconcile(self, grace_seconds: float | None) -> None:
-        """The reconcile sweep: enqueue the work the database says is undone, and count
-        what the turns since the last sweep recalled."""
+        """The reconcile sweep: enqueue the work the database says is undone — one job
+        per session, and none for a session whose job waits or runs (workers/waiting.py) —
+        and count what the turns since the last sweep recalled."""
         work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
         fold_recall_counts(self.writer)  # what the turns recalled, for the memory page
+        locked = {lock.name for lock in held_locks()}
+        # At a worker's start (no grace) a key without its job is stale at once.
+        stale_after = 0.0 if grace_seconds == 0 else waiting.STALE_AFTER_SECONDS
+        for gone in waiting.stale_waiting(self.queue, locked, stale_after=stale_after):
+            log.warning("reconcile.waiting_job_lost", kind=gone.kind, user_id=gone.user_id,
+                        session_id=gone.session_id)
+            waiting.started(self.queue, gone.kind, gone.user_id, gone.session_id)
+        learning: dict[tuple[str, str], Task] = {}
         for user_id, session_id, event_ids in work.distill:
-            jobs.distill(user_id, session_id, event_ids)
+            learning.setdefault((user_id, session_id), jobs.distill.s(user_id, session_id,
+                                                                      event_ids))
         for user_id, session_id in work.compact:
-            jobs.compact(user_id, session_id)
-        for user_id, session_id in work.diary:
-            jobs.diary(user_id, session_id)
+            learning.setdefault((user_id, session_id), jobs.compact.s(user_id, session_id))
+        enqueued = {"learn": 0, "diary": 0}
+        due = [("learn", ids, task) for ids, task in learning.items()]
+        due += [("diary", ids, jobs.diary.s(*ids)) for ids in work.diary]
+        for kind, (user_id, session_id), task in due:
+            if waiting.lock_name(kind, user_id, session_id) in locked:
+                continue  # its job runs now, and takes what is undone
+            enqueued[kind] += waiting.enqueue_waiting(self.queue, kind, task, user_id, session_id)
         if self.embedder is not None:
             with reading(self.writer) as con:
                 if pending_owners(con, self.embedder.model, limit=1):
                     jobs.embed(None)
         if work:
-            log.info("reconcile.enqueued", distill=len(work.distill), compact=len(work.compact),
-                     diary=len(work.diary), closed_sessions=len(work.closed))
+            log.info("reconcile.enqueued", learn=enqueued["learn"], diary=enqueued["diary"],
+                     sessions_to_learn=len(learning), diaries_due=len(work.diary),
+                     closed_sessions=len(work.closed))
 
     def run_scheduled_tasks(self) -> None:
         config, writer = self.config, self.writer

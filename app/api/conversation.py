@@ -80,7 +80,7 @@ from app.model.messages import (
     tool_calls_of,
     tool_name_of,
 )
-from app.tasks.store import is_task_session
+from app.tasks.sessions import is_task_session
 from app.turn.chat import INTERRUPTED_MARKER, ChatService
 
 OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"

@@ -26,7 +26,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
@@ -49,8 +49,10 @@ from app.http.errors import ApiError, error_body, model_failure, turn_error
 from app.log import get_logger
 from app.model.errors import ModelError
 from app.model.messages import ReplyRecord
-from app.turn.agent import Agent
 from app.turn.chat import ChatService, StreamingTurn
+
+if TYPE_CHECKING:
+    from app.turn.agent import Agent
 
 log = get_logger(__name__)
 
@@ -98,7 +100,7 @@ def user_of(who: Caller, body: Mapping[str, Any]) -> str:
 
 
 def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who: Caller,
-                service: ChatService, locks: SessionLocks, agent: Agent) -> Response:
+                service: ChatService, locks: SessionLocks, agent: Agent | None) -> Response:
     """Answer a chat request of `api` ("ollama" or "openai"); see the module docstring.
 
     Raises ApiError in the caller's shape; when the model fails, what was new is kept.
@@ -135,7 +137,7 @@ def answer_chat(api: str, body: dict[str, Any], headers: Mapping[str, str], who:
         client = conversation.client_chat(body, [*unstored.matched, *stored])
         replaced = unstored.replaced
         try:
-            if agent.enabled and not (body.get("tools") or body.get("functions")):
+            if agent is not None and not (body.get("tools") or body.get("functions")):
                 turn: StreamingTurn = agent.answer_client(answered, client, stored, replaced)
             else:
                 turn = service.answer(answered, client=client, stored=stored, replaces=replaced)

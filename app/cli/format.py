@@ -75,7 +75,8 @@ def fact_row(fact: Fact) -> str:
 
 # What a user's edit did, as `hilo memory add|edit|set-profile` say it.
 EDIT_VERBS = {"insert": "Added", "update": "Updated", "unchanged": "Unchanged",
-              "supersede": "Updated (the old value is kept as history)"}
+              "supersede": "Updated (the old value is kept as history)",
+              "history": "Kept as history (a newer value was said since)"}
 
 
 def edited_text(action: str, fact: Fact | None) -> str:

@@ -281,6 +281,10 @@ def _show_status(found: QueueStatus) -> None:
     if found.locks:
         click.echo("Locks held: " + ", ".join(found.locks))
     click.echo(_chat_wait_line(found.chat_wait))
+    if found.learning is not None:
+        click.echo(found.learning.spend.line())
+        if found.learning.stall is not None:
+            click.echo(found.learning.stall.line())
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:

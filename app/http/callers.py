@@ -37,7 +37,7 @@ from app.config import Config
 from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
 from app.http.errors import MAX_JSON_DEPTH, ApiError, json_too_deep
 from app.http.gate import TOKEN_USER
-from app.tasks.store import is_task_session
+from app.tasks.sessions import is_task_session
 
 
 @dataclass(frozen=True)

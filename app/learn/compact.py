@@ -31,6 +31,7 @@ import apsw
 from app.config import Config
 from app.events import mark_compacted
 from app.learn import extractive
+from app.learn.distill import held_by, where_held
 from app.learn.model_output import CardOutput, ask_json, parse_output
 from app.learn.quoting import learning_line
 from app.learn.reading import reading
@@ -54,6 +55,10 @@ search for to find it again. INSTRUCTIONS lines (a scheduled task's prompt) say 
 assistant was asked to do; they are not the user speaking: summarise what was found.
 
 """
+REFERRING_INSTRUCTIONS = """\
+Summarise a part of the conversation above in one or two sentences: technical and specific
+(names, versions, commands, decisions, outcomes). Add 3 to 8 keywords someone would search
+for to find it again. The part to summarise is {where}."""
 # How each role's lines are labelled for the model.
 LABELS = {"user": "USER", "assistant": "ASSISTANT", "tool": "TOOL",
           "system": "INSTRUCTIONS (not the user speaking)"}
@@ -103,9 +108,14 @@ def next_chunk(con: apsw.Connection, config: Config, user_id: str,
 
 def summarise(model: ModelClient, events: list[ChunkEvent], after: SentChat | None = None,
               yield_to: Callable[[], bool] | None = None) -> CardText:
-    lines = "\n".join(e.line for e in events if not e.replaced)
-    raw, text = ask_json(model, WORKER, INSTRUCTIONS + lines, CARD_SCHEMA, SYSTEM, after,
-                         yield_to)
+    """The chunk's card; after a chat that holds the chunk, the question says where it is
+    rather than quoting it again (distill.held_by). A replaced reply is never summarised."""
+    held = held_by(after, events)
+    if held is not None:
+        prompt = REFERRING_INSTRUCTIONS.format(where=where_held(events, held))
+    else:
+        prompt = INSTRUCTIONS + "\n".join(e.line for e in events if not e.replaced)
+    raw, text = ask_json(model, WORKER, prompt, CARD_SCHEMA, SYSTEM, after, yield_to)
     return parse_card(raw, text)
 
 

@@ -2,9 +2,11 @@
 
 The model gets the turn with a JSON schema in `format` at temperature 0.1. Facts about
 the user come from user turns and tool results only: the assistant's text is shown as
-context, and an extracted fact whose words come from the assistant's text and not
-from the user's is dropped (the hallucination feedback loop). Output is parsed
-leniently and validated item by item; nothing invalid is written.
+context. An extracted item is kept only when one source message supports it, and that
+message is its provenance (app/learn/grounding.py: the model's inventions, the
+instruction's examples and the assistant's words are dropped, and what the rules take
+from the same messages is kept beside). Output is parsed leniently and validated item
+by item; nothing invalid is written.
 
 A scheduled task's run (session `task:<id>`) is the other way round: its prompt,
 stored as "system", is what the task was told to do, not the user speaking, so it is
@@ -22,42 +24,51 @@ re-checks which events are still undistilled, so a second run does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 
 from app.config import Config
 from app.events import mark_distilled
-from app.fts import terms
-from app.learn.capture import capture_statements
-from app.learn.model_output import DistillOutput, ask_json, parse_output
+from app.learn.grounding import Dropped, by_rule, covers, judge
+from app.learn.model_output import DistillOutput, ask_json, items_for, parse_output
 from app.learn.quoting import learning_line
 from app.learn.reading import reading
+from app.log import get_logger
 from app.memory import InvalidMemory, is_outside, set_profile, store_fact
 from app.model.client import ModelClient
-from app.model.messages import SentChat, text_with_tool_calls
-from app.tasks.store import is_task_session
+from app.model.messages import SentChat, message_text, text_with_tool_calls
+from app.tasks.sessions import is_task_session
 from app.writer import Writer
+
+log = get_logger(__name__)
 
 WORKER = "distill"
 FALLBACK_WORKER = "distill-rules"
 MAX_EVENT_CHARS = 4000
 MAX_PROMPT_CHARS = 12_000
 
-DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()
+DISTILL_SCHEMA: dict[str, Any] = DistillOutput.format_schema()  # at its most: see distill_schema
+
+
+def distill_schema(sources: int) -> dict[str, Any]:
+    """The schema of a call that learns from `sources` source messages."""
+    return DistillOutput.format_schema(items_for(sources))
 
 SYSTEM = (
     "You keep the long-term memory of a chat assistant about its user. Answer with JSON "
     "only, matching the schema. Use empty lists when there is nothing worth remembering."
 )
 
-INSTRUCTIONS = """\
+WHAT_TO_LEARN = """\
 From the conversation below, extract what is worth remembering about the USER:
-- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "profile": permanent attributes of the user (name, location, language, job, ...), each a short key and its value;
 - "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
   a short key naming what it is about (e.g. "editor", "staging database"), and the value.
+"""
+INSTRUCTIONS = WHAT_TO_LEARN + """\
 Take facts only from USER and TOOL lines. ASSISTANT lines are context: never take a fact from them.
 
 """
@@ -65,7 +76,7 @@ Take facts only from USER and TOOL lines. ASSISTANT lines are context: never tak
 TASK_INSTRUCTIONS = """\
 Below is an unattended run of a scheduled task the user set up earlier. Extract what is worth
 remembering from what the task found:
-- "profile": permanent attributes of the user (name, location, language, job, ...) as short key -> value strings;
+- "profile": permanent attributes of the user (name, location, language, job, ...), each a short key and its value;
 - "facts": dated facts, each with a category (fact, decision, solution, preference, conversation),
   a short key naming what it is about (e.g. "backups", "weather in Lisbon"), and the value.
 Take facts only from RESULT and TOOL lines. The TASK line is what the task was told to do, not
@@ -121,6 +132,9 @@ class TurnEvent:
 class Extraction:
     profile: dict[str, str] = field(default_factory=dict)
     facts: list[tuple[str, str, str]] = field(default_factory=list)  # (category, key, value)
+    # Each item's supporting message: ("profile", key) or (category, key) → event id.
+    support: dict[tuple[str, str], int] = field(default_factory=dict)
+    by_rule: set[tuple[str, str]] = field(default_factory=set)  # items the rules found
 
     def __bool__(self) -> bool:
         return bool(self.profile or self.facts)
@@ -209,6 +223,84 @@ def build_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: s
     return instructions + "\n".join(lines)
 
 
+# The start of the first message a referring prompt points at, so a model finds it.
+ANCHOR_WORDS = 8
+
+
+@dataclass(frozen=True)
+class Held:
+    """Where the messages a learning call is about sit in the chat it continues: `count`
+    messages, one after another, followed by `after` more."""
+
+    count: int
+    after: int
+
+
+class Said(Protocol):
+    """A stored message as a prompt shows it (TurnEvent, compact.ChunkEvent)."""
+
+    role: str
+    content: str
+    from_outside: bool
+    replaced: bool
+
+
+def held_by(chat: SentChat | None, events: Sequence[Said],
+            voices: Voices = CONVERSATION) -> Held | None:
+    """Where all the events a prompt would show are in `chat` (its messages, then its
+    reply), in order and one after another; None when some are not, or when one is
+    content from outside (shown quoted, never as the user's words)."""
+    shown = [e for e in events if e.role in voices.labels and not e.replaced]
+    if (chat is None or voices is not CONVERSATION or not shown
+            or any(e.from_outside for e in shown)):
+        return None
+    messages = [*chat.body.get("messages", []), {"role": "assistant", "content": chat.reply}]
+    said = [(m.get("role"), " ".join(message_text(m).split())) for m in messages
+            if isinstance(m, Mapping)]
+    wanted = [(e.role, " ".join(e.content.split())) for e in shown]
+    for start in range(len(said) - len(wanted), -1, -1):  # the latest place first
+        if all(role == said[start + i][0] and text and said[start + i][1].endswith(text)
+               for i, (role, text) in enumerate(wanted)):  # a memory note may go before
+            return Held(len(wanted), len(said) - start - len(wanted))
+    return None
+
+
+def where_held(events: Sequence[Said], held: Held) -> str:
+    """Where held messages are in the chat above, in words a model can follow: how many,
+    how far from its end, and how the first of them begins."""
+    first = next(e for e in events if e.role in CONVERSATION.labels and not e.replaced)
+    anchor = " ".join(first.content.split()[:ANCHOR_WORDS])
+    whose = {"user": "the user's message", "assistant": "the assistant's reply",
+             "tool": "the tool result"}.get(first.role, "the message")
+    where = (f"the last {held.count} messages above" if not held.after else
+             f"{held.count} messages above, ending {held.after} messages before the last one")
+    return f'{where}, from {whose} that begins "{anchor}"'
+
+
+def referring_prompt(events: list[TurnEvent], held: Held, also: str = "",
+                     learned: frozenset[int] = frozenset()) -> str:
+    """The instructions for messages the chat above already holds: where they are, not
+    their text again (the server's cache holds them; only this is read anew)."""
+    earlier = sum(1 for e in events if e.id in learned and e.role in CONVERSATION.sources)
+    return (WHAT_TO_LEARN.replace("the conversation below", "the conversation above")
+            + (also.rstrip("\n") + "\n" if also else "")
+            + f"\nThe conversation to learn from is {where_held(events, held)}. Take facts "
+            "only from the user's messages and tool results among them; the assistant's are "
+            "context: never take a fact from them."
+            + (f" {earlier} of the user's messages among them were learned from before: take "
+               "no facts from them." if earlier else ""))
+
+
+def learning_prompt(events: list[TurnEvent], voices: Voices = CONVERSATION, also: str = "",
+                    learned: frozenset[int] = frozenset(), chat: SentChat | None = None) -> str:
+    """The prompt of a learning call about `events`: one that points at them when the
+    chat it continues (`chat`) holds them all, else one that quotes them (build_prompt)."""
+    held = held_by(chat, events, voices)
+    if held is not None:
+        return referring_prompt(events, held, also, learned)
+    return build_prompt(events, voices, also, learned)
+
+
 def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
     """The model's JSON, validated item by item; InvalidOutput if it is not an extraction."""
     output = parse_output(DistillOutput, WORKER, raw, text)
@@ -216,30 +308,44 @@ def parse_extraction(raw: dict | list, text: str = "") -> Extraction:
                       facts=[(fact.category, fact.key, fact.value) for fact in output.facts])
 
 
-def _grounded(text: str, source_words: set[str], context_words: set[str]) -> bool:
-    """False for text whose words come from the context and not from a source."""
-    words = set(terms(text, min_length=3))
-    return not words or bool(words & source_words) or not (words & context_words)
-
-
 def keep_grounded(extraction: Extraction, events: list[TurnEvent],
-                  voices: Voices = CONVERSATION,
-                  learned: frozenset[int] = frozenset()) -> tuple[Extraction, int]:
-    """Drop what is worded from the context and not from a source; an event in `learned`
-    is context too (what it said is stored already)."""
-    def is_source(e: TurnEvent) -> bool:
-        return e.role in voices.sources and e.id not in learned
-
+                  voices: Voices = CONVERSATION, learned: frozenset[int] = frozenset(),
+                  also: str = "") -> tuple[Extraction, list[Dropped]]:
+    """What of the model's extraction a source message supports, each item with that
+    message (app/learn/grounding.py), and what the rules take from the same messages
+    besides; an event in `learned` is context (what it said is stored already). `also`:
+    what the prompt asked besides the instructions (its words are no support either)."""
     events = [e for e in events if not e.replaced]
-    source = set().union(*(terms(e.content, min_length=3) for e in events if is_source(e)))
-    context = set().union(*(terms(e.content, min_length=3) for e in events
-                            if e.role in voices.context or e.id in learned))
+    sources = [e for e in events if e.role in voices.sources and e.id not in learned]
+    context = [e for e in events if e.role in voices.context or e.id in learned]
+    items = [(("profile", k), k, v) for k, v in extraction.profile.items()]
+    items += [((c, k), k, v) for c, k, v in extraction.facts]
+    judged = judge(items, sources, context, f"{SYSTEM}\n{voices.instructions}\n{also}")
     kept = Extraction(
-        profile={k: v for k, v in extraction.profile.items() if _grounded(v, source, context)},
-        facts=[f for f in extraction.facts if _grounded(f[2], source, context)],
-    )
-    dropped = len(extraction.profile) + len(extraction.facts) - len(kept.profile) - len(kept.facts)
-    return kept, dropped
+        profile={k: v for k, v in extraction.profile.items() if ("profile", k) in judged.supported_by},
+        facts=[f for f in extraction.facts if (f[0], f[1]) in judged.supported_by],
+        support=dict(judged.supported_by))
+    if judged.dropped:
+        log.info("learn.not_grounded", dropped=[f"{d.key}: {d.value} ({d.reason})"
+                                                for d in judged.dropped])
+    _add_rules(kept, sources)
+    return kept, judged.dropped
+
+
+def _add_rules(kept: Extraction, sources: list[TurnEvent]) -> None:
+    """What the rules take from `sources` that the kept items do not say already."""
+    for kind, category, key, value, event_id in by_rule(sources):
+        said = [f"{k} {v}" for k, v in kept.profile.items()] + [f"{k} {v}" for _, k, v in kept.facts]
+        if covers(said, value) or (kind == "profile" and key in kept.profile):
+            continue  # ("city: Madrid" says what the rule's "location: Madrid" does)
+        if kind == "profile":
+            kept.profile[key] = value
+            item = ("profile", key)
+        else:
+            kept.facts.append((category, key, value))
+            item = (category, key)
+        kept.support[item] = event_id
+        kept.by_rule.add(item)
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -261,18 +367,24 @@ def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_
     if not pending:
         return DistillResult()  # another run got here first
     result = DistillResult(events=len(pending))
+
+    def provenance(item: tuple[str, str]) -> dict:
+        """Who learned the item, and the message that supports it."""
+        return {"worker": FALLBACK_WORKER if item in extraction.by_rule else worker,
+                "source_event_id": extraction.support.get(item, source_event_id)}
+
     for key, value in extraction.profile.items():
         try:
             result.profile[key] = set_profile(con, user_id, key, value, source="agent",
-                                              worker=worker, source_event_id=source_event_id,
-                                              from_outside=from_outside)
+                                              from_outside=from_outside,
+                                              **provenance(("profile", key)))
         except InvalidMemory:
             result.dropped += 1
     for category, key, value in extraction.facts:
         try:
             action = store_fact(con, user_id, category, key, value, source="agent",
-                                worker=worker, source_event_id=source_event_id,
-                                similarity=similarity, from_outside=from_outside).action
+                                similarity=similarity, from_outside=from_outside,
+                                **provenance((category, key))).action
         except InvalidMemory:
             result.dropped += 1
             continue
@@ -305,13 +417,14 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
         events = undistilled_events(con, user_id, session_id, event_ids)
     if not events:
         return DistillResult()
-    extraction, dropped = Extraction(), 0
+    extraction, dropped = Extraction(), []
     voices = voices_of(session_id)
-    if any(e.role in voices.sources for e in events):
-        raw, text = ask_json(model, WORKER, build_prompt(events, voices), DISTILL_SCHEMA, SYSTEM,
-                             after, yield_to)
+    sources = sum(1 for e in events if e.role in voices.sources)
+    if sources:
+        raw, text = ask_json(model, WORKER, learning_prompt(events, voices, chat=after),
+                             distill_schema(sources), SYSTEM, after, yield_to)
         extraction, dropped = keep_grounded(parse_extraction(raw, text), events, voices)
-    return _write(writer, config, user_id, session_id, events, extraction, WORKER, dropped)
+    return _write(writer, config, user_id, session_id, events, extraction, WORKER, len(dropped))
 
 
 def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
@@ -322,9 +435,10 @@ def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
     if not events:
         return DistillResult()
     extraction = Extraction()
-    for event in events:
-        if event.role == "user":
-            captured = capture_statements(event.content)
-            extraction.profile.update(captured.profile)
-            extraction.facts.extend(captured.facts)
+    for kind, category, key, value, event_id in by_rule(events):
+        if kind == "profile":
+            extraction.profile[key] = value
+        else:
+            extraction.facts.append((category, key, value))
+        extraction.support[("profile", key) if kind == "profile" else (category, key)] = event_id
     return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER)

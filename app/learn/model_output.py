@@ -2,7 +2,11 @@
 
 Each job's output is a pydantic model below. The JSON schema sent with the request
 (Ollama's `format`) is generated from it by `format_schema()`: every field asked for,
-inlined and without annotations, as llama.cpp's grammars take it. Validation is lenient
+inlined and without annotations, as llama.cpp's grammars take it, and bounded — each
+list has a `maxItems`, each string a `maxLength` — so a grammar-constrained reply ends:
+without bounds, a small model loops inside the JSON until its context is full (issue 38:
+16 minutes; bounded, the same model ended in 1.4–2.3 s). The call's output limit is
+derived from the same bounds (`output_limit`). Validation is lenient
 where local models are sloppy: the outermost JSON value is taken from prose
 (parse_json_leniently, below), placeholder values ("none", "unknown", …) and over-long
 ones are dropped, a bad item is dropped rather than the whole output, and only output
@@ -25,6 +29,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     WrapValidator,
     model_validator,
 )
@@ -41,16 +46,26 @@ PLACEHOLDERS = frozenset({
     "not mentioned", "not provided", "no", "desconocido", "ninguno", "ninguna", "nada",
 })
 EXCERPT_CHARS = 200
-# Longer values are not what was asked for: dropped, not cut.
-PROFILE_KEY_CHARS = 100
-FACT_KEY_CHARS = 200
-VALUE_CHARS = 2000
-SUMMARY_CHARS = 1000
-KEYWORD_CHARS = 60
-ENTRY_CHARS = 1000
-MAX_KEYWORDS = 12
+# The bounds of the schemas sent; longer values are not what was asked for: dropped, not
+# cut. A fact's value is a phrase ("uses vim for Python"), a summary or an entry one or
+# two sentences.
+PROFILE_KEY_CHARS = 40
+FACT_KEY_CHARS = 60
+VALUE_CHARS = 160
+SUMMARY_CHARS = 400
+KEYWORD_CHARS = 40
+ENTRY_CHARS = 400
+MAX_KEYWORDS = 8
+MAX_FACTS = 6  # per call; fewer for fewer source messages (items_for)
+MAX_PROFILE = 3
+FACTS_PER_SOURCE = 3
+PROFILE_PER_SOURCE = 2
 # A fact without a usable key is named by this many words of its value.
 KEY_WORDS = 4
+# Tokens of the output limit per character the bounded schema allows: JSON text runs at
+# three to four characters a token, so a whole reply at every bound still fits.
+CHARS_PER_TOKEN = 3
+LIMIT_SLACK_TOKENS = 16
 
 
 class InvalidOutput(HiloError, ValueError):
@@ -142,11 +157,15 @@ class ModelOutput(BaseModel):
     model_config = _EVERY_FIELD_ASKED
 
     @classmethod
-    def format_schema(cls) -> dict[str, Any]:
+    def format_schema(cls, items: Mapping[str, int] | None = None) -> dict[str, Any]:
         """The JSON schema to send as `format`: the complete output, refs inlined, no
-        titles, descriptions or defaults."""
+        titles, descriptions or defaults; `items` lowers lists' maxItems by field name."""
         schema = cls.model_json_schema(mode="serialization")
-        return _inlined(schema, schema.get("$defs", {}))
+        inlined = _inlined(schema, schema.get("$defs", {}))
+        for name, most in (items or {}).items():
+            field = inlined["properties"][name]
+            field["maxItems"] = min(field.get("maxItems", most), most)
+        return inlined
 
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "$defs"})
@@ -176,12 +195,33 @@ def _keyword(value: Any) -> str | None:
     return clean_text(value, KEYWORD_CHARS) if isinstance(value, str) else None
 
 
+def _bounded_text(max_chars: int) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "maxLength": max_chars})
+
+
+def _at_most(count: int) -> AfterValidator:
+    return AfterValidator(lambda found: found[:count] if isinstance(found, list)
+                          else dict(list(found.items())[:count]))
+
+
 Category = Annotated[Literal[CATEGORIES], BeforeValidator(_category)]
 ProfileKey = Annotated[str, _cleaned(PROFILE_KEY_CHARS)]
-Value = Annotated[str, _cleaned(VALUE_CHARS)]
+Value = Annotated[str, _cleaned(VALUE_CHARS), _bounded_text(VALUE_CHARS)]
 # A placeholder key is as good as none: the fact is then named by its value.
-FactKey = Annotated[str, BeforeValidator(lambda value: clean_text(value, FACT_KEY_CHARS) or "")]
-Keyword = Annotated[str, BeforeValidator(_keyword)]
+FactKey = Annotated[str, BeforeValidator(lambda value: clean_text(value, FACT_KEY_CHARS) or ""),
+                    _bounded_text(FACT_KEY_CHARS)]
+Keyword = Annotated[str, BeforeValidator(_keyword), _bounded_text(KEYWORD_CHARS)]
+# Asked for as a list of {"key", "value"} pairs: an object with free keys cannot be
+# bounded in a grammar (llama.cpp's and Ollama's take no maxProperties).
+PROFILE_PAIRS = {"type": "array", "maxItems": MAX_PROFILE, "items": {
+    "type": "object",
+    "properties": {"key": {"type": "string", "maxLength": PROFILE_KEY_CHARS},
+                   "value": {"type": "string", "maxLength": VALUE_CHARS}},
+    "required": ["key", "value"]}}
+# Validators run last-listed first: split a comma-separated string, keep the valid
+# keywords, then the first MAX_KEYWORDS of them.
+Keywords = Annotated[list[Keyword], WrapValidator(_valid_items), _at_most(MAX_KEYWORDS),
+                     BeforeValidator(_comma_separated)]
 
 
 class DistilledFact(BaseModel):
@@ -203,9 +243,11 @@ class DistilledFact(BaseModel):
 class DistillOutput(ModelOutput):
     """distill: the user's permanent profile attributes and dated facts."""
 
-    profile: Annotated[dict[ProfileKey, Value],
-                       WrapValidator(_valid_entries)] = Field(default_factory=dict)
-    facts: Annotated[list[DistilledFact], WrapValidator(_valid_items)] = Field(default_factory=list)
+    profile: Annotated[dict[ProfileKey, Value], WrapValidator(_valid_entries),
+                       _at_most(MAX_PROFILE), WithJsonSchema(PROFILE_PAIRS)] = Field(
+        default_factory=dict)
+    facts: Annotated[list[DistilledFact], WrapValidator(_valid_items), _at_most(MAX_FACTS)] = Field(
+        default_factory=list, json_schema_extra={"maxItems": MAX_FACTS})
 
     @model_validator(mode="before")
     @classmethod
@@ -219,31 +261,32 @@ class DistillOutput(ModelOutput):
         return data
 
 
+def items_for(sources: int) -> dict[str, int]:
+    """The most profile attributes and facts worth asking of `sources` source messages."""
+    sources = max(1, sources)
+    return {"profile": min(MAX_PROFILE, PROFILE_PER_SOURCE * sources),
+            "facts": min(MAX_FACTS, FACTS_PER_SOURCE * sources)}
+
+
 class CardOutput(ModelOutput):
     """compact and consolidate: a card's summary and its search keywords."""
 
-    summary: Annotated[str, _cleaned(SUMMARY_CHARS)]
-    # Validators run last-listed first: split a comma-separated string, keep the valid
-    # keywords, then the first MAX_KEYWORDS of them.
-    keywords: Annotated[list[Keyword], WrapValidator(_valid_items),
-                        AfterValidator(lambda words: words[:MAX_KEYWORDS]),
-                        BeforeValidator(_comma_separated)] = Field(default_factory=list)
+    summary: Annotated[str, _cleaned(SUMMARY_CHARS), _bounded_text(SUMMARY_CHARS)]
+    keywords: Keywords = Field(default_factory=list, json_schema_extra={"maxItems": MAX_KEYWORDS})
 
 
 class ChunkOutput(DistillOutput):
     """learn: a chunk of turns in one answer — its profile attributes and facts, as
     distill's, and its card, as compact's."""
 
-    summary: Annotated[str, _cleaned(SUMMARY_CHARS)]
-    keywords: Annotated[list[Keyword], WrapValidator(_valid_items),
-                        AfterValidator(lambda words: words[:MAX_KEYWORDS]),
-                        BeforeValidator(_comma_separated)] = Field(default_factory=list)
+    summary: Annotated[str, _cleaned(SUMMARY_CHARS), _bounded_text(SUMMARY_CHARS)]
+    keywords: Keywords = Field(default_factory=list, json_schema_extra={"maxItems": MAX_KEYWORDS})
 
 
 class DiaryOutput(ModelOutput):
     """diary: a session's entry."""
 
-    entry: Annotated[str, _cleaned(ENTRY_CHARS)]
+    entry: Annotated[str, _cleaned(ENTRY_CHARS), _bounded_text(ENTRY_CHARS)]
 
 
 # -- asking and judging ------------------------------------------------------------------------
@@ -275,17 +318,53 @@ def ask_json(model: ModelClient, job: str, prompt: str, schema: Mapping[str, Any
 
     With `after`, the question is asked as the next message of that chat, whose prompt
     the model server's cache still holds: only the question is read anew. With
-    `yield_to`, the call gives way to a person (app.model.errors.ModelCallYielded)."""
+    `yield_to`, the call gives way to a person (app.model.errors.ModelCallYielded). The
+    call's output limit is what `schema` allows (output_limit); past it, or past the
+    client's learning deadline, it is cut (app.model.errors.OverBudget)."""
+    limit = output_limit(schema)
     if after is not None:
         question = f"{system}\n\n{prompt}" if system else prompt
-        text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to)
+        text = model.continue_json(after, question, schema, temperature=0.1, yield_to=yield_to,
+                                   max_tokens=limit, job=job)
     else:
         text = model.generate_json(prompt, schema, system=system, temperature=0.1,
-                                   yield_to=yield_to)
+                                   yield_to=yield_to, max_tokens=limit, job=job)
     parsed = parse_json_leniently(text)
     if parsed is None:
         raise InvalidOutput(job, "no JSON object in the reply", text)
     return parsed, text
+
+
+def output_limit(schema: Mapping[str, Any]) -> int | None:
+    """The tokens a reply to `schema` needs at most: the characters of a reply at every
+    bound (the most items, each string at its longest), at CHARS_PER_TOKEN; None for a
+    schema with no bound somewhere (then only the deadline holds the call)."""
+    chars = _most_chars(schema)
+    return None if chars is None else -(-chars // CHARS_PER_TOKEN) + LIMIT_SLACK_TOKENS
+
+
+def _most_chars(schema: Mapping[str, Any]) -> int | None:
+    """The longest JSON text `schema` allows, with a space after each separator; None
+    when unbounded."""
+    if "enum" in schema:
+        return max(len(json.dumps(value)) for value in schema["enum"])
+    kind = schema.get("type")
+    if kind == "string":
+        most = schema.get("maxLength")
+        return None if most is None else most + 2
+    if kind == "array":
+        item, most = _most_chars(schema.get("items") or {}), schema.get("maxItems")
+        return None if item is None or most is None else 2 + most * (item + 2)
+    if kind == "object":
+        if schema.get("additionalProperties") not in (None, False):
+            return None
+        fields = [(name, _most_chars(field)) for name, field in schema.get("properties", {}).items()]
+        if any(chars is None for _, chars in fields):
+            return None
+        return 2 + sum(len(json.dumps(name)) + 4 + (chars or 0) for name, chars in fields)
+    if kind in ("number", "integer", "boolean", "null"):
+        return 24
+    return None
 
 
 def parse_json_leniently(text: str) -> dict | list | None:

@@ -23,7 +23,9 @@ idle gap) shows them as context only, so no turn's facts are asked for twice.
 An answer with nothing usable is asked again once, at once; a second unusable answer
 ends the run's model calls — the model is not writing usable JSON now — and what is left
 of the session gets the fallback (learn_by_rules: explicit statements by rule, cards that
-quote their chunk), so no later job asks the same again.
+quote their chunk), so no later job asks the same again. A call cut at its own budget
+(its output limit or its deadline: app/model/usage.py) ends them at once: asked again at
+temperature 0.1, the model loops the same way, for the whole budget again.
 
 Before each call, `go_on()` is asked whether to make it (the person may be back), and
 a call in progress gives way the moment it says no: the run stops where it is, and what
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import apsw
 
@@ -53,28 +55,35 @@ from app.learn.distill import (
     WORKER,
     DistillResult,
     Extraction,
-    build_prompt,
     capture_turn,
     distill_turn,
     keep_grounded,
     learned_from_outside,
+    learning_prompt,
     needs_compaction,
     store_extraction,
     turn_events,
     undistilled_in_session,
     voices_of,
 )
-from app.learn.model_output import ChunkOutput, InvalidOutput, ask_json, parse_output
+from app.learn.model_output import (
+    ChunkOutput,
+    InvalidOutput,
+    ask_json,
+    items_for,
+    parse_output,
+)
 from app.learn.reading import reading
 from app.model.client import ModelClient
-from app.model.errors import ModelCallYielded
+from app.model.errors import ModelCallYielded, OverBudget
 from app.model.messages import SentChat
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
 
 T = TypeVar("T")
 
-CHUNK_SCHEMA: dict[str, Any] = ChunkOutput.format_schema()
+# The job name a chunk's call is recorded under (its facts and its card at once).
+CHUNK_JOB = "learn"
 CARD_ALSO = """\
 - "summary": this part of the conversation in one or two sentences, technical and specific
   (names, versions, commands, decisions, outcomes);
@@ -158,7 +167,8 @@ class _Steps:
 
     def answer(self, ask: Callable[[], T]) -> T | None:
         """ask() the model, and once more if its answer is unusable; None after a second
-        unusable one, when the run falls back (LearnResult.fell_back)."""
+        unusable one, or after a call cut at its budget, when the run falls back
+        (LearnResult.fell_back)."""
         for _ in range(2):
             try:
                 answered = ask()
@@ -166,6 +176,10 @@ class _Steps:
                 self.result.calls += 1
                 self.result.unusable.append(str(exc))
                 continue
+            except OverBudget as exc:
+                self.result.calls += 1
+                self.result.unusable.append(str(exc))
+                break
             self.result.calls += 1  # calls answered; one given way is not counted
             return answered
         self.result.fell_back = True
@@ -240,21 +254,24 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
     # Turns an earlier call learned from are context: their facts are stored already.
     known = frozenset(e.id for e in events if e.id not in undistilled)
     extraction, dropped = Extraction(), 0
-    if any(e.role in voices.sources and e.id in undistilled for e in events):
-        prompt = build_prompt(events, voices, also=CARD_ALSO, learned=known)
+    sourced = [e for e in events if e.role in voices.sources and e.id in undistilled]
+    if sourced:
+        prompt = learning_prompt(events, voices, also=CARD_ALSO, learned=known, chat=after)
+        schema = ChunkOutput.format_schema(items_for(len(sourced)))
 
         def ask() -> ChunkOutput:
-            raw, text = ask_json(model, WORKER, prompt, CHUNK_SCHEMA, SYSTEM, after,
+            raw, text = ask_json(model, CHUNK_JOB, prompt, schema, SYSTEM, after,
                                  steps.yield_to())
             return parse_output(ChunkOutput, WORKER, raw, text)
 
         output = steps.answer(ask)
         if output is None:
             return
-        extraction, dropped = keep_grounded(
+        extraction, refused = keep_grounded(
             Extraction(profile=output.profile,
                        facts=[(f.category, f.key, f.value) for f in output.facts]),
-            events, voices, known)
+            events, voices, known, also=CARD_ALSO)
+        dropped = len(refused)
         card = CardText(output.summary, ", ".join(output.keywords))
     else:
         answered = steps.answer(lambda: summarise(model, chunk, after, steps.yield_to()))

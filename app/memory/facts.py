@@ -16,7 +16,7 @@ from typing import Literal, get_args
 import apsw
 
 from app.memory.corrections import mark_corrected
-from app.memory.provenance import WriteAction, log_change, log_deletions
+from app.memory.provenance import WriteAction, log_change, log_deletions, said_at, said_earlier
 from app.memory.validation import (
     InvalidMemory,
     check_entry,
@@ -118,7 +118,9 @@ def upsert_fact(
     """One current fact per (user, category, key), without the dedupe of `store_fact`.
 
     Same value → unchanged; a new value supersedes the current row (kept, with
-    superseded_at and superseded_by); a tombstoned key is left alone unless the user
+    superseded_at and superseded_by); a worker's value said before the current one
+    (its source message is older: an older chunk learned after a newer turn) is kept
+    as history behind it ("history"); a tombstoned key is left alone unless the user
     sets it again. `from_outside` (app.memory.provenance.is_outside; unstated: outside):
     the statement is content from outside (an unchanged fact stays from outside only if
     every statement of it did).
@@ -141,6 +143,13 @@ def upsert_fact(
                         "from_outside = min(from_outside, ?) WHERE id = ?",
                         (now, importance, int(from_outside), current.id))
             return FactWrite("unchanged", current.id)
+        current_said = said_at(con, current.source_event_id, current.created_at)
+        if (current.deleted_at is None and source != "user"
+                and said_earlier(con, source_event_id, current_said)):
+            return _keep_as_history(con, user_id, category, key, value, current, current_said,
+                                    source=source, worker=worker,
+                                    source_event_id=source_event_id, importance=importance,
+                                    from_outside=from_outside)
         con.execute("UPDATE facts SET superseded_at = ? WHERE id = ?", (now, current.id))
         if source == "user" and current.deleted_at is None:
             # The person's correction: what said the old value is recalled with the new one.
@@ -161,6 +170,31 @@ def upsert_fact(
     log_change(con, user_id, "fact", fact_id, "supersede", old, value, worker=worker,
                created_at=now, source_event_id=source_event_id)
     return FactWrite("supersede", fact_id)
+
+
+def _keep_as_history(con: apsw.Connection, user_id: str, category: str, key: str, value: str,
+                     current: Fact, current_said: tuple[str, int] | None, *, source: str,
+                     worker: str, source_event_id: int, importance: float,
+                     from_outside: bool) -> FactWrite:
+    """Store an older statement as the current fact's history: dated when it was said and
+    superseded when the current value was (as import_fact keeps an older value)."""
+    said = said_at(con, source_event_id)
+    assert said is not None and current_said is not None  # said_earlier found both
+    same = con.execute("SELECT id FROM facts WHERE user_id = ? AND category = ? AND key = ? "
+                       "AND source_event_id = ? AND value = ?",
+                       (user_id, category, key, source_event_id, value)).fetchone()
+    if same is not None:  # learned again from the same message
+        return FactWrite("unchanged", same[0])
+    con.execute(
+        "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
+        "updated_at, superseded_at, superseded_by, importance, from_outside) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (user_id, category, key, value, source, source_event_id, said[0], said[0],
+         max(said[0], current_said[0]), current.id, importance, int(from_outside)))
+    fact_id = con.last_insert_rowid()
+    log_change(con, user_id, "fact", fact_id, "insert", None, value, worker=worker,
+               created_at=utc_now(), source_event_id=source_event_id)
+    return FactWrite("history", fact_id)
 
 
 def delete_fact(con: apsw.Connection, user_id: str, fact_id: int, *, worker: str = "user") -> bool:

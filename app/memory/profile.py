@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from app.memory.provenance import WriteAction, log_change, log_deletions
+from app.memory.provenance import WriteAction, log_change, log_deletions, said_at, said_earlier
 from app.memory.validation import check_entry, same_value
 from app.timeutil import utc_now
 
@@ -39,14 +39,17 @@ def set_profile(
     source_event_id: int | None = None,
     from_outside: bool = True,
 ) -> WriteAction:
-    """Upsert one profile key. A key the user deleted is not re-created by a worker.
+    """Upsert one profile key. A key the user deleted is not re-created by a worker, nor
+    its value replaced by a worker's statement said before it (an older chunk learned
+    after a newer turn).
     `from_outside` (app.memory.provenance.is_outside; unstated: outside): the value is
     content from outside (kept as it is for an unchanged value only if every statement of
     it did)."""
     key, value = check_entry(key, value, KEY_CHARS, VALUE_CHARS)
     now = utc_now()
     row = con.execute(
-        "SELECT value, deleted_at FROM profile WHERE user_id = ? AND key = ?", (user_id, key)
+        "SELECT value, deleted_at, source_event_id, updated_at FROM profile "
+        "WHERE user_id = ? AND key = ?", (user_id, key)
     ).fetchone()
     if row is None:
         con.execute(
@@ -57,7 +60,7 @@ def set_profile(
         log_change(con, user_id, "profile", key, "insert", None, value, worker=worker,
                    created_at=now, source_event_id=source_event_id)
         return "insert"
-    old_value, deleted_at = row
+    old_value, deleted_at, old_source_event_id, old_updated_at = row
     if deleted_at is not None and source != "user":
         return "tombstoned"
     if deleted_at is None and same_value(old_value, value):
@@ -65,6 +68,9 @@ def set_profile(
             con.execute("UPDATE profile SET from_outside = 0 WHERE user_id = ? AND key = ?",
                         (user_id, key))
         return "unchanged"
+    if (deleted_at is None and source != "user" and said_earlier(
+            con, source_event_id, said_at(con, old_source_event_id, old_updated_at))):
+        return "unchanged"  # said before the value the key holds: that one stays
     con.execute(
         "UPDATE profile SET value = ?, source = ?, source_event_id = ?, updated_at = ?, "
         "deleted_at = NULL, from_outside = ? WHERE user_id = ? AND key = ?",

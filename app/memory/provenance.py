@@ -40,10 +40,32 @@ def is_outside(hand: Hand | None = None, *, reading: Iterable[bool] | bool = ())
 
 
 # What a write did, as the write functions report it to their callers.
-WriteAction = Literal["insert", "update", "supersede", "unchanged", "tombstoned"]
+# "history": a worker's statement older than the current value's, kept behind it.
+WriteAction = Literal["insert", "update", "supersede", "unchanged", "tombstoned", "history"]
 OwnerKind = Literal["profile", "fact", "card", "diary"]
 # What memory_log records (its CHECK constraint).
 LoggedAction = Literal["insert", "update", "supersede", "delete", "restore"]
+
+
+def said_at(con: apsw.Connection, source_event_id: int | None,
+            written_at: str | None = None) -> tuple[str, int] | None:
+    """When a statement was made: its source message's (created_at, id), else (for a row
+    with none, such as the user's own edit) when it was written; None when unknown."""
+    if source_event_id is not None:
+        row = con.execute("SELECT created_at, id FROM events WHERE id = ?",
+                          (source_event_id,)).fetchone()
+        if row is not None:
+            return row[0], row[1]
+    return (written_at, 2**63) if written_at is not None else None
+
+
+def said_earlier(con: apsw.Connection, source_event_id: int | None,
+                 current: tuple[str, int] | None) -> bool:
+    """Whether a statement from `source_event_id` was made before the current value's
+    (`current`, said_at): learning may reach an older chunk after a newer turn, and what
+    was said first must not replace what was said since."""
+    new = said_at(con, source_event_id) if source_event_id is not None else None
+    return new is not None and current is not None and new < current
 
 
 def log_change(con: apsw.Connection, user_id: str, kind: OwnerKind, owner_id: str | int,

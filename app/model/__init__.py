@@ -3,6 +3,7 @@
     client.py       ModelClient: chat, JSON, embeddings and relays against one model server
     errors.py       ModelError and its family: what failed, where, what to do, retry or not
     stream.py       a chat reply, whole (ChatReply) or as it streams (ChatStream)
+    usage.py        what a call cost the engine (EngineTime, JsonCall), a learning call's budget
     transport.py    HTTP to one server: failures become ModelErrors, model work is reported
     apis.py         Ollama's native API and the OpenAI-compatible one, as Hilo's calls speak them
     relay.py        a client's chat request relayed in its own API, its reply read on the side

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from app.model.errors import OverBudget
 from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
 from app.model.messages import Message, ReplyRecord, ToolSpec, cached_tokens, tool_calls_of
-from app.model.prompt_speed import prompt_read
 from app.model.stream import ACCEPTED, ChatReply
 from app.model.transport import Transport, frame_field
+from app.model.usage import CallBudget, EngineTime, engine_time
 
 
 class OllamaAPI:
@@ -71,14 +73,16 @@ class OllamaAPI:
     def generate_json(
         self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
         yield_to: Callable[[], bool] | None = None, mode: str = "schema",
-    ) -> str:
+        budget: CallBudget | None = None,
+    ) -> JsonReply:
         """The reply to `prompt`, JSON asked for as `mode` (app/model/json_modes.py) says."""
         fields: dict[str, Any] = {"prompt": with_schema(prompt, schema, mode),
                                   **ollama_format(schema, mode)}
         if system is not None:
             fields["system"] = system
         return json_reply_text(self._transport, "/api/generate",
-                               self._body(model, {"temperature": temperature}, **fields), yield_to)
+                               self._body(model, {"temperature": temperature}, **fields),
+                               yield_to, budget)
 
     embed_endpoint = "POST /api/embed"
 
@@ -104,7 +108,7 @@ def _ollama_reply(frame: Mapping[str, Any], text: str, model: str,
         done_reason=frame.get("done_reason"),
         tool_calls=tuple(tool_calls),
         prompt_cached_count=frame.get("prompt_eval_cached_count"),
-        prompt_read=prompt_read(dict(frame)),
+        engine=engine_time(frame),
     )
 
 
@@ -153,7 +157,7 @@ class OpenAIAPI:
         received: list[str] = []
         usage: Mapping[str, Any] = {}
         finish_reason = None
-        calls = ReplyRecord()  # gathers the tool calls, streamed in pieces
+        calls = ReplyRecord()  # gathers the tool calls and the engine's counters, streamed in pieces
         with self._transport.open_stream(self._chat_path, body, received, sent) as lines:
             yield ACCEPTED
             for line in lines:
@@ -163,7 +167,7 @@ class OpenAIAPI:
                 if frame is _DONE:
                     calls.end_of_openai_stream()
                     return _openai_reply(usage, "".join(received), model, finish_reason,
-                                         calls.tool_calls, calls.prompt_read)
+                                         calls.tool_calls, calls.engine)
                 usage = frame.get("usage") or usage
                 calls.read_openai(frame)
                 for choice in frame.get("choices") or []:
@@ -176,7 +180,7 @@ class OpenAIAPI:
             # Some servers close without [DONE]; a finish_reason already says the reply is whole.
             calls.end_of_openai_stream()
             return _openai_reply(usage, "".join(received), model, finish_reason, calls.tool_calls,
-                                 calls.prompt_read)
+                                 calls.engine)
         raise self._transport.interrupted(received, "the stream ended without a finish_reason or [DONE]")
 
     def chat(
@@ -188,20 +192,20 @@ class OpenAIAPI:
         if not isinstance(text, str):
             raise self._transport.malformed(f"POST {self._chat_path}", "no choices[0].message.content in the reply")
         return _openai_reply(data.get("usage") or {}, text, model,
-                             frame_field(data, "choices", 0, "finish_reason"),
-                             read=prompt_read(dict(data)) if isinstance(data, Mapping) else None)
+                             frame_field(data, "choices", 0, "finish_reason"), engine=engine_time(data))
 
     def generate_json(
         self, model: str, prompt: str, schema: JsonSchema, system: str | None, temperature: float,
         yield_to: Callable[[], bool] | None = None, mode: str = "schema",
-    ) -> str:
+        budget: CallBudget | None = None,
+    ) -> JsonReply:
         """The reply to `prompt`, JSON asked for as `mode` (app/model/json_modes.py) says."""
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
             {"role": "user", "content": with_schema(prompt, schema, mode)}
         ]
         body = self._body(model, messages, {"temperature": temperature},
                           **openai_format(schema, mode))
-        return json_reply_text(self._transport, self._chat_path, body, yield_to)
+        return json_reply_text(self._transport, self._chat_path, body, yield_to, budget)
 
     @property
     def embed_endpoint(self) -> str:
@@ -224,7 +228,7 @@ class OpenAIAPI:
 
 def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason: str | None,
                   tool_calls: Sequence[dict[str, Any]] = (),
-                  read: tuple[int, float] | None = None) -> ChatReply:
+                  engine: EngineTime | None = None) -> ChatReply:
     return ChatReply(
         text=text,
         model=model,
@@ -233,7 +237,7 @@ def _openai_reply(usage: Mapping[str, Any], text: str, model: str, finish_reason
         done_reason=finish_reason,
         tool_calls=tuple(tool_calls),
         prompt_cached_count=cached_tokens(usage),
-        prompt_read=read,
+        engine=engine,
     )
 
 
@@ -269,39 +273,80 @@ def _openai_frame(transport: Transport, line: str, endpoint: str,
     return frame
 
 
-def json_reply_text(transport: Transport, path: str, body: Mapping[str, Any],
-                    yield_to: Callable[[], bool] | None) -> str:
-    """The text of a learning call's reply, in either API (by `path`).
+@dataclass(frozen=True)
+class JsonReply:
+    """A learning call's reply: its text, the server's counts and the engine's time."""
 
-    A call that must give way to a person (`yield_to`) is streamed: llama.cpp's server
-    looks for a gone client at every streamed token, but for a whole reply only once a
-    second, so a cut non-streamed call would hold the engine that long."""
+    text: str
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    reply_tokens: int | None = None
+    engine: EngineTime | None = None
+
+
+def with_limit(path: str, body: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
+    """The request with its output limit as the engine takes it: Ollama's
+    `options.num_predict`, the OpenAI API's `max_tokens` (llama.cpp's server reads both)."""
+    if max_tokens is None:
+        return dict(body)
+    if path.endswith(("/api/chat", "/api/generate")):
+        return {**body, "options": {**(body.get("options") or {}), "num_predict": max_tokens}}
+    return {**body, "max_tokens": max_tokens}
+
+
+def json_reply_text(transport: Transport, path: str, body: Mapping[str, Any],
+                    yield_to: Callable[[], bool] | None,
+                    budget: CallBudget | None = None) -> JsonReply:
+    """A learning call's reply, in either API (by `path`), streamed and held to `budget`.
+
+    Streamed always: llama.cpp's server looks for a gone client at every streamed token,
+    but for a whole reply only once a second, so a call cut for a person (`yield_to`) or
+    at its deadline would hold the engine that long; and only a stream shows a reply
+    growing past its output limit on a server that ignores the limit (OverBudget)."""
     ollama = path.endswith(("/api/chat", "/api/generate"))
     field = (("response",) if path.endswith("/api/generate")
-             else ("message", "content") if ollama else ("choices", 0, "message", "content"))
+             else ("message", "content") if ollama else ("choices", 0, "delta", "content"))
     endpoint = f"POST {path}"
-    if yield_to is None:
-        text = frame_field(transport.post_json(path, {**body, "stream": False}), *field)
-        if not isinstance(text, str):
-            raise transport.malformed(endpoint, "no message content in the reply")
-        return text
+    limit = budget.max_tokens if budget is not None else None
+    request = {**with_limit(path, body, limit), "stream": True}
+    if not ollama:
+        request["stream_options"] = {"include_usage": True}
     received: list[str] = []
-    with transport.open_stream(path, {**body, "stream": True}, received,
-                               yield_to=yield_to) as lines:
+    last: Mapping[str, Any] = {}  # the frame with the server's counts and timings
+    usage: Mapping[str, Any] = {}
+    finish = None
+    with transport.open_stream(path, request, received, yield_to=yield_to,
+                               deadline_seconds=budget.deadline_seconds if budget else None,
+                               ) as lines:
         for line in lines:
             frame = (_ollama_frame(transport, line, endpoint, received) if ollama
                      else _openai_frame(transport, line, endpoint, received))
             if frame is None:
                 continue
+            if frame is _DONE:
+                break
+            piece = frame_field(frame, *field) or ""
+            if piece:
+                received.append(piece)
+                if limit is not None and len(received) > limit:  # a piece is a token or more
+                    raise OverBudget(transport.url, "tokens", limit, "".join(received))
             if ollama:
-                received.append(frame_field(frame, *field) or "")
                 if frame.get("done"):
-                    return "".join(received)
-            elif frame is _DONE:
-                return "".join(received)
-            else:
-                choice = frame_field(frame, "choices", 0) or {}
-                received.append(frame_field(choice, "delta", "content") or "")
-                if frame_field(choice, "finish_reason"):
-                    return "".join(received)
-    raise transport.interrupted(received, "the stream ended before the reply did")
+                    last, finish = frame, frame.get("done_reason")
+                    break
+                continue
+            usage = frame.get("usage") or usage
+            if isinstance(frame.get("timings"), Mapping):
+                last = frame
+            finish = frame_field(frame, "choices", 0, "finish_reason") or finish
+        else:
+            if ollama or finish is None:  # some servers close without [DONE] after a finish
+                raise transport.interrupted(received, "the stream ended before the reply did")
+    text = "".join(received)
+    if finish == "length":
+        raise OverBudget(transport.url, "tokens", limit if limit is not None else 0, text)
+    if ollama:
+        return JsonReply(text, last.get("prompt_eval_count"), last.get("prompt_eval_cached_count"),
+                         last.get("eval_count"), engine_time(last))
+    return JsonReply(text, usage.get("prompt_tokens"), cached_tokens(usage),
+                     usage.get("completion_tokens"), engine_time(last))

@@ -12,11 +12,18 @@ again can help. Retrying itself is the caller's policy, not this module's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.model.apis import OllamaAPI, OpenAIAPI, json_reply_text
-from app.model.errors import ModelError, ModelHTTPError, ModelNotFound
+from app.model.apis import JsonReply, OllamaAPI, OpenAIAPI, json_reply_text
+from app.model.errors import (
+    ModelCallYielded,
+    ModelError,
+    ModelHTTPError,
+    ModelNotFound,
+    OverBudget,
+)
 from app.model.json_modes import (
     JsonModes,
     JsonSchema,
@@ -28,6 +35,15 @@ from app.model.messages import Message, ReplyRecord, SentChat, ToolSpec
 from app.model.relay import relayed_chat, translated_chat
 from app.model.stream import ChatReply, ChatStream
 from app.model.transport import ModelActivity, Relayed, Transport
+from app.model.usage import (
+    ANSWERED,
+    FAILED,
+    GAVE_WAY,
+    PAST_DEADLINE,
+    TOO_LONG,
+    CallBudget,
+    JsonCall,
+)
 
 if TYPE_CHECKING:
     from app.config import Config
@@ -66,11 +82,15 @@ class ModelClient:
         api_key: str | None = None,
         activity: ModelActivity | None = None,
         json_modes: JsonModes | None = None,
+        learning_deadline_seconds: float = 120.0,
+        on_json_call: Callable[[JsonCall], None] | None = None,
     ) -> None:
         """`activity`, when given, is told when each request that makes the model work
         starts and ends (a front-end's client; the worker's has none). `json_modes`: how
         each server and model takes a request for JSON (app/model/json_modes.py); by
-        default learned afresh by this client."""
+        default learned afresh by this client. A learning call (generate_json,
+        continue_json) is cut `learning_deadline_seconds` after it was sent, and
+        `on_json_call` is told how each one ended (app/model/usage.py); it must not raise."""
         if provider not in PROVIDERS:
             raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
         if not url.startswith(("http://", "https://")):
@@ -85,6 +105,8 @@ class ModelClient:
         self.timeout_seconds = timeout_seconds
         self.connect_timeout_seconds = connect_timeout_seconds
         self.json_modes = json_modes or JsonModes()
+        self.learning_deadline_seconds = learning_deadline_seconds
+        self.on_json_call = on_json_call
         self._transport = Transport(
             url=self.url,
             provider=provider,
@@ -107,7 +129,8 @@ class ModelClient:
 
     @classmethod
     def from_config(cls, cfg: Config, *, activity: ModelActivity | None = None,
-                    url: str | None = None, json_modes: JsonModes | None = None) -> ModelClient:
+                    url: str | None = None, json_modes: JsonModes | None = None,
+                    on_json_call: Callable[[JsonCall], None] | None = None) -> ModelClient:
         """Build from the program's Config (its `llm` and `embedder` sections); `url`
         replaces [llm] url (the workers' own model server, [llm] distill_url)."""
         settings = cfg.llm
@@ -124,6 +147,8 @@ class ModelClient:
             api_key=settings.api_key or None,
             activity=activity,
             json_modes=json_modes,
+            learning_deadline_seconds=settings.learning_deadline_seconds,
+            on_json_call=on_json_call,
         )
 
     def chat_stream(
@@ -151,6 +176,8 @@ class ModelClient:
         temperature: float = 0.1,
         model: str | None = None,
         yield_to: Callable[[], bool] | None = None,
+        max_tokens: int | None = None,
+        job: str = "json",
     ) -> str:
         """The model's raw text, constrained to `schema`; parse it leniently
         (app.learn.model_output.parse_json_leniently).
@@ -159,27 +186,32 @@ class ModelClient:
         then, and the caller decides whether to retry or fall back. With `yield_to`, the
         call gives way (ModelCallYielded) the moment yield_to() says a person needs the
         model. JSON is asked for as this server and model take it (app/model/json_modes.py).
+        The call has a budget of its own (app/model/usage.py): at most `max_tokens`
+        generated and this client's learning deadline; past either it is cut (OverBudget).
+        `job` names what asked, for on_json_call.
         """
         model = model or self.distill_model
-        return self._in_json_mode(model, lambda mode: self._api.generate_json(
-            model, prompt, schema, system, temperature, yield_to, mode))
+        return self._learning_call(job, model, max_tokens, lambda mode, budget: (
+            self._api.generate_json(model, prompt, schema, system, temperature, yield_to, mode,
+                                    budget)))
 
     def continue_json(self, after: SentChat, instruction: str, schema: JsonSchema, *,
                       temperature: float = 0.1,
-                      yield_to: Callable[[], bool] | None = None) -> str:
+                      yield_to: Callable[[], bool] | None = None,
+                      max_tokens: int | None = None, job: str = "json") -> str:
         """The model's raw JSON text for `instruction`, asked as the next message of the
         chat `after`: the same messages, its reply, then the instruction, so a server
         whose KV cache still holds that chat reads only the instruction anew. Of the
         chat's request only what keeps that cache (_CONTINUED_FIELDS, _CONTINUED_OPTIONS)
-        is sent again; the reply's shape is the learning call's own. `yield_to` as for
-        generate_json."""
+        is sent again; the reply's shape and limits are the learning call's own.
+        `yield_to`, `max_tokens`, `job` as for generate_json."""
         body = {k: after.body[k] for k in _CONTINUED_FIELDS if k in after.body}
         model = str(body.get("model") or self.distill_model)
         options = after.body.get("options")
         kept = ({k: v for k, v in options.items() if k in _CONTINUED_OPTIONS}
                 if isinstance(options, Mapping) else {})
 
-        def ask(mode: str) -> str:
+        def ask(mode: str, budget: CallBudget) -> JsonReply:
             question = {"role": "user", "content": with_schema(instruction, schema, mode)}
             request = {**body,
                        "messages": [*after.body.get("messages", []),
@@ -189,11 +221,41 @@ class ModelClient:
                                options={**kept, "temperature": temperature})
             else:
                 request.update(openai_format(schema, mode), temperature=temperature)
-            return json_reply_text(self._transport, after.path, request, yield_to)
+            return json_reply_text(self._transport, after.path, request, yield_to, budget)
 
-        return self._in_json_mode(model, ask)
+        return self._learning_call(job, model, max_tokens, ask)
 
-    def _in_json_mode(self, model: str, ask: Callable[[str], str]) -> str:
+    def _learning_call(self, job: str, model: str, max_tokens: int | None,
+                       ask: Callable[[str, CallBudget], JsonReply]) -> str:
+        """ask(mode, budget) in the JSON mode this server takes; on_json_call is told how
+        it ended, whatever the end."""
+        budget = CallBudget(max_tokens, self.learning_deadline_seconds)
+        started, clock = time.time(), time.monotonic()
+        reply, outcome, detail = None, FAILED, ""
+        try:
+            reply = self._in_json_mode(model, lambda mode: ask(mode, budget))
+            outcome = ANSWERED
+            return reply.text
+        except OverBudget as exc:
+            outcome, detail = (TOO_LONG if exc.limit == "tokens" else PAST_DEADLINE), str(exc)
+            raise
+        except ModelCallYielded:
+            outcome = GAVE_WAY
+            raise
+        except ModelError as exc:
+            detail = str(exc)
+            raise
+        finally:
+            if self.on_json_call is not None:
+                self.on_json_call(JsonCall(
+                    job=job, url=self.url, model=model, started_at=started,
+                    wall_ms=(time.monotonic() - clock) * 1000, outcome=outcome, budget=budget,
+                    prompt_tokens=reply.prompt_tokens if reply else None,
+                    cached_tokens=reply.cached_tokens if reply else None,
+                    reply_tokens=reply.reply_tokens if reply else None,
+                    engine=reply.engine if reply else None, detail=detail))
+
+    def _in_json_mode(self, model: str, ask: Callable[[str], JsonReply]) -> JsonReply:
         """ask(mode) on the rung this server and model are on; a refusal of that rung
         moves them down and asks again (a refused request generated nothing)."""
         while True:

@@ -134,6 +134,28 @@ class StreamInterrupted(ModelError):
         self.reason = reason
 
 
+class OverBudget(ModelError):
+    """A learning call reached its own output limit ("tokens") or deadline ("deadline")
+    and was cut (app/model/usage.py CallBudget). Not retried: at temperature 0.1 the same
+    question loops the same way, and each try would cost the whole budget again."""
+
+    http_status = 504
+    code = "model_over_budget"
+    retryable = False
+
+    def __init__(self, url: str, limit: str, amount: float, partial_text: str = "") -> None:
+        reached = (f"its deadline of {amount:g} s" if limit == "deadline"
+                   else f"its output limit of {amount:g} tokens")
+        super().__init__(
+            f"a learning call to {url} reached {reached} and was cut — the model is looping "
+            f"or too slow for this machine; what it was asked is learned by rule instead "
+            f"(raise [llm] learning_deadline_seconds for a slow model, or use a larger one)",
+            url=url)
+        self.limit = limit
+        self.amount = amount
+        self.partial_text = partial_text
+
+
 class ModelCallYielded(HiloError):
     """A background call gave way to a person: the connection was cut so the model
     server stops working on it (not a failure; the work is done later)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.events import Event, InvalidEvent
-from app.model.prompt_speed import prompt_read
+from app.model.usage import EngineTime, engine_time
 from app.sanitize import clean_text
 
 Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
@@ -301,8 +301,8 @@ class ReplyRecord:
     done_reason: str | None = None
     prompt_eval_count: int | None = None
     prompt_cached_count: int | None = None
-    prompt_read: tuple[int, float] | None = None  # tokens and ms read anew (prompt_speed)
     eval_count: int | None = None
+    engine: EngineTime | None = None  # the engine's own time, when the server reports it
     finished: bool = False
     media_type: str = "application/json"
     # OpenAI streams a call in pieces, by index: {index: {"id", "name", "arguments": text}}.
@@ -329,18 +329,17 @@ class ReplyRecord:
             self.done_reason = frame.get("done_reason") or self.done_reason
             self.prompt_eval_count = frame.get("prompt_eval_count")
             self.prompt_cached_count = frame.get("prompt_eval_cached_count")
-            self.prompt_read = prompt_read(dict(frame))
             self.eval_count = frame.get("eval_count")
+            self.engine = engine_time(frame)
 
     def read_openai(self, frame: Mapping[str, Any]) -> None:
         """One chat.completion.chunk, or a whole chat.completion."""
+        self.engine = engine_time(frame) or self.engine
         usage = frame.get("usage")
         if isinstance(usage, Mapping):
             self.prompt_eval_count = usage.get("prompt_tokens")
             self.prompt_cached_count = cached_tokens(usage)
             self.eval_count = usage.get("completion_tokens")
-        if isinstance(frame.get("timings"), Mapping):  # llama.cpp's server
-            self.prompt_read = prompt_read({"timings": dict(frame["timings"])})
         for choice in frame.get("choices") or []:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue  # with n > 1, the first choice is the one remembered

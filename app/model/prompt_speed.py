@@ -2,9 +2,10 @@
 
 Ollama reports `prompt_eval_count` and `prompt_eval_duration`, llama.cpp's server
 `timings.prompt_n` and `timings.prompt_ms`: the tokens it read anew (past its prompt
-cache) and the time it took. The first message of a conversation gets as much memory as
-the engine reads in `[memory] first_message_extra_seconds` (app/turn/context.py), so a
-GPU gets the filled budget and a CPU about the default.
+cache) and the time it took, read with the engine's other counters in one place
+(app/model/usage.py: `EngineTime.prompt_read`). The first message of a conversation gets
+as much memory as the engine reads in `[memory] first_message_extra_seconds`
+(app/turn/context.py), so a GPU gets the filled budget and a CPU about the default.
 """
 
 from __future__ import annotations
@@ -18,20 +19,6 @@ MIN_READ_TOKENS = 32
 RECENT_READS = 8
 
 
-def prompt_read(frame: dict) -> tuple[int, float] | None:
-    """The (tokens, milliseconds) of prompt a reply's final frame says the server read
-    anew: Ollama's counters or llama.cpp's `timings`; None when it says neither."""
-    timings = frame.get("timings")
-    if isinstance(timings, dict):
-        tokens, ms = timings.get("prompt_n"), timings.get("prompt_ms")
-    else:
-        tokens, duration = frame.get("prompt_eval_count"), frame.get("prompt_eval_duration")
-        ms = duration / 1e6 if isinstance(duration, int | float) else None
-    if not isinstance(tokens, int) or not isinstance(ms, int | float) or ms <= 0 or tokens <= 0:
-        return None
-    return tokens, float(ms)
-
-
 class PromptSpeed:
     """Per model: the prompt tokens a second its server reads, from recent replies."""
 
@@ -40,7 +27,7 @@ class PromptSpeed:
         self._lock = threading.Lock()
 
     def observe(self, model: str, read: tuple[int, float] | None) -> None:
-        """Fold in one reply's read (prompt_read); short or missing reads are ignored."""
+        """Fold in one reply's read (EngineTime.prompt_read); short or missing reads are ignored."""
         if read is None or read[0] < MIN_READ_TOKENS:
             return
         with self._lock:

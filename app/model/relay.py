@@ -53,8 +53,7 @@ def _with_usage(body: dict[str, Any], api: str) -> tuple[dict[str, Any], bool]:
 def _relay_reply(record: ReplyRecord, model: str) -> ChatReply:
     return ChatReply(text=record.text, model=model, prompt_eval_count=record.prompt_eval_count,
                      eval_count=record.eval_count, done_reason=record.done_reason,
-                     prompt_cached_count=record.prompt_cached_count,
-                     prompt_read=record.prompt_read)
+                     prompt_cached_count=record.prompt_cached_count, engine=record.engine)
 
 
 def relayed_chat(transport: Transport, path: str, body: dict[str, Any], api: str,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.model.messages import ReplyRecord, SentChat
+from app.model.usage import EngineTime
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,13 @@ class ChatReply:
     tool_calls: tuple[dict[str, Any], ...] = ()
     # Of the prompt's tokens, those the server found in its cache (None if unreported).
     prompt_cached_count: int | None = None
-    # (tokens, milliseconds) of prompt the server read anew, from its own counters
-    # (app/model/prompt_speed.py: prompt_read); None if unreported.
-    prompt_read: tuple[int, float] | None = None
+    # The engine's own counters for the reply, when the server reports them (app/model/usage.py).
+    engine: EngineTime | None = None
+
+    @property
+    def prompt_read(self) -> tuple[int, float] | None:
+        """(tokens, ms) of prompt the server read anew, for its reading speed; None if unreported."""
+        return self.engine.prompt_read if self.engine is not None else None
 
 
 # Yielded first by the stream generators once the server has accepted the request, so

@@ -13,6 +13,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ from app.model.errors import (
     ModelNotFound,
     ModelTimeout,
     ModelUnreachable,
+    OverBudget,
     StreamInterrupted,
 )
 
@@ -74,6 +76,12 @@ def makes_model_work(path: str) -> bool:
 
 def _nothing() -> None:
     pass
+
+
+class Watch:
+    """Why a watched call's connection was cut: "person", "deadline", or None (it was not)."""
+
+    cut_for: str | None = None
 
 
 class Transport:
@@ -143,10 +151,11 @@ class Transport:
         return self._decode(response, f"POST {path}")
 
     @contextmanager
-    def _giving_way(self, yield_to: Callable[[], bool]) -> Iterator[tuple[httpx.Client, dict,
-                                                                          threading.Event]]:
-        """A client of its own whose connection is cut the moment yield_to() says so; gives
-        the client, the request extensions that let it be cut, and the event set once it is.
+    def _watched(self, yield_to: Callable[[], bool] | None, deadline: float | None,
+                 ) -> Iterator[tuple[httpx.Client, dict, Watch]]:
+        """A client of its own whose connection is cut the moment yield_to() says so or
+        the deadline (time.monotonic()) passes; gives the client, the request extensions
+        that let it be cut, and the Watch that says why it was.
 
         Shutting the socket down (not closing it) wakes the read blocked on it, and the
         server sees its client go: Ollama and llama.cpp then stop the request."""
@@ -158,25 +167,33 @@ class Transport:
                 if sock is not None:
                     sockets.append(sock)
 
-        answered, yielded = threading.Event(), threading.Event()
+        answered, watch = threading.Event(), Watch()
 
-        def watch() -> None:
+        def watched() -> None:
             while not answered.wait(YIELD_CHECK_SECONDS):
-                if yield_to():
-                    yielded.set()
-                    for sock in sockets:
-                        try:
-                            sock.shutdown(socket.SHUT_RDWR)
-                        except OSError:
-                            pass
-                    return
+                if yield_to is not None and yield_to():
+                    watch.cut_for = "person"
+                elif deadline is not None and time.monotonic() >= deadline:
+                    watch.cut_for = "deadline"
+                else:
+                    continue
+                for sock in sockets:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                return
 
-        watcher = threading.Thread(target=watch, name="hilo-yield-watch", daemon=True)
+        timeout = self._http.timeout
+        if deadline is not None:  # the deadline decides, not a read timeout before it
+            timeout = httpx.Timeout(max(1.0, deadline - time.monotonic()) + 1.0,
+                                    connect=self._connect_timeout_seconds)
+        watcher = threading.Thread(target=watched, name="hilo-call-watch", daemon=True)
         with httpx.Client(base_url=self.url, headers=self._http.headers,
-                          timeout=self._http.timeout, verify=tls_context()) as client:
+                          timeout=timeout, verify=tls_context()) as client:
             watcher.start()
             try:
-                yield client, {"trace": trace}, yielded
+                yield client, {"trace": trace}, watch
             finally:
                 answered.set()
                 watcher.join()
@@ -184,34 +201,42 @@ class Transport:
     @contextmanager
     def open_stream(self, path: str, body: Mapping[str, Any], received: list[str],
                     sent: dict[str, Any] | None = None,
-                    yield_to: Callable[[], bool] | None = None) -> Iterator[Iterator[str]]:
+                    yield_to: Callable[[], bool] | None = None,
+                    deadline_seconds: float | None = None) -> Iterator[Iterator[str]]:
         """Send the request, check the status, and give the response's lines.
 
         `received` is the caller's list of text pieces so far, reported if the
         connection breaks mid-stream; `sent`, if given, gets the path and body sent. With
-        `yield_to`, a background call: on a connection of its own, cut the moment
-        yield_to() says a person needs the model (ModelCallYielded).
+        `yield_to` or `deadline_seconds`, a background call: on a connection of its own,
+        cut the moment yield_to() says a person needs the model (ModelCallYielded) or
+        `deadline_seconds` after it was sent, however fast tokens come (OverBudget).
         """
-        if yield_to is not None:
-            with self._streaming_until(yield_to, path, body, received) as response:
+        if yield_to is not None or deadline_seconds is not None:
+            with self._streaming_until(yield_to, deadline_seconds, path, body,
+                                       received) as response:
                 yield response.iter_lines()
             return
         with self.open_response(path, body, received, sent) as response:
             yield response.iter_lines()
 
     @contextmanager
-    def _streaming_until(self, yield_to: Callable[[], bool], path: str, body: Mapping[str, Any],
+    def _streaming_until(self, yield_to: Callable[[], bool] | None,
+                         deadline_seconds: float | None, path: str, body: Mapping[str, Any],
                          received: list[str]) -> Iterator[httpx.Response]:
-        with self._giving_way(yield_to) as (client, extensions, yielded):
+        deadline = None if deadline_seconds is None else time.monotonic() + deadline_seconds
+        with self._watched(yield_to, deadline) as (client, extensions, watch):
             try:
                 with client.stream("POST", path, json=body, extensions=extensions) as response:
                     self._raise_for_status(response, f"POST {path}",
                                            model=str(body.get("model", "")))
                     yield response
             except (httpx.HTTPError, ModelError) as exc:
-                # A cut connection reads as a broken or short stream: it gave way.
-                if yielded.is_set():
+                # A cut connection reads as a broken or short stream: it was cut.
+                if watch.cut_for == "person":
                     raise ModelCallYielded(f"POST {path} at {self.url} gave way to a chat") from None
+                if watch.cut_for == "deadline":
+                    raise OverBudget(self.url, "deadline", deadline_seconds or 0.0,
+                                     "".join(received)) from None
                 if isinstance(exc, ModelError):
                     raise
                 raise self._translate(exc, "".join(received)) from exc

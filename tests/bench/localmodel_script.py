@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tests.fake_ollama import learning_sources
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -212,22 +214,6 @@ def _schema_properties(body: dict) -> dict:
     return schema.get("properties") or {}
 
 
-def _request_text(body: dict) -> str:
-    parts = [str(body.get("system") or ""), str(body.get("prompt") or "")]
-    for message in body.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else ""
-        parts.append(content if isinstance(content, str) else "")
-    return "\n".join(parts)
-
-
-_USER_LINE = re.compile(r"^USER[^:\n]*:\s?(.*)$", re.MULTILINE)
-
-
-def user_lines(text: str) -> list[str]:
-    """What a learning prompt shows as the user's words (its USER lines)."""
-    return [match.group(1).strip() for match in _USER_LINE.finditer(text)]
-
-
 def model_reply(body: dict) -> Any:
     """The fake model: scripted chat answers; distillations that follow the USER lines."""
     props = _schema_properties(body)
@@ -236,7 +222,7 @@ def model_reply(body: dict) -> Any:
         users = [m for m in messages if m.get("role") == "user"]
         said = users[-1].get("content") if users else ""
         return _REPLIES.get(said if isinstance(said, str) else "")
-    said = user_lines(_request_text(body))
+    said = learning_sources(body)  # quoted, or pointed at in the chat the call continues
     reply: dict[str, Any] = {}
     if "facts" in props:
         facts = [_FACTS_BY_TEXT[line] for line in said if line in _FACTS_BY_TEXT]

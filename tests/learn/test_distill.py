@@ -6,9 +6,21 @@ import json
 
 import pytest
 
-from app.learn.distill import DISTILL_SCHEMA, distill_turn, needs_compaction, parse_extraction
-from app.learn.model_output import InvalidOutput
+from app.events import append_event
+from app.learn.distill import (
+    Held,
+    TurnEvent,
+    distill_schema,
+    distill_turn,
+    held_by,
+    learning_prompt,
+    needs_compaction,
+    parse_extraction,
+)
+from app.learn.model_output import InvalidOutput, output_limit
+from app.learn.quoting import QUOTED_LABEL
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
+from app.model.messages import SentChat
 from app.timeutil import utc_now
 from tests.workers.support import add_turn, query, scalar, snapshot
 
@@ -43,12 +55,17 @@ def test_a_turn_yields_profile_and_facts_with_provenance(job_parts):
     assert log == [("profile", "insert", "distill", ids[0]), ("fact", "insert", "distill", ids[0])]
 
 
-def test_the_request_carries_the_schema_and_a_low_temperature(job_parts):
+def test_the_request_carries_a_bounded_schema_its_output_limit_and_a_low_temperature(job_parts):
     cfg, writer, _, fake = job_parts
     distill(job_parts, add_turn(writer, cfg, "ana", "s1", "my name is Ana"))
     body = fake.bodies("/api/generate")[0]
-    assert body["format"] == DISTILL_SCHEMA
+    schema = distill_schema(1)  # one message to learn from: a few items at most
+    assert body["format"] == schema
+    assert schema["properties"]["facts"]["maxItems"] == 3
+    assert schema["properties"]["facts"]["items"]["properties"]["value"]["maxLength"] == 160
     assert body["options"]["temperature"] == 0.1
+    assert body["options"]["num_predict"] == output_limit(schema) < 500
+    assert body["stream"] is True  # a deadline can cut only a streamed read
 
 
 def test_events_are_marked_distilled_so_a_second_run_does_nothing(job_parts):
@@ -260,3 +277,75 @@ def test_compaction_is_due_at_the_threshold(job_parts):
         assert not needs_compaction(con, cfg, "ana", "other")
     finally:
         con.close()
+
+
+# -- a learning call after the chat that holds its turns ------------------------------------
+
+
+def chat_holding(*turns: tuple[str, str], before: int = 0) -> SentChat:
+    """A chat the server answered: a system prompt, `before` older messages, then `turns`
+    (user, assistant), the last reply being the chat's own."""
+    older = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"older {n}"}
+             for n in range(before)]
+    messages = [{"role": "system", "content": "Be brief."}, *older]
+    for user, assistant in turns[:-1]:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    messages.append({"role": "user", "content": "<memory>\nrecalled\n</memory>\n\n" + turns[-1][0]})
+    return SentChat("/api/chat", {"model": "gemma3:4b", "messages": messages}, turns[-1][1])
+
+
+def test_a_learning_call_points_at_the_turns_the_chat_already_holds(job_parts):
+    cfg, writer, model, fake = job_parts
+    turns = [("Remember code alpha1, please", "Noted."), ("And code alpha2 as well", "Done.")]
+    ids = [i for user, reply in turns for i in add_turn(writer, cfg, "ana", "s1", user, reply)]
+    distill_turn(writer, model, cfg, "ana", "s1", ids, after=chat_holding(*turns))
+    [asked] = fake.bodies("/api/chat")
+    question = asked["messages"][-1]["content"]
+    assert "the last 4 messages above" in question and 'begins "Remember code alpha1, please"' in question
+    assert "\nUSER: " not in question and "And code alpha2 as well" not in question  # not again
+    assert sorted(v for (v,) in query(cfg, "SELECT value FROM facts")) == ["alpha1", "alpha2"]
+
+
+def test_turns_further_up_the_chat_are_pointed_at_from_its_end():
+    events = [TurnEvent(1, "user", "Remember code alpha1"), TurnEvent(2, "assistant", "Noted.")]
+    chat = chat_holding(("Remember code alpha1", "Noted."), ("Anything else?", "No."))
+    assert held_by(chat, events) == Held(count=2, after=2)
+    prompt = learning_prompt(events, chat=chat)
+    assert "2 messages above, ending 2 messages before the last one" in prompt
+
+
+@pytest.mark.parametrize("case", ["not all held", "from outside", "no chat"])
+def test_turns_the_chat_does_not_hold_are_quoted(case):
+    events = [TurnEvent(1, "user", "Remember code alpha1"), TurnEvent(2, "assistant", "Noted."),
+              TurnEvent(3, "user", "And alpha2", from_outside=case == "from outside"),
+              TurnEvent(4, "assistant", "Done.")]
+    if case == "not all held":
+        events[0] = TurnEvent(1, "user", "Something said before the chat's window")
+    chat = None if case == "no chat" else chat_holding(("Remember code alpha1", "Noted."),
+                                                       ("And alpha2", "Done."))
+    assert held_by(chat, events) is None
+    prompt = learning_prompt(events, chat=chat)
+    if case == "from outside":  # quoted as app/learn/quoting.py says, never as the user's line
+        assert f"{QUOTED_LABEL}:\n> And alpha2" in prompt and "USER: And alpha2" not in prompt
+    else:
+        assert "USER: And alpha2" in prompt
+    assert "messages above" not in prompt
+
+
+def test_a_chat_holding_outside_content_is_quoted_not_pointed_at(job_parts):
+    """Only the owner's own turns are pointed at in the chat; a turn from outside (documents
+    a client retrieved) is quoted, even when the chat above holds it."""
+    cfg, writer, model, fake = job_parts
+    own = add_turn(writer, cfg, "ana", "s1", "Remember code alpha1, please", "Noted.")
+    rag = append_event(writer, cfg, "ana", "s1", "user", "<context>code alpha2</context>",
+                       origin="typed", from_outside=True)
+    reply = append_event(writer, cfg, "ana", "s1", "assistant", "Done.", origin="model",
+                         from_outside=True)
+    chat = chat_holding(("Remember code alpha1, please", "Noted."),
+                        ("<context>code alpha2</context>", "Done."))
+    distill_turn(writer, model, cfg, "ana", "s1", [*own, rag.id, reply.id], after=chat)
+    [asked] = fake.bodies("/api/chat")
+    question = asked["messages"][-1]["content"]
+    assert "messages above" not in question
+    assert "USER: Remember code alpha1, please" in question
+    assert f"{QUOTED_LABEL}:\n> <context>code alpha2</context>" in question

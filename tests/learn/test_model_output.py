@@ -7,8 +7,8 @@ import pytest
 
 from app.learn.compact import CARD_SCHEMA, parse_card
 from app.learn.diary_entry import DIARY_SCHEMA, parse_entry
-from app.learn.distill import DISTILL_SCHEMA, parse_extraction
-from app.learn.model_output import InvalidOutput
+from app.learn.distill import DISTILL_SCHEMA, distill_schema, parse_extraction
+from app.learn.model_output import InvalidOutput, output_limit
 
 ANNOTATIONS = {"$ref", "$defs", "title", "description", "default", "examples"}
 
@@ -33,7 +33,7 @@ def _annotations(schema: dict) -> set[str]:
 
 
 GOOD_ANSWERS = [
-    (DISTILL_SCHEMA, {"profile": {"city": "Madrid"},
+    (DISTILL_SCHEMA, {"profile": [{"key": "city", "value": "Madrid"}],
                       "facts": [{"category": "decision", "key": "db", "value": "use Postgres"}]},
      lambda raw: parse_extraction(raw).facts == [("decision", "db", "use Postgres")]),
     (CARD_SCHEMA, {"summary": "Moved the backups to S3.", "keywords": ["s3", "backups"]},
@@ -63,6 +63,38 @@ def test_the_schema_refuses_an_answer_missing_a_field(schema, answer, _):
     for field in answer:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({k: v for k, v in answer.items() if k != field}, schema)
+
+
+def _unbounded(schema: dict, where: str = "") -> list[str]:
+    """Where a list without maxItems or a string without maxLength is, inside `schema`."""
+    found = []
+    if schema.get("type") == "array" and "maxItems" not in schema:
+        found.append(where or "/")
+    if schema.get("type") == "string" and "maxLength" not in schema and "enum" not in schema:
+        found.append(where or "/")
+    for name, child in (schema.get("properties") or {}).items():
+        found += _unbounded(child, f"{where}/{name}")
+    if isinstance(schema.get("items"), dict):
+        found += _unbounded(schema["items"], f"{where}[]")
+    return found
+
+
+@pytest.mark.parametrize("schema", [DISTILL_SCHEMA, CARD_SCHEMA, DIARY_SCHEMA])
+def test_a_schema_sent_bounds_every_list_and_string(schema):
+    """A grammar built from it ends: without bounds a small model loops inside the JSON
+    until its context is full (issue 38: 16 minutes of one call)."""
+    assert _unbounded(schema) == []
+    assert output_limit(schema) is not None
+
+
+def test_a_learning_call_asks_for_no_more_than_its_sources_can_hold():
+    one, many = distill_schema(1), distill_schema(10)
+    assert (one["properties"]["facts"]["maxItems"], one["properties"]["profile"]["maxItems"]) == (3, 2)
+    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (6, 3)
+    # The output limit is a reply at every bound, three characters a token.
+    assert output_limit(one) < output_limit(many) < 1000
+    assert output_limit(DIARY_SCHEMA) == -(-(2 + len('"entry"') + 4 + 402) // 3) + 16
+    assert output_limit({"type": "object", "properties": {"x": {"type": "string"}}}) is None
 
 
 def test_a_bad_fact_is_dropped_and_the_others_kept():
@@ -105,7 +137,7 @@ def test_keywords_may_come_as_one_string_and_are_capped():
     card = parse_card({"summary": "Moved the backups to S3.", "keywords": "s3, none, backups"})
     assert card.keywords == "s3, backups"
     many = parse_card({"summary": "s", "keywords": [f"k{n}" for n in range(20)] + [7]})
-    assert many.keywords == ", ".join(f"k{n}" for n in range(12))
+    assert many.keywords == ", ".join(f"k{n}" for n in range(8))
     assert parse_card({"summary": "s", "keywords": 7}).keywords == ""
 
 

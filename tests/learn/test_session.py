@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.events import append_event, supersede_events
 from app.learn.session import learn_session
+from tests.fake_ollama import Fault
 from tests.workers.support import add_turn, scripted_model
 
 GARBAGE = "Sure! Here is what I found: the user talked about codes {profile: maybe"
@@ -71,6 +72,24 @@ def test_two_unusable_answers_end_the_calls_and_the_rest_is_learned_by_rule(job_
 
     again = learn_session(writer, model, cfg, "ana", "s1")  # another job, later
     assert again.calls == 0 and len(fake.bodies("/api/generate")) == 2
+
+
+def test_a_call_cut_at_its_budget_is_not_asked_again_and_the_rest_is_learned_by_rule(job_parts):
+    cfg, writer, model, fake = job_parts
+    cfg = small_chunks(cfg)
+    fake.script_generate(Fault.endless())  # the model loops inside its JSON
+    for n in range(1, 9):
+        add_turn(writer, cfg, "ana", "s1", f"Remember that my locker code is {n}{n}{n}")
+
+    result = learn_session(writer, model, cfg, "ana", "s1")
+
+    assert len(fake.bodies("/api/generate")) == 1 and result.calls == 1  # not asked again
+    assert result.fell_back and "output limit" in result.unusable[0]
+    undone, facts = writer.submit(lambda con: con.execute(
+        "SELECT (SELECT count(*) FROM events WHERE distilled_at IS NULL), "
+        "(SELECT count(DISTINCT owner_id) FROM memory_log WHERE owner_kind = 'fact' "
+        "AND worker = 'distill-rules')").fetchone())
+    assert undone == 0 and facts == 8  # every locker code, by rule
 
 
 def test_a_good_model_learns_a_session_without_a_retry(job_parts):

@@ -368,6 +368,8 @@ TABLE_OWNERS = {
     "terminal_allow_rules": "app/turn/tools/terminal.py",
     "model_json_modes": "app/model/json_modes.py",
     "turn_records": "app/turn/records.py",
+    # Hilo's own bookkeeping of what learning cost: no text of the conversation, so no provenance.
+    "learning_calls": "app/learn/engine_time.py",
 }
 
 

@@ -11,10 +11,11 @@ import time
 import pytest
 
 from app.model.client import ModelClient
-from app.model.errors import ModelCallYielded, ModelHTTPError
+from app.model.errors import ModelCallYielded, ModelHTTPError, OverBudget
 from app.model.json_modes import JsonModes
 from app.model.messages import SentChat
-from tests.fake_ollama import CpuSpeed, FakeOllama
+from app.model.usage import JsonCall
+from tests.fake_ollama import CpuSpeed, FakeOllama, Fault, Reply
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I am Ana"}]
@@ -58,7 +59,7 @@ def test_a_learning_call_after_a_capped_ollama_chat_sends_none_of_its_reply_limi
     assert sent["messages"][2:] == [{"role": "assistant", "content": "Hello Ana."},
                                     {"role": "user", "content": "Who is the user?"}]
     assert sent["tools"] == TOOLS and sent["keep_alive"] == "10m"
-    assert sent["format"] == SCHEMA and sent["stream"] is False and "think" not in sent
+    assert sent["format"] == SCHEMA and sent["stream"] is True and "think" not in sent
 
 
 def test_a_learning_call_after_a_capped_openai_chat_sends_none_of_its_reply_limits(fake_ollama):
@@ -67,8 +68,9 @@ def test_a_learning_call_after_a_capped_openai_chat_sends_none_of_its_reply_limi
         client.continue_json(capped_chat("openai"), "Who is the user?", SCHEMA)
 
     (sent,) = fake_ollama.bodies("/v1/chat/completions")
-    assert set(sent) == {"model", "messages", "tools", "id_slot", "stream", "temperature",
-                         "response_format"}
+    assert set(sent) == {"model", "messages", "tools", "id_slot", "stream", "stream_options",
+                         "temperature", "response_format"}
+    assert sent["stream_options"] == {"include_usage": True}  # the call's tokens, counted
     assert sent["temperature"] == 0.1 and sent["response_format"]["type"] == "json_schema"
     assert sent["messages"][:2] == HISTORY
 
@@ -101,8 +103,7 @@ def format_of(body: dict) -> str:
 def test_each_server_gets_json_in_the_first_format_it_takes_and_only_once_refused(
         fake_ollama, engine, provider, rung):
     fake_ollama.engine = engine
-    fake_ollama.responder = lambda body: 'Sure! {"name": "Ana"}' if body.get("stream") is False \
-        else None
+    fake_ollama.responder = lambda body: 'Sure! {"name": "Ana"}'
     path = "/api/chat" if provider == "ollama" else "/v1/chat/completions"
     after = SentChat(path, {"model": "gemma3:4b", "messages": HISTORY}, "Hello Ana.")
     with client_for(fake_ollama, provider) as client:
@@ -186,3 +187,83 @@ def wait_for(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+# -- a learning call's own budget ------------------------------------------------------------
+
+
+def calls_of(client: ModelClient) -> list[JsonCall]:
+    """What the client tells its on_json_call, gathered."""
+    told: list[JsonCall] = []
+    client.on_json_call = told.append
+    return told
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_learning_call_tells_the_engine_its_own_output_limit(fake_ollama, provider):
+    fake_ollama.script_chat({"name": "Ana"})
+    with client_for(fake_ollama, provider) as client:
+        client.continue_json(capped_chat(provider), "Who is the user?", SCHEMA, max_tokens=40)
+    (sent,) = [r.body for r in fake_ollama.requests if r.method == "POST"]
+    if provider == "ollama":  # the limit is Hilo's, never the client's 24
+        assert sent["options"] == {"num_ctx": 8192, "temperature": 0.1, "num_predict": 40}
+    else:
+        assert sent["max_tokens"] == 40 and "max_completion_tokens" not in sent
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_learning_call_that_streams_forever_is_cut_at_its_output_limit(fake_ollama, provider):
+    # A model looping in its JSON, on a server that honours no limit.
+    fake_ollama.script_chat(Fault.endless())
+    with client_for(fake_ollama, provider) as client:
+        told = calls_of(client)
+        with pytest.raises(OverBudget) as cut:
+            client.continue_json(capped_chat(provider), "Who is the user?", SCHEMA,
+                                 max_tokens=40, job="learn")
+    assert cut.value.limit == "tokens" and not cut.value.retryable
+    assert "output limit of 40 tokens" in str(cut.value)
+    (call,) = told
+    assert (call.job, call.outcome, call.budget.max_tokens) == ("learn", "too_long", 40)
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_learning_call_that_ends_at_the_engines_limit_is_too_long(fake_ollama, provider):
+    fake_ollama.script_chat(Reply('{"name": "Ana Ana Ana', done_reason="length"))
+    with client_for(fake_ollama, provider) as client:
+        told = calls_of(client)
+        with pytest.raises(OverBudget):
+            client.generate_json("Who is the user?", SCHEMA, max_tokens=8) if provider == "openai" \
+                else client.continue_json(capped_chat(provider), "Who?", SCHEMA, max_tokens=8)
+    assert told[0].outcome == "too_long"
+
+
+@pytest.mark.parametrize("fault", [Fault.hang(), Fault.endless()], ids=["silent", "endless"])
+def test_a_learning_call_is_cut_at_its_deadline_however_fast_tokens_come(fake_ollama, fault):
+    fake_ollama.script_chat(fault)
+    with client_for(fake_ollama, "ollama") as client:
+        client.learning_deadline_seconds = 0.5  # [llm] timeout_seconds is 5 here
+        told = calls_of(client)
+        with pytest.raises(OverBudget) as cut:
+            client.continue_json(capped_chat("ollama"), "Who is the user?", SCHEMA)
+    assert cut.value.limit == "deadline" and "deadline of 0.5 s" in str(cut.value)
+    assert told[0].outcome == "past_deadline"
+    # The connection was closed: the server's handler saw its client go and stopped.
+    with client_for(fake_ollama, "ollama") as client:
+        assert client.generate_json("Still there?", SCHEMA)  # the server serves others
+
+
+@pytest.mark.parametrize("engine,clock", [("ollama", "engine"), ("llama.cpp", "engine"),
+                                          ("vllm", "wall")])
+def test_each_learning_call_reports_the_engines_own_time_or_else_the_wall_time(
+        fake_ollama, engine, clock):
+    fake_ollama.engine = engine
+    fake_ollama.script_chat({"name": "Ana"})
+    provider = "ollama" if engine == "ollama" else "openai"
+    with client_for(fake_ollama, provider) as client:
+        told = calls_of(client)
+        client.continue_json(capped_chat(provider), "Who is the user?", SCHEMA, job="diary")
+    (call,) = told
+    assert (call.job, call.outcome) == ("diary", "answered")
+    assert call.prompt_tokens and call.reply_tokens  # the server's own counts
+    assert (call.engine.clock if call.engine else "wall") == clock
+    assert call.engine_ms >= 0

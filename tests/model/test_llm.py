@@ -84,8 +84,9 @@ def test_chat_stream_exposes_text_and_token_counts_when_finished(fake_ollama, cl
     assert read is not None and read[0] == stream.prompt_eval_count and read[1] > 0
     assert stream.reply == ChatReply(
         "Nice to meet you, Ana.", "gemma3:4b", stream.prompt_eval_count, stream.eval_count, "stop",
-        prompt_read=read,
-    )
+        engine=stream.reply.engine)
+    # The engine's own time, from Ollama's done line (nanoseconds there, ms here).
+    assert stream.reply.engine.clock == "engine" and stream.reply.engine.total_ms >= 0
 
 
 def test_chat_returns_the_whole_reply_with_token_counts(fake_ollama, client):
@@ -139,7 +140,8 @@ def test_generate_json_sends_the_schema_as_format_with_temperature_and_num_ctx(f
     [body] = fake_ollama.bodies("/api/generate")
     assert body["format"] == PROFILE_SCHEMA
     assert body["options"] == {"num_ctx": 4096, "temperature": 0.1}
-    assert (body["model"], body["stream"], body["system"]) == ("qwen2.5:3b", False, "You extract facts.")
+    # Streamed: a learning call's deadline can cut only a streamed read.
+    assert (body["model"], body["stream"], body["system"]) == ("qwen2.5:3b", True, "You extract facts.")
 
 
 def test_generate_json_returns_broken_json_as_is_for_the_caller_to_judge(fake_ollama, client):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.model.prompt_speed import PromptSpeed, prompt_read
+from app.model.prompt_speed import PromptSpeed
+from app.model.usage import engine_time
+
+
+def prompt_read(frame: dict) -> tuple[int, float] | None:
+    engine = engine_time(frame)
+    return engine.prompt_read if engine is not None else None
 
 
 def test_ollamas_and_llama_cpps_counters_are_both_read():

@@ -25,7 +25,7 @@ import pytest
 
 from app.db import MEMORY_DB, QUEUE_DB
 from app.sanitize import secret_kind
-from tests.fake_ollama import FakeOllama
+from tests.fake_ollama import FakeOllama, learning_sources
 from tests.reliability.secrets_corpus import Planted, secrets
 from tests.workers.support import REPO_ROOT, consumer_env, hilo_command, query, wait_until
 
@@ -49,13 +49,16 @@ def _free_port() -> int:
 
 
 def _remembering_model(body: dict) -> Any:
-    """Distillation stores every USER line it is shown as a fact; anything else: default."""
+    """Distillation stores every user line it is shown — quoted, or pointed at in the chat
+    it continues (learning_sources) — as a fact; anything else: default."""
     fmt = body.get("format")
     props = fmt.get("properties", {}) if isinstance(fmt, dict) else {}
     if "facts" not in props:
         return None
-    lines = [line for line in (body.get("prompt") or "").splitlines() if line.startswith("USER")]
-    return {"profile": {}, "facts": [{"category": "fact", "key": f"said {n}", "value": line[:500]}
+    lines = learning_sources(body)
+    # Keys without digits: a learned item's numbers must be in its message (grounding.py).
+    return {"profile": {}, "facts": [{"category": "fact", "key": f"said {chr(97 + n % 26)}",
+                                      "value": line[:500]}
                                      for n, line in enumerate(lines)]}
 
 
@@ -297,7 +300,7 @@ def test_no_planted_secret_is_found_anywhere(hilo_processes, config, fake_ollama
     assert b"GET /memory/search" in haystack.places["serve.log"], "no access log to check"
     assert len(fake_ollama.bodies("/api/embed")) > 0, "no embeddings request to check"
     memory_text = haystack.places[f"{config.data_dir / MEMORY_DB} (its text cells)"]
-    assert b"said 0" in memory_text, "the memory database's text was not read"
+    assert b"said a" in memory_text, "the memory database's text was not read"
 
     sightings = {p.name: [seen for piece in p.pieces for seen in haystack.found(piece)]
                  for p in planted}

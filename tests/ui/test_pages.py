@@ -102,6 +102,24 @@ def test_a_learned_fact_links_to_its_message_and_says_it_came_from_outside(
     assert "Ana moved to Lisbon." in text(session)
 
 
+def test_a_learned_fact_shows_the_message_that_supports_it(hilo: HiloServer) -> None:
+    stored = hilo.client().post("/memory/events", json={"session_id": "family", "events": [
+        {"role": "user", "content": "We moved to Lisbon last year."},
+        {"role": "assistant", "content": "Lovely city."},
+        {"role": "user", "content": "Good to know. My daughter Ana is allergic to peanuts. "
+                                    "She is six."}]})
+    supporting = stored.json()["events"][2]
+    written = hilo.app.state.service.edit(lambda con: store_fact(
+        con, "default", "fact", "daughter's allergy", "Ana is allergic to peanuts",
+        source="agent", worker="distill", source_event_id=supporting["id"]))
+
+    page = browser(hilo).get(f"/ui/facts/{written.fact_id}")
+
+    assert ("Supported by: My daughter Ana is allergic to peanuts. — message 3 of session family"
+            in text(page))
+    assert f'href="/ui/sessions/family#e{supporting["id"]}">message 3 of session' in page.text
+
+
 def test_search_ranks_as_the_chat_does_and_says_why_each_hit_matched(hilo: HiloServer) -> None:
     fact = add_fact(hilo, "preference", "editor", "I write code in Neovim every day")
     add_fact(hilo, "decision", "database", "Postgres 16")

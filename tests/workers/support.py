@@ -33,7 +33,7 @@ from app.datadir import DataDir
 from app.db import connect_readonly
 from app.events import append_event
 from app.writer import Writer
-from tests.fake_ollama import FakeOllama
+from tests.fake_ollama import FakeOllama, learning_sources
 from workers.handoff import QueueHandoff
 from workers.queue import huey
 from workers.runner import JobRunner
@@ -156,20 +156,6 @@ def _props(body: dict) -> dict:
     return (response_format.get("json_schema") or {}).get("schema", {}).get("properties", {})
 
 
-def _user_lines(prompt: str) -> str:
-    """The prompt's USER and TOOL lines, and what it quotes under them (app/learn/quoting.py)."""
-    kept, quoting = [], False
-    for line in prompt.splitlines():
-        if line.startswith("> "):
-            if quoting:
-                kept.append(line[2:])
-            continue
-        quoting = line.startswith(("TOOL", "QUOTED"))
-        if line.startswith(("USER:", "TOOL")):
-            kept.append(line)
-    return "\n".join(kept)
-
-
 def scripted_model(body: dict) -> Any:
     """Replies derived from the request: facts from USER lines, fixed cards and diaries,
     each field the schema asks for.
@@ -178,12 +164,10 @@ def scripted_model(body: dict) -> Any:
     "I use X as my editor" → preference editor.
     """
     props = _props(body)
-    # A question asked alone (/api/generate), or after the chat it continues (its last message).
-    messages = body.get("messages") or [{}]
-    prompt = body.get("prompt") or str(messages[-1].get("content") or "")
     reply: dict[str, Any] = {}
     if "facts" in props:
-        said = _user_lines(prompt)
+        # What the question quotes, or points at in the chat it continues.
+        said = "\n".join(learning_sources(body))
         facts = [{"category": "fact", "key": f"item{code[5:]}", "value": code}
                  for code in _CODE.findall(said)]
         facts += [{"category": "preference", "key": "editor", "value": f"uses {editor}"}
@@ -209,6 +193,7 @@ def consumer_env(config: Config) -> dict[str, str]:
         "HILO_DATA_DIR": str(config.data_dir),
         "HILO_LLM_URL": config.llm.url,
         "HILO_LLM_TIMEOUT_SECONDS": str(config.llm.timeout_seconds),
+        "HILO_LLM_LEARNING_DEADLINE_SECONDS": str(config.llm.learning_deadline_seconds),
         "HILO_LOGGING_FORMAT": "json",
         "HILO_MEMORY_COMPACTION_THRESHOLD": str(config.memory.compaction_threshold),
         "HILO_MEMORY_CHUNK_SIZE": str(config.memory.chunk_size),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import httpx
 
+from app.learn.distill import distill_schema
+from app.learn.model_output import output_limit
 from tests.api.support import HiloServer
 from tests.fake_ollama import CpuSpeed, FakeOllama
 from tests.workers.support import (
@@ -51,7 +53,9 @@ def test_a_capped_clients_turns_are_learned_and_no_learning_call_carries_its_cap
         finally:
             server.stop()
         [asked] = learning_requests(fake)
-    assert asked["options"] == {"num_ctx": 8192, "temperature": 0.1}
+    # Hilo's own output limit for two messages' facts, never the client's 24.
+    limit = output_limit(distill_schema(2))
+    assert asked["options"] == {"num_ctx": 8192, "temperature": 0.1, "num_predict": limit}
     assert sorted(query(cfg, "SELECT value FROM facts")) == [("alpha1",), ("alpha2",)]
 
 
@@ -70,5 +74,5 @@ def test_a_server_that_refuses_json_schema_is_asked_for_a_json_object_from_then_
             server.stop()
         asked = learning_requests(fake)
     assert [b["response_format"]["type"] for b in asked] == ["json_schema", "json_object"]
-    assert all("max_tokens" not in b for b in asked)
+    assert all(b["max_tokens"] == output_limit(distill_schema(2)) for b in asked)  # not 24
     assert query(cfg, "SELECT mode FROM model_json_modes") == [("object",)]
