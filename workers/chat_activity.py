@@ -43,7 +43,7 @@ from app.log import get_logger
 from workers.locks import LockOwner, owner_alive, this_process
 
 if TYPE_CHECKING:
-    from app.model.messages import SentChat
+    from app.model.replies import SentChat
 
 log = get_logger(__name__)
 
@@ -116,7 +116,7 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     cannot be kept as text (images, content parts, a huge body)."""
     # start-up: the chat formats and redaction load when a front-end first keeps a chat;
     # `hilo queue status`, which reads the markers only, never needs them
-    from app.model.messages import SentChat
+    from app.model.replies import SentChat
     from app.sanitize import redact_json, redact_secrets
 
     for message in sent.body.get("messages") or []:
@@ -142,7 +142,7 @@ class LastChat:
 
 
 def last_chat(queue: Any, url: str) -> LastChat | None:
-    from app.model.messages import SentChat  # start-up: see _sanitised
+    from app.model.replies import SentChat  # start-up: see _sanitised
 
     try:
         value = queue.get(LAST_CHAT_PREFIX + server_id(url), peek=True)

@@ -17,7 +17,7 @@ from huey.utils import normalize_time
 
 from app.config import Config
 from app.log import get_logger
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure

@@ -69,17 +69,15 @@ from app.events import (
     sessions_opening_with,
 )
 from app.http.errors import ApiError
+from app.model.client_chat import ClientChat
 from app.model.messages import (
-    ClientChat,
     is_conversation,
     message_text,
     quotes_retrieved_documents,
     stored_role,
-    stored_tool_calls,
     text_to_store,
-    tool_calls_of,
-    tool_name_of,
 )
+from app.model.tool_calls import stored_tool_calls, tool_calls_of, tool_name_of
 from app.tasks.sessions import is_task_session
 from app.turn.chat import INTERRUPTED_MARKER, ChatService
 

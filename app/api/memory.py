@@ -32,7 +32,7 @@ from app.memory.forget import forget
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
-from app.model.messages import stored_tool_calls
+from app.model.tool_calls import stored_tool_calls
 from app.sanitize import clean_text, redact_secrets
 from app.turn.chat import ChatService
 

@@ -48,7 +48,7 @@ from app.http.callers import Caller, caller_of, check_session, json_body
 from app.http.errors import ApiError, error_body, model_failure, turn_error
 from app.log import get_logger
 from app.model.errors import ModelError
-from app.model.messages import ReplyRecord
+from app.model.replies import ReplyRecord
 from app.turn.chat import ChatService, StreamingTurn
 
 if TYPE_CHECKING:

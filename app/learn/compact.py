@@ -37,7 +37,8 @@ from app.learn.quoting import learning_line
 from app.learn.reading import reading
 from app.memory import NewCard, add_card, is_outside
 from app.model.client import ModelClient
-from app.model.messages import SentChat, text_with_tool_calls
+from app.model.replies import SentChat
+from app.model.tool_calls import text_with_tool_calls
 from app.writer import Writer
 
 WORKER = "compact"

@@ -22,7 +22,7 @@ from app.learn.quoting import learning_line
 from app.learn.reading import reading
 from app.memory import add_diary_entry, end_session, is_outside, replace_extractive_diary
 from app.model.client import ModelClient
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from app.writer import Writer
 
 WORKER = "diary"

@@ -39,7 +39,9 @@ from app.learn.reading import reading
 from app.log import get_logger
 from app.memory import InvalidMemory, is_outside, set_profile, store_fact
 from app.model.client import ModelClient
-from app.model.messages import SentChat, message_text, text_with_tool_calls
+from app.model.messages import message_text
+from app.model.replies import SentChat
+from app.model.tool_calls import text_with_tool_calls
 from app.tasks.sessions import is_task_session
 from app.writer import Writer
 

@@ -38,7 +38,7 @@ from app.errors import HiloError
 from app.fts import terms
 from app.memory import CATEGORIES
 from app.model.client import ModelClient
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 
 # Values a model writes when it has nothing to say; never stored.
 PLACEHOLDERS = frozenset({

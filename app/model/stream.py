@@ -6,7 +6,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from app.model.messages import ReplyRecord, SentChat
+from app.model.replies import ReplyRecord, SentChat
 from app.model.usage import EngineTime
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from app.events import Event
-from app.model.messages import text_with_tool_calls
+from app.model.tool_calls import text_with_tool_calls
 from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind, withheld

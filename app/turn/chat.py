@@ -32,18 +32,14 @@ from app.db import Durability, connect_readonly
 from app.events import Event, append_events, session_events, supersede_events
 from app.memory import end_session
 from app.model.client import ModelClient
+from app.model.client_chat import ClientChat
 from app.model.errors import ModelError
-from app.model.messages import (
-    ClientChat,
-    ReplyRecord,
-    SentChat,
-    ToolSpec,
-    events_as_messages,
-    message_text,
-)
+from app.model.messages import ToolSpec, message_text
 from app.model.prompt_speed import PromptSpeed
+from app.model.replies import ReplyRecord, SentChat
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
+from app.model.tool_calls import events_as_messages
 from app.model.transport import ModelActivity
 from app.model.usage import wall_time
 from app.recall.fusion import SearchHit, search_memory

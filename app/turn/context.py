@@ -70,7 +70,6 @@ from app.memory import (
 from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
 from app.model.messages import (
     SYSTEM_ROLES,
-    events_as_messages,
     image_count,
     message_text,
     quotes_retrieved_documents,
@@ -78,6 +77,7 @@ from app.model.messages import (
     with_text_prepended,
 )
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.model.tool_calls import events_as_messages
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
 from app.recall.state import Recall

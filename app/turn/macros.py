@@ -26,7 +26,7 @@ from typing import Any
 import apsw
 
 from app.errors import NotFound
-from app.model.messages import stored_tool_calls
+from app.model.tool_calls import stored_tool_calls
 from app.timeutil import utc_now
 from app.turn.tools.registry import ERROR_PREFIX
 
