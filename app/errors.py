@@ -72,6 +72,9 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
 
 from __future__ import annotations
 
+__all__ = ["HiloError", "InvalidInput", "NotFound", "Conflict", "Unavailable",
+           "EmbedderUnavailable", "InsufficientStorage", "Misconfigured"]
+
 
 class HiloError(Exception):
     """A failure with a one-line message a person can act on."""

@@ -42,6 +42,15 @@ from app.sanitize import Secret, clean_text, redact_json, redact_secrets, secret
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
+__all__ = ["ROLES", "ORIGINS", "ORIGIN_HANDS", "MAX_TOOL_NAME_LENGTH", "MAX_TOOL_CALLS_CHARS",
+           "BINARY_CONTROL_SHARE", "BINARY_MIN_LENGTH", "InvalidEvent", "Event", "PreparedEvent",
+           "refuse_secret_id", "normalize_text", "truncate", "prepare_event", "insert_event",
+           "append_event", "append_events", "events_by_ids", "count_session_events",
+           "session_events", "delete_events", "replies_to", "mark_distilled", "mark_compacted",
+           "link_to_card", "restore_marks", "uncompact", "reset_derived_marks", "supersede_events",
+           "choose_again", "superseded_among", "reply_from", "sessions_opening_with",
+           "MAX_ID_LENGTH"]
+
 ROLES = ("user", "assistant", "tool", "system")
 # Where an event came from (migrations/0013_provenance.sql says each one's meaning).
 ORIGINS = ("typed", "client", "model", "hilo_tool", "hilo_tool_approved", "task", "import")

@@ -13,6 +13,9 @@ import re
 import unicodedata
 from functools import cache
 
+__all__ = ["MAX_TERMS", "ENGLISH_STOP_WORDS", "SPANISH_STOP_WORDS", "STOP_WORDS", "terms", "stems",
+           "quote_term", "build_match_query"]
+
 # More terms make bm25 slower without finding better rows.
 MAX_TERMS = 64
 

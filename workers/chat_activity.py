@@ -45,6 +45,11 @@ from workers.locks import LockOwner, owner_alive, this_process
 if TYPE_CHECKING:
     from app.model.replies import SentChat
 
+__all__ = ["log", "ACTIVITY_PREFIX", "CHAT_BEGAN_PREFIX", "LAST_CHAT_PREFIX", "MAX_KEPT_CHARS",
+           "REMOTE_IN_FLIGHT_SECONDS", "server_id", "ChatActivity", "LastChat", "last_chat",
+           "forget_last_chat", "chat_to_continue", "keep_alive_seconds", "ServerActivity",
+           "read_activity", "Deferral", "chat_deferral", "chat_began_after", "activity_is_stale"]
+
 log = get_logger(__name__)
 
 ACTIVITY_PREFIX = "hilo.chat."

@@ -23,6 +23,8 @@ from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
 from workers.waiting import enqueue_waiting
 
+__all__ = ["log", "QueueHandoff", "queue_handoff"]
+
 log = get_logger(__name__)
 
 

@@ -36,6 +36,11 @@ from app.model.tool_calls import stored_tool_calls
 from app.sanitize import clean_text, redact_secrets
 from app.turn.chat import ChatService
 
+__all__ = ["FactId", "EventIn", "AppendEvents", "ContextRequest", "ProfileValue", "FactIn",
+           "router", "append_events", "get_context", "search", "get_profile", "put_profile",
+           "remove_profile", "get_facts", "add_fact", "get_one_fact", "remove_fact",
+           "get_sessions", "get_session_events", "end_session"]
+
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.
 FactId = Annotated[int, Path(le=MAX_ROW_ID, description="a fact's id")]
 

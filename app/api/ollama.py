@@ -25,6 +25,9 @@ from app.api.turns import answer_chat_request
 from app.http.callers import json_body
 from app.http.errors import ApiError
 
+__all__ = ["routes", "ollama_chat", "root", "ollama_tags", "ollama_show", "ollama_version",
+           "ollama_ps", "RELAYED"]
+
 routes = Routes("Ollama API")
 
 

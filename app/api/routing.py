@@ -16,6 +16,8 @@ from typing import Any
 
 from starlette.routing import Route
 
+__all__ = ["Endpoint", "Entry", "Routes"]
+
 Endpoint = Callable[..., Any]
 
 

@@ -22,6 +22,9 @@ from app.tasks.store import (
     resume_task,
 )
 
+__all__ = ["router", "TaskIn", "refuse_trust", "get_tasks", "add_task_route", "pause_task_route",
+           "resume_task_route", "remove_task_route", "run_task_route", "task_log_route"]
+
 router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"], route_class=JsonRoute)
 
 

@@ -14,6 +14,8 @@ from app.http.deps import JsonRoute, Service, Who
 from app.http.params import MAX_ROW_ID, TurnId
 from app.turn.records import list_turn_records
 
+__all__ = ["router", "list_turns", "get_turn"]
+
 router = APIRouter(prefix="/memory", tags=["Memory API"], route_class=JsonRoute)
 
 

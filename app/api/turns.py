@@ -54,6 +54,9 @@ from app.turn.chat import ChatService, StreamingTurn
 if TYPE_CHECKING:
     from app.turn.agent import Agent
 
+__all__ = ["log", "SessionLocks", "answer_chat_request", "user_of", "answer_chat", "model_error",
+           "relayed_response", "pull_in_threadpool"]
+
 log = get_logger(__name__)
 
 

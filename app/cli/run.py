@@ -12,6 +12,8 @@ from app.cli.common import CommandError, user_option, with_config
 if TYPE_CHECKING:
     from app.config import Config
 
+__all__ = ["chat", "serve", "mcp", "demo_model", "worker"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 

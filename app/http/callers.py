@@ -39,6 +39,9 @@ from app.http.errors import MAX_JSON_DEPTH, ApiError, json_too_deep
 from app.http.gate import TOKEN_USER
 from app.tasks.sessions import is_task_session
 
+__all__ = ["Caller", "wrong_user", "check_id", "check_session", "client_namespace", "identify",
+           "caller_of", "load_json", "json_body"]
+
 
 @dataclass(frozen=True)
 class Caller:

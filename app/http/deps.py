@@ -14,6 +14,8 @@ from fastapi.routing import APIRoute
 from app.http.callers import Caller, caller_of, load_json
 from app.turn.chat import ChatService
 
+__all__ = ["UserHeader", "SessionHeader", "caller", "service_of", "Who", "Service", "JsonRoute"]
+
 UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id "
                                                       "(a per-user token fixes it)")]
 SessionHeader = Annotated[str | None, Header(description="The session (chat routes)")]

@@ -47,6 +47,10 @@ from app.db import connect_readonly, corrupt_memory
 from app.http.errors import error_response
 from app.log import get_logger
 
+__all__ = ["log", "OPEN_PATHS", "PAGE_PREFIX", "OPEN_PREFIX", "TOKEN_COOKIE", "TOKEN_USER",
+           "SAFE_METHODS", "WRONG_TOKEN_BURST", "WRONG_TOKEN_EVERY_SECONDS",
+           "WRONG_TOKEN_ADDRESSES", "WrongTokens", "is_loopback", "host_name", "Gate"]
+
 log = get_logger(__name__)
 
 # Routes open without the token.

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+__all__ = ["BuiltOnDemand"]
+
 
 class BuiltOnDemand:
     """The ASGI app `build()` returns, built when first asked and then reused."""

@@ -7,5 +7,7 @@ from typing import Annotated
 
 from fastapi import Path
 
+__all__ = ["MAX_ROW_ID", "TurnId"]
+
 MAX_ROW_ID = 2**63 - 1
 TurnId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a turn record's id")]

@@ -28,6 +28,9 @@ from uvicorn.server import ServerState
 
 from app.http.errors import error_body
 
+__all__ = ["HEADER_TIMEOUT_SECONDS", "BODY_TIMEOUT_SECONDS", "KEEP_ALIVE_SECONDS",
+           "LIMIT_CONCURRENCY", "MAX_WAITING_CONNECTIONS", "DeadlineProtocol", "timeout_settings"]
+
 HEADER_TIMEOUT_SECONDS = 10.0
 # Time for a whole request body after its headers: 32 MB (the cap) at about 4 Mbit/s.
 BODY_TIMEOUT_SECONDS = 60.0

@@ -25,6 +25,10 @@ from app.model.client import ModelClient
 from app.model.replies import SentChat
 from app.writer import Writer
 
+__all__ = ["WORKER", "CONSOLIDATE_WORKER", "MAX_EVENT_CHARS", "MAX_PROMPT_CHARS", "DIARY_SCHEMA",
+           "SYSTEM", "INSTRUCTIONS", "SessionText", "session_to_summarise", "build_prompt",
+           "parse_entry", "extractive_entry", "write_diary", "rewrite_extractive_diary"]
+
 WORKER = "diary"
 # Rewriting an extractive entry is part of consolidation, and logged as its work.
 CONSOLIDATE_WORKER = "consolidate"

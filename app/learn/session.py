@@ -80,6 +80,9 @@ from app.model.replies import SentChat
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
 
+__all__ = ["T", "CHUNK_JOB", "CARD_ALSO", "LearnResult", "waiting_since", "learn_session",
+           "latest_undistilled", "learn_by_rules"]
+
 T = TypeVar("T")
 
 # The job name a chunk's call is recorded under (its facts and its card at once).

@@ -72,6 +72,9 @@ from app.turn.chat import ChatService
 from app.turn.context import read_bootstrap
 from workers.inspection import QueueView
 
+__all__ = ["INSTRUCTIONS", "DIARY_SHOWN", "UserOf", "READ_ONLY", "ADDITIVE", "DESTRUCTIVE",
+           "MemoryTools", "build_server", "serve_stdio", "HttpEndpoint", "http_endpoint"]
+
 INSTRUCTIONS = (
     "Hilo is the user's long-term memory. Call `recall` before answering anything that "
     "may depend on the past, `remember` when the user states something worth keeping, "

@@ -26,6 +26,12 @@ from app.memory.validation import (
 )
 from app.timeutil import utc_now
 
+__all__ = ["Category", "CATEGORIES", "KEY_CHARS", "VALUE_CHARS", "Fact", "FactWrite", "FactRecord",
+           "check_fact", "upsert_fact", "delete_fact", "value_hash", "FORGOTTEN_KEY_PREFIX",
+           "forgotten_key", "forget_old_keys", "is_forgotten", "merge_facts", "import_fact",
+           "link_superseded_fact", "clear_agent_facts", "restore_user_facts", "current_fact",
+           "get_fact", "list_facts", "facts_by_ids", "facts_as_of", "fact_history"]
+
 Category = Literal["fact", "decision", "solution", "preference", "conversation"]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 KEY_CHARS = 200

@@ -21,6 +21,8 @@ from app.model.tool_calls import tool_calls_of
 from app.model.transport import Transport, frame_field
 from app.model.usage import CallBudget, EngineTime, engine_time
 
+__all__ = ["OllamaAPI", "OpenAIAPI", "JsonReply", "with_limit", "json_reply_text"]
+
 
 class OllamaAPI:
     """Ollama's native API: /api/chat, /api/generate, /api/embed, /api/tags."""

@@ -49,6 +49,8 @@ from app.model.usage import (
 if TYPE_CHECKING:
     from app.config import Config
 
+__all__ = ["PROVIDERS", "ModelClient"]
+
 PROVIDERS = ("ollama", "openai")
 
 # What a learning call continues of the chat it follows (ModelClient.continue_json): what

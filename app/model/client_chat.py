@@ -8,6 +8,8 @@ from typing import Any
 
 from app.events import Event
 
+__all__ = ["ClientChat"]
+
 
 @dataclass(frozen=True)
 class ClientChat:

@@ -17,6 +17,10 @@ from typing import Any
 from app.events import InvalidEvent
 from app.sanitize import clean_text
 
+__all__ = ["Message", "ToolSpec", "APIS", "SYSTEM_ROLES", "CONVERSATION_ROLES", "message_text",
+           "image_count", "quotes_retrieved_documents", "text_to_store", "is_conversation",
+           "stored_role", "with_text_appended", "with_text_prepended"]
+
 Message = Mapping[str, Any]  # {"role": "user" | "assistant" | "system" | "tool", "content": str}
 # Tools offered to the model, in the chat APIs' shape (Ollama takes OpenAI's):
 # {"type": "function", "function": {"name", "description", "parameters": <JSON schema>}}

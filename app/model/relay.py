@@ -16,6 +16,8 @@ from app.model.stream import ChatReply
 from app.model.translate import OpenAIReplyAsOllama, ollama_request_as_openai
 from app.model.transport import Transport, frame_field, media_type
 
+__all__ = ["relayed_chat", "translated_chat"]
+
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[list[bytes]]:
     """Complete lines (each with its newline), as many as each read brought; a last

@@ -12,6 +12,8 @@ from typing import Any
 from app.model.tool_calls import json_arguments, tool_calls_of
 from app.model.usage import EngineTime, engine_time
 
+__all__ = ["cached_tokens", "ReplyRecord", "SentChat"]
+
 
 def cached_tokens(usage: Mapping[str, Any]) -> int | None:
     """Of an OpenAI `usage`, the prompt tokens the server found in its cache."""

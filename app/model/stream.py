@@ -9,6 +9,8 @@ from typing import Any
 from app.model.replies import ReplyRecord, SentChat
 from app.model.usage import EngineTime
 
+__all__ = ["ChatReply", "ACCEPTED", "ChatStream"]
+
 
 @dataclass(frozen=True)
 class ChatReply:

@@ -15,6 +15,9 @@ from typing import Any
 
 from app.events import Event
 
+__all__ = ["json_arguments", "tool_calls_of", "stored_tool_calls", "text_with_tool_calls",
+           "render_tool_calls", "tool_name_of", "events_as_messages"]
+
 
 def json_arguments(value: Any) -> Any:
     """Arguments as a JSON value; OpenAI sends them as JSON text."""

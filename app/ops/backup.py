@@ -51,6 +51,10 @@ from app.memory.embeddings import delete_every_vector
 from app.memory.facts import forget_old_keys
 from app.recall.vectors import rebuild_indexes
 
+__all__ = ["Progress", "PAGES_PER_STEP", "REBUILD_WORKER", "REQUIRED_TABLES", "BackupError",
+           "AlreadyRunning", "BackupReport", "memory_md_copy", "snapshot", "backup",
+           "RestoreReport", "verify_backup", "restore", "RebuildReport", "CLEAR_STEPS", "rebuild"]
+
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
 

@@ -28,6 +28,9 @@ from app.turn.corrected import noted
 from app.turn.records import TurnRecord, get_turn_record
 from workers.inspection import QueueError, QueueView
 
+__all__ = ["log", "Recalled", "TurnJob", "TurnView", "recalled_now", "turn_jobs", "turn_view",
+           "inspect_turn"]
+
 log = get_logger(__name__)
 
 

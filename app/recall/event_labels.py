@@ -33,6 +33,9 @@ from datetime import date, datetime, timedelta
 
 from app.fts import quote_term
 
+__all__ = ["MONTHS", "WEEKDAYS", "SEASONS", "PARTS_OF_DAY", "CALENDAR_WORDS", "event_labels",
+           "LabelQuery", "MONTH_FIRST_REGIONS", "month_first", "ReadQuestion", "read_question"]
+
 # English first: the query side writes the English word, the index carries both.
 MONTHS: tuple[tuple[str, ...], ...] = (
     ("january", "enero"), ("february", "febrero"), ("march", "marzo"), ("april", "abril"),

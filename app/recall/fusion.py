@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from app.model.embedders import Embedder
     from app.recall.state import Recall
 
+__all__ = ["RRF_K", "STREAM_DEPTH", "Candidate", "Stream", "STREAMS", "WEIGHTS", "MATCH_STREAMS",
+           "fuse", "search_ahead", "search", "Why", "SearchHit", "said_text", "event_text",
+           "SEARCH_MIN_SIMILARITY", "search_memory", "reasons", "why_matched", "matching"]
+
 
 # The k of Reciprocal Rank Fusion. Cormack et al.'s 60 suits deep rankings from many
 # systems; with few streams and only the top 10 used, a smaller k lets a stream's first

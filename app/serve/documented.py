@@ -21,6 +21,8 @@ from app.api.routing import Routes
 from app.http.deps import caller
 from app.http.errors import install_error_handlers, install_validation_errors
 
+__all__ = ["documented_api", "describe"]
+
 
 def documented_api(state: State) -> FastAPI:
     """The documented API on the serving app's `state`."""

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from app.turn.agent import Agent
 from workers.huey_loader import load_huey
 
+__all__ = ["log", "MAX_BODY_BYTES", "create_app", "BindRefused", "http_agent", "check_bind",
+           "run_server", "is_loopback"]
+
 log = get_logger(__name__)
 
 # Whole conversations are resent every turn: 100 turns of 32k characters fit.

@@ -37,6 +37,10 @@ from app.tasks.store import (
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 
+__all__ = ["RETRY_BASE", "RETRY_MAX", "STALE_RUN_AFTER", "TaskRun", "TaskLog", "Claim",
+           "TaskRunResult", "task_runs", "task_log", "request_run", "claim_next_run",
+           "claim_task_now", "retry_delay", "finish_run"]
+
 # A failed run waits 1, 2, 4, ... minutes (at most an hour) before its next attempt, up to
 # [queue] max_attempts attempts. The scheduler looks once a minute, so shorter waits
 # would not be kept anyway.

@@ -50,6 +50,9 @@ from app.turn.macros import Macro, find_macro, macro_used
 from app.turn.tools import Approver, Decision, Registry, Surface, ToolContext, default_registry
 from app.turn.tools.registry import ERROR_PREFIX
 
+__all__ = ["log", "MACRO_CALL_PREFIX", "ToolNote", "OnTool", "AgentOutcome", "refuses_tools",
+           "Agent", "AgentTurn"]
+
 log = get_logger(__name__)
 
 MACRO_CALL_PREFIX = "macro_"

@@ -9,6 +9,8 @@ from app.memory import Card, Fact
 from app.model.messages import text_to_store
 from app.sanitize import redact_secrets
 
+__all__ = ["Carried", "saying_more"]
+
 
 class Carried:
     """What a request's messages already say, as Hilo would store it (secrets redacted,

@@ -60,6 +60,10 @@ from app.writer import Writer
 if TYPE_CHECKING:
     from app.model.embedders import Embedder
 
+__all__ = ["INTERRUPTED_MARKER", "MAX_CACHED_SESSIONS", "WorkingMemory", "ContextPlans", "Handoff",
+           "NoHandoff", "TurnOutcome", "Outcome", "StreamingTurn", "Turn", "configured_embedder",
+           "ChatService"]
+
 INTERRUPTED_MARKER = " [interrupted]"
 # Sessions whose working set is kept in RAM at once; the least recently used go first.
 MAX_CACHED_SESSIONS = 256

@@ -67,7 +67,7 @@ from app.memory import (
     list_profile,
     memory_generation,
 )
-from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
+from app.memory.bootstrap import read_bootstrap
 from app.model.messages import (
     SYSTEM_ROLES,
     image_count,
@@ -84,6 +84,10 @@ from app.recall.state import Recall
 from app.turn.carried import Carried, saying_more
 from app.turn.corrected import corrected_conversation, corrected_items, takes_back_shown
 from app.turn.quotes import TRUNCATION_MARKER, Quote, pack_quotes, quotable_events
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "PRIORITY", "LAYOUT", "RETRIEVED", "GROWTH_SHARE", "NOTE_OPEN",
+           "NOTE_CLOSE", "HEADERS", "IMAGE_TOKENS", "LayerReport", "ContextPlan", "BuiltContext",
+           "ContextRequest", "build_context", "read_bootstrap"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "

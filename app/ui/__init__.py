@@ -36,6 +36,8 @@ from app.http.on_demand import BuiltOnDemand
 if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
 
+__all__ = ["STATIC_DIR", "install", "page_routes"]
+
 STATIC_DIR = Path(__file__).parent / "static"
 
 

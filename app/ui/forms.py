@@ -36,6 +36,10 @@ from app.ui.render import PageRoute, done, page, same_origin
 from app.ui.undo import UNDO_SECONDS, ForgetUndos, undos_of
 from app.ui.users import Who
 
+__all__ = ["router", "FactId", "Text", "SHOWN_CHARS", "ACTION_WORDS", "save_profile_key",
+           "delete_profile_key", "add_fact", "edit_fact", "confirm_forget", "forget",
+           "undo_forget", "save_memory_md"]
+
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])
 

@@ -37,6 +37,10 @@ from app.ui.render import PageRoute, page
 from app.ui.undo import undos_of
 from app.ui.users import Who
 
+__all__ = ["router", "ORIGIN_WORDS", "STREAM_WORDS", "LISTED", "SEARCH_HITS", "Provenance",
+           "provenance", "Support", "support_of", "provenances", "overview", "profile", "facts",
+           "fact", "cards", "diary", "memory_md", "sessions", "session", "search"]
+
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
 # What each origin of an event means to a person (app/events.py ORIGINS).

@@ -22,6 +22,9 @@ from app.ui.render import PageRoute, done, page, same_origin
 from app.ui.users import Who
 from workers.inspection import MODEL_JOBS, Failure, Job, QueueError, QueueView
 
+__all__ = ["router", "TaskId", "RUNS_SHOWN", "tasks", "pause", "resume", "run_now", "remove",
+           "job_user", "queue", "retry"]
+
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])
 

@@ -26,6 +26,9 @@ from app.http.callers import Caller
 from app.http.errors import ApiError
 from app.http.gate import SAFE_METHODS, TOKEN_COOKIE
 
+__all__ = ["TEMPLATE_DIR", "FLASH_COOKIE", "COOKIE_PATH", "NAV", "SECURITY_HEADERS", "templates",
+           "Flash", "page", "done", "error_page", "no_such_page", "PageRoute", "same_origin"]
+
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 FLASH_COOKIE = "hilo_flash"
 COOKIE_PATH = "/ui"

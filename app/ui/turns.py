@@ -22,6 +22,8 @@ from app.ui.memory import STREAM_WORDS
 from app.ui.render import PageRoute, page
 from app.ui.users import Who
 
+__all__ = ["LISTED", "PART_WORDS", "pages", "turns_page", "turn_page"]
+
 LISTED = 100
 # What each part of the prompt is, for a person (app/turn/records.py PROMPT_PARTS).
 PART_WORDS = {"instructions": "system prompt", "bootstrap": "MEMORY.md",

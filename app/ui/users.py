@@ -30,6 +30,8 @@ from app.http.errors import ApiError
 from app.memory import known_users
 from app.ui.render import COOKIE_PATH, PageRoute, done, same_origin
 
+__all__ = ["USER_COOKIE", "router", "readable_users", "page_caller", "Who", "show_user"]
+
 # The cookie that keeps the user the page shows.
 USER_COOKIE = "hilo_user"
 

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from app.recall.state import Recall
     from app.writer import Writer
 
+__all__ = ["log", "Surface", "SURFACES", "Decision", "ERROR_PREFIX", "OUTSIDE_KINDS", "ToolFailed",
+           "Approver", "SchedulerWake", "ToolServices", "ToolContext", "ToolResult", "Tool",
+           "schema", "check_arguments", "Registry"]
+
 log = get_logger(__name__)
 
 Surface = Literal["chat", "task", "http"]
