@@ -168,10 +168,11 @@ def upsert_fact(
     return FactWrite("supersede", fact_id)
 
 
-def _insert_fact(con: apsw.Connection, **columns: object) -> int:
-    """A new facts row (the one INSERT of this table), its id returned."""
-    con.execute(f"INSERT INTO facts ({', '.join(columns)}) "
-                f"VALUES ({', '.join('?' * len(columns))})", tuple(columns.values()))
+def _insert_fact(con: apsw.Connection, from_outside: int, **columns: object) -> int:
+    """A new facts row (the one INSERT of this table), its id returned; whose hand it is
+    is never left to the column's default."""
+    con.execute(f"INSERT INTO facts (from_outside, {', '.join(columns)}) "
+                f"VALUES (?, {', '.join('?' * len(columns))})", (from_outside, *columns.values()))
     return con.last_insert_rowid()
 
 
