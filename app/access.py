@@ -22,6 +22,10 @@ from app.events import InvalidEvent, refuse_secret_id
 from app.timeutil import utc_now
 from app.writer import Writer
 
+__all__ = ["TOKEN_PREFIX", "SHOWN_PREFIX_CHARS", "MAX_NAME_CHARS", "MAX_USER_CHARS", "AccessError",
+           "AccessToken", "IssuedToken", "issue_token", "list_tokens", "revoke_token",
+           "token_user", "tokens_in_use"]
+
 TOKEN_PREFIX = "hilo_"
 # Characters of a token kept in clear to tell tokens apart ("hilo_" and 6 more).
 SHOWN_PREFIX_CHARS = len(TOKEN_PREFIX) + 6

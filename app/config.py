@@ -32,6 +32,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app.errors import Misconfigured
 
+__all__ = ["ENV_PREFIX", "ENV_CONTROL", "OLLAMA_PORT", "LOCAL_ZONE", "ConfigError", "ReadOnly",
+           "Allowed", "between", "one_of", "NON_EMPTY", "NO_CONTROL_CHARACTERS", "HEADER_NAME",
+           "setting", "model_server_url", "optional_server_url", "redis_url", "KEEP_ALIVE",
+           "TIMEZONE", "system_timezone", "DataConfig", "MemoryConfig", "ImportanceConfig",
+           "LLMConfig", "EmbedderConfig", "QueueConfig", "WriterConfig", "OPEN_WEBUI_HOUSEKEEPING",
+           "ServerConfig", "ScheduleConfig", "LoggingConfig", "ConfigOrigin", "NotifyConfig",
+           "SHELL_METACHARACTERS", "ToolsConfig", "Config", "with_option", "SECTIONS",
+           "user_config_path", "find_config_file", "load_config"]
+
 ENV_PREFIX = "HILO_"
 # Variables that select the configuration itself rather than a key in it.
 ENV_CONTROL = {"HILO_CONFIG"}
@@ -344,7 +353,7 @@ class ServerConfig(ReadOnly):
     allowed_hosts: str = setting("")
     allowed_origins: str = setting("")
     # A multi-person client's own user header (Open WebUI: "X-OpenWebUI-User-Id"): each
-    # value is a Hilo user of its own, namespaced (app/api/callers.py). "": ignored.
+    # value is a Hilo user of its own, namespaced (app/http/callers.py). "": ignored.
     client_user_header: str = setting("", HEADER_NAME)
     # A chat request whose system messages or last message match one of these is a
     # client's housekeeping: relayed without memory, stored nowhere.

@@ -41,6 +41,9 @@ from app.db import (
     schema_version,
 )
 
+__all__ = ["BOOTSTRAP_FILE", "LOGS_DIR", "CHAT_LOG", "REPL_HISTORY_FILE", "VECTOR_INDEX_DIR",
+           "WORK_DIR", "PID_ROLES", "BOOTSTRAP_TEMPLATE", "InitReport", "DataDir"]
+
 BOOTSTRAP_FILE = "MEMORY.md"
 LOGS_DIR = "logs"
 CHAT_LOG = "chat.log"

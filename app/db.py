@@ -25,6 +25,13 @@ import apsw
 from app.errors import Unavailable
 from app.timeutil import utc_now
 
+__all__ = ["MEMORY_DB", "QUEUE_DB", "BUSY_TIMEOUT_MS", "CHECKPOINT_BUSY_MS", "MIGRATIONS_TABLE",
+           "FTS_TABLES", "Durability", "DatabaseError", "SchemaTooNew", "CorruptDatabase",
+           "SQLITE_HEADER", "QUICK_CHECK_SHOWN", "connect", "connect_readonly", "file_damage",
+           "memory_damage", "corrupt_memory", "check_memory_database", "create_memory_database",
+           "checkpoint_wal", "Migration", "available_migrations", "applied_migrations",
+           "schema_version", "migrate", "merge_fts_segments"]
+
 # File names in the data directory; app/datadir.py (DataDir) builds the paths.
 MEMORY_DB = "memory.sqlite3"
 QUEUE_DB = "queue.sqlite3"

@@ -28,7 +28,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
                 TaskNotFound      app.tasks.store
             TransferError         app.ops.transfer.records
         Misconfigured             app.errors
-            BindRefused           app.api.server
+            BindRefused           app.serve.server
             ConfigError           app.config
             NoJobRunner           workers.jobs
             QueueNotConfigured    workers.queue
@@ -52,7 +52,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
                 QueueUnavailable  workers.inspection
             UnknownMachine        app.turn.tools.terminal_sandbox
             WriterClosed          app.writer
-        ApiError                  app.api.errors
+        ApiError                  app.http.errors
         BackupError               app.ops.backup
             AlreadyRunning        app.ops.backup
         CommandError              app.cli.common
@@ -71,6 +71,9 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
 """
 
 from __future__ import annotations
+
+__all__ = ["HiloError", "InvalidInput", "NotFound", "Conflict", "Unavailable",
+           "EmbedderUnavailable", "InsufficientStorage", "Misconfigured"]
 
 
 class HiloError(Exception):

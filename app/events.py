@@ -42,6 +42,15 @@ from app.sanitize import Secret, clean_text, redact_json, redact_secrets, secret
 from app.timeutil import to_rfc3339, utc_now
 from app.writer import Writer
 
+__all__ = ["ROLES", "ORIGINS", "ORIGIN_HANDS", "MAX_TOOL_NAME_LENGTH", "MAX_TOOL_CALLS_CHARS",
+           "BINARY_CONTROL_SHARE", "BINARY_MIN_LENGTH", "InvalidEvent", "Event", "PreparedEvent",
+           "refuse_secret_id", "normalize_text", "truncate", "prepare_event", "insert_event",
+           "append_event", "append_events", "events_by_ids", "count_session_events",
+           "session_events", "delete_events", "replies_to", "mark_distilled", "mark_compacted",
+           "link_to_card", "restore_marks", "uncompact", "reset_derived_marks", "supersede_events",
+           "choose_again", "superseded_among", "reply_from", "sessions_opening_with",
+           "MAX_ID_LENGTH"]
+
 ROLES = ("user", "assistant", "tool", "system")
 # Where an event came from (migrations/0013_provenance.sql says each one's meaning).
 ORIGINS = ("typed", "client", "model", "hilo_tool", "hilo_tool_approved", "task", "import")
@@ -184,6 +193,36 @@ def truncate(text: str, max_chars: int, original_length: int) -> str:
     return text[: max(0, max_chars - len(marker))] + marker
 
 
+def _checked_fields(config: Config, user_id: str, session_id: str, role: str, origin: str,
+                    importance: float | None) -> float:
+    """The event's importance (the role's default when unstated), once its ids, role and
+    origin are known to be valid."""
+    _check_id("user_id", user_id)
+    _check_id("session_id", session_id)
+    if role not in ROLES:
+        raise InvalidEvent(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if origin not in ORIGINS:
+        raise InvalidEvent(f"origin must be one of {', '.join(ORIGINS)}, got {origin!r}")
+    if importance is None:
+        importance = getattr(config.importance, role)
+    if not 0 <= importance <= 1:
+        raise InvalidEvent(f"importance must be between 0 and 1, got {importance}")
+    return importance
+
+
+def _tool_calls_json(tool_calls: Any, echoes_of: tuple[Secret, ...]) -> str:
+    """A message's tool calls as stored: valid JSON text within its cap, secrets redacted."""
+    cleaned = _clean_json_strings(tool_calls)
+    try:
+        size = len(json.dumps(cleaned, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidEvent(f"tool_calls must be JSON-serialisable: {exc}") from None
+    if size > MAX_TOOL_CALLS_CHARS:
+        raise InvalidEvent(f"tool_calls is {size} characters of JSON; at "
+                           f"most {MAX_TOOL_CALLS_CHARS} are allowed")
+    return json.dumps(redact_json(cleaned, echoes_of=echoes_of), ensure_ascii=False)
+
+
 def prepare_event(
     config: Config,
     user_id: str,
@@ -209,17 +248,7 @@ def prepare_event(
     retrieved, a reply to such a context, what Hilo's web_fetch returned); whether the
     event is from outside is then decided by ORIGIN_HANDS and is_outside.
     """
-    _check_id("user_id", user_id)
-    _check_id("session_id", session_id)
-    if role not in ROLES:
-        raise InvalidEvent(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    if origin not in ORIGINS:
-        raise InvalidEvent(f"origin must be one of {', '.join(ORIGINS)}, got {origin!r}")
-    if importance is None:
-        importance = getattr(config.importance, role)
-    if not 0 <= importance <= 1:
-        raise InvalidEvent(f"importance must be between 0 and 1, got {importance}")
-
+    importance = _checked_fields(config, user_id, session_id, role, origin, importance)
     text = normalize_text(content)
     if not text.strip() and content.strip():  # it held only NUL bytes
         raise InvalidEvent("content has no text once NUL bytes and invalid characters are "
@@ -233,22 +262,8 @@ def prepare_event(
     # nothing beyond the margin can survive truncation, so it is never scanned.
     redacted = redact_secrets(text[: cap + 4096], echoes_of=echoes_of)
     text = truncate(redacted.text, cap, length)
-    original_length = length if length > cap else None
-
     if isinstance(created_at, datetime):
         created_at = to_rfc3339(created_at)
-    tool_calls_json = None
-    if tool_calls is not None:
-        cleaned = _clean_json_strings(tool_calls)
-        try:
-            tool_calls_json = json.dumps(cleaned, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidEvent(f"tool_calls must be JSON-serialisable: {exc}") from None
-        if len(tool_calls_json) > MAX_TOOL_CALLS_CHARS:
-            raise InvalidEvent(f"tool_calls is {len(tool_calls_json)} characters of JSON; at "
-                               f"most {MAX_TOOL_CALLS_CHARS} are allowed")
-        tool_calls_json = json.dumps(redact_json(cleaned, echoes_of=echoes_of),
-                                     ensure_ascii=False)
     return PreparedEvent(
         uuid=str(uuidlib.uuid4()),
         user_id=user_id,
@@ -257,11 +272,11 @@ def prepare_event(
         content=text,
         created_at=created_at or utc_now(),
         importance=float(importance),
-        original_length=original_length,
+        original_length=length if length > cap else None,
         redactions=redacted.kinds,
         tool_call_id=_tool_field("tool_call_id", tool_call_id, MAX_ID_LENGTH),
         tool_name=_tool_field("tool_name", tool_name, MAX_TOOL_NAME_LENGTH),
-        tool_calls_json=tool_calls_json,
+        tool_calls_json=None if tool_calls is None else _tool_calls_json(tool_calls, echoes_of),
         origin=origin,
         # A tool result is a tool's, never a message typed by the person.
         from_outside=is_outside("outside" if role == "tool" and origin == "typed"

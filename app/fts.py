@@ -10,8 +10,12 @@ quotes, `AND`, `NEAR`, `content:`, `*` and `^` are plain text, never operators.
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import cache
+
+__all__ = ["MAX_TERMS", "ENGLISH_STOP_WORDS", "SPANISH_STOP_WORDS", "STOP_WORDS", "terms", "stems",
+           "quote_term", "build_match_query"]
 
 # More terms make bm25 slower without finding better rows.
 MAX_TERMS = 64
@@ -98,7 +102,13 @@ def terms(text: str, *, min_length: int = 1) -> list[str]:
 @cache
 def stems(word: str) -> frozenset[str]:
     """The word's English and Spanish stems (Snowball): "failed" and "fails" are "fail"."""
-    return frozenset(stemmer.stemWord(word) for stemmer in _stemmers())
+    # A Snowball stemmer keeps the word it works on in itself: one thread at a time, or a
+    # worker thread's word comes back as another's stem (two workers' facts merged).
+    with _STEMMING:
+        return frozenset(stemmer.stemWord(word) for stemmer in _stemmers())
+
+
+_STEMMING = threading.Lock()
 
 
 @cache

@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from structlog.typing import Processor
 
+__all__ = ["Logger", "get_logger", "honcho_writes_to_a_terminal", "console_wanted",
+           "configure_logging"]
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 

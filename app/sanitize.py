@@ -15,6 +15,9 @@ from typing import Any
 
 from app.secret_rules import PLACEHOLDER_SHAPE, PLACEHOLDER_VALUES, Finding, rules_for
 
+__all__ = ["Redacted", "marker", "Secret", "redact_secrets", "find_secrets", "ECHO_MIN_CHARS",
+           "clean_text", "secret_kind", "redact_named_value", "redact_json"]
+
 
 @dataclass(frozen=True)
 class Redacted:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
+__all__ = ["Finding", "PLACEHOLDER_VALUES", "PLACEHOLDER_SHAPE", "RULES", "rules_for"]
+
 
 class Finding(NamedTuple):  # a tuple: megabyte logs can hold 100k of them
     start: int

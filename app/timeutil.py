@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+__all__ = ["to_rfc3339", "utc_now", "parse_rfc3339"]
+
 
 def to_rfc3339(moment: datetime) -> str:
     """A timezone-aware datetime as "2026-11-30T14:44:28.123456Z"."""

@@ -30,6 +30,9 @@ from app.db import Durability, check_memory_database, connect, create_memory_dat
 from app.errors import InsufficientStorage, Unavailable
 from app.log import get_logger
 
+__all__ = ["T", "Write", "log", "LINGER_SECONDS", "WriterClosed", "CommitFailed", "DiskFull",
+           "disk_full", "WriterStats", "Writer"]
+
 T = TypeVar("T")
 Write = Callable[[apsw.Connection], T]
 

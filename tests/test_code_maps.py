@@ -76,3 +76,66 @@ def test_the_wings_have_maps() -> None:
     wings = {rel(p) for p in MAPPED}
     assert {"app", "app/api", "app/learn", "app/memory", "app/model", "app/recall",
             "app/turn", "app/tasks", "app/ops", "app/ui", "workers"} <= wings
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ("app", "workers"):
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _declared_exports(path: Path) -> list[str] | None:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def test_every_module_says_what_it_exports() -> None:
+    """`__all__` is a module's interface, in code (as httpx writes it): every module that
+    defines a public name declares it, and each name it declares exists."""
+    missing, unknown = [], []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        exports = _declared_exports(path)
+        defines = [node for node in tree.body if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and not node.name.startswith("_")]
+        if exports is None:
+            if defines:
+                missing.append(name)
+            continue
+        bound = {alias.asname or alias.name.split(".")[0]
+                 for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for alias in node.names}
+        bound |= {node.name for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        bound |= {name.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
+                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                  for name in ast.walk(target) if isinstance(name, ast.Name)}
+        unknown += [f"{name}.{export}" for export in exports if export not in bound]
+    assert missing == [], "declare __all__ in these modules"
+    assert unknown == [], unknown
+
+
+def test_modules_import_only_what_another_exports() -> None:
+    """Nothing of app/ or workers/ reaches into another module past its `__all__`."""
+    modules = _modules()
+    exports = {name: _declared_exports(path) for name, path in modules.items()}
+    reaching = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0
+                    and node.module in modules and node.module != name):
+                continue
+            declared = exports[node.module] or []
+            reaching += [f"{name} imports {node.module}.{alias.name}" for alias in node.names
+                         if alias.name not in declared and not alias.name.startswith("__")
+                         and f"{node.module}.{alias.name}" not in modules]
+    assert reaching == [], reaching

@@ -51,7 +51,7 @@ def test_the_http_front_end_answers_a_domain_error_with_its_status(config, data_
                                                                     fake_ollama) -> None:
     from dataclasses import replace
 
-    from app.api import create_app
+    from app.serve import create_app
 
     config = replace(config, llm=replace(config.llm, url=fake_ollama.url))
     with TestClient(create_app(config)) as client:

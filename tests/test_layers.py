@@ -21,7 +21,8 @@ PACKAGES = ("app", "workers")
 
 # The wings, lowest first: a module's layer is the folder it stands in. `app/`'s own
 # modules and app/memory/ are the store; each folder under app/ is one wing; workers/ is
-# the queue runtime; the front-ends share a layer.
+# the queue runtime. The HTTP front-ends share what app/http/ holds and never import each
+# other; the server puts them on one app, and the command line starts everything.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("app", "app.memory")),
     ("tasks", ("app.tasks",)),
@@ -31,13 +32,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("learn", ("app.learn",)),
     ("queue", ("workers",)),
     ("operations", ("app.ops",)),
-    ("front-ends", ("app.api", "app.cli", "app.mcp", "app.ui")),
+    ("http", ("app.http",)),
+    ("front-ends", ("app.api", "app.mcp", "app.ui")),
+    ("server", ("app.serve",)),
+    ("command line", ("app.cli",)),
 ]
+ABOVE_THE_CORE = ("queue", "operations", "http", "front-ends", "server", "command line")
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 WINGS = {folder: name for name, folders in LAYERS for folder in folders}
 START_UP_NOTE = "start-up"
 MAX_ROOT_MODULES = 12
 MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 60
 
 
 def module_name(path: Path) -> str:
@@ -51,6 +57,10 @@ def folder_of(path: Path) -> str:
     """The package a module stands in, to the wing's depth: app/turn/tools/web.py → app.turn."""
     parts = path.relative_to(REPO).parent.parts
     return ".".join(parts[:2])
+
+
+def folder_of_module(module: str) -> str:
+    return folder_of(project_modules()[module])
 
 
 def layer_of(module: str) -> str | None:
@@ -134,6 +144,17 @@ def test_no_module_is_over_800_lines() -> None:
     assert long == {}
 
 
+def test_no_function_is_over_60_lines() -> None:
+    """A function longer than a screen does several things: it reads as named steps
+    (docstring and signature counted)."""
+    long = {f"{name}:{node.name}": node.end_lineno - node.lineno + 1
+            for name, path in project_modules().items()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES}
+    assert long == {}
+
+
 def test_learning_is_plain_functions_with_no_queue() -> None:
     """app/learn/ is called by the queue, the CLI and tests alike: it never imports Huey."""
     queued = [name for name, path in project_modules().items()
@@ -163,8 +184,20 @@ def test_the_wings_below_the_queue_never_import_it_or_a_front_end() -> None:
            for module, targets in edges.items()
            if layer_of(module) in ("store", "tasks", "model", "recall", "turn", "learn")
            for target, line, _, _ in targets
-           if layer_of(target) in ("queue", "operations", "front-ends")]
+           if layer_of(target) in ABOVE_THE_CORE]
     assert bad == []
+
+
+def test_no_front_end_imports_another() -> None:
+    """The JSON API, the memory page and MCP share only what stands below them (app/http,
+    and the data the turn inspector renders, app/ops/turn_view.py): as datasette renders
+    one view's data as HTML or JSON."""
+    _, edges = graph()
+    crossing = [f"{module}:{line} imports {target}"
+                for module, targets in edges.items() if layer_of(module) == "front-ends"
+                for target, line, _, _ in targets
+                if layer_of(target) == "front-ends" and folder_of_module(target) != folder_of_module(module)]
+    assert crossing == []
 
 
 def test_no_import_cycles_type_only_imports_included() -> None:
@@ -205,7 +238,7 @@ def test_function_level_imports_of_our_own_code_are_only_for_start_up_time() -> 
     hidden = []
     for module, targets in edges.items():
         lines = modules[module].read_text(encoding="utf-8").splitlines()
-        if layer_of(module) == "front-ends" and says_lazy_for_start_up(lines):
+        if layer_of(module) in ("front-ends", "command line") and says_lazy_for_start_up(lines):
             continue
         for target, line, function_line, type_only in targets:
             if not function_line or type_only:
@@ -227,7 +260,7 @@ def test_a_core_module_imported_alone_loads_no_queue_or_front_end(module: str) -
 
     probe = (f"import sys, {module}; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers' "
-             "or m.split('.')[0] == 'huey' or m.startswith(('app.api', 'app.cli', 'app.mcp'))))")
+             "or m.split('.')[0] == 'huey' or m.startswith(('app.api', 'app.cli', 'app.http', 'app.mcp', 'app.serve', 'app.ui'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -43,7 +43,12 @@ from app.log import get_logger
 from workers.locks import LockOwner, owner_alive, this_process
 
 if TYPE_CHECKING:
-    from app.model.messages import SentChat
+    from app.model.replies import SentChat
+
+__all__ = ["log", "ACTIVITY_PREFIX", "CHAT_BEGAN_PREFIX", "LAST_CHAT_PREFIX", "MAX_KEPT_CHARS",
+           "REMOTE_IN_FLIGHT_SECONDS", "server_id", "ChatActivity", "LastChat", "last_chat",
+           "forget_last_chat", "chat_to_continue", "keep_alive_seconds", "ServerActivity",
+           "read_activity", "Deferral", "chat_deferral", "chat_began_after", "activity_is_stale"]
 
 log = get_logger(__name__)
 
@@ -116,7 +121,7 @@ def _sanitised(sent: SentChat) -> SentChat | None:
     cannot be kept as text (images, content parts, a huge body)."""
     # start-up: the chat formats and redaction load when a front-end first keeps a chat;
     # `hilo queue status`, which reads the markers only, never needs them
-    from app.model.messages import SentChat
+    from app.model.replies import SentChat
     from app.sanitize import redact_json, redact_secrets
 
     for message in sent.body.get("messages") or []:
@@ -142,7 +147,7 @@ class LastChat:
 
 
 def last_chat(queue: Any, url: str) -> LastChat | None:
-    from app.model.messages import SentChat  # start-up: see _sanitised
+    from app.model.replies import SentChat  # start-up: see _sanitised
 
     try:
         value = queue.get(LAST_CHAT_PREFIX + server_id(url), peek=True)

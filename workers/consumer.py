@@ -43,6 +43,9 @@ from workers.cpu import yield_cpu_to_turns
 from workers.queue import HiloHuey, check_queue_file, configure
 from workers.runner import JobRunner
 
+__all__ = ["log", "SHUTDOWN_SECONDS", "WORKER_TYPES", "REFUSED", "start_jobs", "run_worker",
+           "ConsumerStart"]
+
 log = get_logger(__name__)
 
 SHUTDOWN_SECONDS = 3.0

@@ -6,6 +6,8 @@ import os
 
 from app.config import Config
 
+__all__ = ["yield_cpu_to_turns"]
+
 
 def yield_cpu_to_turns(config: Config) -> None:
     """Nice this process by `[queue] worker_nice`, once, before its imports and threads

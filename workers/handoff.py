@@ -17,11 +17,13 @@ from huey.utils import normalize_time
 
 from app.config import Config
 from app.log import get_logger
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from workers import jobs
 from workers.chat_activity import ChatActivity
 from workers.queue import HiloHuey, check_queue_file, configure
 from workers.waiting import enqueue_waiting
+
+__all__ = ["log", "QueueHandoff", "queue_handoff"]
 
 log = get_logger(__name__)
 

@@ -37,6 +37,11 @@ from typing import Any
 
 from huey.api import TaskWrapper
 
+__all__ = ["HEARTBEAT_KEY", "HEARTBEAT_EVERY_SECONDS", "TASK_NAMESPACE", "TASKS_MODULE",
+           "new_task_id", "task_id_time", "TimedTaskWrapper", "heartbeat", "registry_name",
+           "short_name", "job_purpose", "error_sentence", "readable_error", "redacted_failure",
+           "describe_failure"]
+
 HEARTBEAT_KEY = "hilo.worker.heartbeat"
 HEARTBEAT_EVERY_SECONDS = 10.0
 # Huey names a task "<module>.<function>"; ours keep the module they were first declared

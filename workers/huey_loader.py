@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+__all__ = ["load_huey"]
+
 
 def load_huey(queue_backend: str) -> None:
     """Import Huey, without the Redis client unless `queue_backend` is "redis"."""

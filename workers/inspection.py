@@ -50,6 +50,12 @@ from workers.hooks import (
 from workers.queue import configure
 from workers.waiting import WAITING_PREFIX
 
+__all__ = ["ACTIVE_WITHIN_SECONDS", "STATE_PREFIX", "LOCK_PREFIX", "REVOKE_PREFIX", "log",
+           "QueueError", "QueueUnavailable", "iso_time", "Job", "Failure", "KeyValues",
+           "OldestPending", "TaskCounts", "WorkerPoll", "MODEL_JOBS", "ChatWait", "LearningCost",
+           "learning_cost", "QueueStatus", "Retried", "Skipped", "RetryOutcome", "Revocation",
+           "Flushed", "redacted", "QueueView"]
+
 # A worker that polled within this long is "active" (it polls at least every
 # poll_max_delay seconds, and writes the heartbeat every HEARTBEAT_EVERY_SECONDS).
 ACTIVE_WITHIN_SECONDS = 60.0

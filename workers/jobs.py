@@ -32,6 +32,11 @@ from app.config import Config
 from app.errors import Misconfigured
 from workers.queue import huey
 
+__all__ = ["Runner", "NoJobRunner", "attach", "detach", "is_attached", "attached", "distill",
+           "compact", "embed", "diary", "consolidation_schedule", "consolidation_due",
+           "consolidate_periodically", "consolidate", "reconcile_periodically", "reconcile",
+           "run_scheduled_tasks", "learn_macros_periodically", "run_scheduled_tasks_now"]
+
 
 class Runner(Protocol):
     """What runs the jobs in a consumer process: workers.runner.JobRunner."""

@@ -27,6 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["OWNER_BEAT_PREFIX", "OWNER_BEAT_SECONDS", "OWNER_SILENT_SECONDS", "LockOwner",
+           "this_process", "pid_exists", "owner_alive", "OwnerBeat"]
+
 OWNER_BEAT_PREFIX = "hilo.worker.owner."
 OWNER_BEAT_SECONDS = 5.0
 # An owner on another host that has not beaten for this long is gone (12 missed beats).

@@ -36,6 +36,11 @@ from app.tasks.delivery import RunReport, record_notification, run_report
 from app.tasks.runs import TaskRunResult
 from app.writer import Writer
 
+__all__ = ["log", "DESKTOP_COMMAND", "BACKOFF_SECONDS", "DESKTOP_TIMEOUT_SECONDS",
+           "MAX_BODY_CHARS", "USER_AGENT", "NotifyFailed", "Notification", "notification",
+           "webhook_request", "post_webhook", "show_desktop", "deliver_run", "shown_url",
+           "reply_channels"]
+
 log = get_logger(__name__)
 
 DESKTOP_COMMAND = "notify-send"

@@ -54,6 +54,12 @@ from workers.locks import (
 )
 from workers.storage import ApswSqliteStorage
 
+__all__ = ["QUEUE_NAME", "ENQUEUE_TIMEOUT_SECONDS", "LOCK_PREFIX", "log", "QueueNotConfigured",
+           "CorruptQueue", "check_queue_file", "HiloTaskWrapper", "HiloHuey", "huey",
+           "storage_address", "make_storage", "configure", "lock_key", "try_lock", "release_lock",
+           "exclusive", "HeldLock", "held_locks", "flush_stale_locks", "owner_beat",
+           "record_failure", "FailedJob", "failed_jobs"]
+
 QUEUE_NAME = "hilo"
 # Seconds an enqueue may wait for a locked queue file or an unresponsive Redis (more
 # than the 1 s a blocking Redis dequeue waits).

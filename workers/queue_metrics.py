@@ -33,6 +33,9 @@ from app.config import Config
 from app.log import get_logger
 from workers.inspection import QueueView
 
+__all__ = ["log", "DURATION_BUCKETS", "METRICS_PREFIX", "FLUSH_EVERY_SECONDS", "JobStats",
+           "JobMetrics", "JOB_METRICS", "COUNTED_SIGNALS", "install", "merged", "render_queue"]
+
 log = get_logger(__name__)
 
 # Job durations span a cheap reconcile (milliseconds) to a slow model call (minutes).

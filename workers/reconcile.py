@@ -22,6 +22,9 @@ from app.timeutil import to_rfc3339
 from app.writer import Writer
 from workers.retry import total_backoff
 
+__all__ = ["GRACE_SECONDS", "DISTILL_BATCH", "MAX_EVENTS_PER_SWEEP", "default_grace_seconds",
+           "UndoneWork", "undistilled", "over_threshold", "diary_due", "find_undone_work"]
+
 # How long after its event undone work is left to the task already queued for it.
 GRACE_SECONDS = 30.0
 DISTILL_BATCH = 20  # events per re-enqueued distill

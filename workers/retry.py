@@ -32,6 +32,9 @@ from app.log import get_logger
 from app.model.errors import ModelError
 from workers.hooks import job_purpose
 
+__all__ = ["log", "MAX_DELAY_SECONDS", "UNUSABLE_OUTPUT_ATTEMPTS", "JobDegraded", "backoff_delay",
+           "total_backoff", "is_model_failure", "is_retryable", "Outcome", "attempt_job"]
+
 log = get_logger(__name__)
 
 MAX_DELAY_SECONDS = 300.0

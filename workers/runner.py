@@ -67,6 +67,8 @@ from workers.reconcile import find_undone_work
 from workers.retry import JobDegraded, attempt_job
 from workers.scheduler import scheduler_tick
 
+__all__ = ["log", "LEARNER_BUSY_SECONDS", "LAST_DECAY_KEY", "JobRunner"]
+
 log = get_logger(__name__)
 
 # A learning job that finds another learning on its model server comes back this much later.

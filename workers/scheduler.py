@@ -32,6 +32,9 @@ from app.turn.chat import StreamingTurn
 from app.turn.context import DEFAULT_SYSTEM_PROMPT
 from app.writer import Writer
 
+__all__ = ["log", "TICK_SECONDS", "ENDED", "INSTRUCTIONS_ROLE", "TurnRunner", "run_due_tasks",
+           "run_task_now", "run_claim", "task_system_prompt", "scheduler_tick"]
+
 log = get_logger(__name__)
 
 # How long one tick keeps claiming runs; the periodic task fires every minute.

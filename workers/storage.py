@@ -13,6 +13,8 @@ from typing import Any
 import apsw
 from huey.storage import SqliteStorage
 
+__all__ = ["ApswSqliteStorage"]
+
 
 class _Cursor:
     """The slice of a sqlite3 cursor that Huey's SqliteStorage uses."""

@@ -28,6 +28,10 @@ from huey.api import Task
 
 from app.log import get_logger
 
+__all__ = ["log", "WAITING_PREFIX", "KINDS", "JOBS_OF", "STALE_AFTER_SECONDS", "waiting_key",
+           "lock_name", "enqueue_waiting", "still_waiting", "started", "Waiting", "waiting_jobs",
+           "queued_sessions", "stale_waiting"]
+
 log = get_logger(__name__)
 
 WAITING_PREFIX = "hilo.waiting."

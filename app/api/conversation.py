@@ -60,7 +60,6 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from app.api.errors import ApiError
 from app.config import Config
 from app.events import (
     Event,
@@ -69,19 +68,24 @@ from app.events import (
     session_events,
     sessions_opening_with,
 )
+from app.http.errors import ApiError
+from app.model.client_chat import ClientChat
 from app.model.messages import (
-    ClientChat,
     is_conversation,
     message_text,
     quotes_retrieved_documents,
     stored_role,
-    stored_tool_calls,
     text_to_store,
-    tool_calls_of,
-    tool_name_of,
 )
+from app.model.tool_calls import stored_tool_calls, tool_calls_of, tool_name_of
 from app.tasks.sessions import is_task_session
 from app.turn.chat import INTERRUPTED_MARKER, ChatService
+
+__all__ = ["OPEN_WEBUI_CHAT_HEADER", "CANDIDATE_SESSIONS", "CANDIDATE_OPENINGS", "Conversation",
+           "read_conversation", "Key", "event_key", "REPLY_EDITS", "REPLY_EDITS_MIN",
+           "same_message", "near_copy", "message_keys", "KnownKeys", "Match", "matched_prefix",
+           "Unstored", "unstored_messages", "store_messages", "new_session_id", "named_session",
+           "continued_session"]
 
 OPEN_WEBUI_CHAT_HEADER = "x-openwebui-chat-id"
 # Sessions examined when a request names none, most recently active first.

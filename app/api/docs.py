@@ -14,6 +14,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+__all__ = ["ASSETS_URL", "ASSETS_DIR", "POLICY", "install_docs"]
+
 ASSETS_URL = "/docs-assets"
 ASSETS_DIR = Path(fastapi_offline.__file__).parent / "static"
 # Inline styles and the page's own start-up script are FastAPI's; ReDoc runs in a blob worker.

@@ -24,6 +24,9 @@ from app.model.probe import CachedProbe
 from app.turn.chat import ChatService
 from app.turn.metrics import render
 
+__all__ = ["VERSION", "routes", "QUICK_CHECK_EVERY_SECONDS", "PROBE_BYTES",
+           "PROBE_TIMEOUT_SECONDS", "get_health", "get_metrics"]
+
 # Hilo's version, as /health and the OpenAPI document report it.
 VERSION = __version__
 

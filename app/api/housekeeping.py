@@ -23,6 +23,8 @@ from app.api.conversation import Conversation
 from app.config import Config
 from app.model.messages import SYSTEM_ROLES, message_text
 
+__all__ = ["REMEMBER_HEADER", "FORGETFUL", "is_task_prompt", "is_housekeeping"]
+
 REMEMBER_HEADER = "x-hilo-remember"
 FORGETFUL = ("no", "false", "0", "off")
 

@@ -9,10 +9,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
-from app.api.callers import check_id, check_session
-from app.api.deps import JsonRoute, Service, Who
-from app.api.errors import ApiError
 from app.events import Event, InvalidEvent, session_events
+from app.http.callers import check_id, check_session
+from app.http.deps import JsonRoute, Service, Who
+from app.http.errors import ApiError
+from app.http.params import MAX_ROW_ID
 from app.memory import (
     Category,
     InvalidMemory,
@@ -31,13 +32,16 @@ from app.memory.forget import forget
 from app.memory.profile import KEY_CHARS as PROFILE_KEY_CHARS
 from app.memory.profile import VALUE_CHARS as PROFILE_VALUE_CHARS
 from app.memory.validation import check_entry
-from app.model.messages import stored_tool_calls
-from app.recall.fusion import SearchHit, search_memory
+from app.model.tool_calls import stored_tool_calls
 from app.sanitize import clean_text, redact_secrets
 from app.turn.chat import ChatService
 
+__all__ = ["FactId", "EventIn", "AppendEvents", "ContextRequest", "ProfileValue", "FactIn",
+           "router", "append_events", "get_context", "search", "get_profile", "put_profile",
+           "remove_profile", "get_facts", "add_fact", "get_one_fact", "remove_fact",
+           "get_sessions", "get_session_events", "end_session"]
+
 # SQLite's row ids are signed 64-bit integers: a larger id names no row.
-MAX_ROW_ID = 2**63 - 1
 FactId = Annotated[int, Path(le=MAX_ROW_ID, description="a fact's id")]
 
 
@@ -136,16 +140,8 @@ def search(who: Who, service: Service, q: Annotated[str, Query(min_length=1)],
     each with `why` it matches (words, the time asked about, a close meaning, or the
     question or reply beside a match); with `explain`, each hit's rank in every retrieval
     stream and its fused score."""
-    hits = search_hits(service, who.user_id, q, limit)
+    hits = service.search_memory(who.user_id, q, limit)
     return {"hits": [hit.to_dict(explain) for hit in hits]}
-
-
-def search_hits(service: ChatService, user_id: str, q: str, limit: int) -> list[SearchHit]:
-    """The user's memory searched for `q` as the chat recalls it (this route and the
-    memory page)."""
-    # Stored text holds no secret to find, and the query is embedded by the model server.
-    return search_memory(service.reader(), user_id, redact_secrets(q).text, limit,
-                         recall=service.recall, embedder=service.query_embedder)
 
 
 @router.get("/profile", summary="List profile keys")

@@ -18,12 +18,15 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from app.api.callers import json_body
-from app.api.errors import ApiError
 from app.api.health import VERSION
 from app.api.passthrough import relay_request
 from app.api.routing import Routes
 from app.api.turns import answer_chat_request
+from app.http.callers import json_body
+from app.http.errors import ApiError
+
+__all__ = ["routes", "ollama_chat", "root", "ollama_tags", "ollama_show", "ollama_version",
+           "ollama_ps", "RELAYED"]
 
 routes = Routes("Ollama API")
 

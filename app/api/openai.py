@@ -18,6 +18,8 @@ from app.api.passthrough import relay_request
 from app.api.routing import Routes
 from app.api.turns import answer_chat_request
 
+__all__ = ["routes", "openai_chat", "openai_relayed"]
+
 routes = Routes("OpenAI API")
 
 

@@ -15,6 +15,8 @@ from starlette.responses import Response, StreamingResponse
 
 from app.api.turns import pull_in_threadpool
 
+__all__ = ["relay_request"]
+
 
 async def relay_request(request: Request, path: str | None = None) -> Response:
     """Relay this request to the model server (at `path`, by default the same one)."""

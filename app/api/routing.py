@@ -1,10 +1,10 @@
 """The routes a chat client calls: served without FastAPI, described in its document.
 
 `hilo serve` answers Ollama's and OpenAI's APIs, /health and /metrics from a plain
-Starlette app (app/api/server.py), so the first message after a start does not wait
+Starlette app (app/serve/server.py), so the first message after a start does not wait
 for FastAPI and pydantic to load (about half a second of a CPU's start). Hilo's own
 JSON API, /docs and /openapi.json are a FastAPI app built on their first request
-(app/api/documented.py); its OpenAPI document describes these routes too, from the
+(app/serve/documented.py); its OpenAPI document describes these routes too, from the
 same table, so a route is declared once, with its summary beside it.
 """
 
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.routing import Route
+
+__all__ = ["Endpoint", "Entry", "Routes"]
 
 Endpoint = Callable[..., Any]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import JsonRoute, Service, Who
-from app.api.errors import ApiError
+from app.http.deps import JsonRoute, Service, Who
+from app.http.errors import ApiError
 from app.memory import is_outside
 from app.tasks.runs import request_run, task_log
 from app.tasks.store import (
@@ -21,6 +21,9 @@ from app.tasks.store import (
     remove_task,
     resume_task,
 )
+
+__all__ = ["router", "TaskIn", "refuse_trust", "get_tasks", "add_task_route", "pause_task_route",
+           "resume_task_route", "remove_task_route", "run_task_route", "task_log_route"]
 
 router = APIRouter(prefix="/memory/tasks", tags=["Scheduled tasks"], route_class=JsonRoute)
 

@@ -6,34 +6,17 @@ user: another user's turn is 404.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 
-from app.api.deps import JsonRoute, Service, Who
-from app.api.errors import ApiError
-from app.api.memory import MAX_ROW_ID
-from app.turn.chat import ChatService
-from app.turn.records import get_turn_record, list_turn_records
+from app.http.deps import JsonRoute, Service, Who
+from app.http.params import MAX_ROW_ID, TurnId
+from app.turn.records import list_turn_records
 
-if TYPE_CHECKING:
-    from app.ui.inspector import TurnView
-
-TurnId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a turn record's id")]
+__all__ = ["router", "list_turns", "get_turn"]
 
 router = APIRouter(prefix="/memory", tags=["Memory API"], route_class=JsonRoute)
-
-
-def turn_view(service: ChatService, user_id: str, record_id: int) -> TurnView:
-    """The user's turn `record_id` as the inspector shows it; 404 when it is not theirs."""
-    # start-up: the inspector reads the job queue (Huey), which `hilo serve` loads only
-    # when a turn is inspected
-    from app.ui.inspector import inspect_turn
-
-    record = get_turn_record(service.reader(), user_id, record_id)
-    if record is None:
-        raise ApiError(404, f"no turn {record_id}", "not_found")
-    return inspect_turn(service.reader(), service.config, user_id, record)
 
 
 @router.get("/turns", summary="Stored turns, newest first")
@@ -52,4 +35,8 @@ def list_turns(who: Who, service: Service,
 def get_turn(who: Who, service: Service, record_id: TurnId) -> dict:
     """The turn's record with its messages, each recalled item as the memory holds it now
     (forgotten ones without their words), and the background jobs it caused."""
-    return turn_view(service, who.user_id, record_id).to_dict()
+    # start-up: the inspector reads the job queue (Huey), which `hilo serve` loads only
+    # when a turn is inspected
+    from app.ops.turn_view import turn_view
+
+    return turn_view(service.reader(), service.config, who.user_id, record_id).to_dict()

@@ -12,7 +12,7 @@ With `[tools] http = true`, a request that brings no tools of its own gets Hilo'
 (memory, scheduled tasks, web fetch; never the terminal): the model's calls are run and
 stored, and the client receives only the answer (app/turn/agent.py).
 
-The user: as app/api/callers.py decides it, where a chat body's `user` (OpenAI's end-user
+The user: as app/http/callers.py decides it, where a chat body's `user` (OpenAI's end-user
 id) comes after the headers: it names the user only when no header or token did, and
 naming another user than a per-user token's is refused.
 
@@ -33,7 +33,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from app.api.callers import Caller, caller_of, check_session, json_body
 from app.api.conversation import (
     continued_session,
     named_session,
@@ -42,17 +41,21 @@ from app.api.conversation import (
     store_messages,
     unstored_messages,
 )
-from app.api.errors import ApiError, error_body, model_failure, turn_error
 from app.api.housekeeping import is_housekeeping
 from app.errors import HiloError
 from app.events import InvalidEvent, choose_again
+from app.http.callers import Caller, caller_of, check_session, json_body
+from app.http.errors import ApiError, error_body, model_failure, turn_error
 from app.log import get_logger
 from app.model.errors import ModelError
-from app.model.messages import ReplyRecord
+from app.model.replies import ReplyRecord
 from app.turn.chat import ChatService, StreamingTurn
 
 if TYPE_CHECKING:
     from app.turn.agent import Agent
+
+__all__ = ["log", "SessionLocks", "answer_chat_request", "user_of", "answer_chat", "model_error",
+           "relayed_response", "pull_in_threadpool"]
 
 log = get_logger(__name__)
 

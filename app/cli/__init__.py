@@ -25,6 +25,8 @@ from app import __version__
 from app.cli.common import CommandError, Group
 from app.errors import HiloError
 
+__all__ = ["COMMANDS", "HiloGroup", "hilo", "main", "run_and_exit"]
+
 # Every command, in the order `hilo --help` lists them: its name, and where it is defined
 # (the module is imported when the command runs, for start-up time).
 COMMANDS = {

@@ -16,6 +16,8 @@ from app.cli.common import Group, emit, json_option, open_memory, with_config
 if TYPE_CHECKING:
     from app.config import Config
 
+__all__ = ["TOKENS_REQUIRED", "token", "add", "list_command", "revoke"]
+
 # Said with every new token: from the first one on, no request goes without.
 TOKENS_REQUIRED = ("From now on `hilo serve` answers only requests that carry a token "
                    "(`Authorization: Bearer …`), all but /health: give each client its own.")

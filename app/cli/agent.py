@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from app.config import Config
     from app.writer import Writer
 
+__all__ = ["macros", "list_command", "remove", "learn", "terminal", "allowed", "allow", "revoke"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from app.config import Config
     from app.ops.backup import Progress as ProgressCallback
 
+__all__ = ["CommandError", "Group", "with_config", "FACT_ID", "json_option", "user_option",
+           "print_json", "emit", "progress_bar", "open_memory"]
+
 
 class CommandError(HiloError):
     """A failure the user can act on: one line `hilo <command>: <message>` on stderr, then

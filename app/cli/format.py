@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from app.tasks.store import ScheduledTask
     from app.turn.macros import Macro
 
+__all__ = ["HIT_ROW_CHARS", "ago", "profile_line", "EXCERPT_CHARS", "excerpt", "fact_text",
+           "fact_row", "EDIT_VERBS", "edited_text", "as_of_text", "hit_row", "macro_row",
+           "task_row", "task_log_rows", "fact_line", "card_line", "diary_line", "hit_line",
+           "task_lines", "task_reply_lines"]
+
 HIT_ROW_CHARS = 200  # a search hit's text in a `hilo memory search` row
 
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from app.config import Config
     from app.writer import Writer
 
+__all__ = ["memory", "profile", "facts", "search", "reembed", "as_of", "add", "set_profile_key",
+           "edit", "forget", "accept_import"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 

@@ -12,6 +12,9 @@ from app.cli.common import CommandError, emit, json_option, progress_bar, user_o
 if TYPE_CHECKING:
     from app.config import Config
 
+__all__ = ["init", "doctor", "backup_command", "restore_command", "rebuild_command", "export",
+           "import_command"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 

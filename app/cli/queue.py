@@ -38,6 +38,9 @@ if TYPE_CHECKING:
         Revocation,
     )
 
+__all__ = ["DEFAULT_LIMIT", "MalformedRequest", "queue", "status", "pending", "scheduled",
+           "failed", "retry", "revoke", "flush"]
+
 # workers.inspection is imported when a queue command runs, for start-up time: it loads
 # Huey, which no other command needs (and without the Redis client for a SQLite queue).
 

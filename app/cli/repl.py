@@ -63,6 +63,13 @@ from app.turn.tools.registry import OUTSIDE_KINDS
 from app.turn.tools.terminal import allow_rules
 from workers.handoff import queue_handoff
 
+__all__ = ["log", "PROMPT", "IDLE_POLL_SECONDS", "TASK_REPLIES_SHOWN", "DIARY_SHOWN",
+           "SEARCH_LIMIT", "RESULT_LINES_SHOWN", "RESULT_LINE_CHARS", "ARGUMENTS_SHOWN_CHARS",
+           "LineInput", "repeating", "Repl", "Command", "COMMANDS", "HELP", "command",
+           "show_profile", "show_facts", "show_cards", "show_diary", "search", "forget", "explain",
+           "show_tasks", "show_tools", "show_help", "leave", "run_command", "ReplApprover",
+           "ToolDisplay", "chat_turn", "new_session_id", "greet", "run_repl"]
+
 log = get_logger(__name__)
 
 PROMPT = "you> "

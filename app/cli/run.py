@@ -12,6 +12,8 @@ from app.cli.common import CommandError, user_option, with_config
 if TYPE_CHECKING:
     from app.config import Config
 
+__all__ = ["chat", "serve", "mcp", "demo_model", "worker"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 
@@ -40,7 +42,7 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
             config = with_option(config, "server", "port", port, "--port")
         except ConfigError as exc:
             raise CommandError(f"configuration error: {exc}", exit_code=2, command="") from None
-    from app.api import run_server  # start-up: FastAPI and the turn
+    from app.serve import run_server  # start-up: FastAPI and the turn
 
     return run_server(config, host)
 

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from app.tasks.store import ScheduledTask
     from app.writer import Writer
 
+__all__ = ["tasks", "add", "list_command", "pause", "resume", "trust", "untrust", "remove", "run",
+           "log"]
+
 # Every `hilo` run imports every command module, so each command imports the library
 # modules it uses when it runs: for start-up time.
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from app.fts import terms
 
+__all__ = ["KEY_TERMS", "Captured", "capture_statements"]
+
 # A clause runs to the end of its sentence or line.
 _CLAUSE = r"(?P<x>[^.!?;\n]{2,300})"
 _START = r"(?:^|(?<=[.!?¡¿;,:\n])\s*|\b(?:and|y|also|también|pues|so)\s+)"

@@ -37,8 +37,14 @@ from app.learn.quoting import learning_line
 from app.learn.reading import reading
 from app.memory import NewCard, add_card, is_outside
 from app.model.client import ModelClient
-from app.model.messages import SentChat, text_with_tool_calls
+from app.model.replies import SentChat
+from app.model.tool_calls import text_with_tool_calls
 from app.writer import Writer
+
+__all__ = ["WORKER", "MAX_EVENT_CHARS", "MAX_CHUNKS_PER_RUN", "CARD_SCHEMA", "SYSTEM",
+           "INSTRUCTIONS", "REFERRING_INSTRUCTIONS", "LABELS", "ChunkEvent", "CardText",
+           "next_chunk", "summarise", "parse_card", "extractive_card", "write_card",
+           "compact_session"]
 
 WORKER = "compact"
 MAX_EVENT_CHARS = 3000

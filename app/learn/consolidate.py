@@ -53,6 +53,13 @@ from app.timeutil import parse_rfc3339, to_rfc3339
 from app.turn.records import fold_recall_counts
 from app.writer import Writer
 
+__all__ = ["log", "WORKER", "PROTECTED_CATEGORIES", "FREQUENTLY_READ", "FOLD_AFTER_DAYS",
+           "FOLD_GROUP", "HALF_LIFE_DAYS", "FLOOR_PROTECTED", "FLOOR_READ", "FLOOR_UNREAD",
+           "RESUMMARISE_BATCH", "FLOORS", "FOLD_INSTRUCTIONS", "ConsolidationReport",
+           "merge_duplicate_facts", "decay_importance", "OldCard", "fold_old_cards",
+           "resummarise_extractive", "FTS_MERGE_PAGES", "FTS_MERGE_MAX_STEPS", "merge_fts_indexes",
+           "consolidate"]
+
 log = get_logger(__name__)
 
 WORKER = "consolidate"

@@ -22,8 +22,12 @@ from app.learn.quoting import learning_line
 from app.learn.reading import reading
 from app.memory import add_diary_entry, end_session, is_outside, replace_extractive_diary
 from app.model.client import ModelClient
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from app.writer import Writer
+
+__all__ = ["WORKER", "CONSOLIDATE_WORKER", "MAX_EVENT_CHARS", "MAX_PROMPT_CHARS", "DIARY_SCHEMA",
+           "SYSTEM", "INSTRUCTIONS", "SessionText", "session_to_summarise", "build_prompt",
+           "parse_entry", "extractive_entry", "write_diary", "rewrite_extractive_diary"]
 
 WORKER = "diary"
 # Rewriting an extractive entry is part of consolidation, and logged as its work.

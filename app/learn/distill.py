@@ -39,9 +39,20 @@ from app.learn.reading import reading
 from app.log import get_logger
 from app.memory import InvalidMemory, is_outside, set_profile, store_fact
 from app.model.client import ModelClient
-from app.model.messages import SentChat, message_text, text_with_tool_calls
+from app.model.messages import message_text
+from app.model.replies import SentChat
+from app.model.tool_calls import text_with_tool_calls
 from app.tasks.sessions import is_task_session
 from app.writer import Writer
+
+__all__ = ["log", "WORKER", "FALLBACK_WORKER", "MAX_EVENT_CHARS", "MAX_PROMPT_CHARS",
+           "DISTILL_SCHEMA", "distill_schema", "SYSTEM", "WHAT_TO_LEARN", "INSTRUCTIONS",
+           "TASK_INSTRUCTIONS", "Voices", "CONVERSATION", "TASK_RUN", "voices_of", "TurnEvent",
+           "Extraction", "DistillResult", "undistilled_events", "turn_events",
+           "undistilled_in_session", "needs_compaction", "LEARNED_LABEL", "LEARNED_NOTE",
+           "build_prompt", "ANCHOR_WORDS", "Held", "Said", "held_by", "where_held",
+           "referring_prompt", "learning_prompt", "parse_extraction", "keep_grounded",
+           "learned_from_outside", "store_extraction", "distill_turn", "capture_turn"]
 
 log = get_logger(__name__)
 

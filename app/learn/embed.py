@@ -34,6 +34,9 @@ from app.recall.vectors import (
 )
 from app.writer import Writer
 
+__all__ = ["log", "DEFAULT_LIMIT", "EmbedFailed", "ReembedCounts", "embed_pending",
+           "ProgressCallback", "reembed"]
+
 log = get_logger(__name__)
 
 # Owners read per call of embed_pending when no limit is given.

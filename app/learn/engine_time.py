@@ -26,6 +26,9 @@ from app.model.usage import ANSWERED, FAILED, PAST_DEADLINE, TOO_LONG, JsonCall
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
+__all__ = ["log", "SPEND_WINDOW", "DETAIL_CHARS", "UNANSWERED", "record_call", "EngineSpend",
+           "engine_spend", "LearningStall", "learning_stall"]
+
 log = get_logger(__name__)
 
 # The window the queue view sums over: a day of conversations and what was learned of them.

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 
 from app.fts import terms
 
+__all__ = ["SUMMARY_CHARS", "KEYWORDS", "first_sentence", "keywords", "quote_lines"]
+
 SUMMARY_CHARS = 400
 KEYWORDS = 8
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")

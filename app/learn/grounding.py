@@ -39,6 +39,10 @@ from typing import Protocol
 from app.fts import stems, terms
 from app.learn.capture import capture_statements
 
+__all__ = ["MESSAGE_SHARE", "COVER_SHARE", "RELATION_WORDS", "PREDICATE_STARTS", "STEM_CHARS",
+           "Source", "Dropped", "Judged", "content_words", "unsaid_allowed", "support_of", "judge",
+           "by_rule", "covers", "QUOTE_CHARS", "supporting_quote"]
+
 # Of a value's content words, the share its supporting message must hold.
 MESSAGE_SHARE = 0.5
 # Of a rule's value's content words, the share a kept item must hold to say it already.

@@ -38,7 +38,16 @@ from app.errors import HiloError
 from app.fts import terms
 from app.memory import CATEGORIES
 from app.model.client import ModelClient
-from app.model.messages import SentChat
+from app.model.replies import SentChat
+
+__all__ = ["PLACEHOLDERS", "EXCERPT_CHARS", "PROFILE_KEY_CHARS", "FACT_KEY_CHARS", "VALUE_CHARS",
+           "SUMMARY_CHARS", "KEYWORD_CHARS", "ENTRY_CHARS", "MAX_KEYWORDS", "MAX_FACTS",
+           "MAX_PROFILE", "FACTS_PER_SOURCE", "PROFILE_PER_SOURCE", "KEY_WORDS", "CHARS_PER_TOKEN",
+           "LIMIT_SLACK_TOKENS", "InvalidOutput", "clean_text", "ModelOutput", "Category",
+           "ProfileKey", "Value", "FactKey", "Keyword", "PROFILE_PAIRS", "Keywords",
+           "DistilledFact", "DistillOutput", "items_for", "CardOutput", "ChunkOutput",
+           "DiaryOutput", "Output", "parse_output", "ask_json", "output_limit",
+           "parse_json_leniently"]
 
 # Values a model writes when it has nothing to say; never stored.
 PLACEHOLDERS = frozenset({

@@ -16,6 +16,8 @@ import apsw
 from app.db import connect_readonly
 from app.writer import Writer
 
+__all__ = ["reading"]
+
 
 @contextmanager
 def reading(writer: Writer) -> Iterator[apsw.Connection]:

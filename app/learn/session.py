@@ -76,9 +76,12 @@ from app.learn.model_output import (
 from app.learn.reading import reading
 from app.model.client import ModelClient
 from app.model.errors import ModelCallYielded, OverBudget
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
+
+__all__ = ["T", "CHUNK_JOB", "CARD_ALSO", "LearnResult", "waiting_since", "learn_session",
+           "latest_undistilled", "learn_by_rules"]
 
 T = TypeVar("T")
 

@@ -14,6 +14,8 @@ from app.log import get_logger
 from app.turn.macros import LearnCounts, learn_macros, users_with_tool_events
 from app.writer import Writer
 
+__all__ = ["log", "learn_all_macros"]
+
 log = get_logger(__name__)
 
 

@@ -3,9 +3,9 @@ Desktop, Claude Code, Cursor, Continue, Open WebUI, agent frameworks).
 
 Two transports, one server (`build_server`): `hilo mcp` speaks stdio, for a client that
 starts Hilo itself (`serve_stdio`); `hilo serve` answers streamable HTTP at /mcp
-(`http_endpoint`, mounted by app/api/server.py behind the same Gate: the bearer token
+(`http_endpoint`, mounted by app/serve/server.py behind the same Gate: the bearer token
 and the body cap). The user is `--user` on stdio; over HTTP it is decided as on every
-other route (app/api/callers.py: a per-user token is its user, else `X-Hilo-User`, else
+other route (app/http/callers.py: a per-user token is its user, else `X-Hilo-User`, else
 [memory] user_id), by the rule the mount passes in.
 
 Every tool is a thin call into the library the other front-ends use: memory edits run on
@@ -71,6 +71,9 @@ from app.tasks.store import (
 from app.turn.chat import ChatService
 from app.turn.context import read_bootstrap
 from workers.inspection import QueueView
+
+__all__ = ["INSTRUCTIONS", "DIARY_SHOWN", "UserOf", "READ_ONLY", "ADDITIVE", "DESTRUCTIVE",
+           "MemoryTools", "build_server", "serve_stdio", "HttpEndpoint", "http_endpoint"]
 
 INSTRUCTIONS = (
     "Hilo is the user's long-term memory. Call `recall` before answering anything that "

@@ -17,6 +17,9 @@ from pathlib import Path
 from app.memory.validation import InvalidMemory
 from app.sanitize import clean_text
 
+__all__ = ["MAX_BOOTSTRAP_BYTES", "COMMENT_OPEN", "COMMENT_CLOSE", "strip_html_comments",
+           "read_bootstrap", "write_bootstrap"]
+
 # 100,000 tokens (the largest bootstrap_max_tokens) at ~4 bytes a token, with room.
 MAX_BOOTSTRAP_BYTES = 1 << 20
 COMMENT_OPEN, COMMENT_CLOSE = "<!--", "-->"

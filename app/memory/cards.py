@@ -16,6 +16,9 @@ from app.memory.embeddings import delete_vectors
 from app.memory.provenance import log_change, log_deletions
 from app.timeutil import utc_now
 
+__all__ = ["Card", "NewCard", "add_card", "fold_cards", "link_folded_card",
+           "replace_extractive_card", "remove_cards", "clear_cards", "list_cards", "cards_by_ids"]
+
 
 @dataclass(frozen=True)
 class Card:

@@ -30,6 +30,10 @@ import apsw
 
 from app.fts import quote_term, terms
 
+__all__ = ["MarkedKind", "MAX_MARKED", "Correction", "changed_words", "mark_corrected",
+           "mark_forgotten", "unmark_forgotten", "has_corrections", "corrections_of",
+           "session_corrections"]
+
 MarkedKind = Literal["event", "card", "diary"]
 # Of a common word, at most this many items are marked per change.
 MAX_MARKED = 10_000

@@ -40,6 +40,9 @@ from app.memory.facts import (
     upsert_fact,
 )
 
+__all__ = ["SIMILAR_FACT_THRESHOLD", "CANDIDATES", "similar_facts", "value_kind", "same_subject",
+           "same_subject_fact", "store_fact"]
+
 # Share of an existing fact's BM25 weight the new text must cover to be "the same fact";
 # [memory] dedupe_similarity in config.toml, this is its default.
 SIMILAR_FACT_THRESHOLD = 0.75

@@ -11,6 +11,9 @@ import apsw
 from app.memory.provenance import WriteAction, log_change, log_deletions
 from app.timeutil import utc_now
 
+__all__ = ["DiaryEntry", "add_diary_entry", "replace_extractive_diary", "import_diary_entry",
+           "remove_diary_entries", "clear_diary", "last_diary"]
+
 
 @dataclass(frozen=True)
 class DiaryEntry:

@@ -22,6 +22,9 @@ from app.memory.facts import Fact, get_fact, upsert_fact
 from app.memory.provenance import WriteAction
 from app.memory.validation import MAX_ID_LENGTH, InvalidMemory, check_text
 
+__all__ = ["DIARY_ENTRY_CHARS", "FactNotFound", "EditedFact", "remember_fact", "correct_fact",
+           "write_diary_entry"]
+
 # A hand-written diary entry is a summary for the next session, not a transcript.
 DIARY_ENTRY_CHARS = 8000
 

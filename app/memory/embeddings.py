@@ -14,6 +14,9 @@ import apsw
 
 from app.timeutil import utc_now
 
+__all__ = ["VectorOwnerKind", "VectorRow", "save_vectors", "save_error", "delete_vectors",
+           "delete_other_models", "delete_every_vector"]
+
 VectorOwnerKind = Literal["event", "fact", "card"]
 # (user_id, owner kind, owner id, model, dim, float32 little-endian bytes)
 VectorRow = tuple[str, str, int, str, int, bytes]

@@ -26,6 +26,12 @@ from app.memory.validation import (
 )
 from app.timeutil import utc_now
 
+__all__ = ["Category", "CATEGORIES", "KEY_CHARS", "VALUE_CHARS", "Fact", "FactWrite", "FactRecord",
+           "check_fact", "upsert_fact", "delete_fact", "value_hash", "FORGOTTEN_KEY_PREFIX",
+           "forgotten_key", "forget_old_keys", "is_forgotten", "merge_facts", "import_fact",
+           "link_superseded_fact", "clear_agent_facts", "restore_user_facts", "current_fact",
+           "get_fact", "list_facts", "facts_by_ids", "facts_as_of", "fact_history"]
+
 Category = Literal["fact", "decision", "solution", "preference", "conversation"]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 KEY_CHARS = 200
@@ -129,15 +135,9 @@ def upsert_fact(
     importance = min(1.0, max(0.0, float(importance)))
     now = utc_now()
     current = current_fact(con, user_id, category, key)
-    # A forgotten fact's tombstone keeps only hashes of its key and value (forget.py).
-    forgotten = current_fact(con, user_id, category, forgotten_key(key)) if current is None else None
-    if (forgotten is not None and source != "user"
-            and not _a_new_statement(con, forgotten, value, source_event_id)):
+    if _stays_forgotten(con, user_id, category, key, current, value, source, source_event_id):
         return FactWrite("tombstoned", None)
     if current is not None:
-        if (current.deleted_at is not None and source != "user"
-                and not _a_new_statement(con, current, value, source_event_id)):
-            return FactWrite("tombstoned", None)
         if current.deleted_at is None and same_value(current.value, value):
             con.execute("UPDATE facts SET updated_at = ?, importance = max(importance, ?), "
                         "from_outside = min(from_outside, ?) WHERE id = ?",
@@ -154,13 +154,9 @@ def upsert_fact(
         if source == "user" and current.deleted_at is None:
             # The person's correction: what said the old value is recalled with the new one.
             mark_corrected(con, user_id, category, key, current.value, value, at=now)
-    con.execute(
-        "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
-        "updated_at, importance, from_outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (user_id, category, key, value, source, source_event_id, now, now, importance,
-         int(from_outside)),
-    )
-    fact_id = con.last_insert_rowid()
+    fact_id = _insert_fact(con, user_id=user_id, category=category, key=key, value=value,
+                           source=source, source_event_id=source_event_id, created_at=now,
+                           updated_at=now, importance=importance, from_outside=int(from_outside))
     if current is None:
         log_change(con, user_id, "fact", fact_id, "insert", None, value, worker=worker,
                    created_at=now, source_event_id=source_event_id)
@@ -170,6 +166,30 @@ def upsert_fact(
     log_change(con, user_id, "fact", fact_id, "supersede", old, value, worker=worker,
                created_at=now, source_event_id=source_event_id)
     return FactWrite("supersede", fact_id)
+
+
+def _insert_fact(con: apsw.Connection, from_outside: int, **columns: object) -> int:
+    """A new facts row (the one INSERT of this table), its id returned; whose hand it is
+    is never left to the column's default."""
+    con.execute(f"INSERT INTO facts (from_outside, {', '.join(columns)}) "
+                f"VALUES (?, {', '.join('?' * len(columns))})", (from_outside, *columns.values()))
+    return con.last_insert_rowid()
+
+
+def _stays_forgotten(con: apsw.Connection, user_id: str, category: str, key: str,
+                     current: Fact | None, value: str, source: str,
+                     source_event_id: int | None) -> bool:
+    """A forgotten key stays forgotten unless the person sets it again or a statement
+    made after the forget says it."""
+    if source == "user":
+        return False
+    if current is None:
+        # A forgotten fact's tombstone keeps only hashes of its key and value (forget.py).
+        forgotten = current_fact(con, user_id, category, forgotten_key(key))
+        return forgotten is not None and not _a_new_statement(con, forgotten, value,
+                                                               source_event_id)
+    return current.deleted_at is not None and not _a_new_statement(con, current, value,
+                                                                   source_event_id)
 
 
 def _keep_as_history(con: apsw.Connection, user_id: str, category: str, key: str, value: str,
@@ -185,13 +205,11 @@ def _keep_as_history(con: apsw.Connection, user_id: str, category: str, key: str
                        (user_id, category, key, source_event_id, value)).fetchone()
     if same is not None:  # learned again from the same message
         return FactWrite("unchanged", same[0])
-    con.execute(
-        "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
-        "updated_at, superseded_at, superseded_by, importance, from_outside) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (user_id, category, key, value, source, source_event_id, said[0], said[0],
-         max(said[0], current_said[0]), current.id, importance, int(from_outside)))
-    fact_id = con.last_insert_rowid()
+    fact_id = _insert_fact(con, user_id=user_id, category=category, key=key, value=value,
+                           source=source, source_event_id=source_event_id, created_at=said[0],
+                           updated_at=said[0], superseded_at=max(said[0], current_said[0]),
+                           superseded_by=current.id, importance=importance,
+                           from_outside=int(from_outside))
     log_change(con, user_id, "fact", fact_id, "insert", None, value, worker=worker,
                created_at=utc_now(), source_event_id=source_event_id)
     return FactWrite("history", fact_id)
@@ -332,15 +350,13 @@ def import_fact(con: apsw.Connection, user_id: str, record: FactRecord, *, worke
 
 def _insert_record(con: apsw.Connection, user_id: str, r: FactRecord, superseded_at: str | None,
                    superseded_by: int | None) -> int:
-    con.execute(
-        "INSERT INTO facts (user_id, category, key, value, source, source_event_id, created_at, "
-        "updated_at, superseded_at, superseded_by, deleted_at, importance, access_count, "
-        "last_accessed_at, forgotten_hash, from_outside) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-        (user_id, r.category, r.key, r.value, r.source, r.source_event_id, r.created_at,
-         r.updated_at, superseded_at, superseded_by, r.deleted_at, r.importance, r.access_count,
-         r.last_accessed_at, r.forgotten_hash))
-    return con.last_insert_rowid()
+    return _insert_fact(con, user_id=user_id, category=r.category, key=r.key, value=r.value,
+                        source=r.source, source_event_id=r.source_event_id,
+                        created_at=r.created_at, updated_at=r.updated_at,
+                        superseded_at=superseded_at, superseded_by=superseded_by,
+                        deleted_at=r.deleted_at, importance=r.importance,
+                        access_count=r.access_count, last_accessed_at=r.last_accessed_at,
+                        forgotten_hash=r.forgotten_hash, from_outside=1)
 
 
 def link_superseded_fact(con: apsw.Connection, fact_id: int, superseded_by: int) -> None:

@@ -34,6 +34,8 @@ from app.memory.provenance import log_change
 from app.timeutil import utc_now
 from app.writer import Writer
 
+__all__ = ["log", "Forgotten", "forget", "forget_fact"]
+
 log = get_logger(__name__)
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import apsw
 
+__all__ = ["ImportanceFloors", "decay_unread_importance", "add_reads"]
+
 
 @dataclass(frozen=True)
 class ImportanceFloors:

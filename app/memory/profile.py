@@ -14,6 +14,9 @@ from app.memory.provenance import WriteAction, log_change, log_deletions, said_a
 from app.memory.validation import check_entry, same_value
 from app.timeutil import utc_now
 
+__all__ = ["KEY_CHARS", "VALUE_CHARS", "ProfileEntry", "set_profile", "delete_profile",
+           "import_profile", "clear_agent_profile", "list_profile", "profile_as_of"]
+
 KEY_CHARS = 100
 VALUE_CHARS = 2000
 

@@ -21,6 +21,9 @@ from typing import Literal
 
 import apsw
 
+__all__ = ["Hand", "HANDS", "is_outside", "WriteAction", "OwnerKind", "LoggedAction", "said_at",
+           "said_earlier", "log_change", "log_deletions", "memory_generation", "retractions_since"]
+
 # Whose hand a write is. "owner": the person's own (a message as typed, the CLI at the
 # machine, the memory page signed in as them); "hilo": what Hilo makes (a model's reply,
 # what learning derives, its own tools' results); "outside": anyone else's (a client's

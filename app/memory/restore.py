@@ -19,6 +19,8 @@ import apsw
 from app.memory.corrections import unmark_forgotten
 from app.memory.facts import Fact, current_fact, upsert_fact
 
+__all__ = ["Restored", "restore_forgotten_fact"]
+
 
 @dataclass(frozen=True)
 class Restored:

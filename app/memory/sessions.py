@@ -9,6 +9,10 @@ import apsw
 
 from app.timeutil import utc_now
 
+__all__ = ["TITLE_WORDS", "TITLE_CHARS", "SessionInfo", "session_title", "list_sessions",
+           "known_users", "count_sessions", "session_exists", "end_session", "note_event",
+           "merge_imported_session", "end_idle_sessions"]
+
 # A session's title: the first words of what its user said first.
 TITLE_WORDS = 8
 TITLE_CHARS = 60

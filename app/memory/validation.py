@@ -12,6 +12,9 @@ import unicodedata
 from app.errors import InvalidInput
 from app.sanitize import clean_text, redact_named_value
 
+__all__ = ["SOURCES", "MAX_ID_LENGTH", "InvalidMemory", "check_text", "check_entry",
+           "check_source", "normalise_key", "same_value"]
+
 SOURCES = ("agent", "user")
 # Ids (users, sessions, tool calls) are stored, queued and logged as they are.
 MAX_ID_LENGTH = 200

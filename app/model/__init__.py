@@ -7,7 +7,10 @@
     transport.py    HTTP to one server: failures become ModelErrors, model work is reported
     apis.py         Ollama's native API and the OpenAI-compatible one, as Hilo's calls speak them
     relay.py        a client's chat request relayed in its own API, its reply read on the side
-    messages.py     Ollama's and OpenAI's messages and tool calls; ClientChat, ReplyRecord, SentChat
+    messages.py     Ollama's and OpenAI's messages: text, images, roles
+    tool_calls.py   tool calls in one stored shape, rendered per API; events back as messages
+    client_chat.py  a client's own chat request (ClientChat), relayed with only its messages changed
+    replies.py      a reply gathered from its stream (ReplyRecord) and the chat that got it (SentChat)
     translate.py    an Ollama chat request and its reply, for a server that speaks only OpenAI's
     embedders.py    the models that turn text into vectors
     token_count.py  token estimates, calibrated from what the server reports

@@ -14,10 +14,14 @@ from typing import Any
 
 from app.model.errors import OverBudget
 from app.model.json_modes import JsonSchema, ollama_format, openai_format, with_schema
-from app.model.messages import Message, ReplyRecord, ToolSpec, cached_tokens, tool_calls_of
+from app.model.messages import Message, ToolSpec
+from app.model.replies import ReplyRecord, cached_tokens
 from app.model.stream import ACCEPTED, ChatReply
+from app.model.tool_calls import tool_calls_of
 from app.model.transport import Transport, frame_field
 from app.model.usage import CallBudget, EngineTime, engine_time
+
+__all__ = ["OllamaAPI", "OpenAIAPI", "JsonReply", "with_limit", "json_reply_text"]
 
 
 class OllamaAPI:

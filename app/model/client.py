@@ -31,8 +31,9 @@ from app.model.json_modes import (
     openai_format,
     with_schema,
 )
-from app.model.messages import Message, ReplyRecord, SentChat, ToolSpec
+from app.model.messages import Message, ToolSpec
 from app.model.relay import relayed_chat, translated_chat
+from app.model.replies import ReplyRecord, SentChat
 from app.model.stream import ChatReply, ChatStream
 from app.model.transport import ModelActivity, Relayed, Transport
 from app.model.usage import (
@@ -47,6 +48,8 @@ from app.model.usage import (
 
 if TYPE_CHECKING:
     from app.config import Config
+
+__all__ = ["PROVIDERS", "ModelClient"]
 
 PROVIDERS = ("ollama", "openai")
 

@@ -36,6 +36,10 @@ from app.model import minilm  # its runtime (ONNX Runtime) loads only with the m
 from app.model.client import ModelClient
 from app.model.errors import ModelNotFound
 
+__all__ = ["log", "LOCAL_MODEL", "LOCAL_DIM", "MAX_EMBED_CHARS", "LOCAL_PASS_SIZE", "Embedder",
+           "OllamaEmbedder", "embedder_threads", "LocalEmbedder", "local_embedder_installed",
+           "make_embedder"]
+
 log = get_logger(__name__)
 
 LOCAL_MODEL = minilm.MODEL_NAME

@@ -13,6 +13,10 @@ from typing import Any
 
 from app.errors import HiloError
 
+__all__ = ["EXCERPT_CHARS", "ModelError", "ModelUnreachable", "ModelNotFound", "ModelTimeout",
+           "ModelHTTPError", "StreamInterrupted", "OverBudget", "ModelCallYielded",
+           "MalformedResponse"]
+
 # Longest slice of a server's error text worth putting in a message of Hilo's.
 EXCERPT_CHARS = 300
 

@@ -35,6 +35,9 @@ from app.sanitize import redact_secrets
 from app.timeutil import utc_now
 from app.writer import Writer
 
+__all__ = ["log", "LADDER", "JsonSchema", "REASON_CHARS", "refuses_format", "server_key",
+           "JsonModes", "with_schema", "ollama_format", "openai_format"]
+
 log = get_logger(__name__)
 
 LADDER = ("schema", "object", "instruction")

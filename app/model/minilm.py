@@ -26,6 +26,9 @@ import numpy as np
 from app.errors import EmbedderUnavailable
 from app.log import get_logger
 
+__all__ = ["log", "MODEL_NAME", "DIMENSIONS", "MAX_TOKENS", "EXPORT_VERSION", "shipped_weights",
+           "cache_folder", "exported_file", "MiniLM", "load"]
+
 log = get_logger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"

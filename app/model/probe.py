@@ -20,6 +20,10 @@ from app.log import get_logger
 from app.model.client import ModelClient
 from app.model.errors import ModelError
 
+__all__ = ["log", "PROBE_TIMEOUT_SECONDS", "HEALTH_PROBE_MAX_AGE_SECONDS", "ModelStatus",
+           "ProbeReport", "is_pulled", "probe_models", "probe_embedder", "announce_models",
+           "CachedProbe"]
+
 log = get_logger(__name__)
 
 # A start waits at most this long for the model server; /health no longer than this.

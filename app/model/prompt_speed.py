@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+__all__ = ["MIN_READ_TOKENS", "RECENT_READS", "PromptSpeed"]
+
 # Short reads are mostly the engine's fixed cost per request, not its reading speed.
 MIN_READ_TOKENS = 32
 # The speed is that of the last this many reads, summed (tokens over time).

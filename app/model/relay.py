@@ -11,10 +11,12 @@ import json
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
-from app.model.messages import ReplyRecord
+from app.model.replies import ReplyRecord
 from app.model.stream import ChatReply
 from app.model.translate import OpenAIReplyAsOllama, ollama_request_as_openai
 from app.model.transport import Transport, frame_field, media_type
+
+__all__ = ["relayed_chat", "translated_chat"]
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[list[bytes]]:

@@ -6,8 +6,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from app.model.messages import ReplyRecord, SentChat
+from app.model.replies import ReplyRecord, SentChat
 from app.model.usage import EngineTime
+
+__all__ = ["ChatReply", "ACCEPTED", "ChatStream"]
 
 
 @dataclass(frozen=True)

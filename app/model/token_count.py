@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import threading
 
+__all__ = ["DEFAULT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "estimate_tokens", "TokenCounter"]
+
 # English prose is ~4 characters per token for Llama/Gemma tokenizers; code and
 # Spanish run lower, so start conservatively.
 DEFAULT_CHARS_PER_TOKEN = 3.5

@@ -12,7 +12,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.model.messages import ReplyRecord, message_text, render_tool_calls, tool_calls_of
+from app.model.messages import message_text
+from app.model.replies import ReplyRecord
+from app.model.tool_calls import render_tool_calls, tool_calls_of
+
+__all__ = ["OPTIONS_AS_OPENAI", "ollama_request_as_openai", "OpenAIReplyAsOllama"]
 
 # Ollama options with an OpenAI request field. The rest (num_ctx, top_k, repeat_penalty,
 # min_p, …) have none: an OpenAI-compatible server fixes them when it loads the model.

@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+__all__ = ["YIELD_CHECK_SECONDS", "tls_context", "ModelActivity", "makes_model_work", "Watch",
+           "Transport", "frame_field", "media_type", "Relayed"]
+
 if "httpx" not in sys.modules:
     # httpx loads its command-line client (with rich, pygments and click, when installed),
     # which Hilo never runs: ~35 ms of start-up. Hide it while httpx loads, as app/log.py

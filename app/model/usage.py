@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["ANSWERED", "TOO_LONG", "PAST_DEADLINE", "GAVE_WAY", "FAILED", "OUTCOMES", "EngineTime",
+           "engine_time", "wall_time", "CallBudget", "JsonCall"]
+
 # How a learning call ended (JsonCall.outcome).
 ANSWERED = "answered"  # the whole reply came (usable or not: the caller judges it)
 TOO_LONG = "too_long"  # it reached its output limit

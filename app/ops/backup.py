@@ -51,6 +51,10 @@ from app.memory.embeddings import delete_every_vector
 from app.memory.facts import forget_old_keys
 from app.recall.vectors import rebuild_indexes
 
+__all__ = ["Progress", "PAGES_PER_STEP", "REBUILD_WORKER", "REQUIRED_TABLES", "BackupError",
+           "AlreadyRunning", "BackupReport", "memory_md_copy", "snapshot", "backup",
+           "RestoreReport", "verify_backup", "restore", "RebuildReport", "CLEAR_STEPS", "rebuild"]
+
 # Called with (phase, done, total) as work advances; the CLI renders it with rich.
 Progress = Callable[[str, int, int], None]
 
@@ -291,38 +295,13 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
     src = Path(src).expanduser()
     live = data_dir.memory_db
     if not force:
-        running = data_dir.running_processes()
-        if running:
-            one = len(running) == 1
-            raise AlreadyRunning(
-                f"cannot restore while {' and '.join(running)} "
-                + ("is running: stop it first (pass --force only if that pid is not a Hilo "
-                   "process)" if one else "are running: stop them first (pass --force only "
-                   "if those pids are not Hilo processes)"))
+        _refuse_while_running(data_dir)
     if live.exists() and src.resolve() == live.resolve():
         raise BackupError(f"{src} is the live memory database itself: pass a backup file")
     verify_backup(src)
 
     data_dir.root.mkdir(parents=True, exist_ok=True)
-    incoming = live.with_name(f".{live.name}.restoring")
-    try:
-        # Copy through SQLite, not the file system: a source with its own -wal is read whole.
-        with snapshot(src) as source:
-            _copy_database(source, incoming, None, PAGES_PER_STEP, "restore")
-        kept_as = None
-        if live.exists():
-            intact = _close_live_database(live)
-            kept_as = _unused(live.with_name(f"{live.name}.before-restore-{_stamp()}"))
-            os.replace(live, kept_as)
-            if not intact and Path(f"{live}-wal").exists():
-                # Never pair the restored file with the old one's WAL: keep it with its file.
-                os.replace(f"{live}-wal", f"{kept_as}-wal")
-            Path(f"{live}-shm").unlink(missing_ok=True)
-        os.replace(incoming, live)
-    finally:
-        for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
-            leftover.unlink(missing_ok=True)
-
+    kept_as = _replace_live_database(src, live)
     memory_md = None
     if memory_md_copy(src).is_file():
         memory_md = data_dir.bootstrap
@@ -340,6 +319,40 @@ def restore(config: Config, src: Path, force: bool = False) -> RestoreReport:
         con.close()
     return RestoreReport(source=src, restored_to=live, kept_as=kept_as, schema_version=version,
                          migrations_applied=applied, events=events, memory_md=memory_md)
+
+
+def _refuse_while_running(data_dir: DataDir) -> None:
+    running = data_dir.running_processes()
+    if running:
+        one = len(running) == 1
+        raise AlreadyRunning(
+            f"cannot restore while {' and '.join(running)} "
+            + ("is running: stop it first (pass --force only if that pid is not a Hilo "
+               "process)" if one else "are running: stop them first (pass --force only "
+               "if those pids are not Hilo processes)"))
+
+
+def _replace_live_database(src: Path, live: Path) -> Path | None:
+    """Copy `src` in as the live database; the file it replaces is kept (its path returned)."""
+    incoming = live.with_name(f".{live.name}.restoring")
+    try:
+        # Copy through SQLite, not the file system: a source with its own -wal is read whole.
+        with snapshot(src) as source:
+            _copy_database(source, incoming, None, PAGES_PER_STEP, "restore")
+        kept_as = None
+        if live.exists():
+            intact = _close_live_database(live)
+            kept_as = _unused(live.with_name(f"{live.name}.before-restore-{_stamp()}"))
+            os.replace(live, kept_as)
+            if not intact and Path(f"{live}-wal").exists():
+                # Never pair the restored file with the old one's WAL: keep it with its file.
+                os.replace(f"{live}-wal", f"{kept_as}-wal")
+            Path(f"{live}-shm").unlink(missing_ok=True)
+        os.replace(incoming, live)
+        return kept_as
+    finally:
+        for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
+            leftover.unlink(missing_ok=True)
 
 
 def _unused(path: Path) -> Path:

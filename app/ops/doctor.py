@@ -31,6 +31,13 @@ from workers.inspection import QueueError, QueueView, learning_cost
 from workers.queue import configure as bind_queue
 from workers.queue import held_locks
 
+__all__ = ["LOW_DISK_WARN", "LOW_DISK_FAIL", "Status", "Check", "RESTORE_FIX",
+           "check_configuration", "check_data_dir", "check_database", "check_disk",
+           "check_bootstrap", "check_model_server", "STALLED_WORKER_SECONDS", "BACKLOG_JOBS",
+           "BACKLOG_AGE_SECONDS", "OLD_FAILURE_SECONDS", "START_WORKER", "SEE_FAILED",
+           "check_queue", "LOCK_STUCK_MODEL_CALLS", "check_queue_locks", "check_learning",
+           "check_terminal_sandbox", "run_checks"]
+
 LOW_DISK_WARN = 1 << 30
 LOW_DISK_FAIL = 100 << 20
 

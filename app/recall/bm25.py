@@ -29,6 +29,9 @@ import apsw
 from app.fts import build_match_query, terms
 from app.recall.owners import OwnerKind, owned
 
+__all__ = ["FTS_SQL", "BM25_ROW_BUDGET", "COUNT_SAMPLE_ROWS", "TOKENIZER", "RECOUNT_GROWTH",
+           "TermCounts", "rows_holding", "indexed_texts", "bm25_ranks"]
+
 
 @dataclass(frozen=True)
 class _FullText:

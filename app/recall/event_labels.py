@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from app.fts import quote_term
+
+__all__ = ["MONTHS", "WEEKDAYS", "SEASONS", "PARTS_OF_DAY", "CALENDAR_WORDS", "event_labels",
+           "LabelQuery", "MONTH_FIRST_REGIONS", "month_first", "ReadQuestion", "read_question"]
 
 # English first: the query side writes the English word, the index carries both.
 MONTHS: tuple[tuple[str, ...], ...] = (
@@ -322,6 +326,118 @@ def _numeric_day(match: re.Match, month_first: bool, today: date) -> frozenset[s
     return None
 
 
+class _Reading:
+    """A question's folded text and the stretches of it already read, so no two
+    patterns read the same words."""
+
+    def __init__(self, folded: str):
+        self.folded = folded
+        self.spans: list[tuple[int, int]] = []
+        self._taken = [False] * len(folded)
+
+    def take(self, match: re.Match) -> bool:
+        start, end = match.span()
+        if any(self._taken[start:end]):
+            return False
+        self._taken[start:end] = [True] * (end - start)
+        self.spans.append((start, end))
+        return True
+
+    def all(self, pattern: re.Pattern) -> list[re.Match]:
+        return [m for m in pattern.finditer(self.folded) if self.take(m)]
+
+
+def _full_dates(reading: _Reading) -> list[frozenset[str]]:
+    """"March 3rd, 2023", "3 de marzo": the days named with a month and a day."""
+    times = []
+    for pattern in _FULL_DATES:
+        for m in pattern.finditer(reading.folded):
+            month_word = m.group("month")
+            month = int(month_word) if month_word.isdigit() else _MONTH_NUMBER[month_word]
+            day = int(m.group("day"))
+            if not 1 <= month <= 12 or not 1 <= day <= 31 or not reading.take(m):
+                continue
+            words = {MONTHS[month - 1][0], str(day)}
+            if m.group("year"):
+                words.add(m.group("year"))
+            times.append(frozenset(words))
+    return times
+
+
+def _numeric_dates(reading: _Reading, today: date, month_first: bool) -> list[frozenset[str]]:
+    times = []
+    for pattern in (_NUMERIC_DATE, _NUMERIC_DAY):
+        for m in pattern.finditer(reading.folded):
+            labels = _numeric_day(m, month_first, today)
+            if labels is not None and reading.take(m):
+                times.append(labels)
+    return times
+
+
+def _months_alone(reading: _Reading, text: str) -> list[int]:
+    """Months named without a day; "may" and "march" only when they read as a month."""
+    months = []
+    for m in _MONTH_ALONE.finditer(reading.folded):
+        word = m.group("month")
+        if word in _AMBIGUOUS_MONTHS and not m.group("lead") and not (
+                text[m.start("month")].isupper() and m.start("month") > 0):
+            continue
+        if reading.take(m):
+            months.append(_MONTH_NUMBER[word])
+    return months
+
+
+def _seasons(reading: _Reading) -> list[str]:
+    seasons = []
+    for m in _SEASON.finditer(reading.folded):
+        word = m.group("season")
+        # "fall" and "spring" are other words too: only "the fall", "this spring",
+        # "fall of 2022" count.
+        if word in ("fall", "spring") and not (m.group("lead") or m.group("after")):
+            continue
+        if reading.take(m):
+            seasons.append(_SEASON_LABEL[word])
+    return seasons
+
+
+def _with_each(alternatives: list[frozenset[str]], extra: list[str],
+               keep: Callable[[frozenset[str]], bool]) -> list[frozenset[str]]:
+    """Each alternative once per extra word, the word added unless `keep` says not."""
+    if not extra:
+        return alternatives
+    return [a if keep(a) else a | {w} for a in alternatives or [frozenset()] for w in extra]
+
+
+def _has_year(words: frozenset[str]) -> bool:
+    return any(w.isdigit() and len(w) == 4 for w in words)
+
+
+def _time_alternatives(reading: _Reading, text: str, today: date,
+                       month_first: bool) -> list[frozenset[str]]:
+    """The times a question names, as alternative sets of labels (a match needs all of one)."""
+    times = _full_dates(reading) + _numeric_dates(reading, today, month_first)
+    times += [_month_labels(int(m.group("year")), _MONTH_NUMBER[m.group("month")])
+              for m in reading.all(_MONTH_YEAR)]
+    months = _months_alone(reading, text)
+    years = [int(m.group("year")) for m in reading.all(_YEAR_ALONE)]
+    relative = ([labels for m in reading.all(_RELATIVE) for labels in _relative(m, today)]
+                if not times and not months else [])
+    seasons = _seasons(reading)
+    weekdays = [_WEEKDAY_LABEL[m.group("weekday")] for m in reading.all(_WEEKDAY)]
+    weekdays += ["weekend" for _ in reading.all(_WEEKEND)]
+    parts = [_PART_LABEL[m.group("part")] for m in reading.all(_PART)]
+    parts += [_SPANISH_PART[m.group("part") or m.group("this")]
+              for m in reading.all(_SPANISH_PART_RE)]
+
+    alternatives = times + relative + [frozenset({MONTHS[n - 1][0]}) for n in months]
+    if not alternatives and seasons:
+        alternatives = [frozenset({s}) for s in seasons]
+    alternatives = _with_each(alternatives, [str(y) for y in years], _has_year)
+    # A day already named fixes its weekday ("the weekend before April 10" is not April 10).
+    alternatives = _with_each(alternatives, weekdays, _names_a_day)
+    return _with_each(alternatives, parts, _names_a_day)
+
+
 def read_question(text: str, now: datetime, user_names: list[str] = (), *,
                   month_first: bool = False) -> ReadQuestion:
     """The times and the user a question names, as a LabelQuery (None if neither).
@@ -329,91 +445,15 @@ def read_question(text: str, now: datetime, user_names: list[str] = (), *,
     folded = _fold(text)
     if len(folded) != len(text):  # folding changed offsets: spans would be wrong
         folded = text.lower()
-    spans: list[tuple[int, int]] = []
-    taken = [False] * len(folded)
-
-    def take(match: re.Match) -> bool:
-        start, end = match.span()
-        if any(taken[start:end]):
-            return False
-        taken[start:end] = [True] * (end - start)
-        spans.append((start, end))
-        return True
-
-    times: list[frozenset[str]] = []
-    months: list[int] = []
-    years: list[int] = []
-    for pattern in _FULL_DATES:
-        for m in pattern.finditer(folded):
-            month_word = m.group("month")
-            month = int(month_word) if month_word.isdigit() else _MONTH_NUMBER[month_word]
-            day = int(m.group("day"))
-            if not 1 <= month <= 12 or not 1 <= day <= 31 or not take(m):
-                continue
-            words = {MONTHS[month - 1][0], str(day)}
-            if m.group("year"):
-                words.add(m.group("year"))
-            times.append(frozenset(words))
-    today = now.date()
-    for pattern in (_NUMERIC_DATE, _NUMERIC_DAY):
-        for m in pattern.finditer(folded):
-            labels = _numeric_day(m, month_first, today)
-            if labels is not None and take(m):
-                times.append(labels)
-    for m in _MONTH_YEAR.finditer(folded):
-        if take(m):
-            times.append(_month_labels(int(m.group("year")), _MONTH_NUMBER[m.group("month")]))
-    for m in _MONTH_ALONE.finditer(folded):
-        word = m.group("month")
-        if word in _AMBIGUOUS_MONTHS and not m.group("lead") and not (
-                text[m.start("month")].isupper() and m.start("month") > 0):
-            continue
-        if take(m):
-            months.append(_MONTH_NUMBER[word])
-    for m in _YEAR_ALONE.finditer(folded):
-        if take(m):
-            years.append(int(m.group("year")))
-    relative: list[frozenset[str]] = []
-    if not times and not months:
-        for m in _RELATIVE.finditer(folded):
-            if take(m):
-                relative.extend(_relative(m, today))
-    seasons = []
-    for m in _SEASON.finditer(folded):
-        word = m.group("season")
-        # "fall" and "spring" are other words too: only "the fall", "this spring",
-        # "fall of 2022" count.
-        if word in ("fall", "spring") and not (m.group("lead") or m.group("after")):
-            continue
-        if take(m):
-            seasons.append(_SEASON_LABEL[word])
-    weekdays = [_WEEKDAY_LABEL[m.group("weekday")] for m in _WEEKDAY.finditer(folded) if take(m)]
-    weekdays += ["weekend" for m in _WEEKEND.finditer(folded) if take(m)]
-    parts = [_PART_LABEL[m.group("part")] for m in _PART.finditer(folded) if take(m)]
-    parts += [_SPANISH_PART[m.group("part") or m.group("this")]
-              for m in _SPANISH_PART_RE.finditer(folded) if take(m)]
-
-    alternatives = times + relative + [frozenset({MONTHS[n - 1][0]}) for n in months]
-    if not alternatives and seasons:
-        alternatives = [frozenset({s}) for s in seasons]
-    if years:
-        alternatives = [a | {str(y)} if not any(w.isdigit() and len(w) == 4 for w in a) else a
-                        for a in alternatives or [frozenset()] for y in years]
-    for extra in (weekdays, parts):
-        # A day already named fixes its weekday ("the weekend before April 10" is not
-        # April 10).
-        if extra:
-            alternatives = [a if _names_a_day(a) else a | {w}
-                            for a in alternatives or [frozenset()] for w in extra]
-
-    time_spans = tuple(sorted(spans))
-    spans.clear()
+    reading = _Reading(folded)
+    alternatives = _time_alternatives(reading, text, now.date(), month_first)
+    time_spans = tuple(sorted(reading.spans))
+    reading.spans.clear()
     pattern = _name_pattern(list(user_names))
     if pattern is not None:
-        for m in pattern.finditer(folded):
-            take(m)
-    role = "user" if spans else None
+        reading.all(pattern)
+    role = "user" if reading.spans else None
     unique = tuple(dict.fromkeys(a for a in alternatives if a))
     if not unique and role is None:
         return ReadQuestion(None)
-    return ReadQuestion(LabelQuery(unique, role), time_spans, tuple(sorted(spans)))
+    return ReadQuestion(LabelQuery(unique, role), time_spans, tuple(sorted(reading.spans)))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from app.events import Event
-from app.model.messages import text_with_tool_calls
+from app.model.tool_calls import text_with_tool_calls
 from app.recall.bm25 import indexed_texts
 from app.recall.learned import learned_stream
 from app.recall.owners import OwnerKind, withheld
@@ -42,6 +42,10 @@ from app.recall.streams import (
 if TYPE_CHECKING:
     from app.model.embedders import Embedder
     from app.recall.state import Recall
+
+__all__ = ["RRF_K", "STREAM_DEPTH", "Candidate", "Stream", "STREAMS", "WEIGHTS", "MATCH_STREAMS",
+           "fuse", "search_ahead", "search", "Why", "SearchHit", "said_text", "event_text",
+           "SEARCH_MIN_SIMILARITY", "search_memory", "reasons", "why_matched", "matching"]
 
 
 # The k of Reciprocal Rank Fusion. Cormack et al.'s 60 suits deep rankings from many

@@ -25,6 +25,8 @@ from app.recall.streams import SESSION_DEPTH, session_stream
 if TYPE_CHECKING:
     from app.recall.query import Query
 
+__all__ = ["LEARNED_FACTS", "LEARNED_CARDS", "learned_stream"]
+
 # How many of the best-matching facts, and cards, point to their messages: the first few
 # are what a question is about; deeper ones are the nearest vectors of anything. LoCoMo
 # has no facts; with its observations of the user stored as facts from their turns

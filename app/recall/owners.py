@@ -12,6 +12,8 @@ import apsw
 from app.events import superseded_among
 from app.memory.corrections import corrections_of
 
+__all__ = ["OwnerKind", "CURRENT_ONLY", "current", "owned", "withheld"]
+
 OwnerKind = Literal["fact", "card", "event"]
 
 # Only current facts and live cards are retrievable; every event is (compacted too).

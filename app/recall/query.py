@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from app.model.embedders import Embedder
     from app.recall.state import Recall
 
+__all__ = ["log", "Query", "make_query", "embed_ahead", "COMMON_SHARE", "COMMON_MIN_ROWS",
+           "focus_question"]
+
 log = get_logger(__name__)
 
 

@@ -13,6 +13,8 @@ import apsw
 from app.fts import terms
 from app.recall.bm25 import TOKENIZER
 
+__all__ = ["SENTENCE_END", "sentences", "WordsHeld"]
+
 # A sentence ends at . ! ? or … followed by white space.
 SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 

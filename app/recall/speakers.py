@@ -22,6 +22,9 @@ import apsw
 from app.fts import quote_term
 from app.recall.bm25 import RECOUNT_GROWTH
 
+__all__ = ["ADDRESS_SAMPLE", "ADDRESS_MIN_MESSAGES", "ADDRESS_SHARE", "ADDRESSED_SHARE",
+           "names_in", "AddressBook", "names_the_assistant"]
+
 # The newest messages holding a name that are read to tell who writes it and how...
 ADDRESS_SAMPLE = 100
 # ... of which the user must have written at least this many ...

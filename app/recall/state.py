@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
     from app.recall.vectors import VectorIndex
 
+__all__ = ["MAX_STARTED_EMBEDDINGS", "StartedEmbeddings", "Recall"]
+
 
 # Questions embedded ahead and not asked for yet (a request that failed before its turn):
 # the oldest go first.

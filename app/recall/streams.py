@@ -25,6 +25,12 @@ from app.recall.sentences import sentences
 if TYPE_CHECKING:
     from app.recall.query import Query
 
+__all__ = ["bm25_stream", "EVENT_VECTOR_DEPTH", "vector_search_ahead", "vector_stream", "nearest",
+           "IMPORTANT", "importance_stream", "recency_stream", "SESSION_EVIDENCE_K",
+           "SESSION_SPREAD", "ANSWER_SPREAD", "ASKING_WEIGHT", "SESSION_DEPTH",
+           "session_neighbours", "asking_share", "Reach", "reach", "session_stream",
+           "session_evidence", "event_labels", "labels_stream"]
+
 
 # -- full text ---------------------------------------------------------------------------
 

@@ -36,6 +36,10 @@ from app.memory.embeddings import save_error, save_vectors
 from app.recall.ann import HnswIndex, use_one_thread
 from app.recall.owners import OwnerKind
 
+__all__ = ["log", "OWNER_KINDS", "Owner", "encode_vector", "decode_vector", "store_vectors",
+           "store_error", "pending_owners", "count_pending", "ANN_THRESHOLD", "VectorIndex",
+           "rebuild_indexes"]
+
 log = get_logger(__name__)
 
 OWNER_KINDS: tuple[OwnerKind, ...] = ("event", "fact", "card")

@@ -26,6 +26,8 @@ from app.tasks.store import (
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 
+__all__ = ["CONFIG_TASK_KEYS", "ConfigTask", "SyncCounts", "config_tasks", "sync_config_tasks"]
+
 # Keys of a [[scheduled_tasks]] entry in config.toml.
 CONFIG_TASK_KEYS = ("name", "schedule", "prompt", "oneshot", "trusted", "paused", "user")
 

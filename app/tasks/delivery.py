@@ -14,6 +14,9 @@ from app.tasks.store import moment_or_now
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 
+__all__ = ["RunReport", "run_report", "has_undelivered", "take_undelivered", "mark_delivered",
+           "record_notification"]
+
 
 @dataclass(frozen=True)
 class RunReport:

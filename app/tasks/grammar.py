@@ -51,6 +51,9 @@ from app.tasks.phrases import (
     normalise,
 )
 
+__all__ = ["ScheduleError", "read_words", "read_moment", "read_repeating", "refuse", "wall_time",
+           "MAX_EVERY_FEW_DAYS"]
+
 # Words that introduce a time of day: "at 9", "a las 9", "a la 1", "al mediodía", "a mediodía".
 _TIME_MARKER = re.compile(r"(?:^|\s)(?:at|@|a las|a la|al|a)\s")
 _LIST_SEPARATOR = re.compile(r"\s*(?:,|&|\band\b|\by\b|\be\b)\s*")

@@ -11,6 +11,14 @@ from __future__ import annotations
 import unicodedata
 from datetime import date
 
+__all__ = ["normalise", "WEEKDAY_NUMBERS", "NUMBER_WORDS", "SECOND_UNITS", "MINUTE_UNITS",
+           "HOUR_UNITS", "DAY_UNITS", "WEEK_UNITS", "DAILY", "DAY", "WEEKDAYS", "WEEKENDS",
+           "WEEKLY", "WEEK", "WEEKLY_DAY", "MONTHLY", "MONTH", "MONTHLY_DAY", "EVERY_OTHER_DAY",
+           "SKIPPED_WEEKS", "SKIPPED_WEEK_PREFIXES", "MONTHS", "DAY_WORDS", "PAST_DAY_WORDS",
+           "PAST_DAY_PREFIXES", "PAST_DAY_SUFFIXES", "DEFAULT_HOUR", "PART_HOURS", "PART_READING",
+           "NAMED_TIMES", "LINKING_WORDS", "EXAMPLES_EN", "EXAMPLES_ES", "EXAMPLE_CRON",
+           "examples_text"]
+
 
 def normalise(text: str) -> str:
     """Lower case, no accents ("mañana" → "manana"), single spaces, no final full stop."""

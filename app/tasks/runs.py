@@ -37,6 +37,10 @@ from app.tasks.store import (
 from app.timeutil import to_rfc3339
 from app.writer import Writer
 
+__all__ = ["RETRY_BASE", "RETRY_MAX", "STALE_RUN_AFTER", "TaskRun", "TaskLog", "Claim",
+           "TaskRunResult", "task_runs", "task_log", "request_run", "claim_next_run",
+           "claim_task_now", "retry_delay", "finish_run"]
+
 # A failed run waits 1, 2, 4, ... minutes (at most an hour) before its next attempt, up to
 # [queue] max_attempts attempts. The scheduler looks once a minute, so shorter waits
 # would not be kept anyway.
@@ -218,6 +222,16 @@ def claim_task_now(writer: Writer, user_id: str, ref: int | str, now: datetime) 
 
 
 def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
+    """The next run to do: one already waiting (queued, retrying, cut off), else the
+    earliest occurrence now due."""
+    waiting = _claim_waiting_run(con, config, now)
+    if waiting is not None:
+        return waiting
+    follow_zone_change(con, config.schedule.timezone)
+    return _start_due_occurrence(con, config, now)
+
+
+def _claim_waiting_run(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
     stamp = to_rfc3339(now)
     stale = to_rfc3339(now - STALE_RUN_AFTER)
     max_attempts = config.queue.max_attempts
@@ -233,7 +247,7 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
             "ORDER BY coalesce(r.retry_at, r.started_at, r.scheduled_for), r.id LIMIT 1",
             (stamp, stale, stamp)).fetchone()
         if row is None:
-            break
+            return None
         run_id, status, attempts = row
         if status == "running" and attempts >= max_attempts:
             con.execute(
@@ -247,7 +261,10 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
         run = _load_run(con, run_id)
         return Claim(get_task(con, run.user_id, run.task_id), run)
 
-    follow_zone_change(con, config.schedule.timezone)
+
+def _start_due_occurrence(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
+    stamp = to_rfc3339(now)
+    stale = to_rfc3339(now - STALE_RUN_AFTER)
     while True:
         due = select_tasks(
             con, "WHERE t.is_paused = 0 AND t.next_run_at IS NOT NULL "
@@ -257,15 +274,7 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
         task = due[0]
         scheduled_for = task.next_run_at
         assert scheduled_for is not None
-        error = None
-        next_run: str | None = None
-        if not task.is_oneshot:
-            try:
-                next_run = to_rfc3339(
-                    next_occurrence(task.cron_expr, task.zone(config), now))
-            except (ValueError, KeyError) as exc:  # a cron edited by hand: stop, say so, go on
-                error = (f'cannot compute the next run of "{task.cron_expr}" ({exc}): '
-                         "remove the task and add it again")
+        next_run, error = _next_run(task, config, now)
         con.execute("UPDATE scheduled_tasks SET next_run_at = ?, updated_at = ? WHERE id = ?",
                     (next_run, stamp, task.id))
         # An earlier occurrence still retrying (or cut off) gives way to this one: one
@@ -284,8 +293,18 @@ def _claim(con: apsw.Connection, config: Config, now: datetime) -> Claim | None:
              "failed" if error else "running", error, 0 if error else 1, task.session_id))
         if con.changes() == 0 or error:
             continue  # someone already ran this occurrence (or it cannot run): look again
-        run = _load_run(con, con.last_insert_rowid())
-        return Claim(task, run)
+        return Claim(task, _load_run(con, con.last_insert_rowid()))
+
+
+def _next_run(task: ScheduledTask, config: Config, now: datetime) -> tuple[str | None, str | None]:
+    """The task's next occurrence after `now` (None for a one-shot), or why there is none."""
+    if task.is_oneshot:
+        return None, None
+    try:
+        return to_rfc3339(next_occurrence(task.cron_expr, task.zone(config), now)), None
+    except (ValueError, KeyError) as exc:  # a cron edited by hand: stop, say so, go on
+        return None, (f'cannot compute the next run of "{task.cron_expr}" ({exc}): '
+                      "remove the task and add it again")
 
 
 def retry_delay(attempt: int) -> timedelta:

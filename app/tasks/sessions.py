@@ -4,6 +4,8 @@ front-ends, which only need to know such a session, do not load the schedule par
 
 from __future__ import annotations
 
+__all__ = ["SESSION_PREFIX", "task_session_id", "is_task_session"]
+
 SESSION_PREFIX = "task:"
 
 

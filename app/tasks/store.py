@@ -48,6 +48,13 @@ from app.tasks.sessions import task_session_id
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
+__all__ = ["TASK_SOURCES", "ADDED_THROUGH", "NO_PROMPT", "MAX_NAME_CHARS", "MAX_PROMPT_CHARS",
+           "MAX_ROWID", "TaskError", "TaskNotFound", "ScheduledTask", "AddedTask", "moment_or_now",
+           "select_tasks", "list_tasks", "next_run_in", "follow_zone_change", "get_task",
+           "task_id_of", "describe_task", "clean_prompt", "clean_name", "insert_task",
+           "split_request", "add_task", "pause_task", "resume_task", "trust_task", "remove_task",
+           "delete_task", "TaskRecord", "import_task", "task_session_id"]
+
 # Who adds a task, in the words a person reads (the tasks page, `hilo tasks list`).
 TASK_SOURCES = {
     "cli": "added at this machine (hilo tasks add)",

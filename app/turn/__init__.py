@@ -2,6 +2,7 @@
 
     chat.py         ChatService: store the message, build the context, stream the reply
     context.py      the messages a model receives for one turn, always within budget
+    carried.py      what the request's messages already say, which recall does not repeat
     quotes.py       past messages as a prompt quotes them: whole, or the sentences that answer
     corrected.py    the prompt as the person's corrections leave it, and which stretches they end
     agent.py        Hilo's own agent: a turn in which the model may call tools

@@ -40,13 +40,18 @@ from typing import Any, Literal
 
 from app.events import MAX_ID_LENGTH, Event
 from app.log import get_logger
+from app.model.client_chat import ClientChat
 from app.model.errors import ModelError, ModelHTTPError
-from app.model.messages import ClientChat, ReplyRecord, events_as_messages
+from app.model.replies import ReplyRecord
+from app.model.tool_calls import events_as_messages
 from app.turn.chat import ChatService, Turn
 from app.turn.context import BuiltContext
 from app.turn.macros import Macro, find_macro, macro_used
 from app.turn.tools import Approver, Decision, Registry, Surface, ToolContext, default_registry
 from app.turn.tools.registry import ERROR_PREFIX
+
+__all__ = ["log", "MACRO_CALL_PREFIX", "ToolNote", "OnTool", "AgentOutcome", "refuses_tools",
+           "Agent", "AgentTurn"]
 
 log = get_logger(__name__)
 

@@ -32,23 +32,20 @@ from app.db import Durability, connect_readonly
 from app.events import Event, append_events, session_events, supersede_events
 from app.memory import end_session
 from app.model.client import ModelClient
+from app.model.client_chat import ClientChat
 from app.model.errors import ModelError
-from app.model.messages import (
-    ClientChat,
-    ReplyRecord,
-    SentChat,
-    ToolSpec,
-    events_as_messages,
-    message_text,
-)
+from app.model.messages import ToolSpec, message_text
 from app.model.prompt_speed import PromptSpeed
+from app.model.replies import ReplyRecord, SentChat
 from app.model.stream import ChatReply, ChatStream
 from app.model.token_count import TokenCounter
+from app.model.tool_calls import events_as_messages
 from app.model.transport import ModelActivity
 from app.model.usage import wall_time
+from app.recall.fusion import SearchHit, search_memory
 from app.recall.query import Query, embed_ahead, make_query
 from app.recall.state import Recall
-from app.sanitize import Secret, find_secrets
+from app.sanitize import Secret, find_secrets, redact_secrets
 from app.turn import metrics
 from app.turn.context import (
     BuiltContext,
@@ -62,6 +59,10 @@ from app.writer import Writer
 
 if TYPE_CHECKING:
     from app.model.embedders import Embedder
+
+__all__ = ["INTERRUPTED_MARKER", "MAX_CACHED_SESSIONS", "WorkingMemory", "ContextPlans", "Handoff",
+           "NoHandoff", "TurnOutcome", "Outcome", "StreamingTurn", "Turn", "configured_embedder",
+           "ChatService"]
 
 INTERRUPTED_MARKER = " [interrupted]"
 # Sessions whose working set is kept in RAM at once; the least recently used go first.
@@ -474,6 +475,13 @@ class ChatService:
         return self.writer.submit(write)
 
     # -- reads ---------------------------------------------------------------------------
+
+    def search_memory(self, user_id: str, q: str, limit: int) -> list[SearchHit]:
+        """The user's memory searched for `q` as the chat recalls it (the /memory/search
+        route and the memory page's search)."""
+        # Stored text holds no secret to find, and the query is embedded by the model server.
+        return search_memory(self.reader(), user_id, redact_secrets(q).text, limit,
+                             recall=self.recall, embedder=self.query_embedder)
 
     def build_context(self, user_id: str, session_id: str, text: str, *,
                       client_system: str | None = None, model: str | None = None,

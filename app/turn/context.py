@@ -67,24 +67,27 @@ from app.memory import (
     list_profile,
     memory_generation,
 )
-from app.memory.bootstrap import read_bootstrap  # noqa: F401 — the turn and doctor read it here
+from app.memory.bootstrap import read_bootstrap
 from app.model.messages import (
     SYSTEM_ROLES,
-    events_as_messages,
     image_count,
     message_text,
     quotes_retrieved_documents,
-    text_to_store,
     with_text_appended,
     with_text_prepended,
 )
 from app.model.token_count import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from app.model.tool_calls import events_as_messages
 from app.recall.fusion import STREAM_DEPTH, Candidate, matching, search, search_ahead
 from app.recall.query import Query, make_query
 from app.recall.state import Recall
-from app.sanitize import redact_secrets
+from app.turn.carried import Carried, saying_more
 from app.turn.corrected import corrected_conversation, corrected_items, takes_back_shown
 from app.turn.quotes import TRUNCATION_MARKER, Quote, pack_quotes, quotable_events
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "PRIORITY", "LAYOUT", "RETRIEVED", "GROWTH_SHARE", "NOTE_OPEN",
+           "NOTE_CLOSE", "HEADERS", "IMAGE_TOKENS", "LayerReport", "ContextPlan", "BuiltContext",
+           "ContextRequest", "build_context", "read_bootstrap"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant with a long-term memory of this user. Use what you "
@@ -279,57 +282,8 @@ def _message_cost(budget: _Budget, message: dict) -> int:
     return cost + image_count(message) * IMAGE_TOKENS
 
 
-class _Carried:
-    """What a request's messages already say, as Hilo would store it (secrets redacted,
-    whitespace squashed): a recalled line that says nothing more would only repeat it."""
-
-    def __init__(self, messages: list[dict], kept_chars: int) -> None:
-        # Each message as far as it is stored: a huge one costs no more than that.
-        texts = (" ".join(redact_secrets(text_to_store(m)[:kept_chars]).text.split())
-                 for m in messages)
-        self._text = "\n".join(t for t in texts if t)
-
-    def holds(self, content: str) -> bool:
-        """Whether `content` is said in the messages, as whole words."""
-        content = " ".join(content.split())
-        if not content:
-            return True
-        at = self._text.find(content)
-        while at >= 0:
-            end = at + len(content)
-            if not (at and self._text[at - 1].isalnum()) and not (
-                    end < len(self._text) and self._text[end].isalnum()):
-                return True
-            at = self._text.find(content, at + 1)
-        return False
-
-
-def _saying_more(con: apsw.Connection, user_id: str, session_id: str, carried: _Carried,
-                 facts: list[Fact], cards: list[Card]) -> tuple[list[Fact], list[Card]]:
-    """The facts and cards, less those that only repeat the request: learned from, or
-    summarising, messages of this session that it holds word for word (a client resends
-    its history; the window shows the recent messages)."""
-    sources = [f.source_event_id for f in facts if f.source_event_id is not None]
-    resent: set[int] = set()
-    if sources:
-        rows = con.execute(
-            "SELECT id, content FROM events WHERE +user_id = ? AND session_id = ? "
-            f"AND id IN ({','.join('?' * len(sources))})", (user_id, session_id, *sources))
-        resent = {event_id for event_id, content in rows if carried.holds(content)}
-    kept_cards = []
-    for card in cards:
-        if card.session_id == session_id and card.first_event_id is not None:
-            summarised = [row[0] for row in con.execute(
-                "SELECT content FROM events WHERE id BETWEEN ? AND ? AND card_id = ?",
-                (card.first_event_id, card.last_event_id, card.id))]
-            if summarised and all(carried.holds(content) for content in summarised):
-                continue
-        kept_cards.append(card)
-    return [f for f in facts if f.source_event_id not in resent], kept_cards
-
-
 def _quotable_events(con: apsw.Connection, query: Query, session_id: str,
-                     window: list[Event], carried: _Carried,
+                     window: list[Event], carried: Carried,
                      budget: _Budget) -> tuple[list[Candidate], list[Quote]]:
     """The past events worth quoting in the room the budget leaves (app/turn/quotes.py)."""
     header = budget.cost(f"\n\n{HEADERS['events']}\n")
@@ -474,6 +428,40 @@ def _with_note(note: str) -> str:
 
 
 @dataclass
+class _Taken:
+    """What a new stretch took into its layers, and why: each section's text and report,
+    and the items behind them (their candidates and whether they were only the latest)."""
+
+    sections: dict[str, str] = field(default_factory=dict)
+    reports: dict[str, LayerReport] = field(default_factory=dict)
+    entries: list = field(default_factory=list)  # the profile
+    facts: list = field(default_factory=list)
+    cards: list = field(default_factory=list)
+    diary: list = field(default_factory=list)
+    past: list[Quote] = field(default_factory=list)
+    fact_candidates: list[Candidate] = field(default_factory=list)
+    card_candidates: list[Candidate] = field(default_factory=list)
+    event_candidates: list[Candidate] = field(default_factory=list)
+    facts_fallback: bool = False
+    cards_fallback: bool = False
+
+    def take(self, budget: _Budget, name: str, lines: list[str]) -> None:
+        self.sections[name], self.reports[name] = budget.take_section(name, HEADERS[name],
+                                                                      lines)
+
+    def outside(self) -> frozenset[str]:
+        """What the layers show from outside (app/memory/provenance.py)."""
+        chosen = {name: self.reports[name].chosen for name in ("profile", "facts", "cards",
+                                                               "diary", "events")}
+        return frozenset(
+            [f"profile:{p.key}" for p in chosen["profile"](self.entries) if p.from_outside]
+            + _outside_items("fact", chosen["facts"](self.facts))
+            + _outside_items("card", chosen["cards"](self.cards))
+            + _outside_items("diary", chosen["diary"](self.diary))
+            + _outside_items("event", [q.event for q in chosen["events"](self.past)]))
+
+
+@dataclass
 class _Turn:
     """One build: what it was asked, what that comes to, and the two ways to answer it."""
 
@@ -490,10 +478,10 @@ class _Turn:
     ratio: float  # characters per token
     generation: int  # the memory's, read before anything of it (app/memory/provenance.py)
 
-    def _carried(self, said: list[dict]) -> _Carried:
+    def _carried(self, said: list[dict]) -> Carried:
         """What the prompt says besides Hilo's memory: the client's system message, and
         `said`, the conversation it shows."""
-        return _Carried([*([self.opening] if self.opening else []), *said],
+        return Carried([*([self.opening] if self.opening else []), *said],
                         self.config.memory.max_message_chars)
 
     def _first_message(self) -> bool:
@@ -523,125 +511,132 @@ class _Turn:
     # -- a new stretch ---------------------------------------------------------------------
 
     def start_stretch(self, key: tuple, reason: str) -> BuiltContext:
-        con, mem, request = self.con, self.config.memory, self.request
-        ratio, total, text, user_id = self.ratio, self.total, request.text, self.query.user_id
         first, retrieval = self._first_message_room()
-        budget = _Budget(ratio, total, retrieval)
-        opening, tail = self.opening, self.tail
-        if request.history is None:
-            # The system and user messages always go; if together they overflow, the system
-            # prompt is held to half the budget and the user text gets the rest, both cut.
-            budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
-            base = _fit_text(ratio, self.base, max(0, budget.left) // 2)
-            budget.left -= budget.cost(base)
-            user_text = _fit_text(ratio, text, budget.left)
-            budget.left -= budget.cost(user_text)
-            tail = [{"role": "user", "content": user_text}]
-        else:
-            # The client's messages all go, uncut; the layers get what room they leave.
-            base, user_text = self.base, text
-            budget.left -= (budget.cost(base) + MESSAGE_OVERHEAD_TOKENS
-                            + sum(_message_cost(budget, m) for m in tail))
+        budget = _Budget(self.ratio, self.total, retrieval)
+        base, user_text, tail = self._fit_message(budget)
         # Room for the conversation to grow before the next stretch: the prompt then moves
         # in large steps. A conversation's first message may fill it all.
-        budget.left -= 0 if first else min(max(0, budget.left), total // GROWTH_SHARE)
+        budget.left -= 0 if first else min(max(0, budget.left), self.total // GROWTH_SHARE)
+        taken = _Taken()
+        self._take_standing_layers(budget, taken)
+        kept_events = self._take_window(budget, taken)
+        kept_window = events_as_messages(kept_events, self.api)
+        self._take_retrieved(budget, taken, self._carried([*kept_window, *tail]))
 
-        reports: dict[str, LayerReport] = {}
-        sections: dict[str, str] = {}
+        layers = "".join(taken.sections[name] for name in LAYOUT)
+        system = ({"role": "system", "content": base + layers} if self.opening is None
+                  else with_text_appended(self.opening, layers))
+        messages = [system, *kept_window, *tail]
+        tokens = sum(_message_cost(budget, m) for m in messages)
+        explain = self._explain_stretch(taken, tokens, user_text, kept_events)
+        shown = frozenset(
+            [f"fact:{f['id']}" for f in explain["facts"]]
+            + [f"card:{c['id']}" for c in explain["cards"]]
+            + [f"event:{e['id']}" for e in explain["events"]])
+        window_start = kept_events[0].id if kept_events else self.request.message_id
+        layers_outside = taken.outside()
+        outside = layers_outside | frozenset(_outside_items("event", kept_events)
+                                             + _outside_messages(self.request))
+        explain["outside"] = sorted(outside)
+        plan = ContextPlan(key, layers, shown, (), window_start, explain, layers_outside,
+                           self.generation)
+        explain["stretch"] = {"turn": "new", "why": reason}
+        return BuiltContext(messages, tokens, self.total, explain, plan, outside)
 
-        bootstrap = request.bootstrap
-        capped = _fit_text(ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
-        sections["bootstrap"], reports["bootstrap"] = budget.take_section(
-            "bootstrap", HEADERS["bootstrap"], capped.splitlines() if capped else [])
+    def _fit_message(self, budget: _Budget) -> tuple[str, str, list[dict]]:
+        """The system prompt, the user's text and the messages after the system message,
+        as they will be sent, their cost taken from the budget."""
+        ratio, text = self.ratio, self.request.text
+        if self.request.history is not None:
+            # The client's messages all go, uncut; the layers get what room they leave.
+            budget.left -= (budget.cost(self.base) + MESSAGE_OVERHEAD_TOKENS
+                            + sum(_message_cost(budget, m) for m in self.tail))
+            return self.base, text, self.tail
+        # The system and user messages always go; if together they overflow, the system
+        # prompt is held to half the budget and the user text gets the rest, both cut.
+        budget.left -= 2 * MESSAGE_OVERHEAD_TOKENS
+        base = _fit_text(ratio, self.base, max(0, budget.left) // 2)
+        budget.left -= budget.cost(base)
+        user_text = _fit_text(ratio, text, budget.left)
+        budget.left -= budget.cost(user_text)
+        return base, user_text, [{"role": "user", "content": user_text}]
 
-        entries = list_profile(con, user_id)
-        sections["profile"], reports["profile"] = budget.take_section(
-            "profile", HEADERS["profile"], [f"{p.key}: {p.value}" for p in entries])
+    def _take_standing_layers(self, budget: _Budget, taken: _Taken) -> None:
+        """MEMORY.md (to its cap) and the profile: what every prompt shows first."""
+        mem, bootstrap = self.config.memory, self.request.bootstrap
+        capped = _fit_text(self.ratio, bootstrap, mem.bootstrap_max_tokens) if bootstrap else ""
+        taken.take(budget, "bootstrap", capped.splitlines() if capped else [])
+        taken.entries = list_profile(self.con, self.query.user_id)
+        taken.take(budget, "profile", [f"{p.key}: {p.value}" for p in taken.entries])
 
-        # The window keeps the newest events: walk back from the end while they fit.
-        window = request.window
-        recent = window[-mem.window_events:] if mem.window_events and request.show_window else []
-        kept_events: list[Event] = []
+    def _take_window(self, budget: _Budget, taken: _Taken) -> list[Event]:
+        """The newest events of the session that fit, walking back from the end."""
+        mem, request = self.config.memory, self.request
+        recent = (request.window[-mem.window_events:]
+                  if mem.window_events and request.show_window else [])
+        kept: list[Event] = []
         spent = 0
         for event in reversed(recent):
             cost = (budget.cost(event.content + (event.tool_calls_json or ""))
                     + MESSAGE_OVERHEAD_TOKENS)
             if spent + cost > budget.left:
                 break
-            kept_events.insert(0, event)
+            kept.insert(0, event)
             spent += cost
         budget.left -= spent
-        kept_window = events_as_messages(kept_events, self.api)
-        reports["window"] = LayerReport("window", len(recent), len(kept_events), spent)
+        taken.reports["window"] = LayerReport("window", len(recent), len(kept), spent)
+        return kept
 
-        carried = self._carried([*kept_window, *tail])
-        facts, fact_candidates, facts_fallback = _relevant(con, self.query, "fact", mem.facts_k)
-        cards, card_candidates, cards_fallback = _relevant(con, self.query, "card", mem.cards_k)
-        facts, cards = _saying_more(con, user_id, request.session_id, carried, facts, cards)
+    def _take_retrieved(self, budget: _Budget, taken: _Taken, carried: Carried) -> None:
+        """Facts, cards and the diary, then the raw past in whatever room they leave."""
+        con, mem, request, user_id = self.con, self.config.memory, self.request, self.query.user_id
+        facts, taken.fact_candidates, taken.facts_fallback = _relevant(
+            con, self.query, "fact", mem.facts_k)
+        cards, taken.card_candidates, taken.cards_fallback = _relevant(
+            con, self.query, "card", mem.cards_k)
+        taken.facts, cards = saying_more(con, user_id, request.session_id, carried, facts, cards)
         # With bounded room, what matched comes first: the most recent facts and cards
         # (when none matched) take only what the past messages that matched leave.
-        later = {name for name, fallback in (("facts", facts_fallback), ("cards", cards_fallback))
-                 if fallback and budget.retrieval is not None}
-        cards, card_lines = corrected_items(con, user_id, "card", cards, _card_line)
-        lines = {"facts": [_fact_line(f) for f in facts], "cards": card_lines}
+        later = sorted(name for name, fallback in (("facts", taken.facts_fallback),
+                                                   ("cards", taken.cards_fallback))
+                       if fallback and budget.retrieval is not None)
+        taken.cards, card_lines = corrected_items(con, user_id, "card", cards, _card_line)
+        lines = {"facts": [_fact_line(f) for f in taken.facts], "cards": card_lines}
         for name in ("facts", "cards"):
             if name not in later:
-                sections[name], reports[name] = budget.take_section(name, HEADERS[name],
-                                                                    lines[name])
-
-        diary, diary_lines = corrected_items(
+                taken.take(budget, name, lines[name])
+        taken.diary, diary_lines = corrected_items(
             con, user_id, "diary",
             last_diary(con, user_id, exclude_session=request.session_id, limit=mem.diary_k),
             lambda d: f"[{d.created_at[:10]}] {d.entry}")
-        sections["diary"], reports["diary"] = budget.take_section("diary", HEADERS["diary"],
-                                                                  diary_lines)
-
+        taken.take(budget, "diary", diary_lines)
         # Whatever room the compiled layers leave goes to the raw past (compacted events
         # included), best-ranked first, shown in the order they were said.
-        event_candidates, past = _quotable_events(con, self.query, request.session_id, window,
-                                                  carried, budget)
-        sections["events"], reports["events"] = _take_quotes(budget, past)
-        for name in sorted(later):
-            sections[name], reports[name] = budget.take_section(name, HEADERS[name], lines[name])
+        taken.event_candidates, taken.past = _quotable_events(
+            con, self.query, request.session_id, request.window, carried, budget)
+        taken.sections["events"], taken.reports["events"] = _take_quotes(budget, taken.past)
+        for name in later:
+            taken.take(budget, name, lines[name])
 
-        layers = "".join(sections[name] for name in LAYOUT)
-        system = ({"role": "system", "content": base + layers} if opening is None
-                  else with_text_appended(opening, layers))
-        messages = [system, *kept_window, *tail]
-        tokens = sum(_message_cost(budget, m) for m in messages)
-
-        explain = {
-            "budget": total,
+    def _explain_stretch(self, taken: _Taken, tokens: int, user_text: str,
+                         kept_events: list[Event]) -> dict:
+        request, reports = self.request, taken.reports
+        return {
+            "budget": self.total,
             "tokens": tokens,
             "model": self.model,
-            "chars_per_token": round(ratio, 3),
-            "user_text_truncated": user_text != text,
+            "chars_per_token": round(self.ratio, 3),
+            "user_text_truncated": user_text != request.text,
             "client_messages": None if request.history is None else len(request.history),
             "layers": [reports[name].to_dict() for name in PRIORITY],
-            "facts": _explain_items(facts, fact_candidates, facts_fallback, reports["facts"]),
-            "cards": _explain_items(cards, card_candidates, cards_fallback, reports["cards"]),
-            "events": _explain_quotes(reports["events"], event_candidates, past),
+            "facts": _explain_items(taken.facts, taken.fact_candidates, taken.facts_fallback,
+                                    reports["facts"]),
+            "cards": _explain_items(taken.cards, taken.card_candidates, taken.cards_fallback,
+                                    reports["cards"]),
+            "events": _explain_quotes(reports["events"], taken.event_candidates, taken.past),
             "window": [e.id for e in kept_events],
-            "diary": [d.session_id for d in reports["diary"].chosen(diary)],
+            "diary": [d.session_id for d in reports["diary"].chosen(taken.diary)],
         }
-        shown = frozenset(
-            [f"fact:{f['id']}" for f in explain["facts"]]
-            + [f"card:{c['id']}" for c in explain["cards"]]
-            + [f"event:{e['id']}" for e in explain["events"]])
-        window_start = kept_events[0].id if kept_events else request.message_id
-        layers_outside = frozenset(
-            [f"profile:{p.key}" for p in reports["profile"].chosen(entries) if p.from_outside]
-            + _outside_items("fact", reports["facts"].chosen(facts))
-            + _outside_items("card", reports["cards"].chosen(cards))
-            + _outside_items("diary", reports["diary"].chosen(diary))
-            + _outside_items("event", [q.event for q in reports["events"].chosen(past)]))
-        outside = layers_outside | frozenset(_outside_items("event", kept_events)
-                                             + _outside_messages(request))
-        explain["outside"] = sorted(outside)
-        plan = ContextPlan(key, layers, shown, (), window_start, explain, layers_outside,
-                           self.generation)
-        explain["stretch"] = {"turn": "new", "why": reason}
-        return BuiltContext(messages, tokens, total, explain, plan, outside)
 
     # -- a stretch going on ----------------------------------------------------------------
 
@@ -698,7 +693,7 @@ class _Turn:
                             outside=layers_outside, generation=self.generation)
         return BuiltContext(messages, tokens, self.total, explain, next_plan, outside)
 
-    def _note(self, shown: frozenset[str], window: list[Event], carried: _Carried,
+    def _note(self, shown: frozenset[str], window: list[Event], carried: Carried,
               room: int) -> tuple[str, dict, frozenset[str], frozenset[str], list[dict]]:
         """What to retrieve for this message that the prompt does not show yet: facts,
         cards and past messages with evidence of relevance (words in common, or a close
@@ -710,7 +705,7 @@ class _Turn:
             candidates = search(con, query.user_id, query.text, kind, k, query=query) if k else []
             found[kind] = [c for c in matching(con, query, kind, candidates)
                            if f"{kind}:{c.id}" not in shown]
-        facts, cards = _saying_more(
+        facts, cards = saying_more(
             con, query.user_id, self.request.session_id, carried,
             facts_by_ids(con, query.user_id, [c.id for c in found["fact"]]),
             cards_by_ids(con, query.user_id, [c.id for c in found["card"]]))

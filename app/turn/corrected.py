@@ -30,6 +30,9 @@ from app.memory.corrections import Correction, MarkedKind, corrections_of, sessi
 from app.model.messages import text_to_store, with_text_appended
 from app.sanitize import redact_secrets
 
+__all__ = ["FORGOTTEN_MESSAGE", "T", "noted", "corrected_conversation", "corrected_items",
+           "takes_back_shown"]
+
 # What a message that said a fact the person has since forgotten shows instead.
 FORGOTTEN_MESSAGE = "[forgotten at the user's request]"
 

@@ -26,9 +26,13 @@ from typing import Any
 import apsw
 
 from app.errors import NotFound
-from app.model.messages import stored_tool_calls
+from app.model.tool_calls import stored_tool_calls
 from app.timeutil import utc_now
 from app.turn.tools.registry import ERROR_PREFIX
+
+__all__ = ["MacroNotFound", "Macro", "LearnCounts", "canonical_arguments", "Call",
+           "TEACHING_ORIGIN", "observed_chains", "learn_macros", "list_macros", "find_macro",
+           "macro_used", "remove_macro", "users_with_tool_events"]
 
 
 class MacroNotFound(NotFound):

@@ -17,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from app.writer import Writer
 
+__all__ = ["REGISTRY", "CONTEXT_BUILD_SECONDS", "MODEL_CALL_SECONDS", "MODEL_ERRORS", "render"]
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 CONTEXT_BUILD_SECONDS = Histogram(

@@ -20,6 +20,11 @@ from app.recall.fusion import STREAM_DEPTH, Candidate, search
 from app.recall.query import Query
 from app.recall.sentences import WordsHeld, sentences
 
+__all__ = ["TRUNCATION_MARKER", "EVENT_LINE_CHARS", "QUOTE_AFTER", "PART_FROM_CHARS",
+           "QUOTE_DEPTHS", "LOOK_DEEPER_BELOW", "MIN_EVENT_LINE_TOKENS", "PastEvent", "Quote",
+           "OUTSIDE_SPEAKER", "day_line", "Packed", "pack_quotes", "quotable_events",
+           "past_events"]
+
 TRUNCATION_MARKER = " […]"
 # A message quoted from the past is cut to this many characters: one pasted log must not
 # take the room of a dozen messages (LoCoMo's turns: 99 % under 340 characters).

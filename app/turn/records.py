@@ -39,6 +39,10 @@ from app.timeutil import utc_now
 from app.turn.context import LAYOUT, NOTE_CLOSE, NOTE_OPEN, BuiltContext
 from app.writer import Writer
 
+__all__ = ["log", "INSTRUCTIONS", "PROMPT_PARTS", "prompt_layers", "turn_record", "record_turn",
+           "TurnRecord", "list_turn_records", "get_turn_record", "COUNT_BATCH", "count_recalls",
+           "fold_recall_counts", "recalls_not_counted"]
+
 log = get_logger(__name__)
 
 # The system prompt's own words, before the layers (Hilo's default or the client's).

@@ -3,7 +3,7 @@
 Server-rendered HTML (Jinja2, autoescaped: memory text is often someone else's words),
 one stylesheet served from the package, no script needed to read; forms POST and
 redirect. Every read and edit goes through the functions the JSON routes, the CLI and
-MCP call, as the user `identify()` names (app/api/callers.py); the gate (app/api/gate.py)
+MCP call, as the user `identify()` names (app/http/callers.py); the gate (app/http/gate.py)
 lets the page's token arrive in a cookie.
 
     render.py   the templates, the page's route class (errors as pages), flash
@@ -15,13 +15,13 @@ lets the page's token arrive in a cookie.
     forms.py    the corrections: profile keys, facts (add, edit, forget), MEMORY.md
     undo.py     a forget's undo, held in this process's memory for a few minutes
     ops.py      scheduled tasks and the job queue
-    turns.py    the turn inspector (inspector.py reads a turn's record as the memory is
-                now; its JSON is app/api/turn_records.py's, under /memory/turns)
+    turns.py    the turn inspector's pages, rendering app/ops/turn_view.py's data (its
+                JSON is app/api/turn_records.py's, under /memory/turns)
 
 None of it is loaded before the first request to /ui: the pages and Jinja2 are about
 0.15 s of `hilo serve`'s start on two cores, and a chat needs neither. `install` puts
-the page on the documented API's app (app/api/documented.py), built on its first
-request (app/api/on_demand.py).
+the page on the documented API's app (app/serve/documented.py), built on its first
+request (app/http/on_demand.py).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import Route
 
-from app.api.on_demand import BuiltOnDemand
+from app.http.on_demand import BuiltOnDemand
 
 if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
+
+__all__ = ["STATIC_DIR", "install", "page_routes"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 

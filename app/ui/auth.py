@@ -11,10 +11,12 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.access import tokens_in_use
-from app.api.deps import Service
-from app.api.gate import TOKEN_COOKIE
+from app.http.deps import Service
+from app.http.gate import TOKEN_COOKIE
 from app.ui.render import COOKIE_PATH, PageRoute, done, page, same_origin
 from app.ui.users import USER_COOKIE
+
+__all__ = ["router", "login_page", "sign_in", "sign_out"]
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])

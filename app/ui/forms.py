@@ -15,10 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.deps import Service
-from app.api.errors import ApiError
-from app.api.memory import MAX_ROW_ID
 from app.datadir import DataDir
+from app.http.deps import Service
+from app.http.errors import ApiError
+from app.http.params import MAX_ROW_ID
 from app.memory import (
     FactNotFound,
     correct_fact,
@@ -35,6 +35,10 @@ from app.memory.restore import restore_forgotten_fact
 from app.ui.render import PageRoute, done, page, same_origin
 from app.ui.undo import UNDO_SECONDS, ForgetUndos, undos_of
 from app.ui.users import Who
+
+__all__ = ["router", "FactId", "Text", "SHOWN_CHARS", "ACTION_WORDS", "save_profile_key",
+           "delete_profile_key", "add_fact", "edit_fact", "confirm_forget", "forget",
+           "undo_forget", "save_memory_md"]
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service
-from app.api.errors import ApiError
-from app.api.memory import MAX_ROW_ID, search_hits
 from app.datadir import DataDir
 from app.events import Event, events_by_ids, session_events
+from app.http.deps import Service
+from app.http.errors import ApiError
+from app.http.params import MAX_ROW_ID
 from app.learn.grounding import supporting_quote
 from app.memory import (
     CATEGORIES,
@@ -36,6 +36,10 @@ from app.turn.records import recalls_not_counted
 from app.ui.render import PageRoute, page
 from app.ui.undo import undos_of
 from app.ui.users import Who
+
+__all__ = ["router", "ORIGIN_WORDS", "STREAM_WORDS", "LISTED", "SEARCH_HITS", "Provenance",
+           "provenance", "Support", "support_of", "provenances", "overview", "profile", "facts",
+           "fact", "cards", "diary", "memory_md", "sessions", "session", "search"]
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False)
 
@@ -208,5 +212,5 @@ def search(request: Request, who: Who, service: Service,
            q: Annotated[str, Query(max_length=2000)] = "") -> HTMLResponse:
     hits = []
     if q.strip():
-        hits = search_hits(service, who.user_id, q, SEARCH_HITS)
+        hits = service.search_memory(who.user_id, q, SEARCH_HITS)
     return page(request, who, "search.html", q=q, hits=hits)

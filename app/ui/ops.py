@@ -14,13 +14,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.api.callers import Caller
-from app.api.deps import Service
+from app.http.callers import Caller
+from app.http.deps import Service
 from app.tasks.runs import request_run, task_runs
 from app.tasks.store import describe_task, list_tasks, pause_task, remove_task, resume_task
 from app.ui.render import PageRoute, done, page, same_origin
 from app.ui.users import Who
 from workers.inspection import MODEL_JOBS, Failure, Job, QueueError, QueueView
+
+__all__ = ["router", "TaskId", "RUNS_SHOWN", "tasks", "pause", "resume", "run_now", "remove",
+           "job_user", "queue", "retry"]
 
 router = APIRouter(prefix="/ui", route_class=PageRoute, include_in_schema=False,
                    dependencies=[Depends(same_origin)])

@@ -21,10 +21,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader
 
-from app.api.callers import Caller
-from app.api.errors import ApiError
-from app.api.gate import SAFE_METHODS, TOKEN_COOKIE
 from app.errors import HiloError
+from app.http.callers import Caller
+from app.http.errors import ApiError
+from app.http.gate import SAFE_METHODS, TOKEN_COOKIE
+
+__all__ = ["TEMPLATE_DIR", "FLASH_COOKIE", "COOKIE_PATH", "NAV", "SECURITY_HEADERS", "templates",
+           "Flash", "page", "done", "error_page", "no_such_page", "PageRoute", "same_origin"]
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 FLASH_COOKIE = "hilo_flash"

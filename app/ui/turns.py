@@ -3,7 +3,7 @@ layer, what was recalled and why, what the model server's cache held, and the jo
 set off.
 
 /ui/turns and /ui/turns/{id} are the pages; /memory/turns and /memory/turns/{id}
-(app/api/turn_records.py) the same as JSON, for scripts. Both read as the calling user:
+(app/api/turn_records.py) the same as JSON, both rendering app/ops/turn_view.py's data, for scripts. Both read as the calling user:
 another user's turn is 404.
 """
 
@@ -14,12 +14,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import Service
-from app.api.turn_records import TurnId, turn_view
+from app.http.deps import Service
+from app.http.params import TurnId
+from app.ops.turn_view import turn_view
 from app.turn.records import list_turn_records
 from app.ui.memory import STREAM_WORDS
 from app.ui.render import PageRoute, page
 from app.ui.users import Who
+
+__all__ = ["LISTED", "PART_WORDS", "pages", "turns_page", "turn_page"]
 
 LISTED = 100
 # What each part of the prompt is, for a person (app/turn/records.py PROMPT_PARTS).
@@ -42,7 +45,7 @@ def turns_page(request: Request, who: Who, service: Service,
 
 @pages.get("/turns/{record_id}", response_class=HTMLResponse)
 def turn_page(request: Request, who: Who, service: Service, record_id: TurnId) -> HTMLResponse:
-    view = turn_view(service, who.user_id, record_id)
+    view = turn_view(service.reader(), service.config, who.user_id, record_id)
     return page(request, who, "turn.html", view=view, part_words=PART_WORDS,
                 stream_words=STREAM_WORDS,
                 widest=max([layer["tokens"] for layer in view.layers] + [1]))

@@ -18,6 +18,8 @@ from typing import Any
 
 from app.memory.facts import Fact
 
+__all__ = ["UNDO_SECONDS", "PendingUndo", "ForgetUndos", "undos_of"]
+
 # How long a forget can be undone.
 UNDO_SECONDS = 300.0
 _MADE = threading.Lock()

@@ -1,6 +1,6 @@
 """Whose memory the page shows: every user Hilo keeps, to whoever may read them.
 
-The caller is who `identify()` says (app/api/callers.py), as for the API; the page then
+The caller is who `identify()` says (app/http/callers.py), as for the API; the page then
 shows one of the users that caller may read, picked from a list in the header (kept in
 an HttpOnly, SameSite=Strict cookie that only /ui sees, and checked again on every
 request):
@@ -24,11 +24,13 @@ import apsw
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.api.callers import Caller, caller_of
-from app.api.deps import Service
-from app.api.errors import ApiError
+from app.http.callers import Caller, caller_of
+from app.http.deps import Service
+from app.http.errors import ApiError
 from app.memory import known_users
 from app.ui.render import COOKIE_PATH, PageRoute, done, same_origin
+
+__all__ = ["USER_COOKIE", "router", "readable_users", "page_caller", "Who", "show_user"]
 
 # The cookie that keeps the user the page shows.
 USER_COOKIE = "hilo_user"

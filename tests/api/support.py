@@ -15,8 +15,8 @@ import httpx
 import pytest
 import uvicorn
 
-from app.api import create_app
 from app.config import Config
+from app.serve import create_app
 from tests.fake_ollama import FakeOllama
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ import openai
 import pytest
 from structlog.testing import capture_logs
 
-from app.api import BindRefused, check_bind, is_loopback, run_server
-from app.api.gate import TOKEN_COOKIE, WRONG_TOKEN_BURST, WrongTokens
+from app.http.gate import TOKEN_COOKIE, WRONG_TOKEN_BURST, WrongTokens
+from app.serve import BindRefused, check_bind, is_loopback, run_server
 from tests.api.support import HiloServer, serve
 
 TOKEN = "s3cret-token"

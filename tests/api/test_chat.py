@@ -10,7 +10,7 @@ import ollama
 import openai
 import pytest
 
-from app.api import server as api_server
+from app.serve import server as api_server
 from tests.api.support import HiloServer, serve
 from tests.fake_ollama import Fault, prompt_tokens, unused_loopback_url
 

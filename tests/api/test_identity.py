@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.access import issue_token
-from app.api.callers import client_namespace
 from app.config import ConfigError, load_config
+from app.http.callers import client_namespace
 from app.tasks.sessions import task_session_id
 from app.tasks.store import add_task
 from tests.api.support import HiloServer, serve

@@ -403,7 +403,7 @@ def test_hilo_serve_loads_the_mcp_sdk_only_when_mcp_is_first_called():
     server on its first request (the tests above call it after a cold start)."""
     import subprocess
 
-    probe = ("import sys, app.api.server; "
+    probe = ("import sys, app.serve.server; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'app')"
              " and (m == 'mcp' or m.startswith(('mcp.', 'app.mcp')))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

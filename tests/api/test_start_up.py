@@ -28,11 +28,11 @@ loaded = {}
 ca_reads = []
 read_cas = ssl.SSLContext.load_verify_locations
 ssl.SSLContext.load_verify_locations = lambda *a, **k: ca_reads.append(1) or read_cas(*a, **k)
-import app.api.server
+import app.serve.server
 loaded["import"] = sorted(sys.modules)
 from app.config import load_config
 config = load_config()
-app = app.api.server.create_app(config)
+app = app.serve.server.create_app(config)
 loaded["create_app"] = sorted(sys.modules)
 from starlette.testclient import TestClient
 statuses = []

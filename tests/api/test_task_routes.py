@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
 from app.cli import main
+from app.serve import create_app
 
 
 @pytest.fixture

@@ -496,7 +496,7 @@ def _ranking_rows(methods: dict, categories: list[str]) -> list[list]:
         o = s["overall"]
         timed = s["latency_ms_p50"] == s["latency_ms_p50"]  # not NaN: measured
         rows.append([m, o["recall@2"], o["recall@5"], o["recall@10"], o["hit@10"],
-                     *[s["categories"][name]["recall@10"] for name in categories],
+                     *[s["categories"][name].get("recall@10", "–") for name in categories],
                      *((s["latency_ms_p50"], s["latency_ms_p95"]) if timed else ("–", "–"))])
     return rows
 
@@ -567,7 +567,7 @@ def markdown(results: dict, about: str = ABOUT) -> str:
              "answer recall", "found, not told", "tokens (mean)", "events quoted (mean)",
              "build p50 ms", "build p95 ms"],
             [[name, s["overall"]["context recall"],
-              *[s["categories"][c]["context recall"] for c in categories],
+              *[s["categories"][c].get("context recall", "–") for c in categories],
               s["overall"]["answer recall"], s.get("found_not_told", "–"),
               s["overall"]["tokens"], s["overall"]["events quoted"],
               s["latency_ms_p50"], s["latency_ms_p95"]]

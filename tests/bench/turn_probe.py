@@ -35,8 +35,8 @@ WRAPPED = [
     ("app.api.turns", "store_messages", "store_messages"),
     ("app.api.turns", "is_housekeeping", "is_housekeeping"),
     ("app.api.turns", "relayed_response", "relayed_response"),
-    ("app.api.deps", "identify", "identify"),  # before app/api/callers.py
-    ("app.api.callers", "identify", "identify"),
+    ("app.http.deps", "identify", "identify"),  # before app/http/callers.py
+    ("app.http.callers", "identify", "identify"),
     ("app.turn.chat", "ChatService.answer", "service.answer"),
     ("app.turn.chat", "ChatService.build_context", "service.build_context"),
     ("app.turn.chat", "ChatService._query", "service.query"),
@@ -56,7 +56,7 @@ WRAPPED = [
     ("app.turn.context", "matching", "fusion.matching"),
     ("app.turn.context", "_relevant", "context.relevant"),
     ("app.turn.context", "_quotable_events", "context.quotable"),
-    ("app.turn.context", "_saying_more", "context.saying_more"),
+    ("app.turn.context", "saying_more", "context.saying_more"),
     ("app.turn.context", "memory_generation", "context.generation"),
     ("app.recall.fusion", "search_ahead", "fusion.search_ahead"),
     ("app.model.client", "ModelClient.relay_chat", "model.relay_chat"),
@@ -125,7 +125,7 @@ def _patch_logs() -> None:
 
 def _patch_gate() -> None:
     """The request as the ASGI app sees it: its arrival, and its reply's first bytes."""
-    from app.api import gate
+    from app.http import gate
 
     call = gate.Gate.__call__
 

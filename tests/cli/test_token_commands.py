@@ -7,8 +7,8 @@ import json
 
 from fastapi.testclient import TestClient
 
-from app.api import create_app
 from app.cli import main
+from app.serve import create_app
 
 
 def run(capsys, *argv: str) -> tuple[int, dict]:

@@ -20,7 +20,7 @@ from app.learn.distill import (
 from app.learn.model_output import InvalidOutput, output_limit
 from app.learn.quoting import QUOTED_LABEL
 from app.memory import delete_fact, facts_as_of, list_facts, list_profile, profile_as_of
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from app.timeutil import utc_now
 from tests.workers.support import add_turn, query, scalar, snapshot
 

@@ -13,7 +13,7 @@ import pytest
 from app.model.client import ModelClient
 from app.model.errors import ModelCallYielded, ModelHTTPError, OverBudget
 from app.model.json_modes import JsonModes
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from app.model.usage import JsonCall
 from tests.fake_ollama import CpuSpeed, FakeOllama, Fault, Reply
 

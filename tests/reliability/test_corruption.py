@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from app.api import create_app
 from app.cli import hilo as hilo_command
 from app.config import Config
 from app.datadir import DataDir
 from app.db import CorruptDatabase, Durability, connect
 from app.ops.doctor import Status, check_database
+from app.serve import create_app
 from app.turn.chat import ChatService
 from tests.conftest import REPO_ROOT
 from workers.consumer import start_jobs

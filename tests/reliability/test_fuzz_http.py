@@ -25,8 +25,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api import create_app
 from app.cli import hilo as hilo_command
+from app.serve import create_app
 
 EXAMPLES = 25
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
@@ -147,8 +147,8 @@ def operations() -> list[tuple[str, str, bool]]:
 
     from starlette.datastructures import State
 
-    from app.api.documented import documented_api
     from app.config import load_config
+    from app.serve.documented import documented_api
 
     config = load_config(env={})
     # Routes only; never served.

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from app.api.access_log import PathOnly
 from app.db import QUEUE_DB
+from app.http.access_log import PathOnly
 from tests.api.support import HiloServer
 from tests.reliability.secrets_corpus import Maker
 

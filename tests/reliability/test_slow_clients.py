@@ -9,8 +9,8 @@ import time
 
 import uvicorn
 
-from app.api import create_app
-from app.api.timeouts import DeadlineProtocol, timeout_settings
+from app.http.timeouts import DeadlineProtocol, timeout_settings
+from app.serve import create_app
 
 DEADLINE = 0.5
 

@@ -151,3 +151,18 @@ def test_any_text_gives_none_or_a_query_fts5_accepts(db: apsw.Connection, text: 
     assert (query is None) == (terms(text) == [])
     if query is not None:
         list(db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t)", (query,)))
+
+
+def test_words_are_stemmed_alike_from_many_threads_at_once():
+    """A Snowball stemmer holds the word it works on: worker threads stemming at once must
+    each get their own word's stems (else item43's stem comes back as item141's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.fts import stems
+
+    words = [f"{stem}{n}" for n in range(400) for stem in ("item", "alpha", "running")]
+    alone = {word: stems.__wrapped__(word) for word in words}
+    stems.cache_clear()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = dict(zip(words, pool.map(stems, words), strict=True))
+    assert together == alone

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from app.api.gate import TOKEN_COOKIE
+from app.http.gate import TOKEN_COOKIE
 from app.learn.tool_chains import learn_all_macros
 from app.memory import is_outside, remember_fact
 from app.ops.transfer import import_path

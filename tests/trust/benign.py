@@ -11,8 +11,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from app.api.gate import TOKEN_COOKIE
 from app.datadir import DataDir
+from app.http.gate import TOKEN_COOKIE
 from app.learn.tool_chains import learn_all_macros
 from app.memory import is_outside, remember_fact, set_profile
 from app.ops.transfer import export_jsonl, import_path

@@ -87,7 +87,7 @@ def _triggers(lab: Lab, statements: Mapping[str, str]) -> Iterator[None]:
 @defence("token_is_its_user", "a token is its user on every route; a request naming another "
                               "user is refused")
 def _token_is_its_user(lab: Lab) -> Iterator[None]:
-    from app.api import callers
+    from app.http import callers
 
     def identify(config, token_user, headers):
         named = (headers.get("x-openwebui-user-id") or headers.get("x-hilo-user")
@@ -97,8 +97,8 @@ def _token_is_its_user(lab: Lab) -> Iterator[None]:
     def naming(self, user: str) -> str:
         return user
 
-    with _patched(("app.api.callers.identify", identify), ("app.api.server.identify", identify),
-                  ("app.api.callers.Caller.naming", naming)):
+    with _patched(("app.http.callers.identify", identify), ("app.serve.server.identify", identify),
+                  ("app.http.callers.Caller.naming", naming)):
         yield
 
 
@@ -141,7 +141,7 @@ def _trust_at_the_machine(lab: Lab) -> Iterator[None]:
 
 @defence("task_sessions_closed", "no client writes into the session that holds a task's runs")
 def _task_sessions_closed(lab: Lab) -> Iterator[None]:
-    with _patched(("app.api.callers.is_task_session", lambda session_id: False)):
+    with _patched(("app.http.callers.is_task_session", lambda session_id: False)):
         yield
 
 
@@ -340,14 +340,14 @@ def _fetch_deadline(lab: Lab) -> Iterator[None]:
 def _finite_json(lab: Lab) -> Iterator[None]:
     import json
 
-    with _patched(("app.api.callers.load_json", json.loads),
-                  ("app.api.deps.load_json", json.loads)):
+    with _patched(("app.http.callers.load_json", json.loads),
+                  ("app.http.deps.load_json", json.loads)):
         yield
 
 
 @defence("token_guessing_limit", "wrong tokens from one address are held back after a burst")
 def _token_guessing_limit(lab: Lab) -> Iterator[None]:
-    with _patched(("app.api.gate.WrongTokens.wait", lambda self, address: 0.0)):
+    with _patched(("app.http.gate.WrongTokens.wait", lambda self, address: 0.0)):
         yield
 
 

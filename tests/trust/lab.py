@@ -47,7 +47,7 @@ from app.config import Config, load_config
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.memory import is_outside, remember_fact, set_profile
-from app.model.messages import stored_tool_calls
+from app.model.tool_calls import stored_tool_calls
 from app.tasks.runs import TaskRunResult
 from app.tasks.store import add_task
 from app.turn.agent import Agent, AgentOutcome

@@ -37,9 +37,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from app.api.gate import TOKEN_COOKIE
 from app.datadir import DataDir
 from app.db import connect
+from app.http.gate import TOKEN_COOKIE
 from app.learn.session import learn_session
 from app.memory import is_outside, store_fact
 from app.model.client import ModelClient

@@ -80,7 +80,7 @@ def test_model_errors_are_counted(cfg):
 def test_metrics_route_is_served_and_guarded_by_the_token(cfg):
     from fastapi.testclient import TestClient
 
-    from app.api import create_app
+    from app.serve import create_app
 
     with TestClient(create_app(cfg.replace(server={"token": "s3cret-token"}))) as client:
         assert client.get("/metrics").status_code == 401

@@ -120,7 +120,7 @@ def test_enqueueing_from_a_front_end_loads_no_job_code_and_counts_no_jobs(config
 def test_the_turn_and_the_core_import_nothing_of_the_queue(config):
     """Every wing below the queue (the store, tasks, model, recall, the turn and learning),
     imported whole, loads no module of workers/."""
-    above_the_queue = ("app.api", "app.cli", "app.mcp", "app.ops", "app.ui")
+    above_the_queue = ("app.api", "app.cli", "app.http", "app.mcp", "app.ops", "app.serve", "app.ui")
     below = [info.name for info in pkgutil.walk_packages(app.__path__, "app.")
              if not info.name.startswith(above_the_queue)]
     code = "".join(f"import {name}\n" for name in below)

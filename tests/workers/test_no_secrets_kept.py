@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.model.messages import SentChat
+from app.model.replies import SentChat
 from tests.api.support import HiloServer
 from tests.fake_ollama import FakeOllama
 from tests.workers.support import (

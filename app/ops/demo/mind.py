@@ -22,6 +22,9 @@ from typing import Any
 from app.fts import terms
 from app.learn.capture import capture_statements
 
+__all__ = ["INTRODUCTION_EN", "INTRODUCTION_ES", "EMBEDDING_DIM", "KEYWORDS", "Known", "spanish",
+           "known_from", "chat_reply", "json_answer", "diary_sentence", "keywords", "embedding"]
+
 # What the model says it is, when it has nothing better to say.
 INTRODUCTION_EN = ("I am Hilo's demo model: a script, not a real model. Tell me about yourself "
                    "(\"my name is …\", \"I live in …\", \"I prefer …\") and ask me later, here "

@@ -23,6 +23,9 @@ from urllib.parse import urlsplit
 from app.config import Config
 from app.ops.demo.mind import chat_reply, embedding, json_answer
 
+__all__ = ["VERSION", "LOOPBACK", "model_names", "address", "serve_demo_model",
+           "wait_for_demo_model", "DemoServer"]
+
 VERSION = "0.0.0-hilo-demo"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

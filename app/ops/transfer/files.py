@@ -21,6 +21,9 @@ from typing import BinaryIO
 from app.errors import InvalidInput
 from app.ops.transfer.records import TransferError
 
+__all__ = ["SkippedFile", "ImportFile", "refuse_to_overwrite", "replacing_file", "write_file",
+           "read_import_file", "read_own_file", "files_in"]
+
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 # A fifo planted in an import folder would block a plain open for ever.
 _NO_BLOCK = getattr(os, "O_NONBLOCK", 0)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import yaml
 
+__all__ = ["MAX_FRONT_MATTER_BYTES", "front_matter", "with_front_matter", "load_yaml",
+           "split_front_matter"]
+
 # A profile's front matter holds about 150 bytes per key: room for some 7,000 keys.
 MAX_FRONT_MATTER_BYTES = 1024 * 1024
 

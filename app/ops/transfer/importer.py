@@ -69,6 +69,9 @@ from app.tasks.store import TaskRecord, import_task
 from app.timeutil import utc_now
 from app.writer import Writer
 
+__all__ = ["IMPORT_BATCH", "IMPORT_NAMESPACE", "WORKER", "OUTCOMES", "RECORD_ERRORS",
+           "RecordImporter", "store_records", "import_path"]
+
 # Records per writer transaction: big enough to amortise the commit, small enough that
 # the front-end never waits long for the write lock during an import.
 IMPORT_BATCH = 500

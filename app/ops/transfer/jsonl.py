@@ -38,6 +38,8 @@ from app.ops.transfer.user_records import (
 )
 from app.timeutil import utc_now
 
+__all__ = ["export_jsonl", "read_jsonl"]
+
 
 def export_jsonl(config: Config, user_id: str, out_path: Path, *,
                  overwrite: bool = False) -> ExportReport:

@@ -36,6 +36,9 @@ from app.ops.transfer.records import (
 )
 from app.ops.transfer.user_records import rows
 
+__all__ = ["KINDER_ROLES", "KINDER_CATEGORIES", "KINDER_SESSION", "SessionSpans",
+           "read_kinder_agent", "import_kinder_agent"]
+
 KINDER_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
                 "bot": "assistant", "model": "assistant", "system": "system", "tool": "tool"}
 KINDER_CATEGORIES = {"preferences": "preference", "decisions": "decision", "solutions": "solution",

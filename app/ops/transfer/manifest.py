@@ -16,6 +16,8 @@ from pathlib import Path
 
 from app.ops.transfer.files import read_own_file, write_file
 
+__all__ = ["MANIFEST_FILE", "MANIFEST_FORMAT", "MANIFEST_VERSION", "content_hash", "ExportManifest"]
+
 MANIFEST_FILE = ".hilo-export.json"
 MANIFEST_FORMAT = "hilo-export-manifest"
 MANIFEST_VERSION = 1

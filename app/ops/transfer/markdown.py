@@ -56,6 +56,12 @@ from app.ops.transfer.user_records import (
 )
 from app.timeutil import to_rfc3339
 
+__all__ = ["PROFILE_FILE", "HISTORY_FILE", "FORGOTTEN_FILE", "MEMORY_FILE", "FACTS_DIR",
+           "CARDS_DIR", "DIARY_DIR", "TASKS_DIR", "SESSIONS_DIR", "TASK_KEYS", "SESSION_KEYS",
+           "EVENT_KEYS", "FACT_KEYS", "FACT_EXTRA_KEYS", "FACT_VERSION_KEYS", "CARD_KEYS",
+           "CARD_EXTRA_KEYS", "MAX_FILE_BYTES", "looks_like_markdown_export", "export_markdown",
+           "read_markdown"]
+
 PROFILE_FILE, HISTORY_FILE, FORGOTTEN_FILE = "profile.md", "history.md", "forgotten.md"
 MEMORY_FILE = "MEMORY.md"
 FACTS_DIR, CARDS_DIR, DIARY_DIR, TASKS_DIR = "facts", "cards", "diary", "tasks"

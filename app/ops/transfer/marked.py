@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 from app.ops.transfer.records import Problem
 
+__all__ = ["marked_entry", "read_marked"]
+
 _MARKER = re.compile(r"^<!-- hilo-([a-z]+) (\{.*\}) -->$")
 
 

@@ -18,6 +18,9 @@ from app.errors import NotFound
 from app.memory.bootstrap import write_bootstrap
 from app.ops.transfer.files import read_own_file, write_file
 
+__all__ = ["IMPORTED_NAME", "REPLACED_NAME", "memory_md_text", "exported_memory_md",
+           "imported_memory_md_path", "keep_imported_memory_md", "accept_imported_memory_md"]
+
 IMPORTED_NAME = "MEMORY.imported.md"
 # Where accepting an import keeps the MEMORY.md it replaces (unless it was the template).
 REPLACED_NAME = "MEMORY.md.before-import"

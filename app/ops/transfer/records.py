@@ -20,6 +20,10 @@ from app.memory import InvalidMemory
 from app.sanitize import redact_secrets
 from app.timeutil import parse_rfc3339, to_rfc3339
 
+__all__ = ["FORMAT", "FORMAT_VERSION", "RECORD_TYPES", "KEY_LIMIT", "VALUE_LIMIT", "TransferError",
+           "ExportReport", "ImportReport", "Problem", "check_user", "record_time", "clean_text",
+           "memory_key", "unit_interval"]
+
 FORMAT = "hilo-export"
 FORMAT_VERSION = 1
 RECORD_TYPES = ("session", "event", "card", "profile", "fact", "diary", "task", "memory_md")

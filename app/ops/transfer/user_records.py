@@ -10,6 +10,9 @@ from collections.abc import Iterator
 
 import apsw
 
+__all__ = ["rows", "session_records", "event_records", "card_records", "profile_records",
+           "fact_records", "task_records", "diary_records"]
+
 
 def rows(con: apsw.Connection, sql: str, params: tuple) -> Iterator[dict]:
     """The rows of a query as {column name: value}."""

@@ -12,6 +12,8 @@ from app.memory.forget import forget as forget_for_good
 from app.recall.fusion import search_memory
 from app.turn.tools.registry import Tool, ToolContext, ToolFailed, ToolResult, schema
 
+__all__ = ["RECALL_LIMIT", "remember", "recall", "forget", "profile", "TOOLS"]
+
 RECALL_LIMIT = 5
 
 

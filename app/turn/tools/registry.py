@@ -28,12 +28,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from app.config import Config
 from app.errors import HiloError
 from app.log import get_logger
-from app.turn.chat import ChatService
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    import apsw
+
+    from app.model.embedders import Embedder
+    from app.recall.state import Recall
+    from app.writer import Writer
+
+__all__ = ["log", "Surface", "SURFACES", "Decision", "ERROR_PREFIX", "OUTSIDE_KINDS", "ToolFailed",
+           "Approver", "SchedulerWake", "ToolServices", "ToolContext", "ToolResult", "Tool",
+           "schema", "check_arguments", "Registry"]
 
 log = get_logger(__name__)
 
@@ -73,12 +85,35 @@ class Approver(Protocol):
         ...
 
 
+class SchedulerWake(Protocol):
+    def wake_scheduler(self, at: datetime) -> bool:
+        """Have the scheduler tick at `at` (a task due between its minute ticks)."""
+        ...
+
+
+class ToolServices(Protocol):
+    """What a tool may use of the process that runs it (app/turn/chat.py's ChatService
+    is the one): the process's writer, this thread's reader, its recall, and the
+    hand-off's wake-up for a task due between the scheduler's ticks."""
+
+    writer: Writer
+    recall: Recall
+    handoff: SchedulerWake
+
+    @property
+    def query_embedder(self) -> Embedder | None: ...
+
+    def reader(self) -> apsw.Connection: ...
+
+    def edit(self, write: Callable[[apsw.Connection], Any]) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """Who calls a tool, from where, and how far they are trusted."""
 
     config: Config
-    service: ChatService
+    service: ToolServices
     user_id: str
     session_id: str
     surface: Surface

@@ -11,6 +11,8 @@ from app.memory import is_outside
 from app.tasks.store import add_task, describe_task, list_tasks, pause_task, remove_task
 from app.turn.tools.registry import Tool, ToolContext, schema
 
+__all__ = ["add", "list_", "pause", "remove", "TASK_REF", "TOOLS"]
+
 
 def _ref(args: dict[str, Any]) -> int | str:
     return args["task"]

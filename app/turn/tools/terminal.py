@@ -57,6 +57,10 @@ from app.turn.tools.terminal_rules import (
 from app.turn.tools.terminal_sandbox import Sandbox, filter_fd, sandbox_for, scrubbed_environment
 from app.writer import Writer
 
+__all__ = ["command_words", "allow_rules", "stored_rules", "allow_rule", "revoke_rule",
+           "CommandRun", "run_command", "working_directory", "terminal", "not_run_reason",
+           "why_not_always", "TOOL"]
+
 # Bytes read per character kept: UTF-8 takes at most four.
 _BYTES_PER_CHAR = 4
 # How long to wait for the output of a process whose group was killed but whose pipe a

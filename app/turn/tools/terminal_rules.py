@@ -41,6 +41,10 @@ from pathlib import Path
 from app.config import SHELL_METACHARACTERS
 from app.errors import InvalidInput
 
+__all__ = ["ANY_FURTHER", "PATH_IN_WORKDIR", "PLACEHOLDERS", "has_metacharacters", "plain_words",
+           "InvalidRule", "AllowRule", "matching_rule", "rule_to_store", "refusal", "inside",
+           "long_option", "abbreviates", "short_letters", "option_words"]
+
 ANY_FURTHER = "*"
 PATH_IN_WORKDIR = "<path>"
 PLACEHOLDERS = (ANY_FURTHER, PATH_IN_WORKDIR)

@@ -55,6 +55,10 @@ from app.log import get_logger
 from app.sanitize import secret_kind
 from app.turn.tools.registry import ToolFailed
 
+__all__ = ["log", "SECRET_NAME", "SECRET_VALUE", "BASE_ENVIRONMENT", "scrubbed_environment",
+           "AF_UNIX", "IO_URING_SETUP", "UnknownMachine", "unix_socket_filter", "filter_fd",
+           "Sandbox", "sandbox_for"]
+
 log = get_logger(__name__)
 
 # Environment variables never handed to a command: credentials by name, and Hilo's own.

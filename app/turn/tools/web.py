@@ -39,6 +39,9 @@ import httpx
 
 from app.turn.tools.registry import Tool, ToolContext, ToolFailed, schema
 
+__all__ = ["MAX_REDIRECTS", "ACCEPT_ENCODING", "host_allowed", "html_text", "fetch", "Target",
+           "checked_target", "listed_as_address", "private_kind", "TOOL"]
+
 MAX_REDIRECTS = 5
 # The encodings decoded here, a bounded piece at a time; httpx's own decoders inflate
 # each network chunk whole (64 KiB of gzip can be 64 MiB of zeros).

@@ -1,5 +1,5 @@
 """Who is asking, and what they sent: the part of a request every route reads, with no
-web framework of its own (the chat routes answer before FastAPI is loaded: app/api/server.py).
+web framework of its own (the chat routes answer before FastAPI is loaded: app/serve/server.py).
 
 Who is asking is decided once, by `identify`, for every route and for /mcp:
 - a per-user token (app/access.py, checked by the gate) is its user. A request that
@@ -33,11 +33,14 @@ from typing import Any
 
 from starlette.requests import Request
 
-from app.api.errors import MAX_JSON_DEPTH, ApiError, json_too_deep
-from app.api.gate import TOKEN_USER
 from app.config import Config
 from app.events import MAX_ID_LENGTH, InvalidEvent, refuse_secret_id
+from app.http.errors import MAX_JSON_DEPTH, ApiError, json_too_deep
+from app.http.gate import TOKEN_USER
 from app.tasks.sessions import is_task_session
+
+__all__ = ["Caller", "wrong_user", "check_id", "check_session", "client_namespace", "identify",
+           "caller_of", "load_json", "json_body"]
 
 
 @dataclass(frozen=True)

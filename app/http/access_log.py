@@ -12,6 +12,8 @@ from urllib.parse import quote, unquote
 
 from app.sanitize import redact_secrets
 
+__all__ = ["ACCESS_LOGGER", "PathOnly", "log_paths_without_queries"]
+
 ACCESS_LOGGER = "uvicorn.access"
 
 

@@ -26,7 +26,10 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from app.api.errors import error_body
+from app.http.errors import error_body
+
+__all__ = ["HEADER_TIMEOUT_SECONDS", "BODY_TIMEOUT_SECONDS", "KEEP_ALIVE_SECONDS",
+           "LIMIT_CONCURRENCY", "MAX_WAITING_CONNECTIONS", "DeadlineProtocol", "timeout_settings"]
 
 HEADER_TIMEOUT_SECONDS = 10.0
 # Time for a whole request body after its headers: 32 MB (the cap) at about 4 Mbit/s.

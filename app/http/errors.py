@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
 
+__all__ = ["DISK_FULL_RETRY_AFTER_SECONDS", "HINT_HEADER", "ApiError", "MAX_JSON_DEPTH",
+           "json_too_deep", "error_body", "error_response", "in_the_shape_of", "model_failure",
+           "turn_error", "header_text", "install_error_handlers", "install_validation_errors"]
+
 # How long a client should wait before retrying after a full disk (507).
 DISK_FULL_RETRY_AFTER_SECONDS = "60"
 
@@ -171,7 +175,7 @@ def install_error_handlers(app: Starlette) -> None:
 def install_validation_errors(api: FastAPI) -> None:
     """Answer FastAPI's invalid requests (its routes' typed parameters) in the caller's
     shape."""
-    # start-up: FastAPI is loaded only with the documented API (app/api/documented.py)
+    # start-up: FastAPI is loaded only with the documented API (app/serve/documented.py)
     from fastapi.exceptions import RequestValidationError
 
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -23,6 +23,8 @@ from app.log import get_logger
 if TYPE_CHECKING:
     from app.mcp.server import HttpEndpoint
 
+__all__ = ["log", "McpOnDemand"]
+
 log = get_logger(__name__)
 
 

@@ -1,5 +1,7 @@
-"""The turn inspector's view of one stored turn: its record (app/turn/records.py) with
-every id looked up as the memory is now, and the background jobs the turn caused.
+"""The turn inspector's data, below the front-ends that render it (/memory/turns/{id} as
+JSON, app/api/turn_records.py; /ui/turns/{id} as a page, app/ui/turns.py): one stored
+turn, its record (app/turn/records.py) with every id looked up as the memory is now, and
+the background jobs the turn caused.
 
 A recalled item forgotten or corrected since shows as such, never with its old words as
 current: a past message or card that said a fact the person has corrected since shows
@@ -17,13 +19,17 @@ from typing import Any
 import apsw
 
 from app.config import Config
+from app.errors import NotFound
 from app.events import Event, events_by_ids
 from app.log import get_logger
 from app.memory import cards_by_ids, get_fact
 from app.memory.corrections import Correction, corrections_of
 from app.turn.corrected import noted
-from app.turn.records import TurnRecord
+from app.turn.records import TurnRecord, get_turn_record
 from workers.inspection import QueueError, QueueView
+
+__all__ = ["log", "Recalled", "TurnJob", "TurnView", "recalled_now", "turn_jobs", "turn_view",
+           "inspect_turn"]
 
 log = get_logger(__name__)
 
@@ -184,6 +190,15 @@ def turn_jobs(con: apsw.Connection, config: Config, record: TurnRecord) -> list[
     if embedded:
         jobs.append(TurnJob("embed", "done", f"{embedded} of {len(rows)} message(s) embedded"))
     return jobs
+
+
+def turn_view(con: apsw.Connection, config: Config, user_id: str, record_id: int) -> TurnView:
+    """The user's turn `record_id` as the inspector shows it (the JSON route and the page
+    both render this); NotFound (404) when there is no such turn of theirs."""
+    record = get_turn_record(con, user_id, record_id)
+    if record is None:
+        raise NotFound(f"no turn {record_id}")
+    return inspect_turn(con, config, user_id, record)
 
 
 def inspect_turn(con: apsw.Connection, config: Config, user_id: str,

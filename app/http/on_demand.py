@@ -1,7 +1,7 @@
 """An ASGI app built on the first request that needs it.
 
 `hilo serve` answers a chat client before it loads what a chat does not use: Hilo's
-documented API (FastAPI, app/api/documented.py) and the memory page (app/ui) are each
+documented API (FastAPI, app/serve/documented.py) and the memory page (app/ui) are each
 built once, on a thread (the event loop goes on serving chats meanwhile), when a
 request first reaches them; every request after is handed straight to them.
 """
@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["BuiltOnDemand"]
 
 
 class BuiltOnDemand:

@@ -3,7 +3,7 @@ shapes and the gate together; `run_server` is `hilo serve`.
 
 The app is Starlette's, with the routes a chat client calls (app/api/routing.py): they
 answer from the first moment. Everything else — Hilo's documented JSON API, /docs,
-/openapi.json and the memory page (FastAPI: app/api/documented.py, app/ui) and MCP — is
+/openapi.json and the memory page (FastAPI: app/serve/documented.py, app/ui) and MCP — is
 built on its first request, so the first message after a start waits for none of them.
 
 Without `[server] token`, `run_server` refuses to listen anywhere but loopback: anyone
@@ -25,24 +25,27 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 
 from app.api import health, ollama, openai
-from app.api.access_log import log_paths_without_queries
-from app.api.callers import identify
-from app.api.errors import install_error_handlers
-from app.api.gate import TOKEN_USER, Gate, is_loopback
-from app.api.mcp_route import McpOnDemand
-from app.api.on_demand import BuiltOnDemand
-from app.api.timeouts import timeout_settings
 from app.api.turns import SessionLocks
 from app.config import Config
 from app.datadir import DataDir
 from app.errors import Misconfigured
+from app.http.access_log import log_paths_without_queries
+from app.http.callers import identify
+from app.http.errors import install_error_handlers
+from app.http.gate import TOKEN_USER, Gate, is_loopback
+from app.http.on_demand import BuiltOnDemand
+from app.http.timeouts import timeout_settings
 from app.log import get_logger
 from app.model.probe import announce_models
+from app.serve.mcp_route import McpOnDemand
 from app.turn.chat import ChatService
 
 if TYPE_CHECKING:
     from app.turn.agent import Agent
 from workers.huey_loader import load_huey
+
+__all__ = ["log", "MAX_BODY_BYTES", "create_app", "BindRefused", "http_agent", "check_bind",
+           "run_server", "is_loopback"]
 
 log = get_logger(__name__)
 
@@ -73,7 +76,7 @@ def create_app(config: Config, service: ChatService | None = None) -> Starlette:
 
     def build_documented_api():
         # start-up: FastAPI and pydantic load with the documented API, on its first request
-        from app.api.documented import documented_api
+        from app.serve.documented import documented_api
 
         return documented_api(app.state)
 

@@ -27,6 +27,7 @@ A pure ASGI middleware, so streamed replies pass through untouched.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hmac
 import ipaddress
 import math
@@ -40,11 +41,15 @@ from urllib.parse import unquote_to_bytes, urlsplit
 import apsw
 
 from app.access import TOKEN_PREFIX, token_user, tokens_in_use
-from app.api.errors import error_response
 from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly, corrupt_memory
+from app.http.errors import error_response
 from app.log import get_logger
+
+__all__ = ["log", "OPEN_PATHS", "PAGE_PREFIX", "OPEN_PREFIX", "TOKEN_COOKIE", "TOKEN_USER",
+           "SAFE_METHODS", "WRONG_TOKEN_BURST", "WRONG_TOKEN_EVERY_SECONDS",
+           "WRONG_TOKEN_ADDRESSES", "WrongTokens", "is_loopback", "host_name", "Gate"]
 
 log = get_logger(__name__)
 
@@ -150,65 +155,75 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
         headers = dict(scope["headers"])
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        whole = await self._within_cap(scope, headers, receive, send)
+        if whole is not None:
+            await self.app(scope, whole, send)
+
+    def _refusal(self, scope: dict, headers: dict[bytes, bytes]) -> Callable | None:
+        """The answer to a request that may not pass (an ASGI app), or None when it may."""
+        path = scope["path"]
         refusal = self._refuse_host(scope, headers) or self._refuse_origin(scope, headers)
         if refusal is not None:
-            await error_response(path, 403, refusal, "forbidden")(scope, receive, send)
-            return
+            return error_response(path, 403, refusal, "forbidden")
         open_path = path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
         presented = b"" if open_path else self._presented(scope, headers)
         address = str((scope.get("client") or ("",))[0])
         if presented and (wait := self.wrong_tokens.wait(address)) > 0:
-            await self._guessing(scope, receive, send, address, wait)
-            return
+            return functools.partial(self._guessing, address=address, wait=wait)
         try:
             allowed = open_path or self._authenticate(scope, presented)
         except apsw.Error as exc:  # the token table cannot be read: a damaged database
             error = corrupt_memory(self.db_path, f"cannot be read ({exc})")
-            await error_response(path, error.http_status, str(error), error.code)(
-                scope, receive, send)
-            return
+            return error_response(path, error.http_status, str(error), error.code)
         if presented and not allowed:
             self.wrong_tokens.wrong(address)
         elif presented:
             self._limited.discard(address)
-        if not allowed and _is_page(scope, headers):
-            await _sign_in_first(scope, receive, send)
-            return
-        if not allowed:
-            why = ("[server] token is set" if self.token
-                   else "per-user tokens exist (`hilo token list`)")
-            await error_response(
-                path, 401, f"missing or wrong bearer token: {why}, so every request but "
-                "/health needs one: send the header `Authorization: Bearer <token>` with the "
-                "[server] token or a per-user token (`hilo token add USER` makes one)",
-                "unauthorized", {"WWW-Authenticate": "Bearer"})(scope, receive, send)
-            return
+        if allowed:
+            return None
+        if _is_page(scope, headers):
+            return _sign_in_first
+        why = ("[server] token is set" if self.token
+               else "per-user tokens exist (`hilo token list`)")
+        return error_response(
+            path, 401, f"missing or wrong bearer token: {why}, so every request but "
+            "/health needs one: send the header `Authorization: Bearer <token>` with the "
+            "[server] token or a per-user token (`hilo token add USER` makes one)",
+            "unauthorized", {"WWW-Authenticate": "Bearer"})
+
+    async def _within_cap(self, scope: dict, headers: dict[bytes, bytes], receive: Any,
+                          send: Any) -> Any | None:
+        """`receive` for a body within the cap (MAX_BODY_BYTES), or None once the request
+        is answered (too large, a bad length) or its client went away."""
         length = headers.get(b"content-length")
         if length is not None:
             if not length.isdigit():
-                await error_response(path, 400, "the Content-Length header is not a number",
-                                     "bad_content_length")(scope, receive, send)
-                return
+                await error_response(scope["path"], 400, "the Content-Length header is not "
+                                     "a number", "bad_content_length")(scope, receive, send)
+                return None
             if int(length) > self.max_body:
                 await self._too_large(scope, receive, send, int(length))
-                return
-        elif scope["method"] in ("POST", "PUT", "PATCH"):
-            # A chunked body: read it here, up to the cap, and hand it on whole.
-            body = bytearray()
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return  # the client went away
-                body += message.get("body", b"")
-                if len(body) > self.max_body:
-                    await self._too_large(scope, receive, send, None)
-                    return
-                if not message.get("more_body"):
-                    break
-            receive = _replay(bytes(body), receive)
-        await self.app(scope, receive, send)
+                return None
+            return receive
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return receive
+        # A chunked body: read it here, up to the cap, and hand it on whole.
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await self._too_large(scope, receive, send, None)
+                return None
+            if not message.get("more_body"):
+                return _replay(bytes(body), receive)
 
     # -- where the request comes from
 

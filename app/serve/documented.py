@@ -2,7 +2,7 @@
 records, the OpenAPI document (/openapi.json) and its pages (/docs, /redoc, offline),
 and the memory page (/ui, app/ui, built on its own first request).
 
-A FastAPI app, built on the first request that reaches it (app/api/server.py), sharing
+A FastAPI app, built on the first request that reaches it (app/serve/server.py), sharing
 the serving app's state (config, service, …). Its document also describes the routes
 the serving app answers itself (app/api/routing.py): the chat client's APIs, /health,
 /metrics.
@@ -15,11 +15,13 @@ from starlette.datastructures import State
 
 from app import ui
 from app.api import health, memory, ollama, openai, tasks, turn_records
-from app.api.deps import caller
 from app.api.docs import install_docs
-from app.api.errors import install_error_handlers, install_validation_errors
 from app.api.health import VERSION
 from app.api.routing import Routes
+from app.http.deps import caller
+from app.http.errors import install_error_handlers, install_validation_errors
+
+__all__ = ["documented_api", "describe"]
 
 
 def documented_api(state: State) -> FastAPI:

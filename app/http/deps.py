@@ -1,6 +1,6 @@
-"""What a FastAPI route handler is handed: who is asking (app/api/callers.py decides it)
+"""What a FastAPI route handler is handed: who is asking (app/http/callers.py decides it)
 and the service that answers; and `JsonRoute`, the routes whose body is read as
-app/api/callers.py reads every request's JSON.
+app/http/callers.py reads every request's JSON.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Request, Response
 from fastapi.routing import APIRoute
 
-from app.api.callers import Caller, caller_of, load_json
+from app.http.callers import Caller, caller_of, load_json
 from app.turn.chat import ChatService
+
+__all__ = ["UserHeader", "SessionHeader", "caller", "service_of", "Who", "Service", "JsonRoute"]
 
 UserHeader = Annotated[str | None, Header(description="The user, else [memory] user_id "
                                                       "(a per-user token fixes it)")]
