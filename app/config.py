@@ -37,7 +37,7 @@ __all__ = ["ENV_PREFIX", "ENV_CONTROL", "OLLAMA_PORT", "LOCAL_ZONE", "ConfigErro
            "setting", "model_server_url", "optional_server_url", "redis_url", "KEEP_ALIVE",
            "TIMEZONE", "system_timezone", "DataConfig", "MemoryConfig", "ImportanceConfig",
            "LLMConfig", "EmbedderConfig", "QueueConfig", "WriterConfig", "OPEN_WEBUI_HOUSEKEEPING",
-           "ServerConfig", "ScheduleConfig", "LoggingConfig", "ConfigOrigin", "NotifyConfig",
+           "LearnConfig", "ServerConfig", "ScheduleConfig", "LoggingConfig", "ConfigOrigin", "NotifyConfig",
            "SHELL_METACHARACTERS", "ToolsConfig", "Config", "with_option", "SECTIONS",
            "user_config_path", "find_config_file", "load_config"]
 
@@ -326,6 +326,18 @@ class QueueConfig(ReadOnly):
 
 
 @dataclass
+class LearnConfig(ReadOnly):
+    """[learn]: how much of the chat's model server learning may take."""
+
+    # Learning's engine seconds may be at most this share of the chat's own over the last
+    # day (app/learn/engine_time.py); past it, learning's model calls wait for credit.
+    # 0: learning never calls the model (rules only). Only on the chat's own server.
+    engine_share: float = setting(0.5, between(0, 1000))
+    # Turns that have waited this long for the share are learned by rule instead.
+    share_wait_minutes: float = setting(30.0, between(0, 7 * 24 * 60))
+
+
+@dataclass
 class WriterConfig(ReadOnly):
     """[writer]: the single writer's queue of pending writes."""
 
@@ -484,6 +496,7 @@ class Config(ReadOnly):
     llm: LLMConfig = field(default_factory=LLMConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
     writer: WriterConfig = field(default_factory=WriterConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)

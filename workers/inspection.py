@@ -36,7 +36,14 @@ from app.config import Config
 from app.datadir import DataDir
 from app.db import connect_readonly
 from app.errors import Unavailable
-from app.learn.engine_time import EngineSpend, LearningStall, engine_spend, learning_stall
+from app.learn.engine_time import (
+    EngineSpend,
+    LearningStall,
+    ShareHold,
+    engine_spend,
+    learning_stall,
+    share_hold,
+)
 from app.log import get_logger
 from workers.chat_activity import ServerActivity, chat_deferral, read_activity
 from workers.hooks import (
@@ -279,10 +286,12 @@ class LearningCost:
 
     spend: EngineSpend
     stall: LearningStall | None
+    hold: ShareHold | None = None  # turns waiting for learning's share of the engine
 
     def to_dict(self) -> dict:
         return {**self.spend.to_dict(),
-                "stall": None if self.stall is None else self.stall.to_dict()}
+                "stall": None if self.stall is None else self.stall.to_dict(),
+                "hold": None if self.hold is None else self.hold.to_dict()}
 
 
 def learning_cost(config: Config, now: float | None = None) -> LearningCost | None:
@@ -295,7 +304,10 @@ def learning_cost(config: Config, now: float | None = None) -> LearningCost | No
     try:
         con = connect_readonly(path)
         try:
-            return LearningCost(engine_spend(con, moment), learning_stall(con))
+            # The share holds only learning on the chat's own server.
+            on_chat_server = config.llm.distill_url in ("", config.llm.url)
+            hold = share_hold(con, config.learn.engine_share, moment) if on_chat_server else None
+            return LearningCost(engine_spend(con, moment), learning_stall(con), hold)
         finally:
             con.close()
     except apsw.Error as exc:  # not migrated yet, or damaged: the database checks say which

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 from huey.api import Task, TaskWrapper
@@ -26,18 +28,19 @@ from app.db import Durability
 from app.learn.consolidate import consolidate as consolidate_memory
 from app.learn.diary_entry import write_diary
 from app.learn.embed import embed_pending
-from app.learn.engine_time import record_call
+from app.learn.engine_time import record_call, share_check
 from app.learn.reading import reading
 from app.learn.session import learn_by_rules, learn_session, waiting_since
 from app.learn.tool_chains import learn_all_macros
 from app.log import get_logger
 from app.model.client import ModelClient
 from app.model.embedders import Embedder, make_embedder
+from app.model.errors import ShareSpent
 from app.model.json_modes import JsonModes
 from app.model.usage import JsonCall
 from app.recall.vectors import pending_owners
 from app.tasks.config_tasks import sync_config_tasks
-from app.timeutil import parse_rfc3339
+from app.timeutil import parse_rfc3339, to_rfc3339
 from app.turn.agent import Agent
 from app.turn.chat import ChatService
 from app.turn.records import fold_recall_counts
@@ -67,12 +70,16 @@ from workers.reconcile import find_undone_work
 from workers.retry import JobDegraded, attempt_job
 from workers.scheduler import scheduler_tick
 
-__all__ = ["log", "LEARNER_BUSY_SECONDS", "LAST_DECAY_KEY", "JobRunner"]
+__all__ = ["log", "LEARNER_BUSY_SECONDS", "SHARE_RECHECK_SECONDS", "LAST_DECAY_KEY", "JobRunner"]
 
 log = get_logger(__name__)
 
 # A learning job that finds another learning on its model server comes back this much later.
 LEARNER_BUSY_SECONDS = 1.0
+# A session's job held for learning's share of the engine looks again this much later (or
+# when its oldest turn has waited [learn] share_wait_minutes, if sooner): the chat's next
+# turns are what give it credit.
+SHARE_RECHECK_SECONDS = 60.0
 # Where consolidate keeps the time of its last importance decay (Huey's key-value store).
 LAST_DECAY_KEY = "hilo.consolidate.last_decay_at"
 
@@ -85,6 +92,13 @@ def _again(task_wrapper: TaskWrapper, args: tuple, attempt: int) -> Callable[[fl
         else:
             task_wrapper(*args, attempt=attempt + 1)
     return retry
+
+
+def _recheck_in(wait_left: float) -> float:
+    """When a job held for the share looks again: when its oldest work reaches the bound,
+    if that comes before SHARE_RECHECK_SECONDS (what is already past it and still waits —
+    a chunk whose last turns are newer — waits for the next look)."""
+    return SHARE_RECHECK_SECONDS if wait_left <= 0 else min(SHARE_RECHECK_SECONDS, wait_left + 0.5)
 
 
 def _policy(task: Task | None) -> dict[str, Any]:
@@ -110,10 +124,13 @@ class JobRunner:
         def recorded(call: JsonCall) -> None:
             record_call(writer, call)
 
-        self.model = ModelClient.from_config(config, json_modes=json_modes, on_json_call=recorded)
         # What learns (distill, cards, diary, consolidation): [llm] distill_url's server,
-        # else the chat's, whose person it then waits for (workers/chat_activity.py).
+        # else the chat's, whose person it then waits for (workers/chat_activity.py) and
+        # of whose engine time it takes at most its share ([learn] engine_share).
         separate = config.llm.distill_url and config.llm.distill_url != config.llm.url
+        self.model = ModelClient.from_config(config, json_modes=json_modes, on_json_call=recorded,
+                                             before_json_call=None if separate
+                                             else self._within_share)
         self.learner = (ModelClient.from_config(config, url=config.llm.distill_url,
                                                 json_modes=json_modes, on_json_call=recorded)
                         if separate else self.model)
@@ -190,6 +207,42 @@ class JobRunner:
         return lambda: (chat_began_after(self.queue, self.chat_server, started)
                         and not self._free(since)())
 
+    # -- learning's share of the engine ---------------------------------------------------------
+
+    def _within_share(self, job: str) -> None:
+        """Before each learning call on the chat's server: ShareSpent when learning's engine
+        seconds, this call counted at its job's typical cost, would pass [learn]
+        engine_share of the chat's (read on the writer, after the calls it still holds)."""
+        share = self.config.learn.engine_share
+        check = self.writer.submit(lambda con: share_check(con, share, job))
+        if not check.allows:
+            raise ShareSpent(check.line())
+
+    def _share_wait(self) -> float:
+        """How long turns wait for the share before they are learned by rule (0 with a
+        share of 0: rules only, at once)."""
+        learn = self.config.learn
+        return 0.0 if learn.engine_share <= 0 else learn.share_wait_minutes * 60
+
+    def _held_for_share(self, job: TaskWrapper, args: tuple, attempt: int, user_id: str,
+                        session_id: str) -> None:
+        """The share is spent: what has waited past [learn] share_wait_minutes is learned by
+        rule now, and the session's one job comes back when credit may have returned or
+        its next turn reaches that bound."""
+        config, writer = self.config, self.writer
+        wait = self._share_wait()
+        cutoff = to_rfc3339(datetime.fromtimestamp(time.time() - wait, UTC))
+        by_rule = learn_by_rules(writer, config, user_id, session_id, said_before=cutoff)
+        with reading(writer) as con:
+            since = waiting_since(con, config, user_id, session_id)
+        log.info("learn.held_for_share", user_id=user_id, session_id=session_id,
+                 by_rule_events=by_rule.events, by_rule_cards=by_rule.cards,
+                 still_waiting=since is not None)
+        if since is None:
+            return
+        self._waiting_again("learn", job, args, attempt, user_id, session_id)(
+            _recheck_in(since + wait - time.time()))
+
     # -- per turn and per session ------------------------------------------------------------
 
     def distill(self, user_id: str, session_id: str, event_ids: list[int], attempt: int,
@@ -217,13 +270,9 @@ class JobRunner:
             # embedding model is another, quick one).
             jobs.embed(user_id)
             return
-        if self.chat_server is None or config.queue.chat_idle_seconds <= 0:
-            self._learn_locked(job, args, user_id, session_id, attempt, task, since, ids)
-            return
-        # On the chat's server, one learning run at a time (it serves one request at a
-        # time): the others come back in a moment, and each finds the prompt cache as the
-        # last one left it.
-        with exclusive(f"learn-on:{server_id(self.chat_server)}") as free:
+        # On the chat's server, one learning run at a time: the others come back in a
+        # moment, and each finds the prompt cache as the last one left it.
+        with self._one_on_server() as free:
             if not free:
                 job.schedule(args=args, kwargs={"attempt": attempt}, delay=LEARNER_BUSY_SECONDS)
                 waiting.still_waiting(self.queue, "learn", user_id, session_id)
@@ -266,7 +315,9 @@ class JobRunner:
                                 f"{learned.unusable[-1]}")
             log.error("learn.fell_back", error=str(error), **ids)
             _policy(task)["record_failure"](error)
-        if learned.stopped:
+        if learned.held:
+            self._held_for_share(job, args, attempt, user_id, session_id)
+        elif learned.stopped:
             # The person came back: the rest once they are gone again (one job waits).
             self._waiting_again("learn", job, args, attempt, user_id, session_id)(
                 LEARNER_BUSY_SECONDS)
@@ -301,31 +352,66 @@ class JobRunner:
             )
 
     def diary(self, user_id: str, session_id: str, attempt: int, task: Task | None) -> None:
-        config, writer = self.config, self.writer
+        writer = self.writer
         with reading(writer) as con:
-            row = con.execute("SELECT ended_at FROM sessions WHERE user_id = ? AND id = ?",
-                              (user_id, session_id)).fetchone()
+            row = con.execute("SELECT ended_at, last_event_at FROM sessions WHERE user_id = ? "
+                              "AND id = ?", (user_id, session_id)).fetchone()
         since = parse_rfc3339(row[0]).timestamp() if row and row[0] else None
         if self._waits_for_chat(jobs.diary, (user_id, session_id), {"attempt": attempt}, since,
                                 user_id=user_id, session_id=session_id):
             waiting.still_waiting(self.queue, "diary", user_id, session_id)
             return
+        with self._one_on_server() as free:
+            if not free:  # a learning call runs on the chat's server: one at a time
+                jobs.diary.schedule(args=(user_id, session_id), kwargs={"attempt": attempt},
+                                    delay=LEARNER_BUSY_SECONDS)
+                waiting.still_waiting(self.queue, "diary", user_id, session_id)
+                return
+            # The entry has waited for the share since the session's last turn.
+            last = parse_rfc3339(row[1]).timestamp() if row and row[1] else None
+            self._diary_locked(user_id, session_id, attempt, task, since or last)
+
+    def _diary_locked(self, user_id: str, session_id: str, attempt: int, task: Task | None,
+                      since: float | None) -> None:
+        config, writer = self.config, self.writer
+        held: list[bool] = []
+
+        def work() -> str:
+            try:
+                return write_diary(writer, self.learner, config, user_id, session_id,
+                                   after=chat_to_continue(self.queue, config, self.chat_server,
+                                                          user_id, session_id))
+            except ShareSpent:
+                if since is None or time.time() - since >= self._share_wait():
+                    return write_diary(writer, None, config, user_id, session_id,
+                                       extractive=True)
+                held.append(True)
+                return "held"
+
         with exclusive(waiting.lock_name("diary", user_id, session_id)) as mine:
             waiting.started(self.queue, "diary", user_id, session_id)
             if not mine:
                 return  # another worker writes this session's entry now
             attempt_job(
                 config, "diary", attempt, {"user_id": user_id, "session_id": session_id},
-                work=lambda: write_diary(writer, self.learner, config, user_id, session_id,
-                                         after=chat_to_continue(self.queue, config,
-                                                                self.chat_server, user_id,
-                                                                session_id)),
+                work=work,
                 fallback=lambda: write_diary(writer, None, config, user_id, session_id,
                                              extractive=True),
                 retry=self._waiting_again("diary", jobs.diary, (user_id, session_id),
                                           attempt + 1, user_id, session_id),
                 **_policy(task),
             )
+        if held:  # the entry waits for learning's share, as the session's turns do
+            wait_left = (since or time.time()) + self._share_wait() - time.time()
+            self._waiting_again("diary", jobs.diary, (user_id, session_id), attempt, user_id,
+                                session_id)(_recheck_in(wait_left))
+
+    def _one_on_server(self) -> Any:
+        """On the chat's server, one learning run at a time (it serves one request at a
+        time): a context whose value says whether this one may run now."""
+        if self.chat_server is None or self.config.queue.chat_idle_seconds <= 0:
+            return nullcontext(True)
+        return exclusive(f"learn-on:{server_id(self.chat_server)}")
 
     # -- periodic ------------------------------------------------------------------------------
 
@@ -335,11 +421,20 @@ class JobRunner:
         if self._waits_for_chat(jobs.consolidate, (), {"attempt": attempt, "since": since}, since):
             return
         last_decay_at = queue.get(LAST_DECAY_KEY, peek=True)
+
+        def work() -> Any:
+            try:
+                return consolidate_memory(writer, self.learner, config,
+                                          last_decay_at=last_decay_at,
+                                          record_decay=self._record_decay)
+            except ShareSpent:  # learning's share is spent: old cards fold by quoting
+                return consolidate_memory(writer, None, config,
+                                          last_decay_at=queue.get(LAST_DECAY_KEY, peek=True),
+                                          record_decay=self._record_decay, extractive=True)
+
         attempt_job(
             config, "consolidate", attempt, {},
-            work=lambda: consolidate_memory(writer, self.learner, config,
-                                            last_decay_at=last_decay_at,
-                                            record_decay=self._record_decay),
+            work=work,
             fallback=lambda: consolidate_memory(writer, None, config,
                                                 last_decay_at=queue.get(LAST_DECAY_KEY, peek=True),
                                                 record_decay=self._record_decay, extractive=True),

@@ -288,6 +288,8 @@ def _show_status(found: QueueStatus) -> None:
         click.echo(found.learning.spend.line())
         if found.learning.stall is not None:
             click.echo(found.learning.stall.line())
+        if found.learning.hold is not None:
+            click.echo(found.learning.hold.line())
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:

@@ -163,8 +163,10 @@ def write_card(con: apsw.Connection, user_id: str, session_id: str, events: list
 
 
 def compact_session(writer: Writer, model: ModelClient | None, config: Config, user_id: str,
-                    session_id: str, *, extractive: bool = False) -> list[int]:
-    """Cards until the session is below the threshold; returns the new cards' ids.
+                    session_id: str, *, extractive: bool = False,
+                    said_before: str | None = None) -> list[int]:
+    """Cards until the session is below the threshold (with `said_before`, RFC 3339: of
+    the chunks whose every event was stored before then); returns the new cards' ids.
 
     Raises ModelError / InvalidOutput (to be retried) unless `extractive`.
     """
@@ -172,6 +174,10 @@ def compact_session(writer: Writer, model: ModelClient | None, config: Config, u
     for _ in range(MAX_CHUNKS_PER_RUN):
         with reading(writer) as con:
             events = next_chunk(con, config, user_id, session_id)
+            if events is not None and said_before is not None:
+                (last_at,) = con.execute("SELECT created_at FROM events WHERE id = ?",
+                                         (events[-1].id,)).fetchone()
+                events = events if last_at < said_before else None
         if events is None:
             break
         card = extractive_card(events) if extractive or model is None else summarise(model, events)

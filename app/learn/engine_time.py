@@ -9,6 +9,10 @@ costs more than a hundred short ones.
 - `engine_spend`: over a window, the chat's turns and their engine seconds (the turn
   records the front-end writes anyway: app/turn/records.py) against learning's engine
   seconds: learning's seconds per chat turn, and its ratio to the chat's own.
+- `share_check`: before each learning call on the chat's own server, whether learning's
+  engine seconds, with that call counted at what the recent calls of its job took, stay
+  within `[learn] engine_share` of the chat's over the same window; `share_hold`: the one
+  line the owner reads while learning waits for that credit.
 - `learning_stall`: whether the learning model has stopped answering — since when, and
   how many calls went unanswered — for `hilo queue status`, the queue page and `hilo
   doctor`: one line, so a dead model is visible without reading logs.
@@ -16,6 +20,7 @@ costs more than a hundred short ones.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -26,8 +31,9 @@ from app.model.usage import ANSWERED, FAILED, PAST_DEADLINE, TOO_LONG, JsonCall
 from app.timeutil import parse_rfc3339, to_rfc3339
 from app.writer import Writer
 
-__all__ = ["log", "SPEND_WINDOW", "DETAIL_CHARS", "UNANSWERED", "record_call", "EngineSpend",
-           "engine_spend", "LearningStall", "learning_stall"]
+__all__ = ["log", "SPEND_WINDOW", "DETAIL_CHARS", "UNANSWERED", "TYPICAL_OF", "record_call",
+           "EngineSpend", "engine_spend", "ShareCheck", "share_check", "ShareHold", "share_hold",
+           "LearningStall", "learning_stall"]
 
 log = get_logger(__name__)
 
@@ -37,6 +43,9 @@ DETAIL_CHARS = 500
 # Outcomes that mean the model gave no answer at all; a reply cut at its output limit
 # was an answer, however useless.
 UNANSWERED = (PAST_DEADLINE, FAILED)
+# A call about to be made is counted at the median engine time of this many recent calls
+# of its job (of any job, when its own has none yet).
+TYPICAL_OF = 5
 
 
 def record_call(writer: Writer, call: JsonCall) -> None:
@@ -130,6 +139,75 @@ def engine_spend(con: apsw.Connection, now: datetime | None = None,
         (TOO_LONG, PAST_DEADLINE, since)).fetchone()
     return EngineSpend(since, turns, chat_ms / 1000, calls, learning_ms / 1000, longest / 1000,
                        cut)
+
+
+@dataclass(frozen=True)
+class ShareCheck:
+    """Whether learning may make its next call and stay within its share of the engine."""
+
+    share: float  # [learn] engine_share
+    chat_engine_s: float  # over the window
+    learning_engine_s: float
+    next_call_s: float  # the call about to be made, at its job's recent typical cost
+
+    @property
+    def allows(self) -> bool:
+        if self.share <= 0:
+            return False
+        if self.chat_engine_s <= 0:  # no chat to set it against (an import, the memory API)
+            return True
+        return self.learning_engine_s + self.next_call_s <= self.share * self.chat_engine_s
+
+    def line(self) -> str:
+        return (f"learning has used {self.learning_engine_s:.1f} s of the engine against the "
+                f"chat's {self.chat_engine_s:.1f} s over the last 24 h; its share is "
+                f"{self.share:g}× and its next call would take about {self.next_call_s:.1f} s")
+
+
+def share_check(con: apsw.Connection, share: float, job: str | None = None,
+                now: datetime | None = None, window: timedelta = SPEND_WINDOW) -> ShareCheck:
+    """Learning's spend against `share` of the chat's over the window, with the next call
+    of `job` counted at the median of its job's last TYPICAL_OF calls that ran."""
+    spend = engine_spend(con, now, window)
+    ran = (ANSWERED, TOO_LONG, PAST_DEADLINE)
+    recent: list[float] = []
+    if job is not None:
+        recent = [ms for (ms,) in con.execute(
+            "SELECT engine_ms FROM learning_calls WHERE job = ? AND outcome IN (?, ?, ?) "
+            "ORDER BY id DESC LIMIT ?", (job, *ran, TYPICAL_OF))]
+    if not recent:
+        recent = [ms for (ms,) in con.execute(
+            "SELECT engine_ms FROM learning_calls WHERE outcome IN (?, ?, ?) "
+            "ORDER BY id DESC LIMIT ?", (*ran, TYPICAL_OF))]
+    typical = statistics.median(recent) / 1000 if recent else 0.0
+    return ShareCheck(share, spend.chat_engine_s, spend.learning_engine_s, typical)
+
+
+@dataclass(frozen=True)
+class ShareHold:
+    """Learning waiting for its share: how many of the people's turns wait."""
+
+    share: float
+    waiting_turns: int
+
+    def line(self) -> str:
+        turns = f"{self.waiting_turns} turn" + ("" if self.waiting_turns == 1 else "s")
+        return (f"learning is holding to its share ({self.share:g}× the chat's engine time): "
+                f"{turns} wait")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "line": self.line()}
+
+
+def share_hold(con: apsw.Connection, share: float,
+               now: datetime | None = None) -> ShareHold | None:
+    """Whether learning's share is spent (no credit for a typical call) while turns wait to
+    be learned; None when it is not holding anything back."""
+    if share_check(con, share, None, now).allows:
+        return None
+    (waiting,) = con.execute("SELECT count(*) FROM events WHERE distilled_at IS NULL "
+                             "AND role = 'user'").fetchone()
+    return ShareHold(share, waiting) if waiting else None
 
 
 @dataclass(frozen=True)

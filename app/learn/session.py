@@ -27,6 +27,11 @@ quote their chunk), so no later job asks the same again. A call cut at its own b
 (its output limit or its deadline: app/model/usage.py) ends them at once: asked again at
 temperature 0.1, the model loops the same way, for the whole budget again.
 
+A call the model client refuses because learning has used its share of the engine
+(ShareSpent, app/learn/engine_time.py) ends the run's model calls too (LearnResult.held):
+what is left waits for credit, and the worker learns by rule what has waited too long
+(learn_by_rules with `said_before`).
+
 Before each call, `go_on()` is asked whether to make it (the person may be back), and
 a call in progress gives way the moment it says no: the run stops where it is, and what
 is left is the next run's.
@@ -75,7 +80,7 @@ from app.learn.model_output import (
 )
 from app.learn.reading import reading
 from app.model.client import ModelClient
-from app.model.errors import ModelCallYielded, OverBudget
+from app.model.errors import ModelCallYielded, OverBudget, ShareSpent
 from app.model.replies import SentChat
 from app.timeutil import parse_rfc3339
 from app.writer import Writer
@@ -102,6 +107,7 @@ class LearnResult:
     stopped: bool = False  # go_on() said no before the work was done
     unusable: list[str] = field(default_factory=list)  # why answers could not be used
     fell_back: bool = False  # two unusable answers in a row: the rest learned by rule
+    held: bool = False  # learning's share of the engine is spent: the rest waits for credit
 
 
 def waiting_since(con: apsw.Connection, config: Config, user_id: str,
@@ -138,6 +144,8 @@ def learn_session(writer: Writer, model: ModelClient, config: Config, user_id: s
         _learn(writer, config, user_id, session_id, steps)
     except ModelCallYielded:
         result.stopped = True
+    except ShareSpent:
+        result.held = True
     if result.fell_back:
         fallback = learn_by_rules(writer, config, user_id, session_id)
         result.cards += fallback.cards
@@ -303,12 +311,20 @@ def _count(result: LearnResult, learned: DistillResult) -> None:
     result.facts += sum(1 for _, _, action in learned.facts if action in ("insert", "update"))
 
 
-def learn_by_rules(writer: Writer, config: Config, user_id: str, session_id: str) -> LearnResult:
-    """The fallback: explicit statements captured by rule, cards that quote their chunk."""
+def learn_by_rules(writer: Writer, config: Config, user_id: str, session_id: str,
+                   said_before: str | None = None) -> LearnResult:
+    """The fallback: explicit statements captured by rule, cards that quote their chunk;
+    with `said_before` (RFC 3339), only of the events stored before then (those that have
+    waited too long for learning's share of the engine)."""
     with reading(writer) as con:
         rest = undistilled_in_session(con, user_id, session_id)
+        if said_before is not None and rest:
+            marks = ",".join("?" * len(rest))
+            rest = [row[0] for row in con.execute(
+                f"SELECT id FROM events WHERE id IN ({marks}) AND created_at < ? ORDER BY id",
+                (*rest, said_before))]
     result = LearnResult()
     _count(result, capture_turn(writer, config, user_id, session_id, rest))
     result.cards = len(compact_session(writer, None, config, user_id, session_id,
-                                       extractive=True))
+                                       extractive=True, said_before=said_before))
     return result

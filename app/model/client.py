@@ -87,13 +87,16 @@ class ModelClient:
         json_modes: JsonModes | None = None,
         learning_deadline_seconds: float = 120.0,
         on_json_call: Callable[[JsonCall], None] | None = None,
+        before_json_call: Callable[[str], None] | None = None,
     ) -> None:
         """`activity`, when given, is told when each request that makes the model work
         starts and ends (a front-end's client; the worker's has none). `json_modes`: how
         each server and model takes a request for JSON (app/model/json_modes.py); by
         default learned afresh by this client. A learning call (generate_json,
         continue_json) is cut `learning_deadline_seconds` after it was sent, and
-        `on_json_call` is told how each one ended (app/model/usage.py); it must not raise."""
+        `on_json_call` is told how each one ended (app/model/usage.py); it must not raise.
+        `before_json_call(job)` is asked before each learning call and may refuse it by
+        raising (ShareSpent: the worker's share of the engine, app/learn/engine_time.py)."""
         if provider not in PROVIDERS:
             raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
         if not url.startswith(("http://", "https://")):
@@ -110,6 +113,7 @@ class ModelClient:
         self.json_modes = json_modes or JsonModes()
         self.learning_deadline_seconds = learning_deadline_seconds
         self.on_json_call = on_json_call
+        self.before_json_call = before_json_call
         self._transport = Transport(
             url=self.url,
             provider=provider,
@@ -133,7 +137,8 @@ class ModelClient:
     @classmethod
     def from_config(cls, cfg: Config, *, activity: ModelActivity | None = None,
                     url: str | None = None, json_modes: JsonModes | None = None,
-                    on_json_call: Callable[[JsonCall], None] | None = None) -> ModelClient:
+                    on_json_call: Callable[[JsonCall], None] | None = None,
+                    before_json_call: Callable[[str], None] | None = None) -> ModelClient:
         """Build from the program's Config (its `llm` and `embedder` sections); `url`
         replaces [llm] url (the workers' own model server, [llm] distill_url)."""
         settings = cfg.llm
@@ -152,6 +157,7 @@ class ModelClient:
             json_modes=json_modes,
             learning_deadline_seconds=settings.learning_deadline_seconds,
             on_json_call=on_json_call,
+            before_json_call=before_json_call,
         )
 
     def chat_stream(
@@ -232,6 +238,8 @@ class ModelClient:
                        ask: Callable[[str, CallBudget], JsonReply]) -> str:
         """ask(mode, budget) in the JSON mode this server takes; on_json_call is told how
         it ended, whatever the end."""
+        if self.before_json_call is not None:
+            self.before_json_call(job)  # a call refused here was never made: nothing to record
         budget = CallBudget(max_tokens, self.learning_deadline_seconds)
         started, clock = time.time(), time.monotonic()
         reply, outcome, detail = None, FAILED, ""

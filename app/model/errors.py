@@ -14,7 +14,7 @@ from typing import Any
 from app.errors import HiloError
 
 __all__ = ["EXCERPT_CHARS", "ModelError", "ModelUnreachable", "ModelNotFound", "ModelTimeout",
-           "ModelHTTPError", "StreamInterrupted", "OverBudget", "ModelCallYielded",
+           "ModelHTTPError", "StreamInterrupted", "OverBudget", "ModelCallYielded", "ShareSpent",
            "MalformedResponse"]
 
 # Longest slice of a server's error text worth putting in a message of Hilo's.
@@ -163,6 +163,11 @@ class OverBudget(ModelError):
 class ModelCallYielded(HiloError):
     """A background call gave way to a person: the connection was cut so the model
     server stops working on it (not a failure; the work is done later)."""
+
+
+class ShareSpent(HiloError):
+    """A learning call not made: learning has used its share of the chat's model server
+    ([learn] engine_share); its work waits for credit (not a failure)."""
 
 
 class MalformedResponse(ModelError):

@@ -288,6 +288,11 @@ class Call:
 
     @property
     def model_s(self) -> float:
+        """The engine's own seconds; for a call cut before the engine reported them (its
+        caller hung up: a deadline, a chat it gave way to), the time it was connected,
+        which on a one-slot engine it held alone."""
+        if not self.timings and self.abandoned and self.ended is not None:
+            return self.ended - self.arrived
         return (float(self.timings.get("prompt_ms") or 0)
                 + float(self.timings.get("predicted_ms") or 0)) / 1000
 
@@ -507,16 +512,51 @@ def wait_quiet(proxy: CountingProxy, quiet: float, cap: float) -> float:
     return time.monotonic() - started
 
 
+# How long the bench waits, after the last turn, for learning to settle: every event
+# learned, or learning holding to its share with the engine quiet (`[learn]
+# engine_share`: nothing more runs until the chat gives credit). Long, so that what
+# learning still owes at the end is what it chose to owe, not what the bench cut off.
+SETTLE_CAP_S = 1800.0
+
+
+def owed(config: Config) -> dict[str, Any]:
+    """What learning still owes at this moment, and why: "waiting for the share" when
+    learning holds to its share, else "not reached"."""
+    from app.learn.engine_time import share_hold
+
+    con = connect_readonly(DataDir.of(config).memory_db)
+    try:
+        events, turns = con.execute(
+            "SELECT count(*), coalesce(sum(role = 'user'), 0) FROM events "
+            "WHERE distilled_at IS NULL").fetchone()
+        uncompacted = con.execute("SELECT count(*) FROM events WHERE compacted = 0").fetchone()[0]
+        hold = share_hold(con, config.learn.engine_share)
+    finally:
+        con.close()
+    chunks_due = max(0, (uncompacted - config.memory.compaction_threshold)
+                     // config.memory.chunk_size + 1) if (
+        uncompacted >= config.memory.compaction_threshold) else 0
+    why = None if not events and not chunks_due else (
+        "waiting for the share" if hold is not None else "not reached")
+    return {"events_unlearned": events, "user_turns_unlearned": turns,
+            "chunks_uncarded": chunks_due, "why": why}
+
+
 def wait_learned(config: Config, proxy: CountingProxy) -> float:
-    """Wait until the worker has distilled every event of the conversation (it starts
-    `[queue] chat_idle_seconds` after the last reply) and then left the engine alone for
-    QUIET_S, or QUIET_CAP_S have passed; the time waited."""
+    """Wait until learning has settled (SETTLE_CAP_S): every event learned and no chunk
+    due for its card, or learning holding to its share; then until the engine has been
+    quiet QUIET_S. The time waited."""
     started = time.monotonic()
-    while (learned(config)["undistilled"] > 0
-           and time.monotonic() - started < QUIET_CAP_S):
-        time.sleep(0.5)
-    return time.monotonic() - started + wait_quiet(
-        proxy, QUIET_S, max(0.0, QUIET_CAP_S - (time.monotonic() - started)))
+    while time.monotonic() - started < SETTLE_CAP_S:
+        now = owed(config)
+        if now["why"] is None:
+            break
+        if now["why"] == "waiting for the share":
+            quiet_after = wait_quiet(proxy, QUIET_S, QUIET_S * 3)
+            if quiet_after < QUIET_S * 3 and owed(config)["why"] == "waiting for the share":
+                break  # nothing more runs until the chat gives credit
+        time.sleep(1.0)
+    return time.monotonic() - started + wait_quiet(proxy, QUIET_S, QUIET_CAP_S)
 
 
 # -- the runs --------------------------------------------------------------------------------
@@ -624,6 +664,8 @@ def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
         run.metrics_prompt_tokens = engine.prompt_tokens_total() - before
         run.calls = [c for c in proxy.snapshot() if c.arrived >= conversation_began]
         run.extra["learned"] = learned(config)
+        run.extra["owed"] = owed(config)
+        run.extra["hilo_ledger"] = engine_spend_of(config)
         run.extra["unsupported_facts"] = unsupported_facts(config, turns)
         run.extra["background"] = [  # every learning call, seconds after the first turn
             {"at_s": round(c.arrived - conversation_began, 1), "caller": c.caller,
@@ -639,6 +681,18 @@ def hilo_run(engine: Engine, proxy: CountingProxy, variant: str, root: Path,
     first = run.chats[0] if run.chats else None
     run.extra["first_reply_model_s"] = round(first.model_s, 2) if first else None
     return run
+
+
+def engine_spend_of(config: Config) -> dict[str, Any]:
+    """Hilo's own ledger of the run (app/learn/engine_time.py): learning's engine seconds
+    against the chat's, as `hilo queue status` shows them."""
+    from app.learn.engine_time import engine_spend
+
+    con = connect_readonly(DataDir.of(config).memory_db)
+    try:
+        return engine_spend(con).to_dict()
+    finally:
+        con.close()
 
 
 def unsupported_facts(config: Config, turns: list[Turn]) -> list[str]:
@@ -756,6 +810,23 @@ def verdict(direct: dict, hilo: dict) -> dict[str, Any]:
     }
 
 
+def ledger_words(ledger: dict | None) -> str:
+    if not ledger:
+        return "–"
+    return (f"learning {ledger['learning_engine_s']} s in {ledger['learning_calls']} calls "
+            f"against the chat's {ledger['chat_engine_s']} s ({ledger['ratio']}×), "
+            f"{ledger['over_budget']} past their budget")
+
+
+def owed_words(owed: dict | None) -> str:
+    """What learning still owed when the bench stopped, in words."""
+    if not owed or owed["why"] is None:
+        return "nothing"
+    return (f"{owed['events_unlearned']} events unlearned ({owed['user_turns_unlearned']} of "
+            f"the person's turns), {owed['chunks_uncarded']} chunks without their card — "
+            f"{owed['why']}")
+
+
 ARCH_NAMES = {"llama": "LLaMA", "gemma3": "Gemma 3"}
 
 
@@ -850,7 +921,8 @@ def markdown(results: dict) -> str:
             f"First reply after `hilo serve` started: {hilo['first_reply_after_start_s']} s, "
             f"of which the model's own {hilo['first_reply_model_s']} s: "
             f"**{judged['first_reply_overhead_s']} s** more (target ≤ 1 s; /health answered "
-            f"after {hilo['serve_ready_s']} s). Learned by the end: {hilo['learned']}.",
+            f"after {hilo['serve_ready_s']} s). Learned by the end: {hilo['learned']}; "
+            f"still owed: {owed_words(hilo.get('owed'))}.",
             "",
             f"Engine time (its own `timings`: prompt read and generation): learning "
             f"**{hilo['learning_engine_per_turn_s']} s per chat turn** against the chat's own "
@@ -858,7 +930,8 @@ def markdown(results: dict) -> str:
             f"{hilo['learning_engine_s']} s and {hilo['chat_engine_s']} s in all); the longest "
             f"learning call took {hilo['longest_learning_call_s']} s "
             f"({hilo['longest_learning_call_engine_s']} s of the engine's, "
-            f"{hilo['longest_learning_call_tokens']} tokens generated). Facts and profile "
+            f"{hilo['longest_learning_call_tokens']} tokens generated); Hilo's own ledger "
+            f"(`hilo queue status`): {ledger_words(hilo.get('hilo_ledger'))}. Facts and profile "
             f"entries stored that the person's words do not support: "
             f"**{len(hilo['unsupported_facts'])}**"
             + (": " + "; ".join(f"`{f}`" for f in hilo["unsupported_facts"][:10])
