@@ -28,7 +28,7 @@ from app.db import Durability
 from app.learn.consolidate import consolidate as consolidate_memory
 from app.learn.diary_entry import write_diary
 from app.learn.embed import embed_pending
-from app.learn.engine_time import record_call, share_check
+from app.learn.engine_time import ShareCheck, record_call, share_check
 from app.learn.reading import reading
 from app.learn.session import learn_by_rules, learn_session, waiting_since
 from app.learn.tool_chains import learn_all_macros
@@ -209,12 +209,17 @@ class JobRunner:
 
     # -- learning's share of the engine ---------------------------------------------------------
 
+    def _share(self, job: str | None) -> ShareCheck:
+        """Learning's spend against its share, the next call of `job` counted (read on the
+        writer, after the learning calls it still holds)."""
+        share = self.config.learn.engine_share
+        return self.writer.submit(lambda con: share_check(con, share, job))
+
     def _within_share(self, job: str) -> None:
         """Before each learning call on the chat's server: ShareSpent when learning's engine
         seconds, this call counted at its job's typical cost, would pass [learn]
-        engine_share of the chat's (read on the writer, after the calls it still holds)."""
-        share = self.config.learn.engine_share
-        check = self.writer.submit(lambda con: share_check(con, share, job))
+        engine_share of the chat's."""
+        check = self._share(job)
         if not check.allows:
             raise ShareSpent(check.line())
 
@@ -288,6 +293,10 @@ class JobRunner:
             if not mine:
                 # Another worker is learning this session; it takes everything still undone.
                 log.debug("learn.locked", **ids)
+                return
+            if self.chat_server is not None and not self._share(None).allows:
+                # Nothing to ask now: the chat's place in the cache stays as it is.
+                self._held_for_share(job, args, attempt, user_id, session_id)
                 return
             after = chat_to_continue(self.queue, config, self.chat_server, user_id, session_id)
             if after is None:  # this run's questions will take the chat's place in the cache

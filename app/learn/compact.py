@@ -56,14 +56,14 @@ CARD_SCHEMA: dict[str, Any] = CardOutput.format_schema()
 SYSTEM = "You compress chat history into short technical notes. Answer with JSON only."
 INSTRUCTIONS = """\
 Summarise this part of a conversation in one or two sentences: technical and specific
-(names, versions, commands, decisions, outcomes). Add 3 to 8 keywords someone would
+(names, versions, commands, decisions, outcomes). Add 3 to 5 keywords someone would
 search for to find it again. INSTRUCTIONS lines (a scheduled task's prompt) say what the
 assistant was asked to do; they are not the user speaking: summarise what was found.
 
 """
 REFERRING_INSTRUCTIONS = """\
 Summarise a part of the conversation above in one or two sentences: technical and specific
-(names, versions, commands, decisions, outcomes). Add 3 to 8 keywords someone would search
+(names, versions, commands, decisions, outcomes). Add 3 to 5 keywords someone would search
 for to find it again. The part to summarise is {where}."""
 # How each role's lines are labelled for the model.
 LABELS = {"user": "USER", "assistant": "ASSISTANT", "tool": "TOOL",

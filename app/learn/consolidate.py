@@ -77,7 +77,7 @@ FLOORS = ImportanceFloors(protected_categories=PROTECTED_CATEGORIES, frequently_
 
 FOLD_INSTRUCTIONS = """\
 These notes summarise older parts of conversations. Merge them into one or two
-sentences that keep the technical specifics, and add 3 to 8 keywords.
+sentences that keep the technical specifics, and add 3 to 5 keywords.
 
 """
 

@@ -57,23 +57,28 @@ PLACEHOLDERS = frozenset({
 EXCERPT_CHARS = 200
 # The bounds of the schemas sent; longer values are not what was asked for: dropped, not
 # cut. A fact's value is a phrase ("uses vim for Python"), a summary or an entry one or
-# two sentences.
-PROFILE_KEY_CHARS = 40
-FACT_KEY_CHARS = 60
-VALUE_CHARS = 160
-SUMMARY_CHARS = 400
-KEYWORD_CHARS = 40
-ENTRY_CHARS = 400
-MAX_KEYWORDS = 8
-MAX_FACTS = 6  # per call; fewer for fewer source messages (items_for)
-MAX_PROFILE = 3
-FACTS_PER_SOURCE = 3
-PROFILE_PER_SOURCE = 2
+# two sentences. Every bound is paid for in reply tokens — a small model fills each list
+# to its maxItems and each string towards its maxLength (issue 38: SmolLM2's chunk
+# answers ran 420-530 tokens) — so each is what the answer needs, no more: the longest
+# fact of the learning bench's 51 is 43 characters, a turn states at most two.
+PROFILE_KEY_CHARS = 30
+FACT_KEY_CHARS = 40
+VALUE_CHARS = 100
+SUMMARY_CHARS = 200
+KEYWORD_CHARS = 24
+ENTRY_CHARS = 240
+MAX_KEYWORDS = 5
+MAX_FACTS = 5  # per call; fewer for fewer source messages (items_for)
+MAX_PROFILE = 2
+FACTS_PER_SOURCE = 2
+PROFILE_PER_SOURCE = 1
 # A fact without a usable key is named by this many words of its value.
 KEY_WORDS = 4
-# Tokens of the output limit per character the bounded schema allows: JSON text runs at
-# three to four characters a token, so a whole reply at every bound still fits.
-CHARS_PER_TOKEN = 3
+# Tokens of the output limit per character the bounded schema allows: a whole reply at
+# every bound still fits. JSON runs at three to four characters a token, indented JSON
+# nearer three (SmolLM2: 675 characters in 237 tokens), and denser text lower: a reply the
+# grammar already bounds, cut at its limit, costs the whole limit and yields nothing.
+CHARS_PER_TOKEN = 2
 LIMIT_SLACK_TOKENS = 16
 
 

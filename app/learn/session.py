@@ -95,7 +95,7 @@ CHUNK_JOB = "learn"
 CARD_ALSO = """\
 - "summary": this part of the conversation in one or two sentences, technical and specific
   (names, versions, commands, decisions, outcomes);
-- "keywords": 3 to 8 words someone would search for to find it again."""
+- "keywords": 3 to 5 words someone would search for to find it again."""
 
 
 @dataclass

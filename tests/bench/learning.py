@@ -69,6 +69,12 @@ TARGETS = {"real_precision": 0.9, "fake_recall": 0.9}
 # The real lane's client caps each reply, as chat front-ends do; learning calls never
 # carry it (tests/bench/engine.py counts those that do).
 REAL_REPLY_TOKENS = 48
+# Learning keeps to its share of the engine ([learn] engine_share, the product's 0.5):
+# what the share does not buy waits, and is learned by rule once it has waited
+# [learn] share_wait_minutes. The bench's conversations follow one another with no pause
+# of a person's, so it shortens that wait from 30 minutes to this, and reads what
+# learning settles on; the share itself is the product's.
+SHARE_WAIT_MINUTES = 2
 QUIET_S = {"fake": 2.0, "rules": 2.0, "real": 15.0}
 LEARNED_CAP_S = {"fake": 120.0, "rules": 120.0, "real": 1800.0}
 DIARY_CAP_S = {"fake": 60.0, "rules": 60.0, "real": 600.0}
@@ -302,7 +308,8 @@ class RealModel(Model):
         self.settings = {"HILO_LLM_PROVIDER": "openai", "HILO_LLM_CHAT_MODEL": SMOLLM2.name,
                          "HILO_LLM_DISTILL_MODEL": SMOLLM2.name,
                          "HILO_LLM_NUM_CTX": str(engine.CONTEXT),
-                         "HILO_EMBEDDER_KIND": "local"}
+                         "HILO_EMBEDDER_KIND": "local",
+                         "HILO_LEARN_SHARE_WAIT_MINUTES": str(SHARE_WAIT_MINUTES)}
         self.began = 0.0
 
     def name_callers(self, serve: Process, worker: Process) -> None:
@@ -486,7 +493,9 @@ LANE_WORDS = {
     "real": lambda r: ("SmolLM2-135M-Instruct Q4_1 on llama-server (`real`, replies capped "
                        f"at {REAL_REPLY_TOKENS} tokens by the client; the engine's own cap "
                        f"{r['engine_n_predict']}, -1 for none; threads "
-                       f"{r['engine_threads'] or 'all'})"),
+                       f"{r['engine_threads'] or 'all'}; learning within its share of the "
+                       "engine, the product's `[learn] engine_share` 0.5, what it does not "
+                       f"buy learned by rule after {SHARE_WAIT_MINUTES} minutes)"),
 }
 
 

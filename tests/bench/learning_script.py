@@ -377,8 +377,10 @@ def model_reply(body: dict) -> Any:
                           for kind, key, value in items if kind != "profile"]
     if "summary" in props:
         words = " ".join(said)[:240] or "small talk"
-        reply["summary"] = f"The user talked about: {words}"
-        reply["keywords"] = sorted({w.lower() for w in re.findall(r"[A-Za-z]{6,}", words)})[:6] \
+        # As a grammar-constrained server writes it: within the schema's bounds.
+        reply["summary"] = f"The user talked about: {words}"[:props["summary"].get("maxLength")]
+        reply["keywords"] = sorted({w.lower() for w in re.findall(r"[A-Za-z]{6,}", words)})[
+            :props.get("keywords", {}).get("maxItems", 6)] \
             or ["conversation"]
     if "entry" in props:
         reply["entry"] = "The user planned ahead with the assistant."

@@ -230,8 +230,10 @@ def model_reply(body: dict) -> Any:
         reply["facts"] = [{"category": c, "key": k, "value": v} for c, k, v in facts]
     if "summary" in props:
         words = " ".join(said)[:240] or "the conversation went on"
-        reply["summary"] = f"The user discussed: {words}"
-        reply["keywords"] = sorted({w.lower() for w in re.findall(r"[A-Za-z]{6,}", words)})[:6] or ["work"]
+        # As a grammar-constrained server writes it: within the schema's bounds.
+        reply["summary"] = f"The user discussed: {words}"[:props["summary"].get("maxLength")]
+        reply["keywords"] = sorted({w.lower() for w in re.findall(r"[A-Za-z]{6,}", words)})[
+            :props.get("keywords", {}).get("maxItems", 6)] or ["work"]
     if "entry" in props:
         reply["entry"] = "Dana designed webhook retries, dead letters, alerts and the PDF worker pool."
     return reply or None
