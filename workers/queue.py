@@ -58,7 +58,7 @@ __all__ = ["QUEUE_NAME", "ENQUEUE_TIMEOUT_SECONDS", "LOCK_PREFIX", "log", "Queue
            "CorruptQueue", "check_queue_file", "HiloTaskWrapper", "HiloHuey", "huey",
            "storage_address", "make_storage", "configure", "lock_key", "try_lock", "release_lock",
            "exclusive", "HeldLock", "held_locks", "flush_stale_locks", "owner_beat",
-           "record_failure", "FailedJob", "failed_jobs"]
+           "other_workers_alive", "record_failure", "FailedJob", "failed_jobs"]
 
 QUEUE_NAME = "hilo"
 # Seconds an enqueue may wait for a locked queue file or an unresponsive Redis (more
@@ -330,6 +330,19 @@ def flush_stale_locks() -> list[str]:
 def owner_beat() -> OwnerBeat:
     """This process's owner heartbeat (a worker runs one while it may hold locks)."""
     return OwnerBeat(huey.put, huey.delete)
+
+
+def other_workers_alive() -> bool:
+    """Whether another worker process than this one beats and still runs."""
+    me = this_process().key
+    for key, raw in huey.all_results().items():
+        if not key.startswith(OWNER_BEAT_PREFIX) or key[len(OWNER_BEAT_PREFIX):] == me:
+            continue
+        host, _, rest = key[len(OWNER_BEAT_PREFIX):].partition(":")
+        pid, _, start = rest.partition(":")
+        if pid.isdigit() and owner_alive(LockOwner(host, int(pid), start), _deserialize(raw)):
+            return True
+    return False
 
 
 _held_lock = threading.RLock()

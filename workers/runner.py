@@ -63,6 +63,7 @@ from workers.queue import (
     exclusive,
     flush_stale_locks,
     held_locks,
+    other_workers_alive,
     owner_beat,
     record_failure,
 )
@@ -461,8 +462,10 @@ class JobRunner:
         work = find_undone_work(self.writer, self.config, grace_seconds=grace_seconds)
         fold_recall_counts(self.writer)  # what the turns recalled, for the memory page
         locked = {lock.name for lock in held_locks()}
-        # At a worker's start (no grace) a key without its job is stale at once.
-        stale_after = 0.0 if grace_seconds == 0 else waiting.STALE_AFTER_SECONDS
+        # At a worker's start (no grace) a key without its job is stale at once — unless
+        # another worker runs: the job may be the one it just took, about to take its lock.
+        stale_after = (0.0 if grace_seconds == 0 and not other_workers_alive()
+                       else waiting.STALE_AFTER_SECONDS)
         for gone in waiting.stale_waiting(self.queue, locked, stale_after=stale_after):
             log.warning("reconcile.waiting_job_lost", kind=gone.kind, user_id=gone.user_id,
                         session_id=gone.session_id)

@@ -6,7 +6,10 @@ doctor`."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -29,6 +32,7 @@ from tests.workers.support import (
 from workers import waiting
 from workers.chat_activity import ChatActivity
 from workers.inspection import QueueView
+from workers.locks import LockOwner
 from workers.queue import configure, exclusive, huey
 
 
@@ -88,6 +92,17 @@ def test_a_waiting_job_that_was_lost_is_found_and_its_work_enqueued_again(cfg, w
     assert "distill" not in model_jobs(cfg)
     bound_queue.runner.reconcile(0.0)  # a worker's start: no grace
     assert model_jobs(cfg).get("distill") == 1
+
+
+def test_a_starting_worker_leaves_a_job_another_running_worker_just_took(cfg, writer,
+                                                                        bound_queue):
+    other = LockOwner(socket.gethostname(), os.getppid(), "other")  # a live process
+    huey.put(other.beat_key, time.time())  # another worker runs beside this one
+    handoff.after_reply("ana", "s1", add_turn(writer, cfg, "ana", "s1", "Remember code alpha1"))
+    assert huey.dequeue() is not None  # it just took the job: not queued, no lock yet
+    bound_queue.runner.reconcile(0.0)  # this worker's start
+    assert "distill" not in model_jobs(cfg)  # not queued again behind the other's back
+    assert [w.session_id for w in waiting.waiting_jobs(huey)] == ["s1"]
 
 
 def test_a_learning_job_that_starts_lets_the_next_turn_enqueue_one(cfg, writer):
