@@ -61,8 +61,8 @@ def test_the_request_carries_a_bounded_schema_its_output_limit_and_a_low_tempera
     body = fake.bodies("/api/generate")[0]
     schema = distill_schema(1)  # one message to learn from: a few items at most
     assert body["format"] == schema
-    assert schema["properties"]["facts"]["maxItems"] == 3
-    assert schema["properties"]["facts"]["items"]["properties"]["value"]["maxLength"] == 160
+    assert schema["properties"]["facts"]["maxItems"] == 2
+    assert schema["properties"]["facts"]["items"]["properties"]["value"]["maxLength"] == 100
     assert body["options"]["temperature"] == 0.1
     assert body["options"]["num_predict"] == output_limit(schema) < 500
     assert body["stream"] is True  # a deadline can cut only a streamed read

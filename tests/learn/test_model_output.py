@@ -89,11 +89,11 @@ def test_a_schema_sent_bounds_every_list_and_string(schema):
 
 def test_a_learning_call_asks_for_no_more_than_its_sources_can_hold():
     one, many = distill_schema(1), distill_schema(10)
-    assert (one["properties"]["facts"]["maxItems"], one["properties"]["profile"]["maxItems"]) == (3, 2)
-    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (6, 3)
-    # The output limit is a reply at every bound, three characters a token.
+    assert (one["properties"]["facts"]["maxItems"], one["properties"]["profile"]["maxItems"]) == (2, 1)
+    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (5, 2)
+    # The output limit is a reply at every bound, two characters a token.
     assert output_limit(one) < output_limit(many) < 1000
-    assert output_limit(DIARY_SCHEMA) == -(-(2 + len('"entry"') + 4 + 402) // 3) + 16
+    assert output_limit(DIARY_SCHEMA) == -(-(2 + len('"entry"') + 4 + 242) // 2) + 16
     assert output_limit({"type": "object", "properties": {"x": {"type": "string"}}}) is None
 
 
@@ -137,7 +137,7 @@ def test_keywords_may_come_as_one_string_and_are_capped():
     card = parse_card({"summary": "Moved the backups to S3.", "keywords": "s3, none, backups"})
     assert card.keywords == "s3, backups"
     many = parse_card({"summary": "s", "keywords": [f"k{n}" for n in range(20)] + [7]})
-    assert many.keywords == ", ".join(f"k{n}" for n in range(8))
+    assert many.keywords == ", ".join(f"k{n}" for n in range(5))
     assert parse_card({"summary": "s", "keywords": 7}).keywords == ""
 
 
