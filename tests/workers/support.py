@@ -203,6 +203,8 @@ def consumer_env(config: Config) -> dict[str, str]:
                 "backoff_base_seconds", "chat_idle_seconds", "max_defer_seconds",
                 "worker_nice"):
         env[f"HILO_QUEUE_{key.upper()}"] = str(getattr(config.queue, key))
+    for key, value in dataclasses.asdict(config.learn).items():
+        env[f"HILO_LEARN_{key.upper()}"] = str(value)
     for key, value in dataclasses.asdict(config.tools).items():
         env[f"HILO_TOOLS_{key.upper()}"] = (json.dumps(list(value)) if isinstance(value, tuple)
                                             else str(value))

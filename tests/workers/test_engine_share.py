@@ -6,6 +6,7 @@ share_wait_minutes`; nothing is lost, and the owner reads one line, not an error
 
 from __future__ import annotations
 
+import subprocess
 import time
 from datetime import timedelta
 
@@ -17,9 +18,19 @@ from app.learn.reading import reading
 from app.model.usage import ANSWERED, CallBudget, EngineTime, JsonCall
 from app.ops.doctor import Status, check_learning
 from app.timeutil import utc_now
-from tests.workers.support import add_turn, handoff, query, scalar, scripted_queue
+from tests.workers.support import (
+    REPO_ROOT,
+    add_turn,
+    consumer_env,
+    handoff,
+    hilo_command,
+    query,
+    scalar,
+    scripted_queue,
+    wait_until,
+)
 from workers.inspection import QueueView
-from workers.queue import huey
+from workers.queue import configure, huey
 
 HOLDING = "learning is holding to its share (0.5× the chat's engine time): 2 turns wait"
 
@@ -163,3 +174,30 @@ def test_a_session_ended_while_the_share_is_spent_gets_its_diary_entry_later(cfg
     chat_took(writer, cfg, 20)
     run_later_jobs()
     assert query(cfg, "SELECT is_extractive FROM diary WHERE user_id = 'ana'") == [(0,)]
+
+
+@pytest.mark.slow
+def test_the_real_consumer_holds_to_the_share_says_so_in_one_line_then_learns_by_rule(
+        config, data_dir, fake_ollama, consumers, tmp_path, writer):
+    cfg = scripted_queue(config.replace(queue={"chat_idle_seconds": 0.0},
+                                        learn={"engine_share": 0.5, "share_wait_minutes": 0.1}),
+                         fake_ollama, configure)
+    chat_took(writer, cfg, 10)
+    learning_took(writer, 6)
+    converse(writer, cfg)
+    consumer = consumers(cfg, tmp_path / "worker.log")
+    env = consumer_env(cfg)
+
+    def status_line() -> str | None:
+        status = subprocess.run(hilo_command("queue", "status"), cwd=REPO_ROOT, env=env,
+                                capture_output=True, text=True, check=True).stdout
+        return next((line for line in status.splitlines() if "holding to its share" in line),
+                    None)
+
+    assert wait_until(status_line, 30, "the holding line") == HOLDING
+    # Six seconds on, the turns have waited past the bound: learned by rule, none lost.
+    wait_until(lambda: undistilled(cfg) == 0, 60, "the held turns learned by rule")
+    assert learning_requests(fake_ollama) == 0
+    assert query(cfg, "SELECT value FROM profile WHERE user_id = 'ana'") == [("Dana",)]
+    assert status_line() is None
+    assert consumer.terminate() == 0
