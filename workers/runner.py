@@ -30,7 +30,7 @@ from app.learn.diary_entry import write_diary
 from app.learn.embed import embed_pending
 from app.learn.engine_time import ShareCheck, record_call, share_check
 from app.learn.reading import reading
-from app.learn.session import learn_by_rules, learn_session, waiting_since
+from app.learn.session import keep_said_by_rule, learn_by_rules, learn_session, waiting_since
 from app.learn.tool_chains import learn_all_macros
 from app.log import get_logger
 from app.model.client import ModelClient
@@ -233,17 +233,19 @@ class JobRunner:
     def _held_for_share(self, job: TaskWrapper, args: tuple, attempt: int, user_id: str,
                         session_id: str) -> None:
         """The share is spent: what has waited past [learn] share_wait_minutes is learned by
-        rule now, and the session's one job comes back when credit may have returned or
-        its next turn reaches that bound."""
+        rule now, the explicit statements of what still waits are kept by rule at once, and
+        the session's one job comes back when credit may have returned or its next turn
+        reaches that bound."""
         config, writer = self.config, self.writer
         wait = self._share_wait()
         cutoff = to_rfc3339(datetime.fromtimestamp(time.time() - wait, UTC))
         by_rule = learn_by_rules(writer, config, user_id, session_id, said_before=cutoff)
+        kept = keep_said_by_rule(writer, config, user_id, session_id)  # what waits: at once
         with reading(writer) as con:
             since = waiting_since(con, config, user_id, session_id)
         log.info("learn.held_for_share", user_id=user_id, session_id=session_id,
                  by_rule_events=by_rule.events, by_rule_cards=by_rule.cards,
-                 still_waiting=since is not None)
+                 kept_by_rule_meanwhile=kept, still_waiting=since is not None)
         if since is None:
             return
         self._waiting_again("learn", job, args, attempt, user_id, session_id)(

@@ -371,13 +371,15 @@ def learned_from_outside(events: list[TurnEvent], session_id: str) -> bool:
 
 def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_ids: list[int],
                      extraction: Extraction, worker: str, source_event_id: int | None,
-                     similarity: float, from_outside: bool = True) -> DistillResult:
+                     similarity: float, from_outside: bool = True,
+                     mark: bool = True) -> DistillResult:
     """Write what was extracted from `event_ids` and mark the ones still undistilled;
-    nothing when another run marked them all first. `from_outside`: learned_from_outside."""
+    nothing when another run marked them all first. `from_outside`: learned_from_outside.
+    `mark=False`: the events stay for a later run to learn (their rules' items kept now)."""
     pending = [e.id for e in undistilled_events(con, user_id, session_id, event_ids)]
     if not pending:
         return DistillResult()  # another run got here first
-    result = DistillResult(events=len(pending))
+    result = DistillResult(events=len(pending) if mark else 0)
 
     def provenance(item: tuple[str, str]) -> dict:
         """Who learned the item, and the message that supports it."""
@@ -400,13 +402,14 @@ def store_extraction(con: apsw.Connection, user_id: str, session_id: str, event_
             result.dropped += 1
             continue
         result.facts.append((category, key, action))
-    mark_distilled(con, pending)
+    if mark:
+        mark_distilled(con, pending)
     return result
 
 
 def _write(writer: Writer, config: Config, user_id: str, session_id: str,
            events: list[TurnEvent], extraction: Extraction, worker: str,
-           dropped: int = 0) -> DistillResult:
+           dropped: int = 0, mark: bool = True) -> DistillResult:
     sources = [e.id for e in events if e.role in voices_of(session_id).sources]
     source_event_id = sources[-1] if sources else None
     ids = [e.id for e in events]
@@ -414,7 +417,7 @@ def _write(writer: Writer, config: Config, user_id: str, session_id: str,
     outside = learned_from_outside(events, session_id)
     result = writer.submit(lambda con: store_extraction(con, user_id, session_id, ids, extraction,
                                                         worker, source_event_id, similarity,
-                                                        from_outside=outside))
+                                                        from_outside=outside, mark=mark))
     result.dropped += dropped
     return result
 
@@ -439,8 +442,9 @@ def distill_turn(writer: Writer, model: ModelClient, config: Config, user_id: st
 
 
 def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
-                 event_ids: list[int]) -> DistillResult:
-    """The fallback: explicit statements in the user's messages, by rule, no model."""
+                 event_ids: list[int], mark: bool = True) -> DistillResult:
+    """The fallback: explicit statements in the user's messages, by rule, no model.
+    `mark=False`: kept now, the turns left for the model to learn later (store_extraction)."""
     with reading(writer) as con:
         events = undistilled_events(con, user_id, session_id, event_ids)
     if not events:
@@ -452,4 +456,5 @@ def capture_turn(writer: Writer, config: Config, user_id: str, session_id: str,
         else:
             extraction.facts.append((category, key, value))
         extraction.support[("profile", key) if kind == "profile" else (category, key)] = event_id
-    return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER)
+    return _write(writer, config, user_id, session_id, events, extraction, FALLBACK_WORKER,
+                  mark=mark)

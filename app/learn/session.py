@@ -86,7 +86,7 @@ from app.timeutil import parse_rfc3339
 from app.writer import Writer
 
 __all__ = ["T", "CHUNK_JOB", "CARD_ALSO", "LearnResult", "waiting_since", "learn_session",
-           "latest_undistilled", "learn_by_rules"]
+           "latest_undistilled", "learn_by_rules", "keep_said_by_rule"]
 
 T = TypeVar("T")
 
@@ -309,6 +309,16 @@ def _learn_chunk(writer: Writer, config: Config, user_id: str, session_id: str,
 def _count(result: LearnResult, learned: DistillResult) -> None:
     result.events += learned.events
     result.facts += sum(1 for _, _, action in learned.facts if action in ("insert", "update"))
+
+
+def keep_said_by_rule(writer: Writer, config: Config, user_id: str, session_id: str) -> int:
+    """While the session's turns wait for learning's share of the engine: their explicit
+    statements ("remember that …", "my name is …") kept by rule at once, the turns left
+    for the model (its run keeps the same items again, unchanged); the items written."""
+    with reading(writer) as con:
+        rest = undistilled_in_session(con, user_id, session_id)
+    kept = capture_turn(writer, config, user_id, session_id, rest, mark=False)
+    return len(kept.profile) + sum(1 for *_, action in kept.facts if action in ("insert", "update"))
 
 
 def learn_by_rules(writer: Writer, config: Config, user_id: str, session_id: str,

@@ -114,6 +114,9 @@ def test_no_learning_call_is_made_while_the_share_is_spent_and_the_owner_reads_o
 
     assert learning_requests(fake_ollama) == 0
     assert undistilled(cfg) == 4  # the turns wait, none lost
+    # What they state outright is kept by rule at once, the turns left for the model.
+    assert query(cfg, "SELECT value FROM profile WHERE user_id = 'ana'") == [("Dana",)]
+    assert scalar(cfg, "SELECT count(*) FROM facts WHERE value LIKE '%locker code is 4512%'") == 1
     status = QueueView(cfg).status()
     jobs = status.by_task["distill"]
     assert jobs.pending + jobs.scheduled == 1  # the session's one job, to come back later
