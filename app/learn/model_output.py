@@ -42,7 +42,7 @@ from app.model.replies import SentChat
 
 __all__ = ["PLACEHOLDERS", "FIELD_NAMES", "EXCERPT_CHARS", "PROFILE_KEY_CHARS", "FACT_KEY_CHARS", "VALUE_CHARS",
            "SUMMARY_CHARS", "KEYWORD_CHARS", "ENTRY_CHARS", "MAX_KEYWORDS", "MAX_FACTS",
-           "MAX_PROFILE", "FACTS_PER_SOURCE", "PROFILE_PER_SOURCE", "KEY_WORDS", "CHARS_PER_TOKEN",
+           "MAX_PROFILE", "FACTS_BEYOND_SOURCES", "PROFILE_PER_SOURCE", "KEY_WORDS", "CHARS_PER_TOKEN",
            "LIMIT_SLACK_TOKENS", "InvalidOutput", "clean_text", "ModelOutput", "Category",
            "ProfileKey", "Value", "FactKey", "Keyword", "PROFILE_PAIRS", "Keywords",
            "DistilledFact", "DistillOutput", "items_for", "CardOutput", "ChunkOutput",
@@ -65,7 +65,8 @@ EXCERPT_CHARS = 200
 # two sentences. Every bound is paid for in reply tokens — a small model fills each list
 # to its maxItems and each string towards its maxLength (issue 38: SmolLM2's chunk
 # answers ran 420-530 tokens) — so each is what the answer needs, no more: the longest
-# fact of the learning bench's 51 is 43 characters, a turn states at most two.
+# fact of the learning bench's 51 is 43 characters, a turn states one fact, now and then
+# two (a call learning k turns asks k + 1: its seven-turn tails state six).
 PROFILE_KEY_CHARS = 30
 FACT_KEY_CHARS = 40
 VALUE_CHARS = 100
@@ -73,9 +74,9 @@ SUMMARY_CHARS = 200
 KEYWORD_CHARS = 24
 ENTRY_CHARS = 240
 MAX_KEYWORDS = 5
-MAX_FACTS = 5  # per call; fewer for fewer source messages (items_for)
+MAX_FACTS = 8  # per call; fewer for fewer source messages (items_for)
 MAX_PROFILE = 2
-FACTS_PER_SOURCE = 2
+FACTS_BEYOND_SOURCES = 1
 PROFILE_PER_SOURCE = 1
 # A fact without a usable key is named by this many words of its value.
 KEY_WORDS = 4
@@ -290,7 +291,7 @@ def items_for(sources: int) -> dict[str, int]:
     """The most profile attributes and facts worth asking of `sources` source messages."""
     sources = max(1, sources)
     return {"profile": min(MAX_PROFILE, PROFILE_PER_SOURCE * sources),
-            "facts": min(MAX_FACTS, FACTS_PER_SOURCE * sources)}
+            "facts": min(MAX_FACTS, sources + FACTS_BEYOND_SOURCES)}
 
 
 class CardOutput(ModelOutput):

@@ -90,7 +90,7 @@ def test_a_schema_sent_bounds_every_list_and_string(schema):
 def test_a_learning_call_asks_for_no_more_than_its_sources_can_hold():
     one, many = distill_schema(1), distill_schema(10)
     assert (one["properties"]["facts"]["maxItems"], one["properties"]["profile"]["maxItems"]) == (2, 1)
-    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (5, 2)
+    assert (many["properties"]["facts"]["maxItems"], many["properties"]["profile"]["maxItems"]) == (8, 2)
     # The output limit is a reply at every bound, two characters a token.
     assert output_limit(one) < output_limit(many) < 1000
     assert output_limit(DIARY_SCHEMA) == -(-(2 + len('"entry"') + 4 + 242) // 2) + 16
