@@ -31,7 +31,7 @@ Lanes:
   learning call's engine seconds (`timings`) against the chat's.
 
     python -m tests.bench.learning [--quick] [--json] [--no-write] [--lanes fake,rules,real]
-        [--keep-logs]
+        [--keep-logs] [--set HILO_KEY=value ...]
 
 --quick: the fake lane alone, under a minute; BENCHMARKS.md is not touched. What it
 leaves out: a person's pauses (turns follow each other at once, then one idle gap), and
@@ -385,10 +385,11 @@ def diary_entries(config: Config) -> int:
 
 
 def run_lane(lane: str, root: Path, n_predict: int = -1,
-             threads: int | None = None) -> LaneRun:
+             threads: int | None = None, settings: dict[str, str] | None = None) -> LaneRun:
     run = LaneRun(lane)
     model: Model = (RealModel(root, n_predict, threads) if lane == "real"
                     else FakeModel(lane == "rules"))
+    model.settings = {**model.settings, **(settings or {})}
     config = lane_config(root, model)
     DataDir.of(config).init()
     logs = root / "logs"
@@ -528,6 +529,8 @@ def markdown(results: dict) -> str:
         f"turns, {results['facts']} facts, {results['changed']} of them changed later in the "
         "conversation) through a real `hilo serve` and `hilo worker` on the product's "
         "defaults; lanes: " + "; ".join(LANE_WORDS[n](results) for n in names)
+        + (". Settings: " + ", ".join(f"`{k}={v}`" for k, v in results["settings"].items())
+           if results.get("settings") else "")
         + ". A fact is learned "
         "when an active fact or profile entry about it holds its current value and none "
         "holds a value taken back (tests/bench/learning.py says how each is matched). "
@@ -565,6 +568,8 @@ def main() -> None:
                         "Hilo's learning budget bounds the calls)")
     p.add_argument("--engine-threads", type=int, default=None,
                    help="llama-server's threads (default: all the cores)")
+    p.add_argument("--set", action="append", default=[], metavar="HILO_KEY=value",
+                   help="a setting for serve and worker, every lane (repeatable)")
     args = p.parse_args()
     lanes = ["fake"] if args.quick else [x.strip() for x in args.lanes.split(",") if x.strip()]
     unknown = set(lanes) - set(LANES)
@@ -572,7 +577,8 @@ def main() -> None:
         raise SystemExit(f"unknown lane(s) {', '.join(sorted(unknown))}: choose from {LANES}")
     soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, 120.0)  # the local embedder loads slowly
     facts = [f for c in CONVERSATIONS for f in c.facts]
-    results: dict[str, Any] = {"engine_n_predict": args.engine_n_predict,
+    results: dict[str, Any] = {"settings": dict(item.split("=", 1) for item in args.set),
+                               "engine_n_predict": args.engine_n_predict,
                                "engine_threads": args.engine_threads, "facts": len(facts),
                                "changed": sum(1 for f in facts if f.stale),
                                "lanes": {}, "per_fact": {}}
@@ -580,7 +586,8 @@ def main() -> None:
     for lane in lanes:
         root = Path(tempfile.mkdtemp(prefix=f"hilo-bench-learning-{lane}-"))
         log(f"lane {lane} in {root}")
-        run = run_lane(lane, root, args.engine_n_predict, args.engine_threads)
+        run = run_lane(lane, root, args.engine_n_predict, args.engine_threads,
+                       dict(item.split("=", 1) for item in args.set))
         results["lanes"][lane] = lane_summary(run)
         results["per_fact"][lane] = run.judgement.facts
         results.setdefault("calls", {})[lane] = [asdict(c) for c in run.calls]
