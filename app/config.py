@@ -332,7 +332,7 @@ class LearnConfig(ReadOnly):
     # Learning's engine seconds may be at most this share of the chat's own over the last
     # day (app/learn/engine_time.py); past it, learning's model calls wait for credit.
     # 0: learning never calls the model (rules only). Only on the chat's own server.
-    engine_share: float = setting(0.5, between(0, 1000))
+    engine_share: float = setting(0.5, between(0, 1_000_000))
     # Turns that have waited this long for the share are learned by rule instead.
     share_wait_minutes: float = setting(30.0, between(0, 7 * 24 * 60))
 

@@ -125,8 +125,12 @@ def never_answers_learning(body: dict) -> object:
 @pytest.mark.slow
 def test_a_model_that_never_answers_leaves_a_bounded_queue_and_one_clear_line(
         config, data_dir, fake_ollama, consumers, tmp_path):
+    # The fake's chats report under a millisecond of engine time, so learning's share of
+    # it ([learn] engine_share) would hold every session after the first cut call; this
+    # is the dead model's test (the share's: test_engine_share.py), so the share is lifted.
     cfg = scripted_queue(config.replace(queue={"chat_idle_seconds": 0.3},
-                                        llm={"learning_deadline_seconds": 1.0}),
+                                        llm={"learning_deadline_seconds": 1.0},
+                                        learn={"engine_share": 1_000_000.0}),
                          fake_ollama, configure)
     fake_ollama.responder = never_answers_learning
     consumer = consumers(cfg, tmp_path / "worker.log")
