@@ -93,19 +93,15 @@ class ModelClient:
         starts and ends (a front-end's client; the worker's has none). `json_modes`: how
         each server and model takes a request for JSON (app/model/json_modes.py); by
         default learned afresh by this client. A learning call (generate_json,
-        continue_json) is cut `learning_deadline_seconds` after it was sent, and
-        `on_json_call` is told how each one ended (app/model/usage.py); it must not raise.
-        `before_json_call(job)` is asked before each learning call and may refuse it by
-        raising (ShareSpent: the worker's share of the engine, app/learn/engine_time.py)."""
+        continue_json) may be refused by `before_json_call(job)` raising (ShareSpent), is
+        cut `learning_deadline_seconds` after it was sent, and `on_json_call` is told how
+        it ended (app/model/usage.py; it must not raise)."""
         if provider not in PROVIDERS:
             raise ValueError(f"[llm] provider is {provider!r}; use one of: {', '.join(PROVIDERS)}")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"[llm] url is {url!r}; it must start with http:// or https://")
-        self.provider = provider
-        self.url = url.rstrip("/")
-        self.chat_model = chat_model
-        self.distill_model = distill_model
-        self.embed_model = embed_model
+        self.provider, self.url = provider, url.rstrip("/")
+        self.chat_model, self.distill_model, self.embed_model = chat_model, distill_model, embed_model
         self.num_ctx = num_ctx
         self.keep_alive = keep_alive
         self.timeout_seconds = timeout_seconds
