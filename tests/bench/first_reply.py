@@ -16,12 +16,14 @@ the same seeded memory, the same model server), so a loaded machine slows both a
 the ratio of their medians is the figure on a shared machine. Each tree's code is
 compiled to bytecode first, as an install has it (byte_compiled). With `--engine llama.cpp`,
 llama-server on the random model of `--engine-shape` (the README's default,
-`gemma3-4b`, takes a while to write and quantize once: tests/bench/engine.py), started
+`gemma3-4b`, takes a while to write and quantize once: tests/bench/engine.py) or the real
+model of `--engine-model` (SmolLM2-135M-Instruct: tests/bench/packaged_model.py), started
 afresh for each start so every first prompt is read whole, and the local embedder as
 the engine bench runs it; without, the fake at `--prompt-tps`.
 
     python -m tests.bench.localmodel --first-reply [--runs 5] [--against main] [--json]
-        [--engine llama.cpp --engine-shape gemma3-4b] [--set HILO_KEY=value ...]
+        [--engine llama.cpp --engine-shape gemma3-4b | --engine-model smollm2]
+        [--engine-threads N] [--set HILO_KEY=value ...]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import psutil
 
 from tests.bench.localmodel import USER, seed_memory, seeded, send_turn
 from tests.bench.localmodel_script import TURNS
+from tests.bench.packaged_model import PACKAGED, packaged_model
 from tests.bench.report import REPO_ROOT, emit, load_average, tree_of
 from tests.bench.soak import Process, free_port
 from tests.fake_ollama import CpuSpeed, FakeOllama
@@ -117,16 +120,22 @@ class _Engine:
 
         soak.READY_TIMEOUT = max(soak.READY_TIMEOUT, engine.PROCESS_READY_S)
         self.engine_bench = engine
-        self.shape = args.engine_shape
+        packaged = PACKAGED[args.engine_model] if args.engine_model else None
+        self.model = (packaged.described if packaged
+                      else f"the random model of shape `{args.engine_shape}`")
         self.logs = Path(tempfile.mkdtemp(prefix="hilo-bench-first-reply-engine-"))
-        self.engine = engine.Engine(engine.llama_server(),
-                                    engine.model_file(engine.shape_named(args.engine_shape)),
-                                    self.logs, threads=args.engine_threads)
+        self.engine = engine.Engine(
+            engine.llama_server(),
+            packaged_model(packaged) if packaged
+            else engine.model_file(engine.shape_named(args.engine_shape)),
+            self.logs, alias=packaged.name if packaged else engine.MODEL,
+            n_predict=engine.UNCAPPED if packaged else engine.ENGINE_N_PREDICT,
+            threads=args.engine_threads)
         self.proxy = engine.CountingProxy()
 
     def described(self) -> str:
-        return (f"llama-server ({self.engine.threads} threads) on the random model of shape "
-                f"`{self.shape}`, started afresh for each start, the local embedder")
+        return (f"llama-server ({self.engine.threads} threads) on {self.model}, started "
+                "afresh for each start, the local embedder")
 
     def start(self, root: Path, settings: dict[str, str], logs: Path) -> dict[str, float]:
         bench = self.engine_bench
@@ -208,7 +217,8 @@ def first_replies(args: Any, settings: dict[str, str]) -> None:
             if other[f"{key}_median"] > 0}
     results["target_met"] = (
         results["trees"]["this tree"]["reply_beyond_model_s_median"] <= TARGET_S)
-    section = "localmodel-first-reply" + (f"-{args.engine_shape}" if args.engine else "")
+    section = "localmodel-first-reply" + (
+        f"-{args.engine_model or args.engine_shape}" if args.engine else "")
     emit(args, section, results, markdown(results))
 
 
