@@ -99,7 +99,7 @@ def main() -> None:
         child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
         return
     # Not at the top: the child runs this file with the other commit's tests/ on its path.
-    from tests.bench.report import emit, load_average, parser, tree_of
+    from tests.bench.report import emit, load_average, parser, quiet, tree_of
 
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--against", default="main", help="the commit to compare with")
@@ -143,6 +143,7 @@ def main() -> None:
     results["ratio, this tree / other"] = {k: round(mine[k] / other[k], 3) for k in mine}
     results["questions x rounds"] = len(next(iter(times.values()))["fusion"])
     results["load average"] = {"before": load_before, "after": load_average()}
+    results["quiet"] = quiet(load_before, results["load average"]["after"])
     emit(args, "recall_speed", results, markdown(results, args.conversation))
 
 
@@ -170,8 +171,9 @@ def markdown(results: dict, conversation: str) -> str:
         "",
         "### Targets",
         "",
-        *(f"- {'met' if met[kind] else 'MISSED'}: {name} p50 ≤ {TARGETS_MS[kind]:g} ms on a "
-          f"quiet machine (this tree: {results[mine][kind]} ms)"
+        *(f"- {('met' if met[kind] else 'MISSED') if results['quiet'] else 'not judged'}: "
+          f"{name} p50 ≤ {TARGETS_MS[kind]:g} ms on a quiet machine (this tree: "
+          f"{results[mine][kind]} ms{'' if results['quiet'] else '; the machine was loaded'})"
           for kind, name in (("fusion", "fusion"), ("context", "build_context"))),
     ])
 

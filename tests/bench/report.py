@@ -68,6 +68,16 @@ def load_average() -> tuple[float, float, float]:
     return tuple(round(x, 2) for x in os.getloadavg())  # type: ignore[return-value]
 
 
+# A 1-minute load average above this (on 2 cores) is no quiet machine: a target set for
+# one is then reported as not judged.
+QUIET_LOAD = 1.5
+
+
+def quiet(*loads: tuple[float, float, float]) -> bool:
+    """Whether the machine was quiet at each of these load readings (load_average)."""
+    return all(load[0] <= QUIET_LOAD for load in loads)
+
+
 def tree_of(ref: str, into: Path) -> Path:
     """The files of commit `ref` (`git archive`), written into a folder: another commit's
     code, run beside this tree's."""
