@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["bm25_stream", "EVENT_VECTOR_DEPTH", "vector_search_ahead", "vector_stream", "nearest",
            "IMPORTANT", "importance_stream", "recency_stream", "SESSION_EVIDENCE_K",
-           "SESSION_SPREAD", "ANSWER_SPREAD", "ASKING_WEIGHT", "SESSION_DEPTH",
+           "SESSION_SPREAD", "ANSWER_SPREAD", "ASKING_WEIGHT", "SESSION_DEPTH", "KEPT_SHARE_CHARS",
            "session_neighbours", "asking_share", "Reach", "reach", "session_stream",
            "session_evidence", "event_labels", "labels_stream"]
 
@@ -208,13 +208,23 @@ def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
 _CONTENT_SQL = "SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks})"
 
 
-# Kept per text, not per event id: a turn reads a few hundred events' shares and the next
-# turn mostly the same ones, while ids can be reused in another database.
-@lru_cache(maxsize=16_384)
+# A turn reads the asking share of a few hundred messages, and the next turn mostly the
+# same ones: kept per text (ids can be reused in another database), for texts of at most
+# this many characters, so the cache holds at most ~32 MB.
+KEPT_SHARE_CHARS = 2_000
+
+
 def asking_share(text: str) -> float:
     """The share of the text's sentences that are questions (0 for no sentence)."""
+    return _kept_asking_share(text) if len(text) <= KEPT_SHARE_CHARS else _asking_share(text)
+
+
+def _asking_share(text: str) -> float:
     said = sentences(text)
     return sum(s.endswith("?") for s in said) / len(said) if said else 0.0
+
+
+_kept_asking_share = lru_cache(maxsize=16_384)(_asking_share)
 
 
 def _asking_shares(con: apsw.Connection, user_id: str, event_ids: list[int]) -> dict[int, float]:

@@ -323,7 +323,8 @@ def test_a_message_stored_after_a_search_is_found_by_the_next_one(writer, config
 
 @pytest.mark.parametrize(("text", "share"), [
     ("What's your name?", 1.0), ("I moved here. Do you like it?", 0.5),
-    ("Great news! We got a puppy.", 0.0), ("", 0.0), ("¿Qué tal?", 1.0)])
+    ("Great news! We got a puppy.", 0.0), ("", 0.0), ("¿Qué tal?", 1.0),
+    ("We moved. " * 300 + "Do you like it?", 1 / 301)])  # longer than the cache keeps
 def test_the_share_of_a_message_that_asks(text, share):
     assert asking_share(text) == share
 
