@@ -108,7 +108,7 @@ HEADERS = {
     "profile": "## About the user",
     "facts": "## Relevant facts (with the date they were last stated)",
     "cards": "## Summaries of earlier conversation",
-    "events": "## Earlier messages that may be related (oldest first)",
+    "events": "## Earlier messages (oldest first)",
     "diary": "## The previous session",
 }
 # What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,

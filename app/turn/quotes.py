@@ -138,7 +138,8 @@ def _line(event: PastEvent, content: str) -> str:
     if event.from_outside:  # documents a client retrieved, a page, a client's history
         speaker = OUTSIDE_SPEAKER if event.role == "user" else f"{event.role}, from outside"
     corrected = f" [{event.correction}]" if event.correction else ""
-    return f"- {speaker}: {content}{corrected}"
+    # No bullet: a quote is one line under its day, and "- " was a tenth of a short one.
+    return f"{speaker}: {content}{corrected}"
 
 
 def day_line(day: str) -> str:
@@ -169,23 +170,25 @@ class Packed:
 
 def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> Packed:
     """As many of the quotes as fit in `room` tokens, best first: each whole when it
-    fits, else in part when that fits, passing over what does not fit."""
+    fits, else in part when that fits, passing over what does not fit. The block is
+    reckoned as one text (its lines in any order cost the same), not line by line: a
+    count rounded up per line wasted half a token a line."""
     kept: list[int] = []
     shortened: set[int] = set()
     days: set[str] = set()
-    spent = 0
+    block = ""  # the kept lines and their days' lines, in the order taken
     for i, quote in enumerate(quotes):
         day = quote.event.day
-        dated = 0 if day in days else cost(day_line(day) + "\n")
+        dated = "" if day in days else day_line(day) + "\n"
         for line in (quote.line, quote.part):
-            if line and spent + dated + cost(line + "\n") <= room:
+            if line and cost(block + dated + line + "\n") <= room:
                 kept.append(i)
                 days.add(day)
-                spent += dated + cost(line + "\n")
+                block += dated + line + "\n"
                 if line != quote.line:
                     shortened.add(i)
                 break
-    return Packed(kept, shortened, spent)
+    return Packed(kept, shortened, cost(block))
 
 
 def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: set[int],

@@ -330,7 +330,7 @@ def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, rec
         "ana", "the garden project, part 7", session_id="new", window=[], recall=recall))
     lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
     days = [line for line in lines if line.startswith("[")]
-    said = [line for line in lines if line.startswith("- ")]
+    said = [line for line in lines if not line.startswith("[")]
     # Under each day's date, once: the past messages run from oldest to newest.
     assert len(said) == 10 and days == sorted(days) and len(days) == len(set(days))
     parts = [int(line.split("part ")[1]) for line in said]
