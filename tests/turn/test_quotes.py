@@ -31,3 +31,22 @@ def test_a_quote_reads_as_its_speaker_and_words_under_its_day():
     packed = pack_quotes(quotes, 100, estimate_tokens)
     assert packed.text(quotes) == ("[2026-09-01]\nuser: The pond is done\n"
                                    "[2026-09-03]\nuser: Fish for the pond\n")
+
+
+def test_a_long_quote_gives_way_to_short_ones_that_rank_nearly_as_well():
+    from app.recall.fusion import Candidate
+    from app.turn.quotes import LONG_QUOTE_CHARS, _by_room
+
+    long = _quote(1, " ".join(["The pond pump hums all night."] * 40))  # cut at 500
+    short = [_quote(i, f"The pond pump {i} is fixed") for i in (2, 3)]
+    offer = [long, *short]
+    scores = [0.10, 0.09, 0.08]  # the long one ranked first
+    ranked = [Candidate("event", q.event.id, {"session": n + 1}, s)
+              for n, (q, s) in enumerate(zip(offer, scores, strict=True))]
+    assert len(long.line) > LONG_QUOTE_CHARS
+    candidates, quotes = _by_room(ranked, offer)
+    assert [q.event.id for q in quotes] == [2, 3, 1]
+    assert [c.id for c in candidates] == [2, 3, 1]
+    # Short quotes keep the fusion's order.
+    _, same = _by_room(ranked[1:], short)
+    assert same == short
