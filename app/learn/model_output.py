@@ -40,7 +40,7 @@ from app.memory import CATEGORIES
 from app.model.client import ModelClient
 from app.model.replies import SentChat
 
-__all__ = ["PLACEHOLDERS", "EXCERPT_CHARS", "PROFILE_KEY_CHARS", "FACT_KEY_CHARS", "VALUE_CHARS",
+__all__ = ["PLACEHOLDERS", "FIELD_NAMES", "EXCERPT_CHARS", "PROFILE_KEY_CHARS", "FACT_KEY_CHARS", "VALUE_CHARS",
            "SUMMARY_CHARS", "KEYWORD_CHARS", "ENTRY_CHARS", "MAX_KEYWORDS", "MAX_FACTS",
            "MAX_PROFILE", "FACTS_PER_SOURCE", "PROFILE_PER_SOURCE", "KEY_WORDS", "CHARS_PER_TOKEN",
            "LIMIT_SLACK_TOKENS", "InvalidOutput", "clean_text", "ModelOutput", "Category",
@@ -53,6 +53,11 @@ __all__ = ["PLACEHOLDERS", "EXCERPT_CHARS", "PROFILE_KEY_CHARS", "FACT_KEY_CHARS
 PLACEHOLDERS = frozenset({
     "", "none", "unknown", "n/a", "na", "null", "nil", "-", "—", "?", "not specified",
     "not mentioned", "not provided", "no", "desconocido", "ninguno", "ninguna", "nada",
+})
+# The answer's own field names: a weak model writes them as a key ("profile: The backend is
+# Kotlin…"), which names no subject, so no later value under the subject's key replaces it.
+FIELD_NAMES = frozenset({
+    "profile", "facts", "fact", "key", "value", "category", "summary", "keywords", "entry",
 })
 EXCERPT_CHARS = 200
 # The bounds of the schemas sent; longer values are not what was asked for: dropped, not
@@ -103,6 +108,12 @@ def clean_text(value: Any, max_chars: int) -> str | None:
 
 
 # -- lenient building blocks -----------------------------------------------------------------
+
+
+def _subject_key(value: Any, max_chars: int) -> str | None:
+    """A key cleaned by clean_text, or None when it only names one of the answer's fields."""
+    key = clean_text(value, max_chars)
+    return None if key is None or key.casefold() in FIELD_NAMES else key
 
 
 def _cleaned(max_chars: int) -> BeforeValidator:
@@ -214,10 +225,10 @@ def _at_most(count: int) -> AfterValidator:
 
 
 Category = Annotated[Literal[CATEGORIES], BeforeValidator(_category)]
-ProfileKey = Annotated[str, _cleaned(PROFILE_KEY_CHARS)]
+ProfileKey = Annotated[str, BeforeValidator(lambda value: _subject_key(value, PROFILE_KEY_CHARS))]
 Value = Annotated[str, _cleaned(VALUE_CHARS), _bounded_text(VALUE_CHARS)]
 # A placeholder key is as good as none: the fact is then named by its value.
-FactKey = Annotated[str, BeforeValidator(lambda value: clean_text(value, FACT_KEY_CHARS) or ""),
+FactKey = Annotated[str, BeforeValidator(lambda value: _subject_key(value, FACT_KEY_CHARS) or ""),
                     _bounded_text(FACT_KEY_CHARS)]
 Keyword = Annotated[str, BeforeValidator(_keyword), _bounded_text(KEYWORD_CHARS)]
 # Asked for as a list of {"key", "value"} pairs: an object with free keys cannot be

@@ -117,6 +117,15 @@ def test_a_fact_without_a_usable_key_is_named_by_its_value():
         ("fact", "backup runs two", "backup runs at two")]
 
 
+def test_a_key_naming_the_answers_own_field_names_no_subject():
+    # SmolLM2-135M on the learning bench stored `profile: The backend is Kotlin with Ktor`.
+    extraction = parse_extraction({
+        "profile": [{"key": "facts", "value": "Madrid"}, {"key": "city", "value": "Madrid"}],
+        "facts": [{"category": "fact", "key": "Profile", "value": "backend is Kotlin with Ktor"}]})
+    assert extraction.profile == {"city": "Madrid"}
+    assert extraction.facts == [("fact", "backend kotlin ktor", "backend is Kotlin with Ktor")]
+
+
 def test_a_profile_given_as_a_list_of_pairs_is_read_and_odd_keys_skipped():
     extraction = parse_extraction({"profile": [
         {"key": "city", "value": "Madrid"}, {"key": ["not", "a", "key"], "value": "x"},
