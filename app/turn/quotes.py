@@ -1,9 +1,9 @@
 """Past messages as a turn's prompt quotes them: which are worth quoting, and how many fit.
 
 A message is quoted whole, or by the sentences that hold the question's words (its
-part). Packing, best-ranked first: each message whole when it fits, else its part when
-that fits (a long message then tells its answer instead of being dropped), passing over
-what does not fit. They are shown oldest first under the day they were said, a day's
+part). Packing, best-ranked first (a long message placed for the room it takes): each
+message whole when it fits, else its part when that fits (a long message then tells its
+answer instead of being dropped), passing over what does not fit. They are shown oldest first under the day they were said, a day's
 date written once: on LoCoMo that leaves room for about one more message.
 """
 
