@@ -16,6 +16,7 @@ from functools import cached_property
 import apsw
 
 from app.memory.corrections import corrections_of
+from app.model.token_count import tokens_for_chars
 from app.recall.fusion import STREAM_DEPTH, Candidate, search
 from app.recall.query import Query
 from app.recall.sentences import WordsHeld, sentences
@@ -177,7 +178,7 @@ class Packed:
         return "".join(line + "\n" for line in lines)
 
 
-def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> Packed:
+def pack_quotes(quotes: list[Quote], room: int, chars_per_token: float) -> Packed:
     """As many of the quotes as fit in `room` tokens, best first: each whole when it
     fits, else in part when that fits, passing over what does not fit. The block is
     reckoned as one text (its lines in any order cost the same), not line by line: a
@@ -185,19 +186,19 @@ def pack_quotes(quotes: list[Quote], room: int, cost: Callable[[str], int]) -> P
     kept: list[int] = []
     shortened: set[int] = set()
     days: set[str] = set()
-    block = ""  # the kept lines and their days' lines, in the order taken
+    chars = 0  # of the kept lines and their days' lines
     for i, quote in enumerate(quotes):
         day = quote.event.day
-        dated = "" if day in days else day_line(day) + "\n"
+        dated = 0 if day in days else len(day_line(day)) + 1
         for line in (quote.line, quote.part):
-            if line and cost(block + dated + line + "\n") <= room:
+            if line and tokens_for_chars(chars + dated + len(line) + 1, chars_per_token) <= room:
                 kept.append(i)
                 days.add(day)
-                block += dated + line + "\n"
+                chars += dated + len(line) + 1
                 if line != quote.line:
                     shortened.add(i)
                 break
-    return Packed(kept, shortened, cost(block))
+    return Packed(kept, shortened, tokens_for_chars(chars, chars_per_token))
 
 
 def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: set[int],

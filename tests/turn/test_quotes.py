@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apsw
 
-from app.model.token_count import estimate_tokens
+from app.model.token_count import DEFAULT_CHARS_PER_TOKEN, estimate_tokens
 from app.recall.sentences import WordsHeld
 from app.turn.quotes import PastEvent, Quote, day_line, pack_quotes
 
@@ -21,14 +21,14 @@ def test_quotes_that_fit_as_one_block_are_all_told():
     room = estimate_tokens(block)
     assert room < estimate_tokens(day_line("2026-09-01") + "\n") + sum(
         estimate_tokens(q.line + "\n") for q in quotes)  # what a count per line would say
-    packed = pack_quotes(quotes, room, estimate_tokens)
+    packed = pack_quotes(quotes, room, DEFAULT_CHARS_PER_TOKEN)
     assert packed.kept == [0, 1, 2, 3] and packed.tokens == room
     assert packed.text(quotes) == block
 
 
 def test_a_quote_reads_as_its_speaker_and_words_under_its_day():
     quotes = [_quote(1, "The pond is done"), _quote(2, "Fish for the pond", "2026-09-03")]
-    packed = pack_quotes(quotes, 100, estimate_tokens)
+    packed = pack_quotes(quotes, 100, DEFAULT_CHARS_PER_TOKEN)
     assert packed.text(quotes) == ("[2026-09-01]\nuser: The pond is done\n"
                                    "[2026-09-03]\nuser: Fish for the pond\n")
 
