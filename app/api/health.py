@@ -92,7 +92,8 @@ def _take_room_and_give_it_back(con: apsw.Connection) -> None:
 
 
 def _model_probe(request: Request, service: ChatService) -> CachedProbe:
-    """One cached probe per app, made on the first health check."""
+    """One cached probe per app: `hilo serve`'s from its start (app/serve/server.py), else
+    made on the first health check."""
     probe = getattr(request.app.state, "model_probe", None)
     if probe is None:
         probe = request.app.state.model_probe = CachedProbe(service.config)

@@ -184,13 +184,15 @@ def announce_models(config: Config) -> ProbeReport:
 
 class CachedProbe:
     """The last probe, reused for `max_age` seconds: a health check polled every second
-    must not ask the model server every second."""
+    must not ask the model server every second. `made`: a probe just made (the one the
+    process announced at start), reused as if this had made it."""
 
-    def __init__(self, config: Config, max_age: float = HEALTH_PROBE_MAX_AGE_SECONDS) -> None:
+    def __init__(self, config: Config, max_age: float = HEALTH_PROBE_MAX_AGE_SECONDS,
+                 made: ProbeReport | None = None) -> None:
         self.config, self.max_age = config, max_age
         self._lock = Lock()
-        self._report: ProbeReport | None = None
-        self._at = 0.0
+        self._report: ProbeReport | None = made
+        self._at = time.monotonic() if made is not None else 0.0
 
     def report(self) -> ProbeReport:
         with self._lock:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["bm25_stream", "EVENT_VECTOR_DEPTH", "vector_search_ahead", "vector_stream", "nearest",
            "IMPORTANT", "importance_stream", "recency_stream", "SESSION_EVIDENCE_K",
-           "SESSION_SPREAD", "ANSWER_SPREAD", "ASKING_WEIGHT", "SESSION_DEPTH",
+           "SESSION_SPREAD", "ANSWER_SPREAD", "ASKING_WEIGHT", "SESSION_DEPTH", "KEPT_SHARE_CHARS",
            "session_neighbours", "asking_share", "Reach", "reach", "session_stream",
            "session_evidence", "event_labels", "labels_stream"]
 
@@ -207,10 +208,23 @@ def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
 _CONTENT_SQL = "SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks})"
 
 
+# A turn reads the asking share of a few hundred messages, and the next turn mostly the
+# same ones: kept per text (ids can be reused in another database), for texts of at most
+# this many characters, so the cache holds at most ~32 MB.
+KEPT_SHARE_CHARS = 2_000
+
+
 def asking_share(text: str) -> float:
     """The share of the text's sentences that are questions (0 for no sentence)."""
+    return _kept_asking_share(text) if len(text) <= KEPT_SHARE_CHARS else _asking_share(text)
+
+
+def _asking_share(text: str) -> float:
     said = sentences(text)
     return sum(s.endswith("?") for s in said) / len(said) if said else 0.0
+
+
+_kept_asking_share = lru_cache(maxsize=16_384)(_asking_share)
 
 
 def _asking_shares(con: apsw.Connection, user_id: str, event_ids: list[int]) -> dict[int, float]:
@@ -258,15 +272,16 @@ def reach(con: apsw.Connection, user_id: str,
     return found, asks
 
 
-def _ranked(scores: dict[int, float], depth: int) -> list[int]:
-    return sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:depth]
+def _ranked(scores: dict[int, float]) -> list[int]:
+    return sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))
 
 
 def session_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
     """Owners ranked by their BM25 and vector evidence combined; events also by the
     evidence for the events around them in their session, and their own evidence less
     the more of them asks."""
-    return query.ranked(("session", kind, depth), lambda: _session_ranks(con, query, kind, depth))
+    # Ranked once, whole, for every depth asked: the evidence does not depend on it.
+    return query.ranked(("session", kind), lambda: _session_ranks(con, query, kind))[:depth]
 
 
 def session_evidence(con: apsw.Connection, query: Query, kind: OwnerKind) -> dict[int, float]:
@@ -279,10 +294,10 @@ def session_evidence(con: apsw.Connection, query: Query, kind: OwnerKind) -> dic
     return evidence
 
 
-def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
+def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind) -> list[int]:
     evidence = session_evidence(con, query, kind)
     if kind != "event" or not evidence:
-        return _ranked(evidence, depth)
+        return _ranked(evidence)
     # strongest[(event, d)]: the best evidence spread to the event from d places away.
     strongest: dict[tuple[int, int], float] = defaultdict(float)
     spreads, asks = reach(con, query.user_id, list(evidence))
@@ -294,7 +309,7 @@ def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind, depth: i
               for owner_id, own in evidence.items()}
     for (neighbour, _), spread in strongest.items():
         scores[neighbour] = scores.get(neighbour, 0.0) + spread
-    return _ranked(scores, depth)
+    return _ranked(scores)
 
 
 # -- labels: when and by whom -------------------------------------------------------------

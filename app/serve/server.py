@@ -36,7 +36,7 @@ from app.http.gate import TOKEN_USER, Gate, is_loopback
 from app.http.on_demand import BuiltOnDemand
 from app.http.timeouts import timeout_settings
 from app.log import get_logger
-from app.model.probe import announce_models
+from app.model.probe import CachedProbe, announce_models
 from app.serve.mcp_route import McpOnDemand
 from app.turn.chat import ChatService
 
@@ -136,13 +136,15 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
         print(f"hilo serve: {exc}", file=sys.stderr)
         return 2
     app = create_app(config)
+    # No WebSockets: no route takes one, and uvicorn would load a WebSocket library for them.
     server = uvicorn.Server(uvicorn.Config(
-        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3,
+        app, host=host, port=port, log_config=None, timeout_graceful_shutdown=3, ws="none",
         **timeout_settings()))
     log.info("serve.starting", url=f"http://{host}:{port}", ollama_api=f"http://{host}:{port}/api",
              openai_api=f"http://{host}:{port}/v1", memory_page=f"http://{host}:{port}/ui",
              auth=bool(config.server.token))
-    announce_models(config)
+    # The first /health reports this probe instead of asking the model server again.
+    app.state.model_probe = CachedProbe(config, made=announce_models(config))
     # Said plainly, beside the log: the address a person opens (`make run` shows it).
     print(f"hilo serve: the memory page is at http://{host}:{port}/ui", file=sys.stderr,
           flush=True)

@@ -51,6 +51,33 @@ def test_sigterm_stops_the_server_with_status_0_and_removes_its_pid_file(data_di
             server.kill()
 
 
+def test_the_first_health_check_reports_the_models_the_start_found_without_asking_again(
+        data_dir, fake_ollama):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}
+    env["HILO_LLM_URL"] = fake_ollama.url
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port",
+         str(port)], cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "never came up"
+                time.sleep(0.05)
+        assert health["status"] == "ok"
+        assert health["models"]["chat"].endswith("(ready)")
+        # One look at the model server's models: the start's, which /health reported.
+        assert [r.path for r in fake_ollama.requests if r.method == "GET"] == ["/api/tags"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 @pytest.mark.parametrize("port", ["99999", "-1", "65536"])
 def test_a_port_out_of_range_is_one_line_as_from_the_environment(data_dir, port):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HILO_")}

@@ -33,11 +33,10 @@ worker is given time to finish what it learns from the conversation.
 --quick: 12 turns, 1 s of thinking, no long pause, the same speeds; BENCHMARKS.md is not
 touched.
 
-    python -m tests.bench.localmodel --first-reply [--runs 3] [--set HILO_EMBEDDER_KIND=local]
+    python -m tests.bench.localmodel --first-reply [--runs 3] [--against main] [--engine ...]
 
 --first-reply: only the first message after `hilo serve` starts on the seeded memory,
-sent the moment /health answers: seconds from the start to /health, and from the message
-to the reply's first token (the median of --runs starts). Printed, not recorded.
+sent the moment /health answers, beyond the model's own time (tests/bench/first_reply.py).
 
 Two harder conditions, alone or together (BENCHMARKS.md is then not touched either):
 --client capped: the client caps every reply (`options.num_predict` 24 and a stop
@@ -440,51 +439,6 @@ def hilo_run(fake: FakeOllama, root: Path, turns: list[Turn], think: float,
     return run
 
 
-# -- the first message after a start -------------------------------------------------------------
-
-
-def first_reply_after_start(fake: FakeOllama, root: Path, settings: dict[str, str]) -> dict:
-    """One start of `hilo serve` on the seeded memory, and one message the moment it is
-    up: (seconds to /health, seconds from the message to the reply's first token)."""
-    config, logs = seeded(fake, root)
-    server = Process(config, "serve", logs, free_port(), settings)
-    started = time.monotonic()
-    server.start()
-    up = time.monotonic() - started
-    try:
-        with httpx.Client(timeout=600) as client:
-            _, ttft, _, _ = send_turn(client, server.url,
-                                      [{"role": "user", "content": TURNS[0].user}])
-    finally:
-        server.stop()
-    return {"start_to_health_s": round(up, 3), "first_token_s": round(ttft, 3),
-            "start_to_first_token_s": round(up + ttft, 3)}
-
-
-def first_replies(args, settings: dict[str, str]) -> None:
-    fake = FakeOllama(cpu=CpuSpeed(args.prompt_tps, args.generate_tps),
-                      embedding_dim=args.embedding_dim).start()
-    runs = []
-    try:
-        for _ in range(args.runs):
-            root = Path(tempfile.mkdtemp(prefix="hilo-bench-first-reply-"))
-            try:
-                runs.append(first_reply_after_start(fake, root, settings))
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-    finally:
-        fake.stop()
-    results = {"settings": settings, "runs": runs, **{
-        f"{key}_median": statistics.median(r[key] for r in runs) for key in runs[0]}}
-    args.no_write = True
-    emit(args, "localmodel-first-reply", results,
-         f"First message after `hilo serve` starts "
-         f"({', '.join(f'{k}={v}' for k, v in settings.items()) or 'defaults'}), "
-         f"median of {len(runs)}: /health after {results['start_to_health_s_median']} s, first "
-         f"token {results['first_token_s_median']} s after the message, "
-         f"{results['start_to_first_token_s_median']} s after the start.")
-
-
 # -- the report ----------------------------------------------------------------------------------
 
 
@@ -648,6 +602,8 @@ def main() -> None:
     p.add_argument("--first-reply", action="store_true",
                    help="only time the first message after hilo serve starts")
     p.add_argument("--runs", type=int, default=3, help="starts timed with --first-reply")
+    p.add_argument("--against", metavar="REF",
+                   help="with --first-reply: also start this commit's code, alternated")
     p.add_argument("--client", choices=("plain", "capped"), default=None,
                    help="capped: every request caps the reply (num_predict, max_tokens, stop); "
                         "with --engine, only that client runs (default: both)")
@@ -665,6 +621,8 @@ def main() -> None:
                    help="llama-server's threads (default: all the cores); --engine only")
     args = p.parse_args()
     if args.first_reply:
+        from tests.bench.first_reply import first_replies  # it imports this module
+
         first_replies(args, dict(item.split("=", 1) for item in args.set))
         return
     if args.engine:

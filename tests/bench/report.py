@@ -14,6 +14,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,6 +61,32 @@ def machine() -> str:
     return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}, SQLite {apsw.sqlite_lib_version()}, "
             f"APSW {apsw.apsw_version()}")
+
+
+def load_average() -> tuple[float, float, float]:
+    """The machine's load average over 1, 5 and 15 minutes: a figure's context."""
+    return tuple(round(x, 2) for x in os.getloadavg())  # type: ignore[return-value]
+
+
+# A 1-minute load average above this (on 2 cores) is no quiet machine: a target set for
+# one is then reported as not judged.
+QUIET_LOAD = 1.5
+
+
+def quiet(*loads: tuple[float, float, float]) -> bool:
+    """Whether the machine was quiet at each of these load readings (load_average)."""
+    return all(load[0] <= QUIET_LOAD for load in loads)
+
+
+def tree_of(ref: str, into: Path) -> Path:
+    """The files of commit `ref` (`git archive`), written into a folder: another commit's
+    code, run beside this tree's."""
+    archive = into / "tree.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "archive", ref], cwd=REPO_ROOT, stdout=out, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
 
 
 def command_line() -> str:

@@ -295,9 +295,36 @@ def test_a_message_that_tells_outranks_one_that_asks_with_the_same_words(writer,
     assert session_stream(con, query, "event", 10)[:2] == [told, asked]
 
 
+def test_the_session_stream_read_shallow_then_deep_ranks_as_read_deep_at_once(writer, config,
+                                                                              recall):
+    # Ranked once per query for every depth: the first 3 are the first 3 of the 10.
+    ids = chat(writer, config)
+    con = connect_readonly(writer.path)
+    shallow_first = make_query("ana", "what is the puppy's name?", recall=recall)
+    assert session_stream(con, shallow_first, "event", 2) == session_stream(
+        con, make_query("ana", "what is the puppy's name?", recall=recall), "event", 10)[:2]
+    assert session_stream(con, shallow_first, "event", 10) == session_stream(
+        con, make_query("ana", "what is the puppy's name?", recall=recall), "event", 10)
+    assert ids[3] in session_stream(con, shallow_first, "event", 10)
+
+
+def test_a_message_stored_after_a_search_is_found_by_the_next_one(writer, config, recall):
+    # What a search keeps from one question to the next (the asking shares, kept by text)
+    # never hides what memory holds now.
+    chat(writer, config)
+    con = connect_readonly(writer.path)
+    question = "when is the vet appointment?"
+    assert session_stream(con, make_query("ana", question, recall=recall), "event", 10) == []
+    said = append_event(writer, config, "ana", "s3", "user",
+                        "The vet appointment is on Tuesday. Can you remind me?").id
+    found = session_stream(con, make_query("ana", question, recall=recall), "event", 10)
+    assert found[0] == said
+
+
 @pytest.mark.parametrize(("text", "share"), [
     ("What's your name?", 1.0), ("I moved here. Do you like it?", 0.5),
-    ("Great news! We got a puppy.", 0.0), ("", 0.0), ("¿Qué tal?", 1.0)])
+    ("Great news! We got a puppy.", 0.0), ("", 0.0), ("¿Qué tal?", 1.0),
+    ("We moved. " * 300 + "Do you like it?", 1 / 301)])  # longer than the cache keeps
 def test_the_share_of_a_message_that_asks(text, share):
     assert asking_share(text) == share
 
