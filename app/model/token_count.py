@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import threading
 
-__all__ = ["DEFAULT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "estimate_tokens", "TokenCounter"]
+__all__ = ["DEFAULT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "estimate_tokens",
+           "tokens_for_chars", "TokenCounter"]
 
 # English prose is ~4 characters per token for Llama/Gemma tokenizers; code and
 # Spanish run lower, so start conservatively.
@@ -21,9 +22,12 @@ MESSAGE_OVERHEAD_TOKENS = 4
 
 
 def estimate_tokens(text: str, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
-    if not text:
-        return 0
-    return math.ceil(len(text) / chars_per_token)
+    return tokens_for_chars(len(text), chars_per_token)
+
+
+def tokens_for_chars(chars: int, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
+    """What a text of this many characters is reckoned to cost."""
+    return math.ceil(chars / chars_per_token) if chars > 0 else 0
 
 
 class TokenCounter:

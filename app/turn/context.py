@@ -108,7 +108,7 @@ HEADERS = {
     "profile": "## About the user",
     "facts": "## Relevant facts (with the date they were last stated)",
     "cards": "## Summaries of earlier conversation",
-    "events": "## Earlier messages that may be related (oldest first)",
+    "events": "## Earlier messages (oldest first)",
     "diary": "## The previous session",
 }
 # What an image in a client's message is reckoned to cost (llava encodes one as 576 tokens,
@@ -738,7 +738,7 @@ def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport
     report = LayerReport("events", len(quotes), 0, 0)
     block = f"\n\n{HEADERS['events']}\n"
     room = budget.room(retrieved=True) - budget.cost(block)
-    packed = pack_quotes(quotes, room, budget.cost) if quotes and room > 0 else None
+    packed = pack_quotes(quotes, room, budget.chars_per_token) if quotes and room > 0 else None
     if packed is None or not packed.kept:
         return "", report
     spent = budget.cost(block) + packed.tokens

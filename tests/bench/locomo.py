@@ -106,7 +106,7 @@ PLAIN_METHODS = ("bm25", "rule", "vector", "fusion, question as asked")
 # Each context: `[memory] fill_first_message`, and the engine's reading speed (prompt
 # tokens a second) that "auto" sizes the first message by. "context" is the default
 # before any speed is known; the "auto" ones give the first message a fixed extra
-# reading time (`first_message_extra_seconds`, 1 s) on a CPU's and a faster engine.
+# reading time (`first_message_extra_seconds`) on a CPU's and a faster engine.
 CONTEXTS: dict[str, tuple[str, float | None]] = {
     "context": ("auto", None), "context, no embedder": ("auto", None),
     "context, budget filled": ("true", None),
@@ -511,7 +511,7 @@ ABOUT = (
     "Embedder: local {embedder}. Latencies are per question, a fresh Query per method, "
     "without embedding the question (its p50 is given separately). The auto contexts give "
     "the first message `retrieved_max_tokens` plus what an engine reading that many prompt "
-    "tokens a second reads in `first_message_extra_seconds` (1 s).")
+    "tokens a second reads in `first_message_extra_seconds` ({extra_seconds} s).")
 
 
 def markdown(results: dict, about: str = ABOUT) -> str:
@@ -626,6 +626,7 @@ def bench_results(make_embedder: Callable[[], Embedder], form: Form,
                "asking_weight": recall_streams.ASKING_WEIGHT,
                "answer_spread": recall_streams.ANSWER_SPREAD,
                "categories": list(categories.values()), "questions_asked": questions_asked,
+               "extra_seconds": config.memory.first_message_extra_seconds,
                "splits": {}}
 
     def scored(loader: Callable[[], list[Conversation]], role: str) -> tuple[str, dict]:

@@ -306,6 +306,24 @@ def test_a_long_message_gives_the_sentence_that_answers_to_a_small_budget(writer
     assert ctx.explain["events"][0]["quoted"] == "2 of 42 sentences"
 
 
+def test_a_found_long_message_is_told_by_its_answering_sentence_in_the_default_budget(
+        writer, config, recall):
+    chatter = " ".join(f"Day {i} of the trip was grey and we mostly stayed in." for i in range(30))
+    answer = "My sister Lucia moved to Porto in March."
+    long = append_event(writer, config, "ana", "old", "user",
+                        f"{chatter} {answer} She loves it there. {chatter}")
+    for i in range(6):
+        append_event(writer, config, "ana", "old", "assistant", f"The weather on day {i} was fine.")
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "where did my sister move to?", session_id="new", window=[], recall=recall))
+    assert config.memory.retrieved_max_tokens == 300  # the default budget
+    assert f"user: … {answer} She loves it there. …" in ctx.system_prompt
+    assert ctx.explain["events"][0]["id"] == long.id
+    assert ctx.explain["events"][0]["quoted"] == "2 of 62 sentences"
+
+
 def test_a_message_too_long_for_the_room_left_is_quoted_in_part_not_skipped(writer, config,
                                                                             recall):
     config = config.replace(memory={"retrieved_max_tokens": 60})
@@ -330,7 +348,7 @@ def test_quoted_events_are_shown_in_the_order_they_were_said(writer, config, rec
         "ana", "the garden project, part 7", session_id="new", window=[], recall=recall))
     lines = ctx.system_prompt.split(HEADERS["events"])[1].strip().splitlines()
     days = [line for line in lines if line.startswith("[")]
-    said = [line for line in lines if line.startswith("- ")]
+    said = [line for line in lines if not line.startswith("[")]
     # Under each day's date, once: the past messages run from oldest to newest.
     assert len(said) == 10 and days == sorted(days) and len(days) == len(set(days))
     parts = [int(line.split("part ")[1]) for line in said]
