@@ -67,6 +67,7 @@ two parents stands under both; tests/test_errors.py keeps this tree true):
             ModelUnreachable      app.model.errors
             OverBudget            app.model.errors
             StreamInterrupted     app.model.errors
+        ShareSpent                app.model.errors
         ToolFailed                app.turn.tools.registry
 """
 
