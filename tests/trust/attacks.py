@@ -7,6 +7,7 @@ counts them by channel.
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -55,6 +56,7 @@ from tests.trust.scenario import (
     jsonl_export,
     last_reply,
     learn_session_now,
+    leaves_a_trace,
     markdown_export,
     mcp_done,
     needs_program,
@@ -988,13 +990,13 @@ def forget_with_sources_keeps_the_reply_that_repeated_it(t: Trial) -> Outcome:
 @attack("forgetting", "the forgotten fact's key in the database's rows or files",
         "forgotten_key_hashed")
 def forgotten_fact_keeps_its_key(t: Trial) -> Outcome:
-    token = f"keyword{abs(hash(t.name)) % 10**8}"
+    token = f"keyword{secrets.token_hex(8)}"
     fact = t.service().edit(lambda con: remember_fact(
         con, t.user, "fact", f"safe {token}", "The safe opens with the blue key",
         from_outside=is_outside("owner"))).fact
     t.expect(t.http().delete(f"/memory/facts/{fact.id}"), 200)
     rows = t.lab.read("SELECT key FROM facts WHERE user_id = ?", (t.user,))
-    found = [name for name, data in database_files(t).items() if token.encode() in data]
+    found = [name for name, data in database_files(t).items() if leaves_a_trace(token, data)]
     if any(token in key for (key,) in rows) or found:
         return Outcome(True, f"the key is still there: rows {rows}, files {found}")
     return Outcome(False, f"the key is gone (rows {rows})")

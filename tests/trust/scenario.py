@@ -351,7 +351,7 @@ def forget_a_told_secret(t: Trial, *, with_sources: bool = True) -> str:
     """The user tells a secret over HTTP (Hilo's reply repeats it), the distill worker
     learns it from that message, and the user forgets the fact on the memory API; the
     secret."""
-    secret = f"quokka{secrets.token_hex(5)}"
+    secret = f"quokka{secrets.token_hex(8)}"
     session = f"{t.name}-s"
     chat_ok(t, f"Locker code {secret}, keep it for me.", headers={"X-Hilo-Session": session})
     stored = t.lab.read("SELECT id FROM events WHERE user_id = ? AND role = 'user' AND "
@@ -380,6 +380,13 @@ def database_files(t: Trial, *, backup_too: bool = False) -> dict[str, bytes]:
     return files
 
 
+def leaves_a_trace(word: str, data: bytes) -> bool:
+    """Whether `data` holds `word` or its random tail. A full-text index stores each term
+    after the first on a page as the part it does not share with the term before it, so
+    two secrets merged into one segment keep only the second's tail."""
+    return word[-12:].encode() in data
+
+
 def forgotten_text_found(t: Trial, pick: Callable[[dict[str, bytes]], dict[str, bytes]], *,
                          checkpoint: bool = False) -> Outcome:
     """Forget a told secret with its sources, then look for its bytes in the files `pick`
@@ -393,7 +400,7 @@ def forgotten_text_found(t: Trial, pick: Callable[[dict[str, bytes]], dict[str, 
         finally:
             con.close()
     files = pick(database_files(t, backup_too=True))
-    found = [name for name, data in files.items() if secret.encode() in data]
+    found = [name for name, data in files.items() if leaves_a_trace(secret, data)]
     if found:
         return Outcome(True, f"{secret} is still in {', '.join(found)}")
     return Outcome(False, f"{secret} is in none of {', '.join(files) or 'the files'}")
