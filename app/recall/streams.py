@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import apsw
 
 from app.recall.bm25 import bm25_ranks
+from app.recall.event_labels import stored_labels
 from app.recall.owners import CURRENT_ONLY, OwnerKind, current
 from app.recall.sentences import sentences
 
@@ -323,18 +324,31 @@ def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind) -> list[
 # 0.478); its weight from 0.5 to 2 changes recall@10 by less than 0.005, and the newest
 # others by 0.001 (its questions name the time beside words that match).
 
+_ROLE_TIME_SQL = "SELECT id, role, created_at FROM events WHERE id IN ({marks})"
 _LABELS_SQL = "SELECT id, labels FROM event_labels WHERE id IN ({marks})"
 _LABELLED_SQL = ("SELECT e.id FROM event_labels_fts JOIN events e ON e.id = event_labels_fts.rowid "
                  "WHERE event_labels_fts MATCH ? AND e.user_id = ? "
                  "ORDER BY event_labels_fts.rowid DESC LIMIT ?")
 
 
-def event_labels(con: apsw.Connection, event_ids: list[int]) -> dict[int, set[str]]:
-    """Each event's label words (who said it, when: app/recall/event_labels.py)."""
+def event_labels(con: apsw.Connection, event_ids: list[int]) -> dict[int, frozenset[str]]:
+    """Each event's label words (who said it, when: app/recall/event_labels.py), as the
+    view `event_labels` gives them: read from its role and time (stored_labels), and
+    from the view for a time in another form."""
     if not event_ids:
         return {}
-    sql = _LABELS_SQL.format(marks=",".join("?" * len(event_ids)))
-    return {owner_id: set(line.split()) for owner_id, line in con.execute(sql, event_ids)}
+    found, others = {}, []
+    for owner_id, role, created_at in con.execute(
+            _ROLE_TIME_SQL.format(marks=",".join("?" * len(event_ids))), event_ids):
+        labels = stored_labels(role, created_at)
+        if labels is None:
+            others.append(owner_id)
+        else:
+            found[owner_id] = labels
+    if others:
+        found.update((owner_id, frozenset(line.split())) for owner_id, line in con.execute(
+            _LABELS_SQL.format(marks=",".join("?" * len(others))), others))
+    return found
 
 
 def labels_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:
