@@ -265,20 +265,24 @@ def _spreads(con: apsw.Connection, user_id: str, event_ids: list[int]
     needed = set(event_ids)
     needed.update(before[0] for before, _ in neighbours.values() if before)
     asks = _asking_shares(con, user_id, list(needed)) if needed else {}
+    nearest = SESSION_SPREAD[0]
     found: dict[int, list[tuple[int, int, float, str]]] = {}
     for owner_id in event_ids:
         before, after = neighbours.get(owner_id, ((), ()))
-        asking = asks.get(owner_id, 0.0)
         spread = []
-        for side, towards_reply in ((before, False), (after, True)):
-            for distance, neighbour in enumerate(side, start=1):
-                share, link = SESSION_SPREAD[distance - 1], "near"
-                if distance == 1:
-                    question = asking if towards_reply else asks.get(neighbour, 0.0)
-                    if question:  # a question and the reply that answers it
-                        share += (ANSWER_SPREAD - share) * question
-                        link = "reply" if towards_reply else "question"
-                spread.append((neighbour, distance, share, link))
+        # The message before may ask what this one answers; this one may ask what the
+        # message after answers.
+        for side, question, link in ((before, asks.get(before[0], 0.0) if before else 0.0,
+                                      "question"),
+                                     (after, asks.get(owner_id, 0.0), "reply")):
+            if not side:
+                continue
+            if question:  # a question and the reply that answers it
+                spread.append((side[0], 1, nearest + (ANSWER_SPREAD - nearest) * question, link))
+            else:
+                spread.append((side[0], 1, nearest, "near"))
+            spread.extend((neighbour, distance, SESSION_SPREAD[distance - 1], "near")
+                          for distance, neighbour in enumerate(side[1:], start=2))
         found[owner_id] = spread
     return found, asks
 
