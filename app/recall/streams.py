@@ -251,7 +251,8 @@ def reach(con: apsw.Connection, user_id: str,
     """Where each event's evidence spreads in its session, following the conversation:
     SESSION_SPREAD[d - 1] d places either way, and ANSWER_SPREAD between a message that
     asks and the reply after it, in both directions (a match on either reaches the
-    other). Also the asking share of each event and of the message just before it."""
+    other). Also the asking shares that count, of each event and of the message just
+    before it: those that ask (the others' is 0)."""
     spreads, asks = _spreads(con, user_id, event_ids)
     return {owner_id: [Reach(*spread) for spread in spread_list]
             for owner_id, spread_list in spreads.items()}, asks
