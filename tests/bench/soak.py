@@ -89,11 +89,15 @@ class Process:
         log = self.logs / f"{self.role}-{self.starts}.log"
         argv = ["serve", "--port", str(self.port)] if self.role == "serve" else ["worker"]
         self.process = subprocess.Popen(hilo_command(*argv), cwd=REPO_ROOT,
-                                        env={**consumer_env(self.config), **self.settings},
+                                        env=self.environment(),
                                         stdout=log.open("wb"),
                                         stderr=subprocess.STDOUT)
         wait_started(self.process, lambda: self._ready(log), READY_TIMEOUT,
                      lambda: f"{self.role} did not start:\n{log.read_text(errors='replace')}")
+
+    def environment(self) -> dict[str, str]:
+        """The process's environment: this config's variables and the settings."""
+        return {**consumer_env(self.config), **self.settings}
 
     def _ready(self, log: Path) -> bool:
         if self.role == "worker":
