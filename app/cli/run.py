@@ -3,7 +3,6 @@ worker (the queue's consumer)."""
 
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING
 
 import click
@@ -43,9 +42,6 @@ def serve(config: Config, host: str | None, port: int | None) -> int:
             config = with_option(config, "server", "port", port, "--port")
         except ConfigError as exc:
             raise CommandError(f"configuration error: {exc}", exit_code=2, command="") from None
-    # start-up: the collector would walk the modules' objects again and again as they
-    # load, none of them garbage (~2% of a start); run_server resumes it once built
-    gc.disable()
     from app.serve import run_server  # start-up: FastAPI and the turn
 
     return run_server(config, host)

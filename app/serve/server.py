@@ -12,7 +12,6 @@ who could reach it could read the memory.
 
 from __future__ import annotations
 
-import gc
 import signal
 import sys
 import threading
@@ -149,7 +148,6 @@ def run_server(config: Config, host: str | None = None, port: int | None = None)
     # Said plainly, beside the log: the address a person opens (`make run` shows it).
     print(f"hilo serve: the memory page is at http://{host}:{port}/ui", file=sys.stderr,
           flush=True)
-    gc.enable()  # paused while `hilo serve` loaded and built the app (app/cli/run.py)
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the SIGTERM it handled once it has shut down gracefully; a
         # quiet handler underneath makes that a clean exit (status 0 under honcho).
