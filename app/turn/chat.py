@@ -30,6 +30,7 @@ from app.config import Config
 from app.datadir import DataDir
 from app.db import Durability, connect_readonly
 from app.events import Event, append_events, session_events, supersede_events
+from app.log import get_logger
 from app.memory import end_session
 from app.model.client import ModelClient
 from app.model.client_chat import ClientChat
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 __all__ = ["INTERRUPTED_MARKER", "MAX_CACHED_SESSIONS", "WorkingMemory", "ContextPlans", "Handoff",
            "NoHandoff", "TurnOutcome", "Outcome", "StreamingTurn", "Turn", "configured_embedder",
            "ChatService"]
+
+log = get_logger(__name__)
 
 INTERRUPTED_MARKER = " [interrupted]"
 # Sessions whose working set is kept in RAM at once; the least recently used go first.
@@ -408,9 +411,13 @@ class ChatService:
         # the workers' model jobs wait while they run (workers/chat_activity.py).
         self.model = model or ModelClient.from_config(config,
                                                       activity=self.handoff.model_activity())
-        self.embedder = configured_embedder(config, self.model)
-        self.recall = Recall(config.embedder.ann_threshold,
-                             searches_vectors=self.embedder is not None)
+        self._embedder: Embedder | None = None
+        self._embedder_made = False
+        self._making_embedder = threading.Lock()
+        # Set once warm_vectors' thread has the embedder and has marked the indexes it
+        # loads; None in a process that never warms (library use, tests).
+        self._warmed: threading.Event | None = None
+        self.recall = Recall(config.embedder.ann_threshold)
         self.tokens = TokenCounter()
         self.prompt_speed = PromptSpeed()
         self.working = WorkingMemory(config.memory.working_memory_cap)
@@ -424,18 +431,55 @@ class ChatService:
         if owns_model:
             self.model.close()
 
-    def warm_vectors(self) -> None:
-        """Load the embedder and its vector indexes in the background, so the first turn
-        after a start is as fast as the hundredth; front-ends call it as they start."""
-        if self.embedder is not None:
-            self.embedder.start_loading()
-            self.recall.vectors.warm(DataDir.of(self.config).memory_db, self.embedder.model)
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder [embedder] asks for, made at its first use: making it loads numpy
+        (~0.15 s of a start), which warm_vectors does off the first message's path."""
+        if not self._embedder_made:
+            with self._making_embedder:
+                if not self._embedder_made:
+                    self._embedder = configured_embedder(self.config, self.model)
+                    self._embedder_made = True
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        with self._making_embedder:
+            self._embedder, self._embedder_made = embedder, True
+
+    def warm_vectors(self) -> threading.Event:
+        """Make the embedder and load its vector indexes in the background, so the first
+        turn after a start is as fast as the hundredth; front-ends call it as they start.
+        Until the indexes are marked as loading, questions are recalled by keywords. The
+        event is set once they are (at once with `[embedder] kind = "none"`)."""
+        if self._warmed is not None:
+            return self._warmed
+        warmed = self._warmed = threading.Event()
+        if self.config.embedder.kind == "none":
+            warmed.set()
+            return warmed
+
+        def warm() -> None:
+            try:
+                embedder = self.embedder
+                if embedder is not None:
+                    embedder.start_loading()
+                    self.recall.vectors.warm(DataDir.of(self.config).memory_db, embedder.model)
+            except Exception as exc:  # noqa: BLE001 - a turn makes the embedder itself then
+                log.warning("embedder.warm_failed", error=str(exc))
+            finally:
+                warmed.set()
+
+        threading.Thread(target=warm, name="hilo-vectors-warm", daemon=True).start()
+        return warmed
 
     @property
     def query_embedder(self) -> Embedder | None:
         """The embedder, if it can embed a question now; until then None — recall by
         keywords — while it loads in the background: a message must not wait for a model
-        to load (app/model/embedders.py)."""
+        (or numpy) to load (app/model/embedders.py)."""
+        if self._warmed is not None and not self._warmed.is_set():
+            return None
         embedder = self.embedder
         if embedder is None or embedder.ready:
             return embedder

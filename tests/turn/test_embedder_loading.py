@@ -85,7 +85,7 @@ def test_a_turn_goes_on_while_the_local_model_loads_then_it_is_ready(monkeypatch
     monkeypatch.setattr(embedders, "_loading", None)
     monkeypatch.setattr(embedders, "_load_local_model", slow_load)
     service.embedder = embedders.LocalEmbedder(threads=1)
-    service.warm_vectors()  # as hilo serve starts
+    assert service.warm_vectors().wait(WAIT_S)  # as hilo serve starts
     outcomes = []
     turn = threading.Thread(target=lambda: outcomes.append(
         service.start_turn("default", "s", "tell me about my dog").run()))
@@ -110,8 +110,32 @@ def test_a_local_model_that_cannot_load_leaves_recall_to_keywords(monkeypatch, s
     monkeypatch.setattr(embedders, "_load_local_model", missing)
     service.embedder = embedders.LocalEmbedder(threads=1)
 
-    service.warm_vectors()
+    assert service.warm_vectors().wait(WAIT_S)
     embedders._loading.join(WAIT_S)
     outcome = service.start_turn("default", "s", "tell me about my dog").run()
 
     assert not service.embedder.ready and outcome.reply_event is not None
+
+
+def test_until_the_start_has_made_the_embedder_questions_go_by_keywords(monkeypatch, config,
+                                                                         data_dir, fake_ollama):
+    # Making the embedder loads numpy (~0.15 s): hilo serve does it on a thread, and a
+    # message that comes first is recalled by keywords instead of waiting for it.
+    from app.turn import chat
+
+    made, release = [], threading.Event()
+
+    def slow_embedder(config, client):
+        release.wait(WAIT_S)
+        made.append(LoadingEmbedder())
+        made[-1].loaded.set()
+        return made[-1]
+
+    monkeypatch.setattr(chat, "configured_embedder", slow_embedder)
+    with ChatService(config.replace(llm={"url": fake_ollama.url})) as service:
+        warmed = service.warm_vectors()
+        outcome = service.start_turn("default", "s", "tell me about my dog").run()
+        assert outcome.reply_event is not None and made == []
+        release.set()
+        assert warmed.wait(WAIT_S)
+        assert service.query_embedder is made[0] and len(made) == 1
