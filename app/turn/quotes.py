@@ -3,10 +3,9 @@
 A message is quoted whole, by the sentences that hold the question's words (its part),
 or by the one that holds the most of them (its answering sentence). Packing, best-ranked
 first (a long message placed for the room it takes): each message whole when it fits,
-else its part when that fits, passing over what does not fit; a long message (cut
-whole) goes in by its answering sentence first. Then the best-ranked ten not in are told
-by their answering sentence in the room left, and the long messages grow to their part
-while it fits. They are shown oldest first under the day they were said, a day's date
+else its part when that fits, passing over what does not fit; a long one goes in by its
+answering sentence first. Then the best-ranked ten not in are told by their answering
+sentence in the room left, and the long ones grow while it fits. They are shown oldest first under the day they were said, a day's date
 written once: on LoCoMo that leaves room for about one more message."""
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from app.recall.sentences import WordsHeld, sentences
 
 __all__ = ["TRUNCATION_MARKER", "EVENT_LINE_CHARS", "QUOTE_AFTER", "PART_FROM_CHARS",
            "QUOTE_DEPTHS", "LOOK_DEEPER_BELOW", "MIN_EVENT_LINE_TOKENS", "LONG_QUOTE_CHARS",
-           "LONG_RANKED", "TOLD_RANKED", "PastEvent", "Quote",
+           "LONG_RANKED", "TOLD_RANKED", "SENTENCE_FIRST_CHARS", "PastEvent", "Quote",
            "OUTSIDE_SPEAKER", "day_line", "Packed", "pack_quotes", "quotable_events",
            "past_events"]
 
@@ -63,10 +62,16 @@ LONG_QUOTE_CHARS = 400
 LONG_RANKED = 20
 # Of the TOLD_RANKED best-ranked messages, one that did not fit whole or in part is told
 # by its answering sentence in the room the rest left (Quote.sentence). Only that room:
-# a quote counts as the message it shows only whole, and reserving room for a sentence
-# of each of the ten cost LoCoMo development context recall 0.726 -> 0.687 (found and not
-# told 9.7 -> 5.1 %).
+# a message counts as told whole only when quoted whole, and reserving room for a
+# sentence of each of the ten cost LoCoMo development context recall 0.726 -> 0.687
+# (found and not told 9.7 -> 5.1 %).
 TOLD_RANKED = 10
+# A quote longer than this goes in by its answering sentence first and grows to its
+# whole (or part) once everything is placed: a long reply takes the room of several
+# short messages. Development halves, default budget: RealMem context recall 0.128 ->
+# 0.142, found and not told 25.0 -> 18.8 %; LoCoMo unchanged (0.726); from 400 or 420
+# characters LoCoMo fell to 0.716-0.719.
+SENTENCE_FIRST_CHARS = 450
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class Quote:
 
     def __init__(self, event: PastEvent, held: WordsHeld) -> None:
         self.event, self._held = event, held
+        # Its place in the search's ranking, best first (the offer may place it lower).
+        self.rank: int | None = None
         content = " ".join(event.content.split())
         self.long = len(content) > EVENT_LINE_CHARS
         self._whole = _line(event, content)
@@ -217,12 +224,12 @@ class Packed:
 
 def pack_quotes(quotes: list[Quote], room: int, chars_per_token: float) -> Packed:
     """As many of the quotes as fit in `room` tokens, best first: each whole when it
-    fits, else in part when that fits, passing over what does not fit (a long message,
-    cut whole, by its answering sentence first); then, in the room left, the answering
-    sentence of each of the TOLD_RANKED best that is not in; last, the long messages
-    told by a sentence grown to their part while it fits. The block is reckoned as one
-    text (its lines in any order cost the same), not line by line: a count rounded up
-    per line wasted half a token a line."""
+    fits, else in part when that fits, passing over what does not fit (one longer than
+    SENTENCE_FIRST_CHARS by its answering sentence first); then, in the room left, the
+    answering sentence of each of the TOLD_RANKED best-ranked that is not in; last, the
+    ones told by a sentence first grown whole (or to their part) while that fits. The
+    block is reckoned as one text (its lines in any order cost the same), not line by
+    line: a count rounded up per line wasted half a token a line."""
     forms: dict[int, str] = {}  # by place in the offer: the form it goes in
     days: set[str] = set()
     chars = 0  # of the kept lines and their days' lines
@@ -242,15 +249,18 @@ def pack_quotes(quotes: list[Quote], room: int, chars_per_token: float) -> Packe
         days.add(day)
         return True
 
+    grown: list[int] = []  # told by a sentence first, to grow while room is left
     for i, quote in enumerate(quotes):
-        first = ("sentence", "whole") if quote.long else ("whole", "part")
-        any(put(i, form) for form in first)
-    for i in range(min(TOLD_RANKED, len(quotes))):
+        if (quote.long or len(quote.line) > SENTENCE_FIRST_CHARS) and put(i, "sentence"):
+            grown.append(i)
+        elif i not in forms:
+            any(put(i, form) for form in ("whole", "part"))
+    ranked = sorted(range(len(quotes)), key=lambda i: i if quotes[i].rank is None else quotes[i].rank)
+    for i in ranked[:TOLD_RANKED]:
         if i not in forms:
             put(i, "sentence")
-    for i, quote in enumerate(quotes):
-        if quote.long and forms.get(i) == "sentence":
-            put(i, "whole")
+    for i in grown:
+        any(put(i, form) for form in ("whole", "part"))
     return Packed(sorted(forms), {i: form for i, form in forms.items() if form != "whole"},
                   tokens_for_chars(chars, chars_per_token))
 
@@ -278,6 +288,8 @@ def quotable_events(con: apsw.Connection, query: Query, session_id: str, skip: s
         wanted = sum(cost(q.line + "\n") for q in quotes.values())
         if len(candidates) < depth or wanted > LOOK_DEEPER_BELOW * room:
             break
+    for rank, candidate in enumerate(kept):
+        quotes[candidate.id].rank = rank
     return _by_room(kept, [quotes[c.id] for c in kept])
 
 
