@@ -49,8 +49,10 @@ run try: $(VENV)/.run-installed
 	do :; done; \
 	[ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
 
+# The suite's tests wait mostly on the processes they start, so one worker per core (at
+# most four) shortens it; worksteal hands a long module's tests to an idle worker.
 test: $(VENV)/.test-installed
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n auto --maxprocesses 4 --dist worksteal
 
 # The rules are pyproject.toml's [tool.ruff]; .ci/run fails on any finding.
 lint: $(VENV)/.test-installed

@@ -58,8 +58,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rapidfuzz.distance import Levenshtein
-
 from app.config import Config
 from app.events import (
     Event,
@@ -194,6 +192,9 @@ def near_copy(stored: str, said: str) -> bool:
     allowed = max(REPLY_EDITS_MIN, int(REPLY_EDITS * max(len(stored), len(said))))
     if abs(len(stored) - len(said)) > allowed or not said:
         return False
+    # start-up: rapidfuzz loads only when a client's copy differs from the stored reply
+    from rapidfuzz.distance import Levenshtein
+
     return Levenshtein.distance(stored, said, score_cutoff=allowed) <= allowed
 
 

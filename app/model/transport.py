@@ -21,15 +21,19 @@ from typing import Any, Protocol
 __all__ = ["YIELD_CHECK_SECONDS", "tls_context", "ModelActivity", "makes_model_work", "Watch",
            "Transport", "frame_field", "media_type", "Relayed"]
 
-if "httpx" not in sys.modules:
-    # httpx loads its command-line client (with rich, pygments and click, when installed),
-    # which Hilo never runs: ~35 ms of start-up. Hide it while httpx loads, as app/log.py
-    # hides rich from structlog.
-    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+if "httpcore" not in sys.modules:
+    # httpx loads its command-line client (with rich, pygments and click, when installed)
+    # and, with its first client, httpcore loads HTTP/2 (h2, when installed): Hilo runs
+    # neither, its clients speak HTTP/1.1. ~35 and ~30 ms of a start: hidden while they
+    # load, as app/log.py hides rich from structlog.
+    _hidden = [name for name in ("httpx._main", "h2") if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(_hidden))
     try:
+        import httpcore  # noqa: F401
         import httpx
     finally:
-        del sys.modules["httpx._main"]
+        for _name in _hidden:
+            del sys.modules[_name]
 import httpx
 
 from app.model.errors import (
@@ -49,13 +53,22 @@ from app.model.errors import (
 YIELD_CHECK_SECONDS = 0.02
 
 
+def tls_context(url: str) -> ssl.SSLContext:
+    """The TLS settings of a client of `url`, shared by every client of this process: for
+    https, as httpx makes them by default (certifi's CA certificates, or SSL_CERT_FILE /
+    SSL_CERT_DIR), read once, since that is ~50 ms on two cores; for http, which never
+    starts TLS, a context that trusts no certificate, free to make and failing closed."""
+    return _verifying() if url.lower().startswith("https:") else _trusting_nothing()
+
+
 @functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The TLS settings every client of this process shares, as httpx makes them by default
-    (certifi's CA certificates, or SSL_CERT_FILE / SSL_CERT_DIR): reading the certificates
-    is ~50 ms on two cores, and a process makes a client at start, for each /health probe
-    of the model server and for each background call that gives way to a chat."""
+def _verifying() -> ssl.SSLContext:
     return httpx.create_ssl_context()
+
+
+@functools.cache
+def _trusting_nothing() -> ssl.SSLContext:
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, against no certificates
 
 
 class ModelActivity(Protocol):
@@ -106,7 +119,7 @@ class Transport:
             base_url=url,
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
-            verify=tls_context(),
+            verify=tls_context(url),
         )
         self.url = url
         self.provider = provider
@@ -193,7 +206,7 @@ class Transport:
                                     connect=self._connect_timeout_seconds)
         watcher = threading.Thread(target=watched, name="hilo-call-watch", daemon=True)
         with httpx.Client(base_url=self.url, headers=self._http.headers,
-                          timeout=timeout, verify=tls_context()) as client:
+                          timeout=timeout, verify=tls_context(self.url)) as client:
             watcher.start()
             try:
                 yield client, {"trace": trace}, watch

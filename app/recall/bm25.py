@@ -247,6 +247,8 @@ def _bm25_ranks_in_snapshot(con: apsw.Connection, user_id: str, searched: str, m
     part = _FTS_PARTS[kind]
     words = terms(searched)
     rows, mean_length = _index_size(con, part.table)
+    if not rows:  # nothing indexed (a memory with no facts or cards yet): nothing matches
+        return []
     counts = term_counts.counts(con, part, words, rows)
     if sum(counts.values()) <= BM25_ROW_BUDGET:
         return [owner_id for owner_id, _ in _fts_read(con, kind, "bm25", match, user_id,

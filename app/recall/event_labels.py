@@ -30,11 +30,12 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 
 from app.fts import quote_term
 
 __all__ = ["MONTHS", "WEEKDAYS", "SEASONS", "PARTS_OF_DAY", "CALENDAR_WORDS", "event_labels",
-           "LabelQuery", "MONTH_FIRST_REGIONS", "month_first", "ReadQuestion", "read_question"]
+           "stored_labels", "LabelQuery", "MONTH_FIRST_REGIONS", "month_first", "ReadQuestion", "read_question"]
 
 # English first: the query side writes the English word, the index carries both.
 MONTHS: tuple[tuple[str, ...], ...] = (
@@ -76,6 +77,31 @@ def event_labels(role: str, created_at: datetime) -> list[str]:
     return [role, str(created_at.year), *MONTHS[created_at.month - 1], str(created_at.day),
             *WEEKDAYS[weekday], *SEASONS[created_at.month - 1],
             *PARTS_OF_DAY[created_at.hour]]
+
+
+# created_at as Hilo writes it (app/timeutil.py): UTC, to the second or finer. Only these
+# are labelled here; the view reads any other text as SQLite does (an offset, a day that
+# does not exist).
+_STORED_TIME = re.compile(r"[1-9]\d{3}-\d\d-\d\dT(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?Z")
+
+
+def stored_labels(role: str, created_at: str) -> frozenset[str] | None:
+    """The label words the view gives an event stored with this role and `created_at`
+    (the column's text), or None when that text is not in the form Hilo writes: then
+    read the view. Reading them here costs a turn a tenth of what the view does."""
+    if _STORED_TIME.fullmatch(created_at) is None:
+        return None
+    return _hour_labels(role, created_at[:13])
+
+
+@lru_cache(maxsize=4096)
+def _hour_labels(role: str, hour: str) -> frozenset[str] | None:
+    """The labels of a role at an hour ("2023-05-08T13"): they hold nothing finer."""
+    try:
+        when = datetime.strptime(hour, "%Y-%m-%dT%H")
+    except ValueError:  # no such day (30 February): SQLite moves it on, the view says where
+        return None
+    return frozenset(event_labels(role, when))
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,19 @@ def fuse(ranked: dict[str, list[int | None]], kind: OwnerKind,
     stream weighs 1."""
     weights = weights or {}
     ranks: dict[int, dict[str, int]] = {}
+    scores: dict[int, float] = {}
     for stream, ids in ranked.items():
+        weight = weights.get(stream, 1.0)
         for position, owner_id in enumerate(ids, start=1):
-            if owner_id is not None:  # None holds a position for an owner left out
-                ranks.setdefault(owner_id, {}).setdefault(stream, position)
-    scores = {owner_id: sum(weights.get(s, 1.0) / (RRF_K + p) for s, p in r.items())
-              for owner_id, r in ranks.items()}
+            if owner_id is None:  # None holds a position for an owner left out
+                continue
+            found = ranks.get(owner_id)
+            if found is None:
+                ranks[owner_id] = {stream: position}
+                scores[owner_id] = weight / (RRF_K + position)
+            elif stream not in found:  # the same sum, in the streams' order
+                found[stream] = position
+                scores[owner_id] += weight / (RRF_K + position)
     # Candidates only for what is returned: a search keeps a few of a hundred or more.
     best = sorted(scores, key=lambda owner_id: (-scores[owner_id], -owner_id))[:limit]
     return [Candidate(kind, owner_id, ranks[owner_id], scores[owner_id]) for owner_id in best]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import apsw
 
 from app.recall.bm25 import bm25_ranks
+from app.recall.event_labels import stored_labels
 from app.recall.owners import CURRENT_ONLY, OwnerKind, current
 from app.recall.sentences import sentences
 
@@ -172,22 +173,20 @@ ASKING_WEIGHT = 0.25
 # How deep the session stream reads the BM25 and vector streams.
 SESSION_DEPTH = 50
 
-# For each event: up to ?2 event ids before and after it in its session, compacted or
-# not (one index seek per direction and `compacted` value, whatever the session's size).
-_NEIGHBOUR_ARM = ("(SELECT group_concat(id) FROM (SELECT n.id FROM events n "
-                  "WHERE n.user_id = e.user_id AND n.session_id = e.session_id "
-                  "AND n.compacted = {compacted} AND n.id {op} e.id ORDER BY n.id {order} "
-                  "LIMIT ?2))")
-_NEIGHBOURS_SQL = (
-    "SELECT e.id, "
-    + ", ".join(_NEIGHBOUR_ARM.format(compacted=c, op=op, order=order)
-                for op, order in (("<", "DESC"), (">", "ASC")) for c in (0, 1))
-    + " FROM json_each(?1) j CROSS JOIN events e ON e.id = j.value WHERE e.user_id = ?3"
-)
+# For each event: the id `offset` places before it, or after it, in its session, compacted
+# or not (a seek in events_in_session, whatever the session's size).
+_NEIGHBOUR = ("(SELECT n.id FROM events n WHERE n.user_id = e.user_id "
+              "AND n.session_id = e.session_id AND n.id {op} e.id ORDER BY n.id {order} "
+              "LIMIT 1 OFFSET {offset})")
 
 
-def _ids(joined: str | None) -> list[int]:
-    return [int(i) for i in joined.split(",")] if joined else []
+@lru_cache(maxsize=8)
+def _neighbours_sql(width: int) -> str:
+    """One row per event: its id, then the ids 1..width places before it, then after it."""
+    return ("SELECT e.id, " + ", ".join(
+        _NEIGHBOUR.format(op=op, order=order, offset=offset)
+        for op, order in (("<", "DESC"), (">", "ASC")) for offset in range(width))
+        + " FROM json_each(?1) j CROSS JOIN events e ON e.id = j.value WHERE e.user_id = ?2")
 
 
 def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
@@ -197,15 +196,16 @@ def session_neighbours(con: apsw.Connection, user_id: str, event_ids: list[int],
     if not event_ids or width < 1:
         return {}
     found = {}
-    for event_id, *arms in con.execute(_NEIGHBOURS_SQL, (json.dumps(event_ids), width, user_id)):
-        before = sorted(_ids(arms[0]) + _ids(arms[1]), reverse=True)[:width]
-        after = sorted(_ids(arms[2]) + _ids(arms[3]))[:width]
-        found[event_id] = (before, after)
+    for event_id, *near in con.execute(_neighbours_sql(width), (json.dumps(event_ids), user_id)):
+        found[event_id] = ([i for i in near[:width] if i is not None],
+                           [i for i in near[width:] if i is not None])
     return found
 
 
 # +user_id: the ids pick the rows; an index on user_id would read all the user's events.
-_CONTENT_SQL = "SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks})"
+# Only a text with a question mark can ask: the others' share is 0, and stays in SQLite.
+_ASKING_SQL = ("SELECT id, content FROM events WHERE +user_id = ? AND id IN ({marks}) "
+               "AND instr(content, '?')")
 
 
 # A turn reads the asking share of a few hundred messages, and the next turn mostly the
@@ -228,8 +228,8 @@ _kept_asking_share = lru_cache(maxsize=16_384)(_asking_share)
 
 
 def _asking_shares(con: apsw.Connection, user_id: str, event_ids: list[int]) -> dict[int, float]:
-    """Each event's asking share (asking_share)."""
-    sql = _CONTENT_SQL.format(marks=",".join("?" * len(event_ids)))
+    """The asking share (asking_share) of each event that asks; the others' is 0."""
+    sql = _ASKING_SQL.format(marks=",".join("?" * len(event_ids)))
     return {owner_id: asking_share(content)
             for owner_id, content in con.execute(sql, (user_id, *event_ids))}
 
@@ -251,23 +251,39 @@ def reach(con: apsw.Connection, user_id: str,
     """Where each event's evidence spreads in its session, following the conversation:
     SESSION_SPREAD[d - 1] d places either way, and ANSWER_SPREAD between a message that
     asks and the reply after it, in both directions (a match on either reaches the
-    other). Also each event's asking share, for the events and their neighbours."""
+    other). Also the asking shares that count, of each event and of the message just
+    before it: those that ask (the others' is 0)."""
+    spreads, asks = _spreads(con, user_id, event_ids)
+    return {owner_id: [Reach(*spread) for spread in spread_list]
+            for owner_id, spread_list in spreads.items()}, asks
+
+
+def _spreads(con: apsw.Connection, user_id: str, event_ids: list[int]
+             ) -> tuple[dict[int, list[tuple[int, int, float, str]]], dict[int, float]]:
+    """reach() as plain tuples (the session stream reads hundreds a turn)."""
     neighbours = session_neighbours(con, user_id, event_ids, len(SESSION_SPREAD))
-    every = set(event_ids) | {n for sides in neighbours.values() for side in sides for n in side}
-    asks = _asking_shares(con, user_id, list(every)) if every else {}
-    found: dict[int, list[Reach]] = {}
+    # Only a message and the one just before it can be a question and its reply.
+    needed = set(event_ids)
+    needed.update(before[0] for before, _ in neighbours.values() if before)
+    asks = _asking_shares(con, user_id, list(needed)) if needed else {}
+    nearest = SESSION_SPREAD[0]
+    found: dict[int, list[tuple[int, int, float, str]]] = {}
     for owner_id in event_ids:
-        before, after = neighbours.get(owner_id, ([], []))
-        asking = asks.get(owner_id, 0.0)
+        before, after = neighbours.get(owner_id, ((), ()))
         spread = []
-        for side, towards_reply in ((before, False), (after, True)):
-            for distance, neighbour in enumerate(side, start=1):
-                share, link = SESSION_SPREAD[distance - 1], "near"
-                question = asking if towards_reply else asks.get(neighbour, 0.0)
-                if distance == 1 and question:  # a question and the reply that answers it
-                    share += (ANSWER_SPREAD - share) * question
-                    link = "reply" if towards_reply else "question"
-                spread.append(Reach(neighbour, distance, share, link))
+        # The message before may ask what this one answers; this one may ask what the
+        # message after answers.
+        for side, question, link in ((before, asks.get(before[0], 0.0) if before else 0.0,
+                                      "question"),
+                                     (after, asks.get(owner_id, 0.0), "reply")):
+            if not side:
+                continue
+            if question:  # a question and the reply that answers it
+                spread.append((side[0], 1, nearest + (ANSWER_SPREAD - nearest) * question, link))
+            else:
+                spread.append((side[0], 1, nearest, "near"))
+            spread.extend((neighbour, distance, SESSION_SPREAD[distance - 1], "near")
+                          for distance, neighbour in enumerate(side[1:], start=2))
         found[owner_id] = spread
     return found, asks
 
@@ -299,12 +315,13 @@ def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind) -> list[
     if kind != "event" or not evidence:
         return _ranked(evidence)
     # strongest[(event, d)]: the best evidence spread to the event from d places away.
-    strongest: dict[tuple[int, int], float] = defaultdict(float)
-    spreads, asks = reach(con, query.user_id, list(evidence))
+    strongest: dict[tuple[int, int], float] = {}
+    spreads, asks = _spreads(con, query.user_id, list(evidence))
     for owner_id, own in evidence.items():
-        for neighbour, distance, share, _ in spreads.get(owner_id, []):
-            key = (neighbour, distance)
-            strongest[key] = max(strongest[key], share * own)
+        for neighbour, distance, share, _ in spreads.get(owner_id, ()):
+            key, spread = (neighbour, distance), share * own
+            if key not in strongest or spread > strongest[key]:
+                strongest[key] = spread
     scores = {owner_id: own * (1.0 - (1.0 - ASKING_WEIGHT) * asks.get(owner_id, 0.0))
               for owner_id, own in evidence.items()}
     for (neighbour, _), spread in strongest.items():
@@ -323,18 +340,31 @@ def _session_ranks(con: apsw.Connection, query: Query, kind: OwnerKind) -> list[
 # 0.478); its weight from 0.5 to 2 changes recall@10 by less than 0.005, and the newest
 # others by 0.001 (its questions name the time beside words that match).
 
+_ROLE_TIME_SQL = "SELECT id, role, created_at FROM events WHERE id IN ({marks})"
 _LABELS_SQL = "SELECT id, labels FROM event_labels WHERE id IN ({marks})"
 _LABELLED_SQL = ("SELECT e.id FROM event_labels_fts JOIN events e ON e.id = event_labels_fts.rowid "
                  "WHERE event_labels_fts MATCH ? AND e.user_id = ? "
                  "ORDER BY event_labels_fts.rowid DESC LIMIT ?")
 
 
-def event_labels(con: apsw.Connection, event_ids: list[int]) -> dict[int, set[str]]:
-    """Each event's label words (who said it, when: app/recall/event_labels.py)."""
+def event_labels(con: apsw.Connection, event_ids: list[int]) -> dict[int, frozenset[str]]:
+    """Each event's label words (who said it, when: app/recall/event_labels.py), as the
+    view `event_labels` gives them: read from its role and time (stored_labels), and
+    from the view for a time in another form."""
     if not event_ids:
         return {}
-    sql = _LABELS_SQL.format(marks=",".join("?" * len(event_ids)))
-    return {owner_id: set(line.split()) for owner_id, line in con.execute(sql, event_ids)}
+    found, others = {}, []
+    for owner_id, role, created_at in con.execute(
+            _ROLE_TIME_SQL.format(marks=",".join("?" * len(event_ids))), event_ids):
+        labels = stored_labels(role, created_at)
+        if labels is None:
+            others.append(owner_id)
+        else:
+            found[owner_id] = labels
+    if others:
+        found.update((owner_id, frozenset(line.split())) for owner_id, line in con.execute(
+            _LABELS_SQL.format(marks=",".join("?" * len(others))), others))
+    return found
 
 
 def labels_stream(con: apsw.Connection, query: Query, kind: OwnerKind, depth: int) -> list[int]:

@@ -9,10 +9,12 @@ requests, and reads `sys.modules` after each step."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
+from app.model.transport import tls_context
 from tests.fake_ollama import FakeOllama
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,13 +119,36 @@ def test_the_queue_metrics_are_loaded_on_the_first_scrape(fake_ollama: FakeOllam
     assert "workers.queue_metrics" in loaded["GET /metrics"]
 
 
-def test_the_ca_certificates_are_read_once_however_many_model_clients(
+def test_an_http_model_server_never_has_the_ca_certificates_read(
         fake_ollama: FakeOllama, tmp_path: Path) -> None:
-    """The chat's client, each /health probe's and the start's announcement share them."""
+    """The chat's client, each /health probe's and the start's announcement speak plain
+    HTTP to it: nothing to verify."""
     statuses, _, ca_reads = start(fake_ollama, tmp_path, HEALTH, CHAT)
 
     assert statuses == [200, 200]
-    assert ca_reads == 1
+    assert ca_reads == 0
+
+
+def test_https_model_clients_share_the_ca_certificates_and_http_ones_trust_none() -> None:
+    verifying = tls_context("https://models.example")
+    plain = tls_context("http://127.0.0.1:11434")
+
+    assert tls_context("HTTPS://other.example") is verifying  # read once per process
+    assert verifying.verify_mode == ssl.CERT_REQUIRED and verifying.cert_store_stats()["x509_ca"]
+    # Should TLS ever start on a plain-HTTP client, it fails: no certificate is trusted.
+    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0
+
+
+def test_a_first_chat_loads_neither_http2_nor_the_edit_distance(
+        fake_ollama: FakeOllama, tmp_path: Path) -> None:
+    """h2 (when installed): Hilo's clients speak HTTP/1.1; rapidfuzz: only a client's copy
+    of a reply that differs from the stored one needs it."""
+    statuses, loaded, _ = start(fake_ollama, tmp_path, HEALTH, CHAT)
+
+    assert statuses == [200, 200]
+    assert of("h2", loaded["POST /api/chat"]) == set()
+    assert of("rapidfuzz", loaded["POST /api/chat"]) == set()
 
 
 def test_keyword_search_alone_never_loads_numpy(fake_ollama: FakeOllama,

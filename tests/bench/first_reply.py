@@ -2,7 +2,8 @@
 
 Each start: `hilo serve` on the seeded memory of tests/bench/localmodel.py, timed from
 the moment its process is started; the conversation's first message is sent as soon as
-/health answers. The model server says what its own part took: the fake
+/health answers (asked every 10 ms by the client that sends it, made before the start,
+as a chat client is running already). The model server says what its own part took: the fake
 (tests/fake_ollama.py) the prompt reading and the reply it simulated, llama-server its
 `timings` (prompt_ms, predicted_ms), read through the benches' counting proxy. So:
 
@@ -12,8 +13,11 @@ the moment its process is started; the conversation's first message is sent as s
   reading and writing (the issue's target: ≤ 1 s).
 
 With `--against REF`, each round starts this tree's code and then REF's (`git archive`,
-the same seeded memory, the same model server), so a loaded machine slows both alike:
-the ratio of their medians is the figure on a shared machine. Each tree's code is
+the same model server), so a loaded machine slows both alike: the ratio of their medians
+is the figure on a shared machine. Each tree runs as its own install would: REF reads its
+own config.toml, gets only the HILO_ variables its configuration knows (the report lists
+those it was not given) and seeds the memory with its own code, since an older Hilo
+cannot read a newer one's config sections nor open a database a newer one migrated. Each tree's code is
 compiled to bytecode first, as an install has it (byte_compiled). With `--engine llama.cpp`,
 llama-server on the random model of `--engine-shape` (the README's default,
 `gemma3-4b`, takes a while to write and quantize once: tests/bench/engine.py) or the real
@@ -28,19 +32,23 @@ the engine bench runs it; without, the fake at `--prompt-tps`.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from tests.bench.localmodel import USER, seed_memory, seeded, send_turn
+from app.config import Config
+from tests.bench.localmodel import USER, Setup, hilo_config, seed_memory, send_turn
 from tests.bench.localmodel_script import TURNS
 from tests.bench.packaged_model import PACKAGED, packaged_model
 from tests.bench.report import REPO_ROOT, emit, load_average, quiet, tree_of
@@ -54,6 +62,79 @@ FIGURES = ("start_to_health_s", "start_to_first_token_s", "model_read_s",
            "first_token_beyond_model_s", "start_to_reply_s", "model_reply_s",
            "reply_beyond_model_s", "cpu_to_health_s", "cpu_to_reply_s")
 TARGET_S = 1.0  # the reply, beyond the model's own time (issue 38)
+
+# Asked of another tree's code: the HILO_ variables its configuration knows.
+KNOWN_VARIABLES = (
+    "import json; from app.config import SECTIONS, _fields; print(json.dumps("
+    "[f'HILO_{s.upper()}_{k.upper()}' for s in SECTIONS for k in _fields(s)]))")
+# Run by another tree's code: the seeded memory, written by that code.
+SEED = ("import sys; from pathlib import Path; from app.config import load_config; "
+        "from tests.bench.localmodel import seed_memory; "
+        "seed_memory(load_config(path=Path(sys.argv[1]), env={}, data_dir=Path(sys.argv[2])))")
+
+
+@dataclass
+class Tree:
+    """The code a start runs: this tree's, or another commit's (`--against`), run as its own
+    install would run it."""
+
+    name: str
+    path: Path
+    known: frozenset[str] | None = None  # another tree's HILO_ variables; None: this tree's
+    not_given: set[str] = field(default_factory=set)  # the variables it did not know
+
+    @classmethod
+    def other(cls, name: str, path: Path) -> Tree:
+        done = subprocess.run([sys.executable, "-c", KNOWN_VARIABLES], cwd=path, check=True,
+                              env=cls._own(path), capture_output=True, text=True)
+        return cls(name, path, frozenset(json.loads(done.stdout)))
+
+    @staticmethod
+    def _own(path: Path) -> dict[str, str]:
+        return {**{k: v for k, v in os.environ.items() if not k.startswith("HILO_")},
+                "PYTHONPATH": str(path)}
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """`env` as this tree's processes get it: its code, and for another tree its own
+        config.toml and only the variables it knows."""
+        env = {**env, "PYTHONPATH": str(self.path)}
+        if self.known is None:
+            return env
+        unknown = {k for k in env if k.startswith("HILO_") and k != "HILO_CONFIG"
+                   and k not in self.known}
+        self.not_given |= unknown
+        return {**{k: v for k, v in env.items() if k not in unknown},
+                "HILO_CONFIG": str(self.path / "config.toml")}
+
+    def seed(self, config: Config) -> None:
+        """The seeded memory in `config`'s data directory, written by this tree's code."""
+        if self.known is None:
+            seed_memory(config)
+            return
+        subprocess.run([sys.executable, "-c", SEED, str(self.path / "config.toml"),
+                        str(config.data_dir)], cwd=self.path, env=self._own(self.path),
+                       check=True)
+
+
+class _TreeProcess(Process):
+    """`hilo serve` running a tree's code, asked whether it is up every 10 ms by the client
+    that then sends the first message: made before the start, so that neither its making
+    (its TLS settings alone are ~50 ms) nor a coarse poll counts as the server's time."""
+
+    READY_EVERY_S = 0.01
+
+    def __init__(self, tree: Tree, client: httpx.Client, *args: Any) -> None:
+        super().__init__(*args)
+        self.tree, self.client = tree, client
+
+    def environment(self) -> dict[str, str]:
+        return self.tree.environment(super().environment())
+
+    def _ready(self, log: Path) -> bool:
+        try:
+            return self.client.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
 
 
 def _cpu_s(server: Process) -> float:
@@ -86,20 +167,23 @@ class _Fake:
         return (f"the fake model server at {self.args.prompt_tps:g} prompt tokens/s and "
                 f"{self.args.generate_tps:g} written tokens/s, its embeddings instant")
 
-    def start(self, root: Path, settings: dict[str, str], logs: Path) -> dict[str, float]:
-        config, _ = seeded(self.fake, root)
-        server = Process(config, "serve", logs, free_port(), settings)
-        started = time.monotonic()
-        server.start()
-        up = time.monotonic() - started
-        try:
-            cpu_up = _cpu_s(server)
-            with httpx.Client(timeout=600) as client:
+    def start(self, tree: Tree, root: Path, settings: dict[str, str],
+              logs: Path) -> dict[str, float]:
+        Setup().prepare(self.fake)
+        config = hilo_config(root, self.fake)
+        tree.seed(config)
+        with httpx.Client(timeout=600) as client:
+            server = _TreeProcess(tree, client, config, "serve", logs, free_port(), settings)
+            started = time.monotonic()
+            server.start()
+            up = time.monotonic() - started
+            try:
+                cpu_up = _cpu_s(server)
                 sent, ttft, ended, _ = send_turn(client, server.url,
                                                  [{"role": "user", "content": TURNS[0].user}])
-            cpu = (cpu_up, _cpu_s(server))
-        finally:
-            server.stop()
+                cpu = (cpu_up, _cpu_s(server))
+            finally:
+                server.stop()
         with self.fake._lock:
             chat = next(e for e in self.fake.evaluations
                         if e.path == "/api/chat" and not e.wants_json and e.arrived >= sent)
@@ -137,24 +221,27 @@ class _Engine:
         return (f"llama-server ({self.engine.threads} threads) on {self.model}, started "
                 "afresh for each start, the local embedder")
 
-    def start(self, root: Path, settings: dict[str, str], logs: Path) -> dict[str, float]:
+    def start(self, tree: Tree, root: Path, settings: dict[str, str],
+              logs: Path) -> dict[str, float]:
         bench = self.engine_bench
         config, engine_settings = bench.engine_config(root, self.proxy, self.engine.alias)
-        seed_memory(config)
+        tree.seed(config)
         self.engine.start()
         self.proxy.reset(self.engine.url)
-        server = Process(config, "serve", logs, free_port(), {**engine_settings, **settings})
+        client = httpx.Client(timeout=600)
+        server = _TreeProcess(tree, client, config, "serve", logs, free_port(),
+                              {**engine_settings, **settings})
         try:
             started = time.monotonic()
             server.start()
             up = time.monotonic() - started
             cpu_up = _cpu_s(server)
-            with httpx.Client(timeout=600) as client:
-                sent, ttft, ended, _ = bench.send_turn(
-                    client, server.url, [{"role": "user", "content": TURNS[0].user}], {},
-                    self.engine.alias)
+            sent, ttft, ended, _ = bench.send_turn(
+                client, server.url, [{"role": "user", "content": TURNS[0].user}], {},
+                self.engine.alias)
             cpu = (cpu_up, _cpu_s(server))
         finally:
+            client.close()
             server.stop()
             self.engine.stop()
         chat = next(c for c in self.proxy.snapshot()
@@ -180,22 +267,22 @@ def byte_compiled(tree: Path) -> Path:
 def first_replies(args: Any, settings: dict[str, str]) -> None:
     """`--first-reply`: `args.runs` starts of each tree, alternated; medians; the report."""
     server = _Engine(args) if args.engine else _Fake(args)
-    trees = {"this tree": byte_compiled(REPO_ROOT)}
+    trees = [Tree("this tree", byte_compiled(REPO_ROOT))]
     scratch = Path(tempfile.mkdtemp(prefix="hilo-bench-first-reply-trees-"))
     load_before = load_average()
     runs: dict[str, list[dict[str, float]]] = {}
     try:
         if args.against:
-            trees[args.against] = byte_compiled(tree_of(args.against, scratch))
-        runs = {name: [] for name in trees}
+            trees.append(Tree.other(args.against,
+                                    byte_compiled(tree_of(args.against, scratch))))
+        runs = {tree.name: [] for tree in trees}
         for _ in range(args.runs):
-            for name, tree in trees.items():  # turns alternate: the same load for both
+            for tree in trees:  # turns alternate: the same load for both
                 root = Path(tempfile.mkdtemp(prefix="hilo-bench-first-reply-"))
                 logs = root / "logs"
                 logs.mkdir()
                 try:
-                    runs[name].append(server.start(
-                        root, {**settings, "PYTHONPATH": str(tree)}, logs))
+                    runs[tree.name].append(server.start(tree, root, settings, logs))
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
     finally:
@@ -207,9 +294,10 @@ def first_replies(args: Any, settings: dict[str, str]) -> None:
         "trees": {name: {f"{key}_median": round(statistics.median(r[key] for r in starts), 3)
                          for key in FIGURES} for name, starts in runs.items()},
         "runs": {name: [{k: round(v, 3) for k, v in r.items()} for r in starts]
-                 for name, starts in runs.items()}}
+                 for name, starts in runs.items()},
+        "not_given": {tree.name: sorted(tree.not_given) for tree in trees if tree.not_given}}
     if args.against:
-        mine, other = (results["trees"][name] for name in trees)
+        mine, other = (results["trees"][tree.name] for tree in trees)
         results["ratio, this tree / other"] = {
             key: round(mine[f"{key}_median"] / other[f"{key}_median"], 3)
             for key in ("start_to_health_s", "first_token_beyond_model_s",
@@ -244,6 +332,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(
             (f"**{t[f'{key}_median']}**" if key == "reply_beyond_model_s"
              else str(t[f"{key}_median"])) for key in FIGURES) + " |")
+    for name, variables in results["not_given"].items():
+        lines += ["", f"{name} does not know, so was not given: {', '.join(variables)}."]
     if "ratio, this tree / other" in results:
         ratio = results["ratio, this tree / other"]
         lines += ["", "This tree ÷ the other, medians: " + ", ".join(

@@ -90,8 +90,10 @@ def tree_of(ref: str, into: Path) -> Path:
 
 
 def command_line() -> str:
-    module = Path(sys.argv[0]).with_suffix("").relative_to(REPO_ROOT).as_posix().replace("/", ".")
-    return " ".join(["python -m", module, *sys.argv[1:]])
+    """The command that ran this bench, as `python -m tests.bench.NAME ARGS`."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    module = spec.name if spec is not None else Path(sys.argv[0]).stem
+    return " ".join(["python -m", module.removesuffix(".__main__"), *sys.argv[1:]])
 
 
 def write_section(name: str, body: str) -> None:

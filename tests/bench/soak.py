@@ -60,18 +60,21 @@ def answers_health(url: str) -> bool:
 
 
 def wait_started(process: subprocess.Popen, ready: Callable[[], bool], timeout_s: float,
-                 failure: Callable[[], str]) -> None:
-    """Wait until `ready()`; RuntimeError(failure()) if `process` exits or `timeout_s` pass."""
+                 failure: Callable[[], str], every_s: float = 0.05) -> None:
+    """Wait until `ready()`, asked every `every_s`; RuntimeError(failure()) if `process`
+    exits or `timeout_s` pass."""
     deadline = time.monotonic() + timeout_s
     while not ready():
         if time.monotonic() > deadline or process.poll() is not None:
             raise RuntimeError(failure())
-        time.sleep(0.05)
+        time.sleep(every_s)
 
 
 class Process:
     """`hilo serve` or `hilo worker` for this config, restarted as often as it is killed;
     `settings` are HILO_* variables added to its environment."""
+
+    READY_EVERY_S = 0.05  # how often a start asks whether the process is ready
 
     def __init__(self, config: Config, role: str, logs: Path, port: int,
                  settings: dict[str, str] | None = None) -> None:
@@ -89,11 +92,16 @@ class Process:
         log = self.logs / f"{self.role}-{self.starts}.log"
         argv = ["serve", "--port", str(self.port)] if self.role == "serve" else ["worker"]
         self.process = subprocess.Popen(hilo_command(*argv), cwd=REPO_ROOT,
-                                        env={**consumer_env(self.config), **self.settings},
+                                        env=self.environment(),
                                         stdout=log.open("wb"),
                                         stderr=subprocess.STDOUT)
         wait_started(self.process, lambda: self._ready(log), READY_TIMEOUT,
-                     lambda: f"{self.role} did not start:\n{log.read_text(errors='replace')}")
+                     lambda: f"{self.role} did not start:\n{log.read_text(errors='replace')}",
+                     self.READY_EVERY_S)
+
+    def environment(self) -> dict[str, str]:
+        """The process's environment: this config's variables and the settings."""
+        return {**consumer_env(self.config), **self.settings}
 
     def _ready(self, log: Path) -> bool:
         if self.role == "worker":

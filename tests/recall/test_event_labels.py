@@ -17,6 +17,7 @@ from app.recall.event_labels import (
     month_first,
     read_question,
 )
+from app.recall.streams import event_labels as labels_read_by_streams
 
 ASKED = datetime(2023, 10, 20, 12, 0, tzinfo=UTC)  # a Friday
 
@@ -128,6 +129,24 @@ def test_the_view_labels_a_time_as_event_labels_does(con, config, hours):
     when = at("2023-12-28T00:00:00") + timedelta(hours=hours)
     event = add(con, config, "assistant", when)
     assert labels_of(con, event).split() == event_labels("assistant", when)
+
+
+@pytest.mark.parametrize("created_at", [
+    "2023-05-08T13:56:00.123456Z",  # as Hilo writes it
+    "2023-12-31T23:59:59Z",
+    "2024-02-29T00:00:00.5Z",
+    "2023-05-08T13:56:00+02:00",  # an offset: SQLite reads it as 11:56 UTC
+    "2023-05-08 13:56:00",  # no T, no Z
+    "2023-02-30T13:00:00Z",  # no such day: SQLite moves it to 2 March
+    "2023-05-08T13:56:60Z",  # no such second: no time at all
+    "0999-05-08T13:56:00Z",
+    "yesterday",
+])
+def test_the_streams_read_an_events_labels_as_the_view_gives_them(con, config, created_at):
+    event = add(con, config, "user", at("2023-07-04T08:00:00"))
+    with con:
+        con.execute("UPDATE events SET created_at = ? WHERE id = ?", (created_at, event))
+    assert labels_read_by_streams(con, [event]) == {event: set(labels_of(con, event).split())}
 
 
 # -- reading questions ---------------------------------------------------------------------

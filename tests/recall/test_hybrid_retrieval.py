@@ -260,6 +260,30 @@ def test_session_neighbours_stay_in_the_session_and_include_compacted_events(wri
     assert session_neighbours(con, "ana", [a3], 1) == {a3: ([a2], [a4])}
 
 
+def test_a_message_stored_or_forgotten_changes_its_neighbours_at_the_next_lookup(writer,
+                                                                                 config):
+    said = [append_event(writer, config, "ana", "s1", "user", t).id for t in ("a", "b", "c")]
+    con = connect_readonly(writer.path)
+    assert session_neighbours(con, "ana", [said[2]], 2) == {said[2]: ([said[1], said[0]], [])}
+    later = append_event(writer, config, "ana", "s1", "assistant", "d").id
+    writer.submit(lambda con: con.execute("DELETE FROM events WHERE id = ?", (said[1],)))
+    assert session_neighbours(con, "ana", [said[2]], 2) == {said[2]: ([said[0]], [later])}
+
+
+def test_each_neighbour_is_one_index_seek(writer, config):
+    said = append_event(writer, config, "ana", "s1", "user", "one").id
+    con = connect_readonly(writer.path)
+    asked = []
+    con.exec_trace = lambda cursor, sql, bindings: asked.append((sql, bindings)) or True
+    session_neighbours(con, "ana", [said], 2)
+    con.exec_trace = None
+    [(sql, bindings)] = asked
+    plan = [row[-1] for row in con.execute("EXPLAIN QUERY PLAN " + sql, bindings)]
+    seeks = [step for step in plan if step.startswith("SEARCH n ")]
+    assert len(seeks) == 4 and all("COVERING INDEX events_in_session" in s for s in seeks)
+    assert not any("TEMP B-TREE" in step for step in plan)
+
+
 def test_the_session_stream_ranks_facts_by_their_text_evidence_alone(writer, config, recall):
     chat(writer, config)
     for key, value in (("pet", "a puppy called Biscuit"), ("editor", "helix"),
