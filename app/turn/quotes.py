@@ -120,12 +120,21 @@ class Quote:
         return (self.part or self._whole) if self.long else self._whole
 
     @cached_property
+    def _said(self) -> list[str]:
+        return sentences(self.event.content)
+
+    @cached_property
+    def _held_by(self) -> list[int]:
+        """How many of the question's words each sentence holds."""
+        return [len(self._held.words_in(sentence)) for sentence in self._said]
+
+    @cached_property
     def _kept(self) -> tuple[list[str], list[int]]:
         """The message's sentences, and which of them its part shows."""
-        said = sentences(self.event.content)
+        said = self._said
         if len(self.event.content) < PART_FROM_CHARS:
             return said, list(range(len(said)))
-        kept = {i + after for i, sentence in enumerate(said) if self._held.words_in(sentence)
+        kept = {i + after for i, held in enumerate(self._held_by) if held
                 for after in range(QUOTE_AFTER + 1) if i + after < len(said)}
         return said, sorted(kept) if kept else list(range(len(said)))
 
@@ -141,23 +150,24 @@ class Quote:
     def _answering(self) -> int | None:
         """Which one sentence holds the most of the question's words (the first of equals);
         None when the message is one sentence or none of them holds a word."""
-        said = self._kept[0]
-        held = [len(self._held.words_in(sentence)) for sentence in said]
-        if len(said) < 2 or not any(held):
+        said = self._said
+        held = self._held_by if len(said) > 1 else [0]
+        if not any(held):
             return None
         return max(range(len(said)), key=lambda i: (held[i], -i))
 
-    @property
+    @cached_property
     def sentence(self) -> str | None:
         """The least of the message that tells what was found: its answering sentence,
         "…" where the rest was; None when nothing says which sentence answers."""
         if self._answering is None:
             return None
-        return self._showing(self._kept[0], [self._answering])
+        return self._showing(self._said, [self._answering])
 
     def form(self, name: str) -> str:
         """The message as one of its forms shows it: "whole" (`line`), "part", "sentence"."""
-        return {"whole": self.line, "part": self.part, "sentence": self.sentence}[name] or ""
+        shown = self.line if name == "whole" else self.part if name == "part" else self.sentence
+        return shown or ""
 
     def _showing(self, said: list[str], shown: list[int]) -> str:
         """The line showing the sentences `shown` of `said`, "…" where the rest was."""
