@@ -123,7 +123,8 @@ class LayerReport:
     included: int  # items that fit
     tokens: int
     kept: list[int] = field(default_factory=list)  # which ones, by their place in the offer
-    shortened: set[int] = field(default_factory=set)  # of those, the ones in a shorter form
+    # Of those, the ones in a shorter form, and which (app/turn/quotes.py: Quote.form).
+    shortened: dict[int, str] = field(default_factory=dict)
 
     def chosen(self, items: list) -> list:
         """The offered items that went in, best first."""
@@ -753,7 +754,7 @@ def _take_quotes(budget: _Budget, quotes: list[Quote]) -> tuple[str, LayerReport
 def _explain_quotes(report: LayerReport, candidates: list[Candidate],
                     quotes: list[Quote]) -> list[dict]:
     """Each quoted message's ranks and score, and how much of it was quoted when not all."""
-    return [{**candidates[i].explain(), **quotes[i].explain(i in report.shortened)}
+    return [{**candidates[i].explain(), **quotes[i].explain(report.shortened.get(i, "whole"))}
             for i in report.kept]
 
 

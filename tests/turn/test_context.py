@@ -557,3 +557,25 @@ def test_a_first_message_gets_the_default_when_told_so_whatever_the_speed(writer
     ctx = _first_message(writer, config, recall, 50_000.0, fill_first_message="false")
     assert next(layer["tokens"] for layer in ctx.explain["layers"]
                 if layer["name"] == "events") <= 300
+PLANTS = ["iris", "rush", "sedge", "mint", "fern", "lily", "reed", "moss", "flag", "cress"]
+
+
+def test_ten_found_messages_are_all_told_within_the_default_budget(writer, config, recall):
+    chatter = " ".join(f"On day {i} it rained and we stayed in." for i in range(14))
+    answers = {}
+    for i, plant in enumerate(PLANTS):
+        answers[plant] = f"By the pond we planted {plant}."
+        append_event(writer, config, "ana", "old", "user" if i % 2 else "assistant",
+                     f"{chatter} {answers[plant]} It took the afternoon. Later the pond "
+                     f"needed water for the {plant}. We used the rain barrel. {chatter}",
+                     created_at=f"2026-09-{i + 1:02d}T10:00:00Z")
+    writer.submit(lambda con: con.execute("UPDATE events SET compacted = 1"))
+    con = connect_readonly(writer.path)
+    ctx = build_context(con, config, TokenCounter(), ContextRequest(
+        "ana", "what did we plant by the pond?", session_id="new", window=[], recall=recall))
+    assert config.memory.retrieved_max_tokens == 300  # the default budget
+    assert len(ctx.explain["events"]) == len(PLANTS)
+    for answer in answers.values():
+        assert answer in ctx.system_prompt
+    assert {e.get("quoted") for e in ctx.explain["events"]} == {
+        "4 of 32 sentences", "1 of 32 sentences"}

@@ -50,3 +50,29 @@ def test_a_long_quote_gives_way_to_short_ones_that_rank_nearly_as_well():
     # Short quotes keep the fusion's order.
     _, same = _by_room(ranked[1:], short)
     assert same == short
+
+
+def test_a_message_that_does_not_fit_is_told_by_its_answering_sentence_in_the_room_left():
+    first = _quote(1, "The pond pump hums all night and we hear it from the kitchen window.")
+    answer = "We dug the pond in May."
+    second = _quote(2, f"It was a long spring. {answer} The fish came in June, twelve of them.")
+    room = estimate_tokens(day_line("2026-09-01") + "\n" + first.line + "\n"
+                           + f"user: … {answer} …\n")
+    packed = pack_quotes([first, second], room, DEFAULT_CHARS_PER_TOKEN)
+    assert packed.kept == [0, 1] and packed.shortened == {1: "sentence"}
+    assert f"user: … {answer} …" in packed.text([first, second])
+    assert second.explain("sentence") == {"quoted": "1 of 3 sentences"}
+
+
+def test_a_sentence_quote_alters_nothing_the_user_wrote():
+    said = "Sorry,   I was out!\nWe keep  the pond's fish (koi) in a tank - for winter? Yes."
+    quote = _quote(1, said)
+    assert quote.sentence == "user: … We keep the pond's fish (koi) in a tank - for winter? …"
+    # Between the marks, the words as written: cut only where a sentence ends.
+    shown = quote.sentence.removeprefix("user: … ").removesuffix(" …")
+    assert shown in " ".join(said.split())
+
+
+def test_a_message_none_of_whose_sentences_holds_a_word_has_no_answering_sentence():
+    assert _quote(1, "We dug it in May. The fish came in June.").sentence is None
+    assert _quote(2, "The pond is done.").sentence is None  # one sentence: whole or nothing
