@@ -66,11 +66,10 @@ class Recall:
     The index and the threads are made when first used: a search by keywords alone
     never loads numpy."""
 
-    def __init__(self, ann_threshold: int | None = None, *,
-                 searches_vectors: bool = False) -> None:
+    def __init__(self, ann_threshold: int | None = None) -> None:
         """`ann_threshold`: the index's `[embedder] ann_threshold` (None: its default).
-        `searches_vectors`: make the index now, as the process starts, not in its first
-        search (its code takes a while to load)."""
+        A front-end makes the index as it starts, on its warm-up thread
+        (ChatService.warm_vectors)."""
         self.term_counts = TermCounts()
         self.address_book = AddressBook()  # the name the user calls the assistant
         self._ann_threshold = ann_threshold
@@ -78,8 +77,6 @@ class Recall:
         self._embedding_threads: ThreadPoolExecutor | None = None
         self._making = threading.Lock()
         self.started = StartedEmbeddings()
-        if searches_vectors:
-            self._vectors = self._new_vector_index()
 
     @property
     def vectors(self) -> VectorIndex:
